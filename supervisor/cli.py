@@ -1,0 +1,239 @@
+"""``supervise``: the command line. Thin: parse, call, print.
+
+Commands::
+
+    supervise run PROFILE [--exit-when-idle]     run the engine on a profile
+    supervise validate [-c PROFILE] FILE...      check profiles and task files
+    supervise submit -c PROFILE TASK.toml        validate a task, drop it in the spool, print its id
+    supervise status -c PROFILE [--json]         list tasks
+    supervise show -c PROFILE ID                 print one manifest
+
+Exit codes: 0 success, 1 invalid input or unknown task, 2 usage error (argparse).
+Heavy imports (the engine, APScheduler, libtmux) happen only in the commands that need them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from supervisor.config import ConfigError, LoadedProfile, load_profile
+
+
+def _err(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def _profile(path: str) -> LoadedProfile:
+    return load_profile(path)
+
+
+# ---------------------------------------------------------------- commands
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from supervisor.engine import run_profile
+
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    profile = _profile(args.profile)
+    return run_profile(profile, exit_when_idle=args.exit_when_idle)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from supervisor.config import Profile, load_task, looks_like_profile
+
+    profile: LoadedProfile | None = None
+    failures = 0
+    if args.config:
+        try:
+            profile = _profile(args.config)
+        except ConfigError as exc:
+            for line in exc.problems:
+                _err(line)
+            return 1
+    for name in args.files:
+        path = Path(name)
+        try:
+            if looks_like_profile(path):
+                load_profile(path)
+                kind = "profile"
+            else:
+                base = profile or LoadedProfile(
+                    path=path.resolve(), spec=Profile.model_validate({"agent": {"command": ["x"]}})
+                )
+                load_task(path, base)
+                kind = "task"
+        except ConfigError as exc:
+            failures += 1
+            for line in exc.problems:
+                _err(line)
+            continue
+        print(f"ok: {path} ({kind})")
+    return 1 if failures else 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    import tomli_w
+
+    from supervisor.config import load_task
+    from supervisor.spool import new_task_id
+    from supervisor.taskdir import atomic_write
+
+    profile = _profile(args.config)
+    source = Path(args.task).resolve()
+    resolved = load_task(source, profile)
+    spec = resolved.spec
+    data: dict[str, Any] = spec.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+    data["name"] = spec.name
+    data["project_dir"] = str(spec.project_dir)
+    if spec.prompt_file is not None:
+        data["prompt_file"] = str(spec.prompt_file)
+    task_id = new_task_id(spec.name)
+    spool_dir = profile.spool_dir
+    spool_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    # Hidden temp name first, then rename: the engine never sees a half-written file.
+    staging = spool_dir / f".{task_id}.toml.tmp"
+    atomic_write(staging, tomli_w.dumps(data).encode())
+    os.rename(staging, spool_dir / f"{task_id}.toml")
+    print(task_id)
+    return 0
+
+
+def _manifests(profile: LoadedProfile) -> list[dict[str, Any]]:
+    out = []
+    try:
+        entries = sorted(os.scandir(profile.tasks_dir), key=lambda e: e.name)
+    except FileNotFoundError:
+        return []
+    for entry in entries:
+        path = Path(entry.path) / "manifest.json"
+        try:
+            manifest = json.loads(path.read_bytes())
+        except (OSError, ValueError):
+            continue
+        try:
+            manifest["_output_mtime"] = (Path(entry.path) / "output.log").stat().st_mtime
+        except OSError:
+            manifest["_output_mtime"] = None
+        out.append(manifest)
+    return out
+
+
+def _age(iso: str | None, now: float) -> float | None:
+    from supervisor.taskdir import parse_iso
+
+    moment = parse_iso(iso)
+    return None if moment is None else round(now - moment, 1)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    profile = _profile(args.config)
+    now = time.time()
+    rows = []
+    for m in _manifests(profile):
+        mtime = m.pop("_output_mtime")
+        rows.append(
+            {
+                "task_id": m.get("task_id"),
+                "name": m.get("task_name"),
+                "status": m.get("status"),
+                "model": m.get("model"),
+                "retries": m.get("retry_count", 0),
+                "exit_code": m.get("exit_code"),
+                "age_s": _age(m.get("started_at") or m.get("created_at"), now),
+                "since_output_s": None if mtime is None else round(now - mtime, 1),
+            }
+        )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print(f"no tasks in {profile.tasks_dir}")
+        return 0
+    from tabulate import tabulate
+
+    print(tabulate(rows, headers="keys", missingval="-"))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    profile = _profile(args.config)
+    path = profile.tasks_dir / args.task_id / "manifest.json"
+    if "/" in args.task_id or not path.exists():
+        _err(f"no task {args.task_id!r} in {profile.tasks_dir}; see 'supervise status -c ...'")
+        return 1
+    sys.stdout.write(path.read_text(encoding="utf-8"))
+    return 0
+
+
+# ---------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse tree for ``supervise``."""
+    parser = argparse.ArgumentParser(
+        prog="supervise",
+        description="Run coding agents (Claude Code first) in tmux, watch them, recover them, "
+        "and report each outcome in a manifest.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run the engine on a profile until stopped")
+    run.add_argument("profile", help="profile TOML file")
+    run.add_argument(
+        "--exit-when-idle",
+        action="store_true",
+        help="exit 0 once the spool is empty and no task is queued or running",
+    )
+    run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    run.set_defaults(func=cmd_run)
+
+    validate = sub.add_parser("validate", help="check profile and task files")
+    validate.add_argument("files", nargs="+", metavar="FILE")
+    validate.add_argument(
+        "-c", "--config", help="profile to check tasks against (model aliases, policy)"
+    )
+    validate.set_defaults(func=cmd_validate)
+
+    submit = sub.add_parser("submit", help="validate a task file and drop it into the spool")
+    submit.add_argument("-c", "--config", required=True, help="profile TOML file")
+    submit.add_argument("task", help="task TOML file")
+    submit.set_defaults(func=cmd_submit)
+
+    status = sub.add_parser("status", help="list tasks and their state")
+    status.add_argument("-c", "--config", required=True, help="profile TOML file")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(func=cmd_status)
+
+    show = sub.add_parser("show", help="print one task's manifest.json")
+    show.add_argument("-c", "--config", required=True, help="profile TOML file")
+    show.add_argument("task_id")
+    show.set_defaults(func=cmd_show)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point. Returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        for line in exc.problems:
+            _err(line)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,645 @@
+"""Profiles and tasks: TOML files validated with pydantic, plus ``MONITOR_*`` env overrides.
+
+A *profile* (``supervise run PROFILE``) says where the spool and state live, which private
+tmux server to use, how to launch the agent and the default monitor policy. A *task* file
+(dropped into the spool, or inline as ``[[tasks]]`` in a profile) names one unit of work.
+
+Monitor policy precedence, highest first (issue 2):
+
+1. the task's own ``[monitor]`` table,
+2. ``MONITOR_*`` environment variables (read with pydantic-settings),
+3. the profile's ``[monitor]`` table,
+4. built-in defaults (the seed monitor's: base 30 s, max 300 s, deadline 18000 s, grace 30 s).
+
+Every error is raised as :class:`ConfigError`, whose ``problems`` are one line each, naming
+the file, the TOML key (with its line where known), what is wrong and what is allowed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import shlex
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+#: Placeholders allowed in ``[agent] command`` / ``resume_command`` and in the notifier argv.
+#: ``{python}`` is the interpreter running supervise, ``{profile_dir}`` the profile's folder.
+PLACEHOLDERS: tuple[str, ...] = (
+    "prompt",
+    "prompt_file",
+    "model",
+    "session_id",
+    "project_dir",
+    "task_id",
+    "python",
+    "profile_dir",
+)
+_PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+#: Model aliases known to every profile; ``[agent.models]`` may add or override (issue 2).
+DEFAULT_MODELS: dict[str, str] = {"opus": "claude-opus-4-6", "sonnet": "claude-sonnet-4-6"}
+
+#: An alias is a bare lowercase word; anything else (a dash, digit, dot, slash, colon) is
+#: taken as a full model id and passed to the agent unchanged.
+_ALIAS_RE = re.compile(r"^[a-z]+$")
+
+
+class ConfigError(Exception):
+    """Bad profile or task input.
+
+    Attributes:
+        problems: one human-readable line per problem, each starting with ``FILE:LINE:``
+            (or ``FILE:`` when no line is known, or ``env MONITOR_X:`` for env overrides).
+    """
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+# --------------------------------------------------------------------------- models
+
+
+def _argv_placeholders_ok(argv: list[str]) -> list[str]:
+    for item in argv:
+        for name in _PLACEHOLDER_RE.findall(item):
+            if name not in PLACEHOLDERS and name != "message":
+                raise ValueError(
+                    f"unknown placeholder {{{name}}} in {item!r}; allowed: "
+                    + ", ".join("{" + p + "}" for p in PLACEHOLDERS)
+                )
+    return argv
+
+
+def _split_argv(value: Any) -> Any:
+    """Accept an argv list, or (from the environment) a JSON list or a shell-like string."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return shlex.split(text)
+    return value
+
+
+PositiveSeconds = Annotated[float, Field(gt=0)]
+NonNegativeSeconds = Annotated[float, Field(ge=0)]
+
+
+class MonitorOverrides(BaseModel):
+    """A ``[monitor]`` table as written in a profile or task: every key optional.
+
+    Units: seconds for every interval. See :class:`MonitorPolicy` for the meaning of each key.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_interval: PositiveSeconds | None = None
+    max_interval: PositiveSeconds | None = None
+    deadline: PositiveSeconds | None = None
+    grace_period: NonNegativeSeconds | None = None
+    stale_threshold: PositiveSeconds | None = None
+    max_retries: Annotated[int, Field(ge=0)] | None = None
+    notifier: list[str] | None = None
+    notifier_timeout: PositiveSeconds | None = None
+
+    _check_notifier = field_validator("notifier")(
+        classmethod(lambda cls, v: None if v is None else _argv_placeholders_ok(v))
+    )
+
+
+class MonitorEnv(BaseSettings):
+    """The ``MONITOR_*`` environment overrides, read and type-checked by pydantic-settings.
+
+    ``MONITOR_NOTIFIER`` is a JSON list (``["notify-send", "{message}"]``) or a shell-like
+    string that is split into argv with :func:`shlex.split` (it is never run by a shell).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="MONITOR_", extra="ignore")
+
+    base_interval: PositiveSeconds | None = None
+    max_interval: PositiveSeconds | None = None
+    deadline: PositiveSeconds | None = None
+    grace_period: NonNegativeSeconds | None = None
+    stale_threshold: PositiveSeconds | None = None
+    max_retries: Annotated[int, Field(ge=0)] | None = None
+    notifier: Annotated[list[str] | None, NoDecode] = None
+    notifier_timeout: PositiveSeconds | None = None
+
+    @field_validator("notifier", mode="before")
+    @classmethod
+    def _parse_notifier(cls, value: Any) -> Any:
+        return _split_argv(value)
+
+
+class MonitorPolicy(BaseModel):
+    """The effective monitor policy of one task (all times in seconds).
+
+    Defaults come from the seed monitor (``MONITOR_BASE_INTERVAL=30``,
+    ``MONITOR_MAX_INTERVAL=300``, ``MONITOR_DEADLINE=18000``, ``MONITOR_GRACE_PERIOD=30``);
+    ``stale_threshold`` defaults to 3 × ``base_interval`` as in the seed's Pattern 3.
+
+    Raises:
+        pydantic.ValidationError: on a non-positive interval or ``max_interval`` smaller
+            than ``base_interval``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_interval: PositiveSeconds = 30.0
+    max_interval: PositiveSeconds = 300.0
+    deadline: PositiveSeconds = 18000.0
+    grace_period: NonNegativeSeconds = 30.0
+    stale_threshold: PositiveSeconds | None = None
+    max_retries: Annotated[int, Field(ge=0)] = 3
+    notifier: list[str] = Field(default_factory=list)
+    notifier_timeout: PositiveSeconds = 10.0
+
+    @model_validator(mode="after")
+    def _check(self) -> MonitorPolicy:
+        if self.max_interval < self.base_interval:
+            raise ValueError(
+                f"max_interval ({self.max_interval:g}) is smaller than base_interval "
+                f"({self.base_interval:g}); it must be >= base_interval"
+            )
+        if self.stale_threshold is None:
+            self.stale_threshold = 3 * self.base_interval
+        return self
+
+    @property
+    def stale_after(self) -> float:
+        """``stale_threshold`` in seconds, resolved (never ``None``)."""
+        return self.stale_threshold if self.stale_threshold is not None else 3 * self.base_interval
+
+
+class PathsSpec(BaseModel):
+    """``[paths]``: the spool folder watched for task files and the state folder."""
+
+    model_config = ConfigDict(extra="forbid")
+    spool_dir: Path = Path("spool")
+    state_dir: Path = Path("state")
+
+
+class TmuxSpec(BaseModel):
+    """``[tmux]``: the private tmux server (``tmux -L socket_name``), never the default one."""
+
+    model_config = ConfigDict(extra="forbid")
+    socket_name: str = "supervise"
+
+    @field_validator("socket_name")
+    @classmethod
+    def _socket(cls, value: str) -> str:
+        if value in ("", "default") or not re.fullmatch(r"[A-Za-z0-9_.-]+", value):
+            raise ValueError(
+                "socket_name must be a non-empty name of letters, digits, '_', '.', '-' "
+                "and not 'default' (supervise never uses your default tmux server)"
+            )
+        return value
+
+
+class AgentSpec(BaseModel):
+    """``[agent]``: how to launch and resume the agent.
+
+    ``command`` and ``resume_command`` are argv lists; each element may hold the placeholders
+    ``{prompt}``, ``{prompt_file}``, ``{model}``, ``{session_id}``, ``{project_dir}`` and
+    ``{task_id}``, substituted once and never seen by a shell.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    command: list[str] = Field(min_length=1)
+    resume_command: list[str] | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    models: dict[str, str] = Field(default_factory=dict)
+    default_model: str = "sonnet"
+
+    _check_argv = field_validator("command", "resume_command")(
+        classmethod(lambda cls, v: None if v is None else _argv_placeholders_ok(v))
+    )
+
+    def known_models(self) -> dict[str, str]:
+        """Alias → model id: the built-in aliases overlaid with ``[agent.models]``."""
+        return {**DEFAULT_MODELS, **self.models}
+
+
+class TaskSpec(BaseModel):
+    """One task as written in a spool file or an inline ``[[tasks]]`` entry.
+
+    Exactly one of ``prompt`` / ``prompt_file`` is required; ``project_dir`` must be an
+    existing folder. Relative paths resolve against the folder of the file they appear in.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=200)
+    prompt: str | None = None
+    prompt_file: Path | None = None
+    project_dir: Path
+    model: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    monitor: MonitorOverrides = Field(default_factory=MonitorOverrides)
+
+    @model_validator(mode="after")
+    def _one_prompt(self) -> TaskSpec:
+        if (self.prompt is None) == (self.prompt_file is None):
+            which = "both are given" if self.prompt is not None else "neither is given"
+            raise ValueError(f"give exactly one of 'prompt' or 'prompt_file' ({which})")
+        return self
+
+
+class Profile(BaseModel):
+    """A whole profile file: ``supervise run PROFILE``."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_concurrent: Annotated[int, Field(ge=1)] = 4
+    intake_interval: PositiveSeconds = 0.5
+    paths: PathsSpec = Field(default_factory=PathsSpec)
+    tmux: TmuxSpec = Field(default_factory=TmuxSpec)
+    agent: AgentSpec
+    monitor: MonitorOverrides = Field(default_factory=MonitorOverrides)
+    tasks: list[TaskSpec] = Field(default_factory=list)
+
+
+# ------------------------------------------------------------------ loaded results
+
+
+@dataclass(frozen=True)
+class LoadedProfile:
+    """A validated profile with its paths resolved.
+
+    Attributes:
+        path: the profile file.
+        spec: the validated model (paths inside it are absolute).
+    """
+
+    path: Path
+    spec: Profile
+
+    @property
+    def spool_dir(self) -> Path:
+        return self.spec.paths.spool_dir
+
+    @property
+    def state_dir(self) -> Path:
+        return self.spec.paths.state_dir
+
+    @property
+    def tasks_dir(self) -> Path:
+        return self.spec.paths.state_dir / "tasks"
+
+
+@dataclass(frozen=True)
+class ResolvedTask:
+    """A validated task, ready to run.
+
+    Attributes:
+        spec: the task as written (paths absolute).
+        prompt: the prompt text (read from ``prompt_file`` if that was given).
+        model: the resolved model id (alias looked up).
+        policy: the effective monitor policy.
+        sources: for each policy key, where its value came from:
+            ``default``, ``profile``, ``env`` or ``task``.
+    """
+
+    spec: TaskSpec
+    prompt: str
+    model: str
+    policy: MonitorPolicy
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------ error reporting
+
+
+def _key_line(text: str, loc: tuple[Any, ...]) -> int | None:
+    """Best-effort 1-based line of the TOML key at ``loc`` (e.g. ``('monitor', 'deadline')``).
+
+    Walks table headers (``[a.b]``, ``[[tasks]]``) and ``key =`` lines; dotted keys and inline
+    tables are matched on their last component. Returns ``None`` when not found.
+    """
+    parts = [p for p in loc if isinstance(p, str)]
+    indexes = [p for p in loc if isinstance(p, int)]
+    if not parts:
+        return None
+    table: list[str] = []
+    array_seen: dict[str, int] = {}
+    target_table, key = parts[:-1], parts[-1]
+    header_line: int | None = None
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        header = re.match(r"^\[\[?\s*([^\]]+?)\s*\]\]?", line)
+        if header:
+            table = [h.strip().strip('"') for h in header.group(1).split(".")]
+            if line.startswith("[["):
+                array_seen[table[0]] = array_seen.get(table[0], -1) + 1
+            if table == parts and header_line is None:
+                header_line = number
+            continue
+        match = re.match(r'^"?([A-Za-z0-9_.-]+)"?\s*=', line)
+        if not match:
+            continue
+        written = match.group(1).split(".")
+        full = table + written
+        if table and table[0] in array_seen and indexes and array_seen[table[0]] != indexes[0]:
+            continue
+        if full == [*target_table, key] or (written[-1] == key and table == target_table):
+            return number
+    return header_line
+
+
+def _describe_allowed(model: type[BaseModel] | None) -> str:
+    if model is None:
+        return ""
+    return ", ".join(model.model_fields)
+
+
+def _model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    current: Any = root
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        fields = getattr(current, "model_fields", None)
+        if not fields or part not in fields:
+            return None
+        annotation = fields[part].annotation
+        inner = getattr(annotation, "__args__", None)
+        candidates = [annotation, *(inner or ())]
+        current = next(
+            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
+        )
+        if current is None:
+            return None
+    return current if isinstance(current, type) else None
+
+
+def _format_errors(
+    error: ValidationError, file: Path, text: str, root: type[BaseModel], prefix: tuple = ()
+) -> list[str]:
+    problems = []
+    for item in error.errors():
+        loc = prefix + tuple(item["loc"])
+        dotted = ".".join(str(p) for p in loc) or "(top level)"
+        line = _key_line(text, loc)
+        where = f"{file}:{line}" if line else f"{file}"
+        kind = item["type"]
+        if kind == "extra_forbidden":
+            parent = _model_at(root, loc[len(prefix) : -1] if prefix else loc[:-1])
+            allowed = list(parent.model_fields) if parent else []
+            guess = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+            hint = f" (did you mean '{guess[0]}'?)" if guess else ""
+            problems.append(
+                f"{where}: unknown key '{dotted}'{hint}; allowed keys here: {', '.join(allowed)}"
+            )
+        elif kind == "missing":
+            problems.append(f"{where}: missing required key '{dotted}'")
+        else:
+            message = item["msg"].removeprefix("Value error, ")
+            got = item.get("input")
+            shown = "" if isinstance(got, dict | list) else f" (got {got!r})"
+            problems.append(f"{where}: key '{dotted}': {message}{shown}")
+    return problems
+
+
+def _read_toml(path: Path, shown: Path | None = None) -> tuple[str, dict[str, Any]]:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from exc
+    path = shown or path
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        problem = f"{path}: not UTF-8 text (byte {exc.start}); TOML must be UTF-8"
+        raise ConfigError([problem]) from exc
+    try:
+        return text, tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([f"{path}: malformed TOML: {exc}"]) from exc
+
+
+# ------------------------------------------------------------------ policy merging
+
+
+def read_env_overrides() -> dict[str, Any]:
+    """Validated ``MONITOR_*`` overrides from the process environment (pydantic-settings).
+
+    Returns only the keys that are set. Raises :class:`ConfigError` naming the variable,
+    its value and what is allowed; an unknown ``MONITOR_*`` name (a typo) is an error too.
+    """
+    known = {f"MONITOR_{name.upper()}" for name in MonitorEnv.model_fields}
+    problems = []
+    for name in sorted(os.environ):
+        if name.upper().startswith("MONITOR_") and name.upper() not in known:
+            guess = difflib.get_close_matches(name.upper(), sorted(known), n=1)
+            hint = f" (did you mean {guess[0]}?)" if guess else ""
+            problems.append(
+                f"env {name}: unknown MONITOR_* variable{hint}; known: " + ", ".join(sorted(known))
+            )
+    try:
+        values = MonitorEnv()
+    except ValidationError as exc:
+        for item in exc.errors():
+            field_name = str(item["loc"][0]) if item["loc"] else "?"
+            var = f"MONITOR_{field_name.upper()}"
+            message = item["msg"].removeprefix("Value error, ")
+            problems.append(f"env {var}={os.environ.get(var, '')!r}: {message}")
+    except ValueError as exc:  # JSON or shlex parse errors from _split_argv
+        problems.append(f"env MONITOR_NOTIFIER: {exc}; give a JSON list or a shell-like string")
+    if problems:
+        raise ConfigError(problems)
+    return values.model_dump(exclude_none=True)
+
+
+def effective_policy(
+    profile_monitor: MonitorOverrides,
+    task_monitor: MonitorOverrides | None = None,
+) -> tuple[MonitorPolicy, dict[str, str]]:
+    """Merge the four layers into one :class:`MonitorPolicy`.
+
+    Returns:
+        ``(policy, sources)`` where ``sources[key]`` is ``default``, ``profile``, ``env``
+        or ``task``.
+
+    Raises:
+        ConfigError: a bad env override, or a merged result that breaks a rule
+            (``max_interval < base_interval``).
+    """
+    layers = [
+        ("profile", profile_monitor.model_dump(exclude_none=True)),
+        ("env", read_env_overrides()),
+        ("task", (task_monitor or MonitorOverrides()).model_dump(exclude_none=True)),
+    ]
+    merged: dict[str, Any] = {}
+    sources = {name: "default" for name in MonitorPolicy.model_fields}
+    for source, values in layers:
+        for key, value in values.items():
+            merged[key] = value
+            sources[key] = source
+    try:
+        policy = MonitorPolicy(**merged)
+    except ValidationError as exc:
+        lines = []
+        for item in exc.errors():
+            message = item["msg"].removeprefix("Value error, ")
+            keys = [k for k in ("base_interval", "max_interval") if k in message] or [
+                str(p) for p in item["loc"]
+            ]
+            origin = ", ".join(f"{k} from {sources.get(k, 'default')}" for k in keys)
+            lines.append(f"monitor policy: {message} ({origin})")
+        raise ConfigError(lines) from exc
+    if "stale_threshold" not in merged:
+        sources["stale_threshold"] = "default (3 x base_interval)"
+    return policy, sources
+
+
+# ------------------------------------------------------------------ loaders
+
+
+def _resolve(base: Path, value: Path) -> Path:
+    value = value.expanduser()
+    return value if value.is_absolute() else (base / value).resolve()
+
+
+def load_profile(path: Path | str) -> LoadedProfile:
+    """Read and validate a profile file.
+
+    Relative ``[paths]`` resolve against the profile's folder. Inline ``[[tasks]]`` are
+    validated too, and the profile's policy is merged once with the environment so a bad
+    ``MONITOR_*`` value is reported at load time.
+
+    Raises:
+        ConfigError: with one line per problem.
+    """
+    path = Path(path).resolve()
+    text, data = _read_toml(path)
+    try:
+        spec = Profile.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(exc, path, text, Profile)) from exc
+    base = path.parent
+    spec.paths.spool_dir = _resolve(base, spec.paths.spool_dir)
+    spec.paths.state_dir = _resolve(base, spec.paths.state_dir)
+    loaded = LoadedProfile(path=path, spec=spec)
+    problems: list[str] = []
+    try:
+        effective_policy(spec.monitor, None)
+    except ConfigError as exc:
+        problems.extend(f"{path}: {p}" if p.startswith("monitor") else p for p in exc.problems)
+    if spec.agent.default_model not in spec.agent.known_models() and _ALIAS_RE.match(
+        spec.agent.default_model
+    ):
+        line = _key_line(text, ("agent", "default_model"))
+        problems.append(
+            f"{path}:{line}: key 'agent.default_model': unknown model alias "
+            f"{spec.agent.default_model!r}; known aliases: "
+            + ", ".join(sorted(spec.agent.known_models()))
+        )
+    for index, task in enumerate(spec.tasks):
+        try:
+            resolve_task(task, loaded, base, path, text, loc_prefix=("tasks", index))
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise ConfigError(problems)
+    return loaded
+
+
+def resolve_task(
+    spec: TaskSpec,
+    profile: LoadedProfile,
+    base: Path,
+    file: Path,
+    text: str = "",
+    loc_prefix: tuple[Any, ...] = (),
+) -> ResolvedTask:
+    """Check a parsed task against its profile and compute what it needs to run.
+
+    Resolves relative ``project_dir`` / ``prompt_file`` against ``base``, reads the prompt,
+    looks up the model alias and merges the monitor policy.
+
+    Raises:
+        ConfigError: a missing ``project_dir``, unreadable ``prompt_file``, unknown model
+            alias (the known ones are listed) or a bad policy.
+    """
+    problems: list[str] = []
+
+    def where(key: str) -> str:
+        line = _key_line(text, (*loc_prefix, key)) if text else None
+        dotted = ".".join(str(p) for p in (*loc_prefix, key))
+        return (f"{file}:{line}" if line else f"{file}") + f": key '{dotted}'"
+
+    spec.project_dir = _resolve(base, spec.project_dir)
+    if not spec.project_dir.is_dir():
+        problems.append(
+            f"{where('project_dir')}: folder {str(spec.project_dir)!r} does not exist; "
+            "give an existing project folder (absolute, or relative to this file)"
+        )
+    prompt = spec.prompt
+    if spec.prompt_file is not None:
+        spec.prompt_file = _resolve(base, spec.prompt_file)
+        try:
+            prompt = spec.prompt_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(
+                f"{where('prompt_file')}: cannot read {str(spec.prompt_file)!r} as UTF-8 ({exc})"
+            )
+    models = profile.spec.agent.known_models()
+    wanted = spec.model or profile.spec.agent.default_model
+    model = wanted
+    if wanted in models:
+        model = models[wanted]
+    elif _ALIAS_RE.match(wanted):
+        problems.append(
+            f"{where('model')}: unknown model alias {wanted!r}; known aliases: "
+            + ", ".join(f"{k} ({v})" for k, v in sorted(models.items()))
+            + "; or give a full model id such as claude-sonnet-4-6"
+        )
+    policy: MonitorPolicy | None = None
+    sources: dict[str, str] = {}
+    try:
+        policy, sources = effective_policy(profile.spec.monitor, spec.monitor)
+    except ConfigError as exc:
+        problems.extend(f"{file}: {p}" for p in exc.problems)
+    if problems or policy is None or prompt is None:
+        raise ConfigError(problems)
+    return ResolvedTask(spec=spec, prompt=prompt, model=model, policy=policy, sources=sources)
+
+
+def load_task(
+    path: Path | str,
+    profile: LoadedProfile,
+    base: Path | None = None,
+    shown_as: Path | None = None,
+) -> ResolvedTask:
+    """Read and validate one task file against ``profile``.
+
+    Args:
+        path: the task file.
+        profile: the profile it will run under (model aliases, policy).
+        base: folder that relative paths resolve against (default: the file's folder).
+        shown_as: the name to use in error lines (default: ``path``); the spool names the
+            file where the user dropped it even after it was moved.
+
+    Raises:
+        ConfigError: with one line per problem, each naming the file.
+    """
+    path = Path(path).resolve()
+    shown = shown_as or path
+    text, data = _read_toml(path, shown)
+    try:
+        spec = TaskSpec.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(exc, shown, text, TaskSpec)) from exc
+    return resolve_task(spec, profile, base or path.parent, shown, text)

@@ -1,0 +1,484 @@
+"""The engine: APScheduler 3.11 jobs that take tasks from the spool and run the policy.
+
+Jobs (all state changes run on one worker thread, so the engine needs no locks of its own;
+notifiers run on a separate pool so a slow one never delays a check):
+
+- ``intake``: every ``intake_interval`` seconds, claims settled spool files and launches
+  queued tasks while fewer than ``max_concurrent`` are live.
+- ``check:<task_id>``: one interval job per live task (``base_interval`` seconds); each run
+  observes the task (:mod:`supervisor.signals`), asks :func:`supervisor.policy.decide`, and
+  performs the returned actions. The policy also says when to look next (grace periods,
+  backoff, deadline), which moves the job's ``next_run_time``.
+
+tmux outlives the engine: SIGINT/SIGTERM stop the scheduler and leave every session
+running; the next ``supervise run`` re-adopts live tasks from their manifests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psutil
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.jobstores.base import JobLookupError
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from supervisor import notify, policy, spool
+from supervisor.config import (
+    ConfigError,
+    LoadedProfile,
+    MonitorPolicy,
+    ResolvedTask,
+    TaskSpec,
+    resolve_task,
+)
+from supervisor.signals import observe
+from supervisor.taskdir import TERMINAL, Manifest, TaskDir, atomic_write, parse_iso, utc_iso
+from supervisor.tmux import Tmux, TmuxError
+from supervisor.wrapper import END_MARK
+
+log = logging.getLogger("supervise.engine")
+
+#: Seconds between SIGTERM and SIGKILL when stopping an agent's process group.
+STOP_TIMEOUT = 5.0
+#: Seconds to wait for the wrapper's last line to reach output.log before taking the tail.
+TAIL_SETTLE = 1.0
+_PLACEHOLDER_RE = re.compile(r"\{([a-z_]+)\}")
+
+
+@dataclass
+class Runtime:
+    """What the engine holds in memory for one non-terminal task."""
+
+    task: TaskDir
+    resolved: ResolvedTask
+    state: policy.TaskState
+    manifest: Manifest
+    last_check: float = field(default=0.0)
+
+    @property
+    def policy(self) -> MonitorPolicy:
+        return self.resolved.policy
+
+
+def expand_argv(template: list[str], values: dict[str, str]) -> list[str]:
+    """Replace ``{name}`` placeholders in each argv element, in one pass.
+
+    A value that itself contains ``{model}`` is not expanded again, and a prompt is always
+    exactly one argv element: no shell ever sees it.
+    """
+    return [
+        _PLACEHOLDER_RE.sub(lambda m: values.get(m.group(1), m.group(0)), item) for item in template
+    ]
+
+
+class Engine:
+    """Runs one profile: ``Engine(profile).run()``.
+
+    Args:
+        profile: the validated profile.
+        exit_when_idle: return from :meth:`run` once the spool is empty and no task is
+            queued or live.
+    """
+
+    def __init__(self, profile: LoadedProfile, exit_when_idle: bool = False) -> None:
+        self.profile = profile
+        self.exit_when_idle = exit_when_idle
+        self.tmux = Tmux(profile.spec.tmux.socket_name)
+        self.live: dict[str, Runtime] = {}
+        self.queue: deque[Runtime] = deque()
+        self.stopping = threading.Event()
+        self.scheduler = BackgroundScheduler(
+            executors={
+                "default": ThreadPoolExecutor(max_workers=1),
+                "notify": ThreadPoolExecutor(max_workers=4),
+            },
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
+            timezone=UTC,
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+    def run(self) -> int:
+        """Start, block until SIGINT/SIGTERM (or idle with ``exit_when_idle``), stop.
+
+        Returns the process exit status (0).
+        """
+        for folder in (self.profile.spool_dir, self.profile.tasks_dir):
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        previous = {
+            sig: signal.signal(sig, lambda *_: self.stopping.set())
+            for sig in (signal.SIGINT, signal.SIGTERM)
+        }
+        try:
+            self.scheduler.start()
+            self.scheduler.add_job(self._startup, id="startup")
+            while not self.stopping.wait(0.1):
+                pass
+        finally:
+            self.scheduler.shutdown(wait=True)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        log.info("engine stopped; %d task(s) left running in tmux", len(self.live))
+        return 0
+
+    def _startup(self) -> None:
+        self.adopt()
+        self._submit_inline_tasks()
+        self.scheduler.add_job(
+            self.intake,
+            "interval",
+            seconds=self.profile.spec.intake_interval,
+            id="intake",
+            next_run_time=datetime.now(UTC),
+        )
+
+    # ------------------------------------------------------------------ intake
+    def intake(self) -> None:
+        """Claim settled spool files, start queued tasks, and detect idleness."""
+        for path in spool.pending(self.profile.spool_dir):
+            try:
+                claimed = spool.claim(path, self.profile)
+            except OSError as exc:
+                log.error("cannot claim %s: %s", path, exc)
+                continue
+            if claimed is None:
+                continue
+            if claimed.error:
+                log.warning("rejected %s -> %s:\n%s", path, claimed.rejected_to, claimed.error)
+                continue
+            assert claimed.task_dir is not None and claimed.resolved is not None
+            self._enqueue(claimed.task_dir, claimed.resolved)
+        self._fill_slots()
+        if (
+            self.exit_when_idle
+            and not self.live
+            and not self.queue
+            and not spool.has_waiting_files(self.profile.spool_dir)
+        ):
+            log.info("idle: spool empty, nothing queued or running")
+            self.stopping.set()
+
+    def _enqueue(self, task: TaskDir, resolved: ResolvedTask) -> None:
+        manifest = task.read_manifest()
+        state = policy.TaskState(status="queued")
+        self.queue.append(Runtime(task, resolved, state, manifest))
+        log.info("queued %s (%s)", task.task_id, resolved.spec.name)
+
+    def _fill_slots(self) -> None:
+        limit = self.profile.spec.max_concurrent
+        while self.queue and len(self.live) < limit:
+            runtime = self.queue.popleft()
+            self.launch(runtime)
+
+    def _submit_inline_tasks(self) -> None:
+        """Materialize the profile's ``[[tasks]]`` once per state dir (marker file)."""
+        marker = self.profile.state_dir / "inline-tasks.submitted"
+        if not self.profile.spec.tasks or marker.exists():
+            return
+        base = self.profile.path.parent
+        for spec in self.profile.spec.tasks:
+            task_id = spool.new_task_id(spec.name)
+            folder = self.profile.tasks_dir / task_id
+            folder.mkdir(mode=0o700)
+            copy = spec.model_copy(deep=True)
+            resolved = resolve_task(copy, self.profile, base, self.profile.path)
+            task = TaskDir(folder)
+            spool.materialize(task, resolved, source=f"{self.profile.path} [[tasks]]")
+            self._enqueue(task, resolved)
+        atomic_write(marker, utc_iso().encode())
+
+    # ------------------------------------------------------------------ adoption
+    def adopt(self) -> None:
+        """Pick up every non-terminal task found in ``state_dir`` (after a restart).
+
+        A queued task is queued again; a live one is watched (its tmux session is not
+        relaunched); the policy then sees whatever happened while we were away.
+        """
+        for folder in sorted(self.profile.tasks_dir.iterdir()):
+            task = TaskDir(folder)
+            if not task.has_manifest():
+                continue
+            try:
+                manifest = task.read_manifest()
+            except (OSError, ValueError) as exc:
+                log.error("cannot read %s: %s", task.file("manifest.json"), exc)
+                continue
+            if manifest.status in TERMINAL:
+                continue
+            try:
+                resolved = self._reload(task)
+            except (OSError, ValueError, ConfigError) as exc:
+                log.error("cannot re-adopt %s: %s", task.task_id, exc)
+                continue
+            if manifest.status == "queued":
+                self.queue.append(
+                    Runtime(task, resolved, policy.TaskState(status="queued"), manifest)
+                )
+                continue
+            state = policy.TaskState(
+                status=manifest.status,
+                started_at=parse_iso(manifest.started_at),
+                launched_at=parse_iso(manifest.launched_at) or parse_iso(manifest.started_at),
+                retry_count=manifest.retry_count,
+                resume_at=parse_iso(manifest.resume_at),
+            )
+            runtime = Runtime(task, resolved, state, manifest)
+            self.live[task.task_id] = runtime
+            self._schedule_check(runtime, delay=0.0)
+            task.append_event("adopted", status=manifest.status)
+            log.info("adopted %s (%s)", task.task_id, manifest.status)
+
+    def _reload(self, task: TaskDir) -> ResolvedTask:
+        """The task as validated at claim time (``spec.json``), with its stored prompt."""
+        spec = TaskSpec.model_validate_json(task.file("spec.json").read_bytes())
+        spec.prompt, spec.prompt_file = "-", None
+        resolved = resolve_task(spec, self.profile, task.path, task.file("spec.json"))
+        prompt = task.file("prompt").read_text(encoding="utf-8")
+        return dataclasses.replace(resolved, prompt=prompt)
+
+    # ------------------------------------------------------------------ launch
+    def _argv_values(self, runtime: Runtime) -> dict[str, str]:
+        manifest = runtime.manifest
+        return {
+            "prompt": runtime.resolved.prompt,
+            "prompt_file": str(runtime.task.file("prompt")),
+            "model": runtime.resolved.model,
+            "session_id": manifest.session_id,
+            "project_dir": manifest.project_dir,
+            "task_id": manifest.task_id,
+            "python": sys.executable,
+            "profile_dir": str(self.profile.path.parent),
+        }
+
+    def _write_launch(self, runtime: Runtime, resume: bool) -> None:
+        agent = self.profile.spec.agent
+        template = agent.resume_command if resume and agent.resume_command else agent.command
+        env = {
+            **agent.env,
+            **runtime.resolved.spec.env,
+            "SUPERVISE_TASK_ID": runtime.manifest.task_id,
+            "SUPERVISE_TASK_DIR": str(runtime.task.path),
+            "SUPERVISE_SESSION_ID": runtime.manifest.session_id,
+        }
+        launch = {
+            "argv": expand_argv(template, self._argv_values(runtime)),
+            "env": env,
+            "cwd": runtime.manifest.project_dir,
+        }
+        data = json.dumps(launch, ensure_ascii=False, indent=1).encode()
+        atomic_write(runtime.task.file("launch.json"), data)
+        os.chmod(runtime.task.file("launch.json"), 0o600)
+
+    def launch(self, runtime: Runtime) -> None:
+        """Start a queued task: write ``launch.json``, create its tmux session, watch it."""
+        task = runtime.task
+        now = time.time()
+        self._write_launch(runtime, resume=False)
+        task.clear_run_files()
+        try:
+            self.tmux.launch(task.task_id, task.path, Path(runtime.manifest.project_dir))
+        except TmuxError as exc:
+            log.error("launch of %s failed: %s", task.task_id, exc)
+            runtime.state = policy.TaskState(status="running", started_at=now, launched_at=now)
+            self.live[task.task_id] = runtime
+            self._apply(runtime, policy.Decision(
+                state=policy.TaskState(status="failed", started_at=now, exit_code=None),
+                actions=(policy.Action.FINISH, policy.Action.CLEANUP, policy.Action.NOTIFY),
+                events=("failed",),
+                reason=f"tmux could not start the session: {exc}",
+            ), now)  # fmt: skip
+            return
+        runtime.state = policy.TaskState(status="running", started_at=now, launched_at=now)
+
+        def change(m: Manifest) -> None:
+            m.status = "running"
+            m.started_at = utc_iso(now)
+            m.last_checked_at = utc_iso(now)
+            m.pid = None
+            m.launched_at = utc_iso(now)
+
+        runtime.manifest = task.update_manifest(change)
+        task.append_event("launched", status="running", session_name=task.task_id)
+        self.live[task.task_id] = runtime
+        self._schedule_check(runtime, delay=runtime.policy.base_interval)
+        log.info("launched %s in tmux session %s", task.task_id, task.task_id)
+
+    # ------------------------------------------------------------------ checks
+    def _schedule_check(self, runtime: Runtime, delay: float) -> None:
+        job_id = f"check:{runtime.task.task_id}"
+        when = datetime.fromtimestamp(time.time() + max(delay, 0.0), UTC)
+        if self.scheduler.get_job(job_id) is None:
+            self.scheduler.add_job(
+                self.check,
+                "interval",
+                seconds=runtime.policy.base_interval,
+                args=[runtime.task.task_id],
+                id=job_id,
+                next_run_time=when,
+            )
+        else:
+            self.scheduler.modify_job(job_id, next_run_time=when)
+
+    def check(self, task_id: str) -> None:
+        """One monitor check of one task: observe, decide, act."""
+        runtime = self.live.get(task_id)
+        if runtime is None:
+            return
+        signals = observe(runtime.task, runtime.state.launched_at)
+        decision = policy.decide(runtime.state, signals, runtime.policy)
+        self._apply(runtime, decision, signals.now, signals)
+
+    def _apply(
+        self,
+        runtime: Runtime,
+        decision: policy.Decision,
+        now: float,
+        signals: policy.Signals | None = None,
+    ) -> None:
+        task = runtime.task
+        previous = runtime.state
+        state = decision.state
+        runtime.state = state
+        A = policy.Action
+        for action in decision.actions:
+            if action is A.STOP_AGENT:
+                self._stop_agent(task)
+            elif action is A.RESUME:
+                self._resume(runtime)
+            elif action is A.CLEANUP:
+                self.tmux.close(task.task_id)
+        finished = A.FINISH in decision.actions
+        tail = self._final_tail(task) if finished else None
+        pid = task.read_int("pid")
+
+        def change(m: Manifest) -> None:
+            m.status = state.status  # type: ignore[assignment]
+            m.retry_count = state.retry_count
+            m.last_checked_at = utc_iso(now)
+            m.pid = pid
+            m.resume_at = utc_iso(state.resume_at) if state.resume_at else None
+            if state.launched_at:
+                m.launched_at = utc_iso(state.launched_at)
+            if finished:
+                m.finished_at = utc_iso(now)
+                m.exit_code = (
+                    state.exit_code if state.exit_code is not None else task.read_int("exit_code")
+                )
+                m.signal = task.read_int("signal")
+                m.output_tail = tail
+            if state.status == "abandoned":
+                m.abandoned_at = utc_iso(now)
+                m.abandon_reason = state.abandon_reason
+
+        runtime.manifest = task.update_manifest(change)
+        for event in decision.events:
+            task.append_event(
+                event,
+                status=state.status,
+                reason=decision.reason,
+                retry_count=state.retry_count,
+                exit_code=runtime.manifest.exit_code if finished else None,
+            )
+        if previous.status != state.status:
+            log.info("%s: %s -> %s (%s)", task.task_id, previous.status, state.status,
+                     decision.reason)  # fmt: skip
+        if state.status in TERMINAL:
+            self._retire(runtime, notify_event=A.NOTIFY in decision.actions)
+        else:
+            self._schedule_check(runtime, decision.next_check)
+
+    def _retire(self, runtime: Runtime, notify_event: bool) -> None:
+        task_id = runtime.task.task_id
+        self.live.pop(task_id, None)
+        with contextlib.suppress(JobLookupError):
+            self.scheduler.remove_job(f"check:{task_id}")
+        if notify_event and runtime.policy.notifier:
+            self.scheduler.add_job(
+                self._notify, executor="notify", args=[runtime], id=f"notify:{task_id}"
+            )
+        self._fill_slots()
+
+    def _notify(self, runtime: Runtime) -> None:
+        manifest = runtime.manifest
+        event = {
+            "task_id": manifest.task_id,
+            "task_name": manifest.task_name,
+            "status": manifest.status,
+            "reason": manifest.abandon_reason,
+            "exit_code": manifest.exit_code,
+            "retry_count": manifest.retry_count,
+            "task_dir": manifest.tmpdir,
+            "session_id": manifest.session_id,
+            "last_lines": "\n".join((manifest.output_tail or "").splitlines()[-10:]),
+        }
+        code = notify.run_notifier(
+            runtime.policy.notifier, event, timeout=runtime.policy.notifier_timeout
+        )
+        runtime.task.append_event("notified", status=manifest.status, notifier_exit_code=code)
+
+    # ------------------------------------------------------------------ actions
+    def _final_tail(self, task: TaskDir) -> str:
+        """output_tail, after waiting (bounded) for the wrapper's end line to be captured."""
+        deadline = time.time() + TAIL_SETTLE
+        tail = task.output_tail()
+        while time.time() < deadline:
+            last = tail.rstrip().splitlines()[-1:] or [""]
+            if last[0].startswith(END_MARK):
+                break
+            time.sleep(0.02)
+            tail = task.output_tail()
+        return tail
+
+    def _stop_agent(self, task: TaskDir) -> None:
+        """SIGTERM the agent's process group, wait up to STOP_TIMEOUT s, then SIGKILL."""
+        pid = task.read_int("pid")
+        if pid is None:
+            return
+        try:
+            pgid = os.getpgid(pid)
+        except ProcessLookupError:
+            return
+        members = [p for p in psutil.process_iter(["pid"]) if _pgid(p.pid) == pgid]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGTERM)
+        _, alive = psutil.wait_procs(members, timeout=STOP_TIMEOUT)
+        if alive:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+            psutil.wait_procs(alive, timeout=STOP_TIMEOUT)
+        task.append_event("agent_stopped", pid=pid, killed=bool(alive))
+
+    def _resume(self, runtime: Runtime) -> None:
+        task = runtime.task
+        self._write_launch(runtime, resume=True)
+        task.clear_run_files()
+        project = Path(runtime.manifest.project_dir)
+        try:
+            self.tmux.respawn(task.task_id, task.path, project)
+        except TmuxError:
+            self.tmux.launch(task.task_id, task.path, project)
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None
+
+
+def run_profile(profile: LoadedProfile, exit_when_idle: bool = False) -> int:
+    """Convenience for the CLI: build an :class:`Engine` and run it."""
+    return Engine(profile, exit_when_idle=exit_when_idle).run()

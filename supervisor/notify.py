@@ -1,0 +1,89 @@
+"""The notifier: an argv run once per notified event, with a timeout, never through a shell.
+
+It receives the event as one JSON object on stdin and the same facts as ``SUPERVISE_*``
+environment variables. Argv elements may use ``{message}``, ``{task_id}``, ``{task_name}``,
+``{status}``, ``{reason}``, ``{exit_code}``, ``{retry_count}`` and ``{task_dir}``; each is
+substituted inside its own argv element, so values never become extra arguments or code.
+The seed sent ``openclaw system event --text "..." --mode now`` fire-and-forget; here a
+failure or a timeout is logged and never blocks or undoes the task's cleanup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+from typing import Any
+
+log = logging.getLogger("supervise.notify")
+_FIELD_RE = re.compile(r"\{([a-z_]+)\}")
+
+
+def message_for(event: dict[str, Any]) -> str:
+    """One-line human summary, e.g. ``supervise: task fix-bug-1a2b3c failed (exit 3)``."""
+    text = f"supervise: task {event.get('task_id')} {event.get('status')}"
+    if event.get("exit_code") is not None:
+        text += f" (exit {event['exit_code']})"
+    if event.get("reason"):
+        text += f": {event['reason']}"
+    return text
+
+
+def expand(argv: list[str], event: dict[str, Any]) -> list[str]:
+    """Substitute ``{field}`` placeholders from ``event`` in each argv element, once."""
+    values = {k: "" if v is None else str(v) for k, v in event.items()}
+    values["message"] = message_for(event)
+    return [_FIELD_RE.sub(lambda m: values.get(m.group(1), m.group(0)), item) for item in argv]
+
+
+def run_notifier(argv: list[str], event: dict[str, Any], timeout: float) -> int | None:
+    """Run the notifier for ``event``; return its exit code, or ``None`` if it failed to run
+    or timed out (it is killed then). Never raises.
+
+    Args:
+        argv: the notifier argv template (empty: nothing is run).
+        event: the event facts (task_id, task_name, status, reason, exit_code,
+            retry_count, task_dir, last_lines).
+        timeout: seconds before the notifier is killed.
+    """
+    if not argv:
+        return None
+    command = expand(argv, event)
+    env = dict(os.environ)
+    for key, value in event.items():
+        env[f"SUPERVISE_{key.upper()}"] = "" if value is None else str(value)
+    env["SUPERVISE_MESSAGE"] = message_for(event)
+    payload = json.dumps({**event, "message": message_for(event)}).encode()
+    try:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,  # its own process group, so a timeout ends all of it
+        )
+    except OSError as exc:
+        log.warning("notifier %s could not run: %s", command[0], exc)
+        return None
+    try:
+        _, err = process.communicate(payload, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.communicate(timeout=1.0)
+        log.warning("notifier %s timed out after %g s; killed", command[0], timeout)
+        return None
+    if process.returncode != 0:
+        log.warning(
+            "notifier %s exited %d: %s",
+            command[0],
+            process.returncode,
+            err.decode(errors="replace").strip()[-500:],
+        )
+    return process.returncode

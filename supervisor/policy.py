@@ -1,0 +1,293 @@
+"""The monitor's decision logic: a pure function from (state, signals, policy) to a decision.
+
+No I/O happens here; :mod:`supervisor.engine` observes the signals and performs the actions.
+Every check runs the seed monitor's three layers in order (seed 000, "Pitfall 1": the
+done-file is always first, so a finished task is never resumed):
+
+1. **done-file**: the wrapper writes ``done`` only when the agent exited on its own; the
+   exit code decides ``completed`` (0) or ``failed`` (anything else).
+2. **liveness**: the agent's PID is gone (or a zombie) and no done-file appeared within
+   :data:`EXIT_SETTLE` seconds: a crash. Waiting that moment means a normal exit is never
+   misread as a crash while the wrapper is still writing ``done``.
+3. **output staleness**: ``output.log`` older than ``stale_threshold`` starts a grace
+   period; the first stale check never acts. Still stale after ``grace_period``: a hang.
+   Fresh output in between cancels the grace period.
+
+The deadline (``deadline`` seconds after ``started_at``) is checked after layer 1.
+
+State table (like supervisord's process states; "stop" = stop the agent's process group,
+"end" = finish + cleanup + notify)::
+
+    from          condition                                 to          actions
+    ------------  ----------------------------------------  ----------  --------------------
+    running       done-file, exit code 0                    completed   end
+    running       done-file, exit code != 0                 failed      end
+    any live      deadline passed (no done-file)            abandoned   stop, end
+    running       agent gone > EXIT_SETTLE s, no done-file  crashed     wait backoff
+    running       output stale, grace_period elapsed        hung        stop, wait backoff
+    crashed/hung  retry_count >= max_retries                abandoned   stop, end
+    crashed/hung  backoff elapsed                           running     resume (retries + 1)
+    running       fresh output during the grace period      running     grace cancelled
+
+Backoff before resume number ``n + 1`` is ``min(base_interval * 2**n, max_interval)``
+seconds where ``n`` is the ``retry_count`` so far (seed 000, Pattern 1). Retries count over
+the task's whole life: fresh output never resets them (a bug in the seed's history).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from enum import StrEnum
+
+from supervisor.config import MonitorPolicy
+
+#: Seconds to wait, after the agent's PID is seen gone, for the wrapper to write the
+#: done-file before calling it a crash (the wrapper writes ``exit_code`` then ``done``
+#: within milliseconds of the agent's exit).
+EXIT_SETTLE = 2.0
+#: Seconds a launched task may go without a ``pid`` file before it counts as crashed.
+START_TIMEOUT = 30.0
+#: Lower bound for the delay until the next check, in seconds.
+MIN_CHECK = 0.05
+
+
+class Action(StrEnum):
+    """What the engine must do, in this order."""
+
+    STOP_AGENT = "stop_agent"  # SIGTERM the agent's process group, bounded wait, SIGKILL
+    RESUME = "resume"  # relaunch with resume_command in the same tmux session
+    FINISH = "finish"  # record finished_at / exit_code / output_tail
+    CLEANUP = "cleanup"  # pipe-pane off, kill the tmux session
+    NOTIFY = "notify"  # run the notifier
+
+
+@dataclass(frozen=True)
+class TaskState:
+    """What the policy remembers about a task between checks (all times epoch seconds).
+
+    Attributes:
+        status: a :data:`supervisor.taskdir.Status`.
+        started_at: first launch time; the deadline counts from here.
+        launched_at: the latest launch or resume; output age is never older than this.
+        retry_count: resumes so far, over the task's whole life.
+        stale_since: when output was first seen stale (grace period running), else None.
+        gone_since: when the agent was first seen gone without a done-file, else None.
+        resume_at: when a crashed/hung task is due to resume, else None.
+        abandon_reason: set with status ``abandoned``: ``deadline`` or ``max_retries``.
+        exit_code: set with a terminal status when known.
+    """
+
+    status: str
+    started_at: float | None = None
+    launched_at: float | None = None
+    retry_count: int = 0
+    stale_since: float | None = None
+    gone_since: float | None = None
+    resume_at: float | None = None
+    abandon_reason: str | None = None
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class Signals:
+    """Facts observed by the engine for one check.
+
+    Attributes:
+        now: epoch seconds of the observation.
+        done: the done-file exists.
+        exit_code: content of ``exit_code``, if written.
+        agent_alive: ``True``/``False`` from the PID check (zombie = dead, PID reuse guarded
+            with create_time); ``None`` when no ``pid`` file exists yet.
+        output_mtime: mtime of ``output.log`` (epoch s), ``None`` when absent.
+    """
+
+    now: float
+    done: bool = False
+    exit_code: int | None = None
+    agent_alive: bool | None = None
+    output_mtime: float | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The policy's answer.
+
+    Attributes:
+        state: the next state.
+        actions: what the engine must do, in order.
+        events: transition names to append to ``events.jsonl`` (may be empty).
+        next_check: seconds until the next check (never past the deadline).
+        reason: one human-readable line explaining the decision.
+    """
+
+    state: TaskState
+    actions: tuple[Action, ...] = ()
+    events: tuple[str, ...] = ()
+    next_check: float = 1.0
+    reason: str = ""
+
+
+TERMINAL = frozenset({"completed", "failed", "abandoned"})
+
+
+def backoff(retry_count: int, policy: MonitorPolicy) -> float:
+    """Seconds to wait before the next resume: ``min(base * 2**retry_count, max)``."""
+    exponent = min(retry_count, 62)  # 2**62 s is past any deadline; avoids float overflow
+    return min(policy.base_interval * (2.0**exponent), policy.max_interval)
+
+
+def _bounded(delay: float, state: TaskState, now: float, policy: MonitorPolicy) -> float:
+    if state.started_at is not None:
+        delay = min(delay, state.started_at + policy.deadline - now)
+    return max(MIN_CHECK, delay)
+
+
+def decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decision:
+    """Map the current state and observed signals to the next state and actions.
+
+    Pure: no I/O, no clock; ``signals.now`` is the only notion of time.
+
+    Args:
+        state: the task's state after the previous check.
+        signals: what the engine observed just now.
+        policy: the task's effective monitor policy (seconds).
+
+    Returns:
+        A :class:`Decision`. For a terminal ``state`` it is a no-op.
+    """
+    now = signals.now
+    replace = dataclasses.replace
+    if state.status in TERMINAL or state.status == "queued":
+        return Decision(state=state, next_check=policy.base_interval, reason="nothing to do")
+
+    # Layer 1: the done-file always wins.
+    if signals.done:
+        code = signals.exit_code if signals.exit_code is not None else -1
+        status = "completed" if code == 0 else "failed"
+        new = replace(
+            state, status=status, exit_code=code, stale_since=None, gone_since=None, resume_at=None
+        )
+        return Decision(
+            state=new,
+            actions=(Action.FINISH, Action.CLEANUP, Action.NOTIFY),
+            events=(status,),
+            reason=f"done-file with exit code {code}",
+        )
+
+    # Deadline, counted from the first launch.
+    if state.started_at is not None and now - state.started_at >= policy.deadline:
+        return _abandon(state, "deadline", f"deadline of {policy.deadline:g} s passed")
+
+    if state.status in ("crashed", "hung"):
+        if state.resume_at is not None and now < state.resume_at:
+            return Decision(
+                state=state,
+                next_check=_bounded(state.resume_at - now, state, now, policy),
+                reason=f"waiting {state.resume_at - now:.2f} s of backoff before resuming",
+            )
+        new = replace(
+            state,
+            status="running",
+            retry_count=state.retry_count + 1,
+            launched_at=now,
+            stale_since=None,
+            gone_since=None,
+            resume_at=None,
+        )
+        return Decision(
+            state=new,
+            actions=(Action.RESUME,),
+            events=("resumed",),
+            next_check=_bounded(policy.base_interval, new, now, policy),
+            reason=f"resume number {new.retry_count}",
+        )
+
+    # Layer 2: liveness.
+    launched = state.launched_at if state.launched_at is not None else now
+    agent_gone = signals.agent_alive is False or (
+        signals.agent_alive is None and now - launched >= START_TIMEOUT
+    )
+    if agent_gone:
+        if state.gone_since is None:
+            new = replace(state, gone_since=now)
+            return Decision(
+                state=new,
+                next_check=_bounded(EXIT_SETTLE, new, now, policy),
+                reason="agent gone; waiting for the done-file to settle",
+            )
+        if now - state.gone_since >= EXIT_SETTLE:
+            return _fail_over(state, "crashed", now, policy, "agent gone without a done-file")
+        return Decision(
+            state=state,
+            next_check=_bounded(state.gone_since + EXIT_SETTLE - now, state, now, policy),
+            reason="agent gone; still settling",
+        )
+    if state.gone_since is not None:
+        state = replace(state, gone_since=None)
+
+    # Layer 3: output staleness, with a grace period.
+    last_output = max(signals.output_mtime or launched, launched)
+    age = now - last_output
+    if age > policy.stale_after:
+        if state.stale_since is None:
+            new = replace(state, stale_since=now)
+            return Decision(
+                state=new,
+                events=("stale",),
+                next_check=_bounded(
+                    min(policy.base_interval, max(policy.grace_period, MIN_CHECK)), new, now, policy
+                ),
+                reason=f"output stale for {age:.1f} s; grace period of {policy.grace_period:g} s",
+            )
+        if now - state.stale_since >= policy.grace_period:
+            return _fail_over(
+                state, "hung", now, policy, f"output stale for {age:.1f} s after the grace period"
+            )
+        remaining = state.stale_since + policy.grace_period - now
+        return Decision(
+            state=state,
+            next_check=_bounded(min(policy.base_interval, remaining), state, now, policy),
+            reason=f"output stale; {remaining:.1f} s of grace left",
+        )
+    events: tuple[str, ...] = ()
+    if state.stale_since is not None:
+        state = replace(state, stale_since=None)
+        events = ("fresh",)
+    return Decision(
+        state=state,
+        events=events,
+        next_check=_bounded(policy.base_interval, state, now, policy),
+        reason="healthy",
+    )
+
+
+def _abandon(state: TaskState, reason: str, why: str) -> Decision:
+    new = dataclasses.replace(
+        state, status="abandoned", abandon_reason=reason, resume_at=None, stale_since=None
+    )
+    return Decision(
+        state=new,
+        actions=(Action.STOP_AGENT, Action.FINISH, Action.CLEANUP, Action.NOTIFY),
+        events=("abandoned",),
+        reason=why,
+    )
+
+
+def _fail_over(
+    state: TaskState, status: str, now: float, policy: MonitorPolicy, why: str
+) -> Decision:
+    if state.retry_count >= policy.max_retries:
+        return _abandon(state, "max_retries", f"{why}; {state.retry_count} resumes already")
+    wait = backoff(state.retry_count, policy)
+    new = dataclasses.replace(
+        state, status=status, resume_at=now + wait, stale_since=None, gone_since=None
+    )
+    actions = (Action.STOP_AGENT,) if status == "hung" else ()
+    return Decision(
+        state=new,
+        actions=actions,
+        events=(status,),
+        next_check=_bounded(wait, new, now, policy),
+        reason=f"{why}; resuming in {wait:g} s",
+    )

@@ -1,0 +1,183 @@
+"""Intake: claim task files from the spool, exactly once, and reject bad ones with a reason.
+
+Claiming is one ``rename(2)`` of ``spool/<file>.toml`` into a fresh task directory: the
+rename either happens once or not at all, so two engines (or two ticks) can never both take
+a file. Files are taken only once their mtime is :data:`SETTLE` seconds old, so a writer
+still filling the file in place is not read half-written (writers that can should write a
+hidden temp file and rename it in, as ``supervise submit`` does; hidden files are ignored).
+A rejected file goes to ``spool/rejected/`` with ``<name>.error`` beside it. Nothing is
+ever deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import time
+import tomllib
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from supervisor.config import ConfigError, LoadedProfile, ResolvedTask, load_task
+from supervisor.taskdir import Manifest, TaskDir, atomic_write, utc_iso
+
+#: Seconds a spool file must be unchanged before it is claimed.
+SETTLE = 0.2
+REJECTED = "rejected"
+
+
+def slug(name: str, limit: int = 40) -> str:
+    """A tmux-safe, path-safe form of ``name``: ``[a-z0-9-]``, at most ``limit`` chars.
+
+    tmux session names may not contain ``.`` or ``:``; we also drop anything a shell or a
+    path could misread (``/``, leading ``-``).
+    """
+    text = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:limit].strip("-")
+    return text or "task"
+
+
+TASK_ID_RE = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?-[0-9a-f]{6}")
+
+
+def new_task_id(name: str) -> str:
+    """``<slug>-<6 hex>``: readable, unique enough, and safe as a tmux session name."""
+    return f"{slug(name)}-{secrets.token_hex(3)}"
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A spool file that became a task (``task`` set) or was rejected (``error`` set)."""
+
+    source: Path
+    task_dir: TaskDir | None = None
+    resolved: ResolvedTask | None = None
+    error: str | None = None
+    rejected_to: Path | None = None
+
+
+def pending(spool_dir: Path, now: float | None = None) -> list[Path]:
+    """Spool files ready to claim: ``*.toml``, not hidden, settled; oldest first."""
+    now = time.time() if now is None else now
+    ready = []
+    try:
+        entries = list(os.scandir(spool_dir))
+    except FileNotFoundError:
+        return []
+    for entry in entries:
+        if entry.name.startswith(".") or not entry.name.endswith(".toml"):
+            continue
+        try:
+            stat = entry.stat()
+        except FileNotFoundError:
+            continue
+        if entry.is_file() and now - stat.st_mtime >= SETTLE:
+            ready.append((stat.st_mtime, entry.name, Path(entry.path)))
+    return [path for _, _, path in sorted(ready)]
+
+
+def has_waiting_files(spool_dir: Path) -> bool:
+    """True if any non-hidden ``*.toml`` sits in the spool (settled or not)."""
+    try:
+        return any(
+            e.name.endswith(".toml") and not e.name.startswith(".") for e in os.scandir(spool_dir)
+        )
+    except FileNotFoundError:
+        return False
+
+
+def _guess_name(path: Path) -> str:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        name = data.get("name")
+        if isinstance(name, str) and name.strip():
+            return name
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        pass
+    return path.stem
+
+
+def reject(source: Path, spool_dir: Path, problems: list[str]) -> Path:
+    """Move ``source`` to ``spool_dir/rejected/`` with a ``.error`` file; return the new path.
+
+    A name already taken there gets a timestamp suffix; nothing is overwritten.
+    """
+    folder = spool_dir / REJECTED
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / source.name
+    if target.exists():
+        stamp = f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(2)}"
+        target = folder / f"{source.stem}.{stamp}.toml"
+    os.rename(source, target)
+    text = "\n".join(problems) + "\n"
+    atomic_write(target.with_name(target.name + ".error"), text.encode())
+    return target
+
+
+def claim(path: Path, profile: LoadedProfile) -> Claimed | None:
+    """Claim one spool file. Returns ``None`` when another claimer got it first.
+
+    On success the file is ``<task_dir>/task.toml``, the prompt is in ``<task_dir>/prompt``
+    and ``manifest.json`` says ``queued``. On a validation error the file is rejected (see
+    :func:`reject`). Relative paths in the file resolve against the spool folder.
+    """
+    name = _guess_name(path)
+    tasks_dir = profile.tasks_dir
+    tasks_dir.mkdir(parents=True, exist_ok=True)
+    # ``supervise submit`` names the file after the id it printed; keep that id.
+    preferred = path.stem if TASK_ID_RE.fullmatch(path.stem) else None
+    while True:
+        task_id = preferred or new_task_id(name)
+        preferred = None
+        folder = tasks_dir / task_id
+        try:
+            folder.mkdir(mode=0o700)
+            break
+        except FileExistsError:
+            continue
+    target = folder / "task.toml"
+    try:
+        os.rename(path, target)
+    except FileNotFoundError:
+        folder.rmdir()
+        return None
+    try:
+        resolved = load_task(target, profile, base=path.parent, shown_as=path)
+    except ConfigError as exc:
+        rejected = reject_from(target, path, profile.spool_dir, exc.problems)
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+        return Claimed(source=path, error="\n".join(exc.problems), rejected_to=rejected)
+    task = TaskDir(folder)
+    materialize(task, resolved, source=str(path))
+    return Claimed(source=path, task_dir=task, resolved=resolved)
+
+
+def reject_from(current: Path, original: Path, spool_dir: Path, problems: list[str]) -> Path:
+    """Reject a file that was already moved to ``current``, keeping its original name."""
+    staged = current.with_name(original.name)
+    os.rename(current, staged)
+    return reject(staged, spool_dir, problems)
+
+
+def materialize(task: TaskDir, resolved: ResolvedTask, source: str) -> Manifest:
+    """Write ``prompt``, ``spec.json`` (the validated task, paths absolute, for re-adoption
+    after a restart) and the first manifest (``queued``); log the ``queued`` event."""
+    atomic_write(task.file("prompt"), resolved.prompt.encode("utf-8"))
+    atomic_write(task.file("spec.json"), resolved.spec.model_dump_json(indent=1).encode())
+    manifest = Manifest(
+        task_id=task.task_id,
+        task_name=resolved.spec.name,
+        status="queued",
+        model=resolved.model,
+        project_dir=str(resolved.spec.project_dir),
+        session_name=task.task_id,
+        session_id=str(uuid.uuid4()),
+        tmpdir=str(task.path),
+        created_at=utc_iso(),
+    )
+    task.write_manifest(manifest)
+    task.append_event("queued", status="queued", source=source, session_id=manifest.session_id)
+    return manifest

@@ -1,0 +1,237 @@
+"""The task directory: layout, the ``manifest.json`` model, atomic writes and the event log.
+
+Layout of ``state_dir/tasks/<task_id>/`` (names kept from the seed skill so existing
+orchestrators keep working)::
+
+    task.toml      the claimed spool file, moved here unchanged
+    prompt         the prompt text, byte for byte
+    argv           the agent argv for the wrapper, NUL-separated (rewritten before a resume)
+    env.json       extra environment for the agent (profile [agent.env] + task [env])
+    pid            the agent's own PID (written by the wrapper before exec)
+    exit_code      the agent's exit code (written by the wrapper when it ends)
+    signal         the signal number, only when the agent was killed by a signal
+    done           written last by the wrapper: its presence means the agent run is over
+    output.log     all pane output via tmux pipe-pane, ANSI escapes stripped
+    manifest.json  the machine-readable state (always valid JSON: tmp + fsync + rename)
+    events.jsonl   one JSON object per transition, append-only
+
+The manifest is the contract with the orchestrator; its JSON Schema is in ``schemas/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from filelock import FileLock
+from pydantic import BaseModel, ConfigDict
+
+Status = Literal["queued", "running", "crashed", "hung", "completed", "failed", "abandoned"]
+#: Statuses after which nothing more happens to a task (seed vocabulary).
+TERMINAL: frozenset[str] = frozenset({"completed", "failed", "abandoned"})
+
+MANIFEST = "manifest.json"
+EVENTS = "events.jsonl"
+OUTPUT = "output.log"
+TAIL_LINES = 100
+
+
+def utc_iso(timestamp: float | None = None) -> str:
+    """ISO-8601 UTC with a ``Z`` suffix and millisecond precision; ``timestamp`` in epoch s."""
+    moment = datetime.now(UTC) if timestamp is None else datetime.fromtimestamp(timestamp, UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_iso(value: str | None) -> float | None:
+    """Epoch seconds from :func:`utc_iso` output (``None`` passes through)."""
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+class Manifest(BaseModel):
+    """``manifest.json``: what the orchestrator reads.
+
+    Seed fields: ``task_name``, ``model`` (the resolved id), ``project_dir``,
+    ``session_name``, ``pid``, ``tmpdir`` (the task directory), ``started_at``, ``status``,
+    ``finished_at``, ``exit_code``, ``output_tail`` (last 100 lines of ``output.log``),
+    ``retry_count``, ``last_checked_at``, ``abandoned_at``. New: ``task_id``, ``session_id``
+    (the UUID passed as ``{session_id}``), ``abandon_reason``, ``created_at``, ``signal``
+    (set when the agent was killed by a signal), ``launched_at`` (latest launch or resume),
+    ``resume_at`` (when a crashed or hung task is due to resume).
+    All timestamps are ISO-8601 UTC strings.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    task_id: str
+    task_name: str
+    status: Status = "queued"
+    model: str
+    project_dir: str
+    session_name: str
+    session_id: str
+    tmpdir: str
+    pid: int | None = None
+    created_at: str
+    started_at: str | None = None
+    finished_at: str | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    output_tail: str | None = None
+    retry_count: int = 0
+    last_checked_at: str | None = None
+    abandoned_at: str | None = None
+    abandon_reason: str | None = None
+    launched_at: str | None = None
+    resume_at: str | None = None
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so a reader sees the old or the new file, never a mix.
+
+    Temp file in the same folder, fsync, rename, fsync the folder. On any error the temp
+    file is removed and the old file is left intact. Raises ``OSError``.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+class TaskDir:
+    """One task's folder; all reads and writes of its files go through here.
+
+    Args:
+        path: ``state_dir/tasks/<task_id>``.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = FileLock(str(path / ".manifest.lock"), timeout=30)
+
+    @property
+    def task_id(self) -> str:
+        return self.path.name
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    # -- manifest -----------------------------------------------------------------
+    def read_manifest(self) -> Manifest:
+        """Parse ``manifest.json``. Raises ``OSError`` or ``pydantic.ValidationError``."""
+        return Manifest.model_validate_json(self.file(MANIFEST).read_bytes())
+
+    def has_manifest(self) -> bool:
+        return self.file(MANIFEST).exists()
+
+    def write_manifest(self, manifest: Manifest) -> None:
+        """Atomically replace ``manifest.json`` under the task's file lock."""
+        with self._lock:
+            self._write(manifest)
+
+    def _write(self, manifest: Manifest) -> None:
+        payload = manifest.model_dump_json(indent=2).encode() + b"\n"
+        atomic_write(self.file(MANIFEST), payload)
+
+    def update_manifest(self, change: Callable[[Manifest], None]) -> Manifest:
+        """Read, apply ``change`` in place, write back: one locked read-modify-write.
+
+        Using the lock for the whole cycle means an operator command (``supervise stop``)
+        and the engine never lose each other's updates.
+        """
+        with self._lock:
+            manifest = self.read_manifest()
+            change(manifest)
+            self._write(manifest)
+            return manifest
+
+    # -- events -------------------------------------------------------------------
+    def append_event(self, event: str, **fields: Any) -> dict[str, Any]:
+        """Append one JSON line ``{"ts", "event", **fields}`` to ``events.jsonl``.
+
+        One ``write`` of one line on an ``O_APPEND`` descriptor, so concurrent writers
+        never interleave within a line.
+        """
+        record = {"ts": utc_iso(), "event": event, **fields}
+        line = (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode()
+        fd = os.open(self.file(EVENTS), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+        return record
+
+    def events(self) -> list[dict[str, Any]]:
+        """All events, oldest first (a torn last line, if any, is skipped)."""
+        try:
+            lines = self.file(EVENTS).read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return []
+        out = []
+        for line in lines:
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return out
+
+    # -- wrapper files ------------------------------------------------------------
+    def read_int(self, name: str) -> int | None:
+        """An integer file written by the wrapper (``pid``, ``exit_code``), or ``None``."""
+        try:
+            return int(self.file(name).read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def done(self) -> bool:
+        """Layer 1 of the seed monitor: the done-file exists."""
+        return self.file("done").exists()
+
+    def clear_run_files(self) -> None:
+        """Remove ``pid``/``exit_code``/``signal``/``done`` before a (re)launch."""
+        for name in ("pid", "exit_code", "signal", "done"):
+            with contextlib.suppress(FileNotFoundError):
+                self.file(name).unlink()
+
+    def output_mtime(self) -> float | None:
+        """mtime of ``output.log`` in epoch seconds, ``None`` when it does not exist."""
+        try:
+            return self.file(OUTPUT).stat().st_mtime
+        except FileNotFoundError:
+            return None
+
+    def output_tail(self, lines: int = TAIL_LINES, max_bytes: int = 256 * 1024) -> str:
+        """The last ``lines`` lines of ``output.log`` (reads at most ``max_bytes`` from the end)."""
+        try:
+            with open(self.file(OUTPUT), "rb") as handle:
+                handle.seek(0, os.SEEK_END)
+                size = handle.tell()
+                handle.seek(max(0, size - max_bytes))
+                data = handle.read()
+        except FileNotFoundError:
+            return ""
+        text = data.decode("utf-8", errors="replace")
+        return "\n".join(text.splitlines()[-lines:])

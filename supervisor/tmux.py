@@ -1,0 +1,166 @@
+"""The only module that talks to tmux, through libtmux, on the profile's private socket.
+
+Every call forks one ``tmux`` client (measured 2.5–17 ms here, see DESIGN.md), so related
+commands are chained with tmux's ``;`` separator into one invocation.
+
+Output capture uses ``pipe-pane -o`` into a small ``sed`` process (GNU sed, unbuffered)
+that strips ANSI escapes and carriage returns before appending to ``output.log``: no
+Python process per task for capture. Rules for the escapes: ECMA-48 CSI and OSC sequences,
+charset designations, two-byte escapes and other C0 controls except tab and newline.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import libtmux
+
+from supervisor import wrapper
+
+#: sed program that strips terminal escapes from pane output (see module docstring).
+ANSI_STRIP_SED = (
+    r"s/\x1b\[[0-?]*[ -\/]*[@-~]//g; "
+    r"s/\x1b\][^\x07\x1b]*(\x07|\x1b\\)//g; "
+    r"s/\x1b[()*+][0-9A-Za-z]//g; "
+    r"s/\x1b[@-Z\\^_`a-z{|}~=>78]//g; "
+    r"s/[\x01-\x08\x0b-\x0c\x0e-\x1a\x1c-\x1f\x7f]//g; "
+    r"s/\r//g"
+)
+PANE_WIDTH = 220
+PANE_HEIGHT = 50
+
+
+class TmuxError(RuntimeError):
+    """A tmux command failed; the message carries tmux's stderr."""
+
+
+@dataclass(frozen=True)
+class PaneInfo:
+    """One row of ``list-panes -a``: session name, the pane's first process, dead flag."""
+
+    session: str
+    pane_pid: int | None
+    dead: bool
+
+
+def gate_channel(session: str) -> str:
+    """The ``tmux wait-for`` channel the wrapper waits on before starting the agent."""
+    return f"supervise-go-{session}"
+
+
+def wrapper_command(task_dir: Path, gate: str | None) -> str:
+    """The pane command: run :mod:`supervisor.wrapper` by path with this Python.
+
+    ``-I -S``: isolated, no site import; the wrapper uses only the standard library. Only
+    our own paths appear here (quoted); task values travel in ``launch.json``.
+    """
+    parts = [sys.executable, "-I", "-S", wrapper.__file__, str(task_dir)]
+    if gate:
+        parts.append(gate)
+    return "exec " + shlex.join(parts)
+
+
+class Tmux:
+    """A private tmux server (``tmux -L socket_name``).
+
+    Args:
+        socket_name: the profile's ``[tmux] socket_name``; never the default server.
+    """
+
+    def __init__(self, socket_name: str) -> None:
+        self.socket_name = socket_name
+        self.server = libtmux.Server(socket_name=socket_name)
+
+    def _run(self, *args: str, check: bool = True) -> list[str]:
+        result = self.server.cmd(*args)
+        if check and result.returncode != 0:
+            raise TmuxError(f"tmux {args[0]} failed: {' '.join(result.stderr).strip()}")
+        return list(result.stdout)
+
+    def launch(self, session: str, task_dir: Path, start_dir: Path) -> None:
+        """Create a detached session running the wrapper, with output capture in place.
+
+        One tmux invocation creates the session (remain-on-exit on, so a crashed agent's
+        pane stays for ``respawn-pane``), attaches pipe-pane and then opens the wrapper's
+        gate, so the agent starts only after the pipe exists.
+
+        Raises:
+            TmuxError: tmux refused (e.g. a session of that name exists).
+        """
+        gate = gate_channel(session)
+        self._run(
+            "new-session", "-d", "-s", session, "-x", str(PANE_WIDTH), "-y", str(PANE_HEIGHT),
+            "-c", str(start_dir), "-e", f"SUPERVISE_TMUX={self.tmux_bin()}",
+            wrapper_command(task_dir, gate),
+            ";", "set-option", "-w", "-t", f"={session}:", "remain-on-exit", "on",
+            ";", "pipe-pane", "-t", f"={session}:", pipe_command(task_dir / "output.log"),
+            ";", "wait-for", "-S", gate,
+        )  # fmt: skip
+
+    def respawn(self, session: str, task_dir: Path, start_dir: Path) -> None:
+        """Run the wrapper again in the session's (dead or hung) pane: ``respawn-pane -k``.
+
+        tmux keeps a pane's pipe across ``respawn-pane``, but the pipe may have died with the
+        old run, so pipe-pane is replaced (without ``-o``, which would toggle it off), then
+        the gate opens.
+
+        Raises:
+            TmuxError: the session is gone.
+        """
+        gate = gate_channel(session)
+        self._run(
+            "respawn-pane", "-k", "-t", f"={session}:", "-c", str(start_dir),
+            wrapper_command(task_dir, gate),
+            ";", "pipe-pane", "-t", f"={session}:", pipe_command(task_dir / "output.log"),
+            ";", "wait-for", "-S", gate,
+        )  # fmt: skip
+
+    def close(self, session: str) -> None:
+        """Turn pipe-pane off, then kill the session; a missing session is not an error.
+
+        Two invocations: tmux refuses pipe-pane on a dead pane, and a failed command would
+        stop a chain before ``kill-session``. Killing the session closes the pipe anyway,
+        so the capture process (sed) gets EOF and exits: none is left behind.
+        """
+        self._run("pipe-pane", "-t", f"={session}:", check=False)
+        self._run("kill-session", "-t", f"={session}", check=False)
+
+    def panes(self) -> dict[str, PaneInfo]:
+        """All panes of the server in one query, keyed by session name ({} if no server)."""
+        rows = self._run(
+            "list-panes", "-a", "-F", "#{session_name}\t#{pane_pid}\t#{pane_dead}", check=False
+        )
+        out: dict[str, PaneInfo] = {}
+        for row in rows:
+            parts = row.split("\t")
+            if len(parts) != 3:
+                continue
+            pid = int(parts[1]) if parts[1].isdigit() else None
+            out.setdefault(parts[0], PaneInfo(parts[0], pid, parts[2] == "1"))
+        return out
+
+    def has_session(self, session: str) -> bool:
+        return self.server.cmd("has-session", "-t", f"={session}").returncode == 0
+
+    def capture(self, session: str, lines: int = 50) -> str:
+        """The last ``lines`` lines visible in the session's pane (for humans)."""
+        rows = self._run("capture-pane", "-p", "-t", f"={session}:", "-S", f"-{lines}", check=False)
+        return "\n".join(rows)
+
+    def kill_server(self) -> None:
+        """End the private server (tests and ``--kill-server`` only)."""
+        self.server.cmd("kill-server")
+
+    def tmux_bin(self) -> str:
+        """Path of the tmux binary libtmux uses."""
+        import shutil
+
+        return shutil.which("tmux") or "tmux"
+
+
+def pipe_command(output_log: Path) -> str:
+    """The shell command tmux runs for pipe-pane: strip escapes, append to ``output_log``."""
+    return f"exec sed -u -E -e {shlex.quote(ANSI_STRIP_SED)} >> {shlex.quote(str(output_log))}"

@@ -1,0 +1,109 @@
+"""The in-pane launcher: runs the agent in the foreground of a tmux pane and records its end.
+
+Run by tmux as ``python3 -I -S wrapper.py TASK_DIR [GATE_CHANNEL]``; it imports only the
+standard library so it stays small (it lives as long as the agent).
+
+Protocol with the engine (files in ``TASK_DIR``, names from the seed skill):
+
+1. ``launch.json`` holds ``{"argv": [...], "env": {...}, "cwd": "..."}``. The argv is
+   executed directly (``execvpe``): no shell ever sees the prompt or any other value.
+2. If ``GATE_CHANNEL`` is given, wait (``tmux wait-for CHANNEL``, bounded) until the engine
+   has attached pipe-pane, so ``output.log`` gets every byte from the first one.
+3. Fork; the child execs the agent. ``pid`` is written with the agent's own PID (not ours).
+4. When the agent ends: ``exit_code`` (for a signal: 128 + N, as shells report it) and, only
+   for a signal, ``signal``. ``done`` is written last, and only when the agent exited on its
+   own: an agent killed by a signal has crashed and must not look finished.
+
+Each file is written atomically (temp + rename). Exit status: the agent's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+
+GATE_TIMEOUT = 30.0  # seconds to wait for the engine's pipe-pane gate
+END_MARK = "[supervise]"  # starts the last line the wrapper prints when the agent ends
+
+
+def _write(task_dir: str, name: str, text: str) -> None:
+    tmp = os.path.join(task_dir, f".{name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, os.path.join(task_dir, name))
+
+
+def _wait_for_gate(channel: str) -> None:
+    tmux = os.environ.get("SUPERVISE_TMUX", "tmux")
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run([tmux, "wait-for", channel], timeout=GATE_TIMEOUT, check=False)
+
+
+def main(args: list[str]) -> int:
+    """Entry point; ``args`` is ``[TASK_DIR, GATE_CHANNEL?]``. Returns the exit status."""
+    if not args:
+        print("usage: wrapper.py TASK_DIR [GATE_CHANNEL]", file=sys.stderr)
+        return 2
+    task_dir = os.path.abspath(args[0])
+    with open(os.path.join(task_dir, "launch.json"), encoding="utf-8") as handle:
+        launch = json.load(handle)
+    argv: list[str] = launch["argv"]
+    env = dict(os.environ)
+    env.update(launch.get("env", {}))
+    env.pop("SUPERVISE_TMUX", None)
+    if len(args) > 1:
+        _wait_for_gate(args[1])
+
+    child = os.fork()
+    if child == 0:  # the agent
+        try:
+            if launch.get("cwd"):
+                os.chdir(launch["cwd"])
+            os.execvpe(argv[0], argv, env)
+        except OSError as exc:
+            print(f"supervise: cannot run {argv[0]!r}: {exc.strerror}", file=sys.stderr)
+        os._exit(127)
+
+    _write(task_dir, "pid", f"{child}\n")
+
+    def forward(signum: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signum)
+
+    # An operator's Ctrl-C in an attached pane reaches the agent, which decides; we only
+    # pass SIGTERM/SIGHUP on, and keep waiting so the end is always recorded.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGHUP, forward)
+    while True:
+        try:
+            _, status = os.waitpid(child, 0)
+            break
+        except ChildProcessError:  # pragma: no cover - already reaped
+            status = 0
+            break
+        except InterruptedError:  # pragma: no cover - PEP 475 retries for us
+            continue
+    # The end line goes to the pane (and so to output.log) before the files, so the engine
+    # can wait for it and capture a complete output_tail.
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        print(f"\n{END_MARK} agent killed by signal {number}", flush=True)
+        _write(task_dir, "signal", f"{number}\n")
+        _write(task_dir, "exit_code", f"{128 + number}\n")
+        return 128 + number
+    code = os.WEXITSTATUS(status)
+    print(f"\n{END_MARK} agent exited with code {code}", flush=True)
+    _write(task_dir, "exit_code", f"{code}\n")
+    _write(task_dir, "done", "")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
