@@ -38,7 +38,7 @@ def _profile(path: str) -> LoadedProfile:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from supervisor.engine import run_profile
+    from supervisor.engine import EngineBusy, run_profile
 
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
@@ -46,7 +46,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
     profile = _profile(args.profile)
-    return run_profile(profile, exit_when_idle=args.exit_when_idle)
+    try:
+        return run_profile(profile, exit_when_idle=args.exit_when_idle)
+    except EngineBusy as exc:
+        _err(f"supervise run: {exc}")
+        return 1
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

@@ -31,13 +31,14 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    Strict,
     ValidationError,
     field_validator,
     model_validator,
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-#: Placeholders allowed in ``[agent] command`` / ``resume_command`` and in the notifier argv.
+#: Placeholders allowed in ``[agent] command`` / ``resume_command``.
 #: ``{python}`` is the interpreter running supervise, ``{profile_dir}`` the profile's folder.
 PLACEHOLDERS: tuple[str, ...] = (
     "prompt",
@@ -48,6 +49,19 @@ PLACEHOLDERS: tuple[str, ...] = (
     "task_id",
     "python",
     "profile_dir",
+)
+#: Placeholders allowed in the ``notifier`` argv: the event fields filled by supervisor.notify.
+NOTIFIER_PLACEHOLDERS: tuple[str, ...] = (
+    "message",
+    "task_id",
+    "task_name",
+    "status",
+    "reason",
+    "exit_code",
+    "retry_count",
+    "task_dir",
+    "session_id",
+    "last_lines",
 )
 _PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -75,13 +89,13 @@ class ConfigError(Exception):
 # --------------------------------------------------------------------------- models
 
 
-def _argv_placeholders_ok(argv: list[str]) -> list[str]:
+def _argv_placeholders_ok(argv: list[str], allowed: tuple[str, ...] = PLACEHOLDERS) -> list[str]:
     for item in argv:
         for name in _PLACEHOLDER_RE.findall(item):
-            if name not in PLACEHOLDERS and name != "message":
+            if name not in allowed:
                 raise ValueError(
                     f"unknown placeholder {{{name}}} in {item!r}; allowed: "
-                    + ", ".join("{" + p + "}" for p in PLACEHOLDERS)
+                    + ", ".join("{" + p + "}" for p in allowed)
                 )
     return argv
 
@@ -96,8 +110,13 @@ def _split_argv(value: Any) -> Any:
     return value
 
 
-PositiveSeconds = Annotated[float, Field(gt=0)]
-NonNegativeSeconds = Annotated[float, Field(ge=0)]
+# TOML values are typed, so these are strict: ``deadline = true`` or ``deadline = "600"`` is a
+# wrong type (an int is still fine for a float). Env values are strings: _Env* types parse them.
+PositiveSeconds = Annotated[float, Field(gt=0), Strict()]
+NonNegativeSeconds = Annotated[float, Field(ge=0), Strict()]
+Count = Annotated[int, Field(ge=0), Strict()]
+_EnvPositiveSeconds = Annotated[float, Field(gt=0)]
+_EnvNonNegativeSeconds = Annotated[float, Field(ge=0)]
 
 
 class MonitorOverrides(BaseModel):
@@ -113,12 +132,14 @@ class MonitorOverrides(BaseModel):
     deadline: PositiveSeconds | None = None
     grace_period: NonNegativeSeconds | None = None
     stale_threshold: PositiveSeconds | None = None
-    max_retries: Annotated[int, Field(ge=0)] | None = None
+    max_retries: Count | None = None
     notifier: list[str] | None = None
     notifier_timeout: PositiveSeconds | None = None
 
     _check_notifier = field_validator("notifier")(
-        classmethod(lambda cls, v: None if v is None else _argv_placeholders_ok(v))
+        classmethod(
+            lambda cls, v: None if v is None else _argv_placeholders_ok(v, NOTIFIER_PLACEHOLDERS)
+        )
     )
 
 
@@ -131,19 +152,27 @@ class MonitorEnv(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="MONITOR_", extra="ignore")
 
-    base_interval: PositiveSeconds | None = None
-    max_interval: PositiveSeconds | None = None
-    deadline: PositiveSeconds | None = None
-    grace_period: NonNegativeSeconds | None = None
-    stale_threshold: PositiveSeconds | None = None
+    base_interval: _EnvPositiveSeconds | None = None
+    max_interval: _EnvPositiveSeconds | None = None
+    deadline: _EnvPositiveSeconds | None = None
+    grace_period: _EnvNonNegativeSeconds | None = None
+    stale_threshold: _EnvPositiveSeconds | None = None
     max_retries: Annotated[int, Field(ge=0)] | None = None
     notifier: Annotated[list[str] | None, NoDecode] = None
-    notifier_timeout: PositiveSeconds | None = None
+    notifier_timeout: _EnvPositiveSeconds | None = None
 
     @field_validator("notifier", mode="before")
     @classmethod
     def _parse_notifier(cls, value: Any) -> Any:
-        return _split_argv(value)
+        try:
+            return _split_argv(value)
+        except ValueError as exc:
+            raise ValueError(f"{exc}; give a JSON list of strings or a shell-like string") from exc
+
+    @field_validator("notifier")
+    @classmethod
+    def _check_notifier(cls, value: list[str] | None) -> list[str] | None:
+        return None if value is None else _argv_placeholders_ok(value, NOTIFIER_PLACEHOLDERS)
 
 
 class MonitorPolicy(BaseModel):
@@ -165,7 +194,7 @@ class MonitorPolicy(BaseModel):
     deadline: PositiveSeconds = 18000.0
     grace_period: NonNegativeSeconds = 30.0
     stale_threshold: PositiveSeconds | None = None
-    max_retries: Annotated[int, Field(ge=0)] = 3
+    max_retries: Count = 3
     notifier: list[str] = Field(default_factory=list)
     notifier_timeout: PositiveSeconds = 10.0
 
@@ -263,7 +292,7 @@ class Profile(BaseModel):
     """A whole profile file: ``supervise run PROFILE``."""
 
     model_config = ConfigDict(extra="forbid")
-    max_concurrent: Annotated[int, Field(ge=1)] = 4
+    max_concurrent: Annotated[int, Field(ge=1), Strict()] = 4
     intake_interval: PositiveSeconds = 0.5
     paths: PathsSpec = Field(default_factory=PathsSpec)
     tmux: TmuxSpec = Field(default_factory=TmuxSpec)
@@ -344,7 +373,10 @@ def _key_line(text: str, loc: tuple[Any, ...]) -> int | None:
             table = [h.strip().strip('"') for h in header.group(1).split(".")]
             if line.startswith("[["):
                 array_seen[table[0]] = array_seen.get(table[0], -1) + 1
-            if table == parts and header_line is None:
+            this_entry = not (indexes and table[0] in array_seen) or (
+                array_seen[table[0]] == indexes[0]
+            )
+            if table == parts and header_line is None and this_entry:
                 header_line = number
             continue
         match = re.match(r'^"?([A-Za-z0-9_.-]+)"?\s*=', line)
@@ -406,9 +438,20 @@ def _format_errors(
             problems.append(f"{where}: missing required key '{dotted}'")
         else:
             message = item["msg"].removeprefix("Value error, ")
+            model = _model_at(root, loc[len(prefix) :]) if kind == "value_error" else None
+            named = [
+                k
+                for k in dict.fromkeys(re.findall(r"'(\w+)'", message))
+                if model and k in model.model_fields
+            ]
+            if named:  # a rule across keys (prompt / prompt_file): at the first one written
+                line = next((n for k in named if (n := _key_line(text, (*loc, k)))), None)
+                where = f"{file}:{line}" if line else f"{file}"
+                dotted = "', '".join(".".join(str(p) for p in (*loc, k)) for k in named)
             got = item.get("input")
             shown = "" if isinstance(got, dict | list) else f" (got {got!r})"
-            problems.append(f"{where}: key '{dotted}': {message}{shown}")
+            label = "keys" if len(named) > 1 else "key"
+            problems.append(f"{where}: {label} '{dotted}': {message}{shown}")
     return problems
 
 
@@ -427,6 +470,12 @@ def _read_toml(path: Path, shown: Path | None = None) -> tuple[str, dict[str, An
         return text, tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([f"{path}: malformed TOML: {exc}"]) from exc
+
+
+def _policy_line(text: str, prefix: tuple[Any, ...]) -> int | None:
+    """Line of the ``[monitor]`` interval key in ``text`` that a ``max >= base`` error is about."""
+    lines = (_key_line(text, (*prefix, "monitor", k)) for k in ("max_interval", "base_interval"))
+    return next((line for line in lines if line), None)
 
 
 # ------------------------------------------------------------------ policy merging
@@ -536,7 +585,9 @@ def load_profile(path: Path | str) -> LoadedProfile:
     try:
         effective_policy(spec.monitor, None)
     except ConfigError as exc:
-        problems.extend(f"{path}: {p}" if p.startswith("monitor") else p for p in exc.problems)
+        line = _policy_line(text, ())
+        at = f"{path}:{line}" if line else f"{path}"
+        problems.extend(f"{at}: {p}" if p.startswith("monitor") else p for p in exc.problems)
     if spec.agent.default_model not in spec.agent.known_models() and _ALIAS_RE.match(
         spec.agent.default_model
     ):
@@ -590,7 +641,7 @@ def resolve_task(
     if spec.prompt_file is not None:
         spec.prompt_file = _resolve(base, spec.prompt_file)
         try:
-            prompt = spec.prompt_file.read_text(encoding="utf-8")
+            prompt = spec.prompt_file.read_bytes().decode("utf-8")  # byte for byte: keep \r\n
         except (OSError, UnicodeDecodeError) as exc:
             problems.append(
                 f"{where('prompt_file')}: cannot read {str(spec.prompt_file)!r} as UTF-8 ({exc})"
@@ -611,7 +662,9 @@ def resolve_task(
     try:
         policy, sources = effective_policy(profile.spec.monitor, spec.monitor)
     except ConfigError as exc:
-        problems.extend(f"{file}: {p}" for p in exc.problems)
+        line = _policy_line(text, loc_prefix) if text else None
+        at = f"{file}:{line}" if line else f"{file}"
+        problems.extend(f"{at if p.startswith('monitor') else file}: {p}" for p in exc.problems)
     if problems or policy is None or prompt is None:
         raise ConfigError(problems)
     return ResolvedTask(spec=spec, prompt=prompt, model=model, policy=policy, sources=sources)
@@ -643,3 +696,20 @@ def load_task(
     except ValidationError as exc:
         raise ConfigError(_format_errors(exc, shown, text, TaskSpec)) from exc
     return resolve_task(spec, profile, base or path.parent, shown, text)
+
+
+def looks_like_profile(path: Path | str) -> bool:
+    """Whether ``path`` holds a profile rather than a task (``supervise validate``).
+
+    A file with an ``agent`` key is a profile; otherwise it is whichever kind it has more
+    top-level keys of (``paths``, ``tmux``, ``tasks``, ... versus ``name``, ``prompt``,
+    ``project_dir``, ...); a tie means a task.
+
+    Raises:
+        ConfigError: the file cannot be read or is not valid TOML.
+    """
+    _, data = _read_toml(Path(path).resolve())
+    keys = set(data)
+    profile_only = set(Profile.model_fields) - set(TaskSpec.model_fields)
+    task_only = set(TaskSpec.model_fields) - set(Profile.model_fields)
+    return "agent" in keys or len(keys & profile_only) > len(keys & task_only)

@@ -35,6 +35,7 @@ import psutil
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
+from filelock import FileLock, Timeout
 
 from supervisor import notify, policy, spool
 from supervisor.config import (
@@ -85,6 +86,10 @@ def expand_argv(template: list[str], values: dict[str, str]) -> list[str]:
     ]
 
 
+class EngineBusy(RuntimeError):
+    """Another engine holds the state directory's lock (one engine per ``state_dir``)."""
+
+
 class Engine:
     """Runs one profile: ``Engine(profile).run()``.
 
@@ -115,9 +120,27 @@ class Engine:
         """Start, block until SIGINT/SIGTERM (or idle with ``exit_when_idle``), stop.
 
         Returns the process exit status (0).
+
+        Raises:
+            EngineBusy: another engine runs on the same ``state_dir`` (an OS file lock,
+                released by the kernel if that engine dies, so it never goes stale).
         """
         for folder in (self.profile.spool_dir, self.profile.tasks_dir):
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        lock = FileLock(str(self.profile.state_dir / "engine.lock"), timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise EngineBusy(
+                f"another 'supervise run' already owns {self.profile.state_dir} "
+                f"(lock {self.profile.state_dir / 'engine.lock'}); stop it first"
+            ) from None
+        try:
+            return self._run_locked()
+        finally:
+            lock.release()
+
+    def _run_locked(self) -> int:
         previous = {
             sig: signal.signal(sig, lambda *_: self.stopping.set())
             for sig in (signal.SIGINT, signal.SIGTERM)

@@ -1,0 +1,126 @@
+"""Shared fixtures: a private tmux server per test, profiles that run the fake agent, and a
+way to run ``supervise`` as a real process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+
+TESTS = Path(__file__).resolve().parent
+FAKE_AGENT = TESTS / "fake_agent.py"
+
+
+def _tmux_socket_path(name: str) -> Path:
+    return Path(os.environ.get("TMUX_TMPDIR", "/tmp")) / f"tmux-{os.getuid()}" / name
+
+
+@pytest.fixture
+def socket_name() -> Iterator[str]:
+    """A unique tmux socket name; the server is killed and its socket removed afterwards."""
+    name = f"sv-test-{uuid.uuid4().hex[:10]}"
+    yield name
+    subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True, check=False)
+    _tmux_socket_path(name).unlink(missing_ok=True)
+
+
+@pytest.fixture(autouse=True)
+def _clean_monitor_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in list(os.environ):
+        if key.upper().startswith("MONITOR_"):
+            monkeypatch.delenv(key)
+
+
+class Setup:
+    """A profile in ``tmp_path`` that runs the fake agent, plus helpers to use it."""
+
+    def __init__(self, root: Path, socket_name: str) -> None:
+        self.root = root
+        self.socket_name = socket_name
+        self.spool = root / "spool"
+        self.state = root / "state"
+        self.project = root / "project"
+        self.project.mkdir()
+        self.profile = root / "profile.toml"
+
+    def write_profile(self, max_concurrent: int = 4, **monitor: Any) -> Path:
+        data: dict[str, Any] = {
+            "max_concurrent": max_concurrent,
+            "intake_interval": 0.2,
+            "paths": {"spool_dir": "spool", "state_dir": "state"},
+            "tmux": {"socket_name": self.socket_name},
+            "agent": {
+                "command": [
+                    sys.executable, str(FAKE_AGENT), "--prompt-file", "{prompt_file}",
+                    "--session-id", "{session_id}", "--model", "{model}",
+                ],
+            },
+            "monitor": {"base_interval": 0.5, "max_interval": 2, "deadline": 120, **monitor},
+        }  # fmt: skip
+        self.profile.write_text(tomli_w.dumps(data), encoding="utf-8")
+        return self.profile
+
+    def task(self, name: str, prompt: str, project: Path | None = None, **extra: Any) -> dict:
+        project = project or self.project
+        project.mkdir(exist_ok=True)
+        return {"name": name, "prompt": prompt, "project_dir": str(project), **extra}
+
+    def drop(self, filename: str, task: dict | str) -> Path:
+        """Write a task file into the spool the way a careful writer does (rename in)."""
+        self.spool.mkdir(exist_ok=True)
+        text = task if isinstance(task, str) else tomli_w.dumps(task)
+        tmp = self.spool / f".{filename}.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        tmp.rename(self.spool / filename)
+        return self.spool / filename
+
+    def supervise(self, *args: str, timeout: float = 60, **kw: Any) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "supervisor.cli", *args],
+            capture_output=True, text=True, timeout=timeout, check=False, **kw,
+        )  # fmt: skip
+
+    def run(self, timeout: float = 60) -> subprocess.CompletedProcess:
+        return self.supervise("run", str(self.profile), "--exit-when-idle", timeout=timeout)
+
+    def manifests(self) -> dict[str, dict]:
+        """task_name -> manifest."""
+        out = {}
+        for path in sorted((self.state / "tasks").glob("*/manifest.json")):
+            data = json.loads(path.read_text())
+            out[data["task_name"]] = data
+        return out
+
+    def events(self, task_id: str) -> list[dict]:
+        path = self.state / "tasks" / task_id / "events.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    def tmux(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["tmux", "-L", self.socket_name, *args], capture_output=True, text=True, check=False
+        )
+
+
+@pytest.fixture
+def setup(tmp_path: Path, socket_name: str) -> Setup:
+    return Setup(tmp_path, socket_name)
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 20, every: float = 0.05) -> Any:
+    """Poll ``predicate`` until it returns a truthy value; fail after ``timeout`` seconds."""
+    end = time.time() + timeout
+    while time.time() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"condition not met within {timeout} s")

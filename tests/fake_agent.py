@@ -1,0 +1,73 @@
+"""A fake coding agent for the tests: a real process that behaves like an agent CLI.
+
+Only the agent's "brain" is fake: it takes a prompt (``-p TEXT`` or ``--prompt-file F``), a
+``--session-id`` and a ``--model`` like the Claude Code CLI, prints to its terminal, writes
+into its working directory and exits. What it does is read from cue lines in the prompt:
+
+    print: TEXT      print TEXT (repeatable)
+    printenv: NAME   print NAME=value of an environment variable
+    color: TEXT      print TEXT wrapped in ANSI colour escapes
+    sleep: S         sleep S seconds (after printing)
+    tick: S          while sleeping, print a line every S seconds
+    exit: N          exit with code N (default 0)
+    crash            kill itself with SIGKILL instead of exiting
+
+It always records, in its working directory, ``received_prompt.bin`` (the prompt bytes
+exactly as received), ``received_argv.json`` and ``agent_pid`` (its own PID).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+
+
+def cues(prompt: str, key: str) -> list[str]:
+    return re.findall(rf"^{key}:[ ]?(.*)$", prompt, re.MULTILINE)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("-p", dest="prompt")
+    parser.add_argument("--prompt-file")
+    parser.add_argument("--session-id", default="")
+    parser.add_argument("--model", default="")
+    args, _ = parser.parse_known_args()
+    if args.prompt_file:
+        raw = Path(args.prompt_file).read_bytes()
+    else:
+        raw = os.fsencode(args.prompt or "")
+    Path("received_prompt.bin").write_bytes(raw)
+    Path("received_argv.json").write_text(json.dumps(sys.argv[1:]), encoding="utf-8")
+    Path("agent_pid").write_text(str(os.getpid()), encoding="utf-8")
+    prompt = raw.decode("utf-8", errors="replace")
+    print(f"fake-agent start session={args.session_id} model={args.model}", flush=True)
+    for text in cues(prompt, "color"):
+        print(f"\x1b[1;32m{text}\x1b[0m", flush=True)
+    for text in cues(prompt, "print"):
+        print(text, flush=True)
+    for name in cues(prompt, "printenv"):
+        print(f"{name}={os.environ.get(name, '<unset>')}", flush=True)
+    delay = float((cues(prompt, "sleep") or ["0"])[0])
+    tick = float((cues(prompt, "tick") or ["0"])[0])
+    end = time.time() + delay
+    while time.time() < end:
+        step = min(tick or delay, end - time.time())
+        time.sleep(max(step, 0))
+        if tick:
+            print(f"tick {time.time():.1f}", flush=True)
+    if re.search(r"^crash$", prompt, re.MULTILINE):
+        os.kill(os.getpid(), signal.SIGKILL)
+    code = int((cues(prompt, "exit") or ["0"])[0])
+    print(f"fake-agent done, exit {code}", flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,450 @@
+"""A small scripted mock of the Anthropic Messages API, for driving the real Claude Code CLI.
+
+Standard library only. The server binds 127.0.0.1 on an ephemeral port; point the CLI at it with
+``ANTHROPIC_BASE_URL=<mock.base_url>``.
+
+Script (per conversation, so per Claude Code session):
+
+* A request that offers no ``tools`` is a side call (title, summary, ...): it gets a short text.
+* A request that offers tools and whose conversation holds no ``tool_result`` yet gets one
+  ``tool_use`` block calling ``Write`` to create ``<cwd>/<file_name>`` with ``file_content``;
+  ``<cwd>`` is parsed from the "Primary working directory: ..." line (system prompt or, as in
+  CLI 2.1.328, a ``<system-reminder>`` block of the first user message).
+* Once the conversation holds a ``tool_result`` (normally in the last user message), the answer is
+  the final text ``final_text`` with ``stop_reason`` "end_turn". A resumed session (whose history
+  already holds the tool_result) therefore ends at once with the final text.
+
+Every request is recorded (method, path, lower-cased headers, parsed JSON body) in
+:attr:`MockAnthropic.requests`, so tests can assert on session ids and on resumed histories.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+SESSION_HEADER = "x-claude-code-session-id"
+"""Header (lower-cased) in which Claude Code sends its session id."""
+
+_CWD_RE = re.compile(r"Primary working directory:\s*(\S[^\n]*)")
+
+
+@dataclass
+class RecordedRequest:
+    """One HTTP request the mock received."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+    reply_kind: str = ""
+    """What the mock answered: "tool_use", "final", "side", "error" or "other"."""
+
+    @property
+    def session_id(self) -> str | None:
+        """The ``X-Claude-Code-Session-Id`` header, if any."""
+        return self.headers.get(SESSION_HEADER)
+
+    @property
+    def is_messages(self) -> bool:
+        """True for ``POST /v1/messages`` (any query string)."""
+        return self.method == "POST" and self.path.split("?", 1)[0] == "/v1/messages"
+
+    @property
+    def offers_tools(self) -> bool:
+        """True if the body offers tools (i.e. it is a main agent turn, not a side call)."""
+        return isinstance(self.body, dict) and bool(self.body.get("tools"))
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The ``messages`` list of the body (empty if none)."""
+        if isinstance(self.body, dict) and isinstance(self.body.get("messages"), list):
+            return self.body["messages"]
+        return []
+
+
+@dataclass
+class Reply:
+    """A scripted assistant reply: a list of content blocks plus the stop reason."""
+
+    content: list[dict[str, Any]]
+    stop_reason: str
+    kind: str
+
+
+def system_text(body: dict[str, Any]) -> str:
+    """Return the system prompt of a request body as one string (it may be a list of blocks)."""
+    system = body.get("system")
+    if isinstance(system, str):
+        return system
+    if isinstance(system, list):
+        return "\n".join(b.get("text", "") for b in system if isinstance(b, dict))
+    return ""
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """Return the text blocks of one message as one string (content may be a str or blocks)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"
+        )
+    return ""
+
+
+def working_directory(body: dict[str, Any]) -> str | None:
+    """Parse the agent's working directory ("Primary working directory: ..."), or None.
+
+    Older CLI versions put that line in the system prompt; 2.1.328 puts it in a
+    ``<system-reminder>`` text block of the first user message, so both places are searched.
+    """
+    texts = [system_text(body)]
+    texts += [
+        message_text(m)
+        for m in body.get("messages") or []
+        if isinstance(m, dict) and m.get("role") == "user"
+    ]
+    for text in texts:
+        match = _CWD_RE.search(text)
+        if match:
+            return match.group(1).strip()
+    return None
+
+
+def _has_tool_result(message: dict[str, Any]) -> bool:
+    content = message.get("content")
+    return isinstance(content, list) and any(
+        isinstance(b, dict) and b.get("type") == "tool_result" for b in content
+    )
+
+
+def conversation_has_tool_result(messages: list[dict[str, Any]]) -> bool:
+    """True if any user message of the conversation carries a ``tool_result`` block."""
+    return any(m.get("role") == "user" and _has_tool_result(m) for m in messages)
+
+
+def last_user_has_tool_result(messages: list[dict[str, Any]]) -> bool:
+    """True if the last user message carries a ``tool_result`` block."""
+    users = [m for m in messages if m.get("role") == "user"]
+    return bool(users) and _has_tool_result(users[-1])
+
+
+def sse_events(message_id: str, model: str, reply: Reply, input_tokens: int) -> bytes:
+    """Encode ``reply`` as the SSE stream of the real Messages API."""
+    out: list[tuple[str, dict[str, Any]]] = [
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": message_id,
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {
+                        "input_tokens": input_tokens,
+                        "cache_creation_input_tokens": 0,
+                        "cache_read_input_tokens": 0,
+                        "output_tokens": 1,
+                    },
+                },
+            },
+        ),
+        ("ping", {"type": "ping"}),
+    ]
+    output_tokens = 0
+    for index, block in enumerate(reply.content):
+        if block["type"] == "text":
+            start = {"type": "text", "text": ""}
+            delta = {"type": "text_delta", "text": block["text"]}
+            output_tokens += max(1, len(block["text"]) // 4)
+        else:  # tool_use
+            start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+            partial = json.dumps(block["input"])
+            delta = {"type": "input_json_delta", "partial_json": partial}
+            output_tokens += max(1, len(partial) // 4)
+        out.append(
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": start},
+            )
+        )
+        out.append(
+            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+        )
+        out.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+    out.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": reply.stop_reason, "stop_sequence": None},
+                "usage": {"output_tokens": output_tokens},
+            },
+        )
+    )
+    out.append(("message_stop", {"type": "message_stop"}))
+    return b"".join(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in out)
+
+
+def json_message(message_id: str, model: str, reply: Reply, input_tokens: int) -> dict[str, Any]:
+    """Encode ``reply`` as a non-streaming Messages API response body."""
+    return {
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": reply.content,
+        "stop_reason": reply.stop_reason,
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": input_tokens,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+            "output_tokens": 10,
+        },
+    }
+
+
+class MockAnthropic:
+    """The scripted mock server. Use as a context manager or call :meth:`start`/:meth:`stop`."""
+
+    def __init__(
+        self,
+        final_text: str = "DONE: wrote hello.txt",
+        file_name: str = "hello.txt",
+        file_content: str = "hello from mock\n",
+        side_text: str = "Mock title",
+    ) -> None:
+        self.final_text = final_text
+        self.file_name = file_name
+        self.file_content = file_content
+        self.side_text = side_text
+        self.requests: list[RecordedRequest] = []
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> MockAnthropic:
+        """Bind 127.0.0.1 on an ephemeral port and serve in a daemon thread."""
+        mock = self
+
+        class Handler(_Handler):
+            server_mock = mock
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="mock-anthropic", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> MockAnthropic:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        """The bound port (only valid while started)."""
+        assert self._server is not None, "mock not started"
+        return self._server.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        """Value for ``ANTHROPIC_BASE_URL``."""
+        return f"http://127.0.0.1:{self.port}"
+
+    # -- queries for tests -----------------------------------------------------------------------
+
+    def snapshot(self) -> list[RecordedRequest]:
+        """A copy of the recorded requests (safe while the server still runs)."""
+        with self._lock:
+            return list(self.requests)
+
+    def message_requests(self, session_id: str | None = None) -> list[RecordedRequest]:
+        """Recorded ``POST /v1/messages`` requests, optionally only those of one session."""
+        return [
+            r
+            for r in self.snapshot()
+            if r.is_messages and (session_id is None or r.session_id == session_id)
+        ]
+
+    def session_ids(self) -> set[str]:
+        """Every session id seen in a ``/v1/messages`` request."""
+        return {r.session_id for r in self.message_requests() if r.session_id}
+
+    # -- script ----------------------------------------------------------------------------------
+
+    def next_id(self, prefix: str) -> str:
+        """A fresh id such as ``msg_mock000001``."""
+        with self._lock:
+            return f"{prefix}_mock{next(self._ids):06d}"
+
+    def reply_for(self, body: dict[str, Any]) -> Reply:
+        """Decide the scripted reply for one Messages request body."""
+        if not body.get("tools"):
+            return Reply([{"type": "text", "text": self.side_text}], "end_turn", "side")
+        messages = body.get("messages") or []
+        if conversation_has_tool_result(messages):
+            return Reply([{"type": "text", "text": self.final_text}], "end_turn", "final")
+        cwd = working_directory(body)
+        tool_names = {t.get("name") for t in body["tools"] if isinstance(t, dict)}
+        if cwd is None or "Write" not in tool_names:
+            text = f"MOCK ERROR: cwd={cwd!r}, Write offered={'Write' in tool_names}"
+            return Reply([{"type": "text", "text": text}], "end_turn", "error")
+        tool_use = {
+            "type": "tool_use",
+            "id": self.next_id("toolu"),
+            "name": "Write",
+            "input": {
+                "file_path": f"{cwd.rstrip('/')}/{self.file_name}",
+                "content": self.file_content,
+            },
+        }
+        return Reply(
+            [{"type": "text", "text": f"I will write {self.file_name}."}, tool_use],
+            "tool_use",
+            "tool_use",
+        )
+
+    def record(self, request: RecordedRequest) -> None:
+        """Append one request to :attr:`requests`."""
+        with self._lock:
+            self.requests.append(request)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """HTTP handler; ``server_mock`` is bound by :meth:`MockAnthropic.start`."""
+
+    server_mock: MockAnthropic
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Keep test output quiet."""
+
+    def _read_body(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw.decode("utf-8", "replace")
+
+    def _send(
+        self, status: int, body: bytes, content_type: str, extra: dict[str, str] | None = None
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("request-id", self.server_mock.next_id("req"))
+        for key, value in (extra or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _handle(self) -> None:
+        mock = self.server_mock
+        body = self._read_body() if self.command in ("POST", "PUT", "PATCH") else None
+        recorded = RecordedRequest(
+            method=self.command,
+            path=self.path,
+            headers={k.lower(): v for k, v in self.headers.items()},
+            body=body,
+        )
+        route = self.path.split("?", 1)[0]
+        if self.command == "POST" and route == "/v1/messages/count_tokens":
+            recorded.reply_kind = "other"
+            mock.record(recorded)
+            self._send(200, json.dumps({"input_tokens": 100}).encode(), "application/json")
+            return
+        if not (self.command == "POST" and route == "/v1/messages" and isinstance(body, dict)):
+            recorded.reply_kind = "other"
+            mock.record(recorded)
+            self._send(200, b"{}", "application/json")
+            return
+        reply = mock.reply_for(body)
+        recorded.reply_kind = reply.kind
+        mock.record(recorded)
+        model = str(body.get("model") or "claude-mock")
+        message_id = mock.next_id("msg")
+        input_tokens = max(1, len(json.dumps(body.get("messages", []))) // 4)
+        if body.get("stream"):
+            payload = sse_events(message_id, model, reply, input_tokens)
+            self._send(200, payload, "text/event-stream", {"Cache-Control": "no-cache"})
+        else:
+            payload = json.dumps(json_message(message_id, model, reply, input_tokens)).encode()
+            self._send(200, payload, "application/json")
+
+    do_GET = do_POST = do_HEAD = do_PUT = do_PATCH = do_DELETE = _handle
+
+
+def main() -> None:
+    """Run the mock in the foreground (for manual experiments); prints the base URL."""
+    import argparse
+    import time
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--final-text", default="DONE: wrote hello.txt")
+    parser.add_argument("--log", help="append each request as a JSON line to this file")
+    args = parser.parse_args()
+    mock = MockAnthropic(final_text=args.final_text).start()
+    print(mock.base_url, flush=True)
+    seen = 0
+    try:
+        while True:
+            time.sleep(0.2)
+            reqs = mock.snapshot()
+            for r in reqs[seen:]:
+                line = json.dumps(
+                    {
+                        "method": r.method,
+                        "path": r.path,
+                        "headers": r.headers,
+                        "body": r.body,
+                        "reply": r.reply_kind,
+                    }
+                )
+                print(
+                    f"{r.method} {r.path} session={r.session_id} reply={r.reply_kind}", flush=True
+                )
+                if args.log:
+                    with open(args.log, "a", encoding="utf-8") as fh:
+                        fh.write(line + "\n")
+            seen = len(reqs)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        mock.stop()
+
+
+if __name__ == "__main__":
+    main()
