@@ -7,6 +7,11 @@ Commands::
     supervise submit -c PROFILE TASK.toml        validate a task, drop it in the spool, print its id
     supervise status -c PROFILE [--json]         list tasks
     supervise show -c PROFILE ID                 print one manifest
+    supervise stop -c PROFILE ID                 end a task as abandoned (reason "stopped")
+    supervise resume -c PROFILE ID               force a resume now
+    supervise tail -c PROFILE ID [-n N] [-f]     print (and follow) a task's output.log
+    supervise attach -c PROFILE ID               attach this terminal to the task's tmux session
+    supervise config -c PROFILE [--task FILE]    every effective policy value and its source
 
 Exit codes: 0 success, 1 invalid input or unknown task, 2 usage error (argparse).
 Heavy imports (the engine, APScheduler, libtmux) happen only in the commands that need them.
@@ -180,6 +185,130 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _task_dir(profile: LoadedProfile, task_id: str) -> Path | None:
+    path = profile.tasks_dir / task_id
+    if "/" in task_id or task_id.startswith(".") or not (path / "manifest.json").exists():
+        _err(f"no task {task_id!r} in {profile.tasks_dir}; see 'supervise status -c ...'")
+        return None
+    return path
+
+
+def _engine_running(profile: LoadedProfile) -> bool:
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(profile.state_dir / "engine.lock"), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        return True
+    lock.release()
+    return False
+
+
+def _request(args: argparse.Namespace, verb: str) -> int:
+    from supervisor import control
+    from supervisor.taskdir import TERMINAL
+
+    profile = _profile(args.config)
+    folder = _task_dir(profile, args.task_id)
+    if folder is None:
+        return 1
+    manifest_path = folder / "manifest.json"
+    before = json.loads(manifest_path.read_text(encoding="utf-8"))
+    if before["status"] in TERMINAL:
+        _err(f"task {args.task_id} already ended: {before['status']}")
+        return 1
+    control.request(profile.state_dir, args.task_id, verb)
+    if not _engine_running(profile):
+        print(f"queued '{verb}' for {args.task_id}; no engine runs on {profile.state_dir}, "
+              "so it happens when 'supervise run' starts")  # fmt: skip
+        return 0
+    deadline = time.time() + args.wait
+    events = folder / "events.jsonl"
+    marker = {"stop": '"event": "abandoned"', "resume": '"event": "resumed"'}[verb]
+    seen = events.read_text(encoding="utf-8").count(marker) if events.exists() else 0
+    while time.time() < deadline:
+        text = events.read_text(encoding="utf-8") if events.exists() else ""
+        if text.count(marker) > seen:
+            after = json.loads(manifest_path.read_text(encoding="utf-8"))
+            print(f"{args.task_id}: {after['status']} (retry_count {after['retry_count']})")
+            return 0
+        time.sleep(0.1)
+    print(f"requested '{verb}' for {args.task_id}; the engine has not acted yet")
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    return _request(args, "stop")
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    return _request(args, "resume")
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    profile = _profile(args.config)
+    folder = _task_dir(profile, args.task_id)
+    if folder is None:
+        return 1
+    from supervisor.taskdir import TERMINAL, TaskDir
+
+    task = TaskDir(folder)
+    sys.stdout.write(task.output_tail(args.lines) + "\n")
+    if not args.follow:
+        return 0
+    log_path = folder / "output.log"
+    position = log_path.stat().st_size if log_path.exists() else 0
+    while True:
+        if log_path.exists() and log_path.stat().st_size > position:
+            with open(log_path, "rb") as handle:
+                handle.seek(position)
+                chunk = handle.read()
+            position += len(chunk)
+            sys.stdout.write(chunk.decode("utf-8", errors="replace"))
+            sys.stdout.flush()
+        elif task.read_manifest().status in TERMINAL:
+            return 0
+        time.sleep(0.25)
+
+
+def cmd_attach(args: argparse.Namespace) -> int:
+    import shutil
+
+    profile = _profile(args.config)
+    if _task_dir(profile, args.task_id) is None:
+        return 1
+    tmux = shutil.which("tmux") or "tmux"
+    socket = profile.spec.tmux.socket_name
+    argv = [tmux, "-L", socket, "attach-session", "-t", f"={args.task_id}"]
+    if args.read_only:
+        argv.insert(4, "-r")
+    os.execvp(tmux, argv)
+    return 1  # pragma: no cover - execvp does not return
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from supervisor.config import effective_policy, load_task
+
+    profile = _profile(args.config)
+    if args.task:
+        resolved = load_task(args.task, profile)
+        policy, sources = resolved.policy, resolved.sources
+    else:
+        policy, sources = effective_policy(profile.spec.monitor, None)
+    values = policy.model_dump(mode="json")
+    rows = [{"key": k, "value": json.dumps(v), "source": sources.get(k, "default")}
+            for k, v in values.items()]  # fmt: skip
+    if args.json:
+        print(json.dumps({r["key"]: {"value": values[r["key"]], "source": r["source"]}
+                          for r in rows}, indent=2))  # fmt: skip
+        return 0
+    from tabulate import tabulate
+
+    print(tabulate(rows, headers="keys"))
+    return 0
+
+
 # ---------------------------------------------------------------- parser
 
 
@@ -223,6 +352,37 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("-c", "--config", required=True, help="profile TOML file")
     show.add_argument("task_id")
     show.set_defaults(func=cmd_show)
+
+    for name, func, text in (
+        ("stop", cmd_stop, "end a task now as abandoned (reason 'stopped'), with a clean stop"),
+        ("resume", cmd_resume, "stop the agent and resume it now with the resume command"),
+    ):
+        verb = sub.add_parser(name, help=text)
+        verb.add_argument("-c", "--config", required=True, help="profile TOML file")
+        verb.add_argument("task_id")
+        verb.add_argument(
+            "--wait", type=float, default=15.0, help="seconds to wait for the engine (15)"
+        )
+        verb.set_defaults(func=func)
+
+    tail = sub.add_parser("tail", help="print the end of a task's output.log")
+    tail.add_argument("-c", "--config", required=True, help="profile TOML file")
+    tail.add_argument("task_id")
+    tail.add_argument("-n", "--lines", type=int, default=20, help="lines to print (20)")
+    tail.add_argument("-f", "--follow", action="store_true", help="follow until the task ends")
+    tail.set_defaults(func=cmd_tail)
+
+    attach = sub.add_parser("attach", help="attach this terminal to a task's tmux session")
+    attach.add_argument("-c", "--config", required=True, help="profile TOML file")
+    attach.add_argument("task_id")
+    attach.add_argument("-r", "--read-only", action="store_true", help="attach read-only")
+    attach.set_defaults(func=cmd_attach)
+
+    config = sub.add_parser("config", help="effective policy values and their sources")
+    config.add_argument("-c", "--config", required=True, help="profile TOML file")
+    config.add_argument("--task", help="a task file whose [monitor] overrides to include")
+    config.add_argument("--json", action="store_true", help="machine-readable output")
+    config.set_defaults(func=cmd_config)
     return parser
 
 

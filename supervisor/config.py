@@ -25,7 +25,7 @@ import shlex
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -115,6 +115,10 @@ def _split_argv(value: Any) -> Any:
 PositiveSeconds = Annotated[float, Field(gt=0), Strict()]
 NonNegativeSeconds = Annotated[float, Field(ge=0), Strict()]
 Count = Annotated[int, Field(ge=0), Strict()]
+ExitCode = Annotated[int, Field(ge=1, le=255), Strict()]
+#: Events the notifier can be asked to run for (``notify_on``).
+NotifyEvent = Literal["completed", "failed", "abandoned", "crashed", "hung", "resumed", "stale"]
+DEFAULT_NOTIFY_ON: tuple[str, ...] = ("abandoned", "failed", "completed")
 _EnvPositiveSeconds = Annotated[float, Field(gt=0)]
 _EnvNonNegativeSeconds = Annotated[float, Field(ge=0)]
 
@@ -135,6 +139,8 @@ class MonitorOverrides(BaseModel):
     max_retries: Count | None = None
     notifier: list[str] | None = None
     notifier_timeout: PositiveSeconds | None = None
+    notify_on: list[NotifyEvent] | None = None
+    resume_exit_codes: list[ExitCode] | None = None
 
     _check_notifier = field_validator("notifier")(
         classmethod(
@@ -160,6 +166,19 @@ class MonitorEnv(BaseSettings):
     max_retries: Annotated[int, Field(ge=0)] | None = None
     notifier: Annotated[list[str] | None, NoDecode] = None
     notifier_timeout: _EnvPositiveSeconds | None = None
+    notify_on: Annotated[list[NotifyEvent] | None, NoDecode] = None
+    resume_exit_codes: Annotated[list[Annotated[int, Field(ge=1, le=255)]] | None, NoDecode] = None
+
+    @field_validator("notify_on", "resume_exit_codes", mode="before")
+    @classmethod
+    def _parse_list(cls, value: Any) -> Any:
+        """A JSON list, or a comma-separated string: ``failed,abandoned`` or ``75,76``."""
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
 
     @field_validator("notifier", mode="before")
     @classmethod
@@ -181,6 +200,9 @@ class MonitorPolicy(BaseModel):
     Defaults come from the seed monitor (``MONITOR_BASE_INTERVAL=30``,
     ``MONITOR_MAX_INTERVAL=300``, ``MONITOR_DEADLINE=18000``, ``MONITOR_GRACE_PERIOD=30``);
     ``stale_threshold`` defaults to 3 × ``base_interval`` as in the seed's Pattern 3.
+    ``notify_on`` picks the events that run the notifier (default: the terminal ones);
+    ``resume_exit_codes`` are exit codes that mean "resume me" rather than ``failed``
+    (supervisord's ``exitcodes``, inverted).
 
     Raises:
         pydantic.ValidationError: on a non-positive interval or ``max_interval`` smaller
@@ -197,6 +219,8 @@ class MonitorPolicy(BaseModel):
     max_retries: Count = 3
     notifier: list[str] = Field(default_factory=list)
     notifier_timeout: PositiveSeconds = 10.0
+    notify_on: list[NotifyEvent] = Field(default_factory=lambda: list(DEFAULT_NOTIFY_ON))
+    resume_exit_codes: list[ExitCode] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _check(self) -> MonitorPolicy:

@@ -37,7 +37,7 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from filelock import FileLock, Timeout
 
-from supervisor import notify, policy, spool
+from supervisor import control, notify, policy, spool
 from supervisor.config import (
     ConfigError,
     LoadedProfile,
@@ -55,6 +55,8 @@ log = logging.getLogger("supervise.engine")
 
 #: Seconds between SIGTERM and SIGKILL when stopping an agent's process group.
 STOP_TIMEOUT = 5.0
+#: Seconds to wait for a resumed agent's ``pid`` file.
+PID_WAIT = 2.0
 #: Seconds to wait for the wrapper's last line to reach output.log before taking the tail.
 TAIL_SETTLE = 1.0
 _PLACEHOLDER_RE = re.compile(r"\{([a-z_]+)\}")
@@ -68,7 +70,7 @@ class Runtime:
     resolved: ResolvedTask
     state: policy.TaskState
     manifest: Manifest
-    last_check: float = field(default=0.0)
+    requests: set[str] = field(default_factory=set)
 
     @property
     def policy(self) -> MonitorPolicy:
@@ -184,6 +186,7 @@ class Engine:
                 continue
             assert claimed.task_dir is not None and claimed.resolved is not None
             self._enqueue(claimed.task_dir, claimed.resolved)
+        self._take_requests()
         self._fill_slots()
         if (
             self.exit_when_idle
@@ -193,6 +196,24 @@ class Engine:
         ):
             log.info("idle: spool empty, nothing queued or running")
             self.stopping.set()
+
+    def _take_requests(self) -> None:
+        """Apply operator requests (``supervise stop|resume ID``) found in ``control/``."""
+        for task_id, verb, path in control.pending(self.profile.state_dir):
+            path.unlink(missing_ok=True)
+            runtime = self.live.get(task_id) or next(
+                (r for r in self.queue if r.task.task_id == task_id), None
+            )
+            if runtime is None:
+                log.warning("ignored '%s' for %s: no such live or queued task", verb, task_id)
+                continue
+            runtime.task.append_event(f"{verb}_requested", status=runtime.state.status)
+            runtime.requests.add(verb)
+            if task_id in self.live:
+                self._schedule_check(runtime, delay=0.0)
+            elif verb == "stop":
+                self.queue.remove(runtime)
+                self._decide_and_apply(runtime)
 
     def _enqueue(self, task: TaskDir, resolved: ResolvedTask) -> None:
         manifest = task.read_manifest()
@@ -300,6 +321,7 @@ class Engine:
             "argv": expand_argv(template, self._argv_values(runtime)),
             "env": env,
             "cwd": runtime.manifest.project_dir,
+            "resume_exit_codes": runtime.policy.resume_exit_codes,
         }
         data = json.dumps(launch, ensure_ascii=False, indent=1).encode()
         atomic_write(runtime.task.file("launch.json"), data)
@@ -360,17 +382,20 @@ class Engine:
         runtime = self.live.get(task_id)
         if runtime is None:
             return
-        signals = observe(runtime.task, runtime.state.launched_at)
-        decision = policy.decide(runtime.state, signals, runtime.policy)
-        self._apply(runtime, decision, signals.now, signals)
+        self._decide_and_apply(runtime)
 
-    def _apply(
-        self,
-        runtime: Runtime,
-        decision: policy.Decision,
-        now: float,
-        signals: policy.Signals | None = None,
-    ) -> None:
+    def _decide_and_apply(self, runtime: Runtime) -> None:
+        signals = observe(runtime.task, runtime.state.launched_at)
+        signals = dataclasses.replace(
+            signals,
+            stop_requested="stop" in runtime.requests,
+            resume_requested="resume" in runtime.requests,
+        )
+        runtime.requests.clear()
+        decision = policy.decide(runtime.state, signals, runtime.policy)
+        self._apply(runtime, decision, signals.now)
+
+    def _apply(self, runtime: Runtime, decision: policy.Decision, now: float) -> None:
         task = runtime.task
         previous = runtime.state
         state = decision.state
@@ -418,29 +443,34 @@ class Engine:
         if previous.status != state.status:
             log.info("%s: %s -> %s (%s)", task.task_id, previous.status, state.status,
                      decision.reason)  # fmt: skip
+        if A.NOTIFY in decision.actions and runtime.policy.notifier:
+            for event in decision.events:
+                if event in runtime.policy.notify_on:
+                    self.scheduler.add_job(
+                        self._notify,
+                        executor="notify",
+                        args=[runtime, runtime.manifest.model_copy(), event, decision.reason],
+                    )
         if state.status in TERMINAL:
-            self._retire(runtime, notify_event=A.NOTIFY in decision.actions)
+            self._retire(runtime)
         else:
             self._schedule_check(runtime, decision.next_check)
 
-    def _retire(self, runtime: Runtime, notify_event: bool) -> None:
+    def _retire(self, runtime: Runtime) -> None:
         task_id = runtime.task.task_id
         self.live.pop(task_id, None)
         with contextlib.suppress(JobLookupError):
             self.scheduler.remove_job(f"check:{task_id}")
-        if notify_event and runtime.policy.notifier:
-            self.scheduler.add_job(
-                self._notify, executor="notify", args=[runtime], id=f"notify:{task_id}"
-            )
         self._fill_slots()
 
-    def _notify(self, runtime: Runtime) -> None:
-        manifest = runtime.manifest
+    def _notify(self, runtime: Runtime, manifest: Manifest, event_name: str, why: str) -> None:
+        """Run the notifier for one event (on the notify pool; bounded by its timeout)."""
         event = {
+            "event": event_name,
             "task_id": manifest.task_id,
             "task_name": manifest.task_name,
             "status": manifest.status,
-            "reason": manifest.abandon_reason,
+            "reason": manifest.abandon_reason or why,
             "exit_code": manifest.exit_code,
             "retry_count": manifest.retry_count,
             "task_dir": manifest.tmpdir,
@@ -450,13 +480,17 @@ class Engine:
         code = notify.run_notifier(
             runtime.policy.notifier, event, timeout=runtime.policy.notifier_timeout
         )
-        runtime.task.append_event("notified", status=manifest.status, notifier_exit_code=code)
+        runtime.task.append_event(
+            "notified", status=manifest.status, notified_event=event_name, notifier_exit_code=code
+        )
 
     # ------------------------------------------------------------------ actions
     def _final_tail(self, task: TaskDir) -> str:
         """output_tail, after waiting (bounded) for the wrapper's end line to be captured."""
-        deadline = time.time() + TAIL_SETTLE
         tail = task.output_tail()
+        if task.read_int("exit_code") is None:  # the wrapper did not end normally
+            return tail
+        deadline = time.time() + TAIL_SETTLE
         while time.time() < deadline:
             last = tail.rstrip().splitlines()[-1:] or [""]
             if last[0].startswith(END_MARK):
@@ -493,6 +527,11 @@ class Engine:
             self.tmux.respawn(task.task_id, task.path, project)
         except TmuxError:
             self.tmux.launch(task.task_id, task.path, project)
+        # Record the new agent's PID at once (the seed's Pitfall 3: a stale PID caused a
+        # resume loop). The wrapper writes it within milliseconds; wait a bounded moment.
+        deadline = time.time() + PID_WAIT
+        while task.read_int("pid") is None and time.time() < deadline:
+            time.sleep(0.01)
 
 
 def _pgid(pid: int) -> int | None:

@@ -23,6 +23,8 @@ State table (like supervisord's process states; "stop" = stop the agent's proces
     running       done-file, exit code 0                    completed   end
     running       done-file, exit code != 0                 failed      end
     any live      deadline passed (no done-file)            abandoned   stop, end
+    any           operator: supervise stop                  abandoned   stop, end
+    any live      operator: supervise resume                running     stop, resume (retries + 1)
     running       agent gone > EXIT_SETTLE s, no done-file  crashed     wait backoff
     running       output stale, grace_period elapsed        hung        stop, wait backoff
     crashed/hung  retry_count >= max_retries                abandoned   stop, end
@@ -59,7 +61,7 @@ class Action(StrEnum):
     RESUME = "resume"  # relaunch with resume_command in the same tmux session
     FINISH = "finish"  # record finished_at / exit_code / output_tail
     CLEANUP = "cleanup"  # pipe-pane off, kill the tmux session
-    NOTIFY = "notify"  # run the notifier
+    NOTIFY = "notify"  # run the notifier for this decision's events (policy.notify_on)
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,8 @@ class TaskState:
         stale_since: when output was first seen stale (grace period running), else None.
         gone_since: when the agent was first seen gone without a done-file, else None.
         resume_at: when a crashed/hung task is due to resume, else None.
-        abandon_reason: set with status ``abandoned``: ``deadline`` or ``max_retries``.
+        abandon_reason: set with status ``abandoned``: ``deadline``, ``max_retries`` or
+            ``stopped``.
         exit_code: set with a terminal status when known.
     """
 
@@ -100,6 +103,8 @@ class Signals:
         agent_alive: ``True``/``False`` from the PID check (zombie = dead, PID reuse guarded
             with create_time); ``None`` when no ``pid`` file exists yet.
         output_mtime: mtime of ``output.log`` (epoch s), ``None`` when absent.
+        stop_requested: an operator ran ``supervise stop`` for this task.
+        resume_requested: an operator ran ``supervise resume`` for this task.
     """
 
     now: float
@@ -107,6 +112,8 @@ class Signals:
     exit_code: int | None = None
     agent_alive: bool | None = None
     output_mtime: float | None = None
+    stop_requested: bool = False
+    resume_requested: bool = False
 
 
 @dataclass(frozen=True)
@@ -154,10 +161,29 @@ def decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisio
         policy: the task's effective monitor policy (seconds).
 
     Returns:
-        A :class:`Decision`. For a terminal ``state`` it is a no-op.
+        A :class:`Decision`. For a terminal ``state`` it is a no-op. ``Action.NOTIFY`` is
+        last in ``actions`` exactly when one of its ``events`` is in ``policy.notify_on``.
     """
+    decision = _decide(state, signals, policy)
+    actions = tuple(a for a in decision.actions if a is not Action.NOTIFY)
+    if any(event in policy.notify_on for event in decision.events):
+        actions += (Action.NOTIFY,)
+    if actions != decision.actions:
+        decision = dataclasses.replace(decision, actions=actions)
+    return decision
+
+
+def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decision:
     now = signals.now
     replace = dataclasses.replace
+    if state.status == "queued" and signals.stop_requested:
+        new = replace(state, status="abandoned", abandon_reason="stopped")
+        return Decision(
+            state=new,
+            actions=(Action.FINISH,),
+            events=("abandoned",),
+            reason="stopped by the operator before it started",
+        )
     if state.status in TERMINAL or state.status == "queued":
         return Decision(state=state, next_check=policy.base_interval, reason="nothing to do")
 
@@ -175,11 +201,32 @@ def decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisio
             reason=f"done-file with exit code {code}",
         )
 
-    # Deadline, counted from the first launch.
+    # Deadline, counted from the first launch; then the operator's requests.
     if state.started_at is not None and now - state.started_at >= policy.deadline:
         return _abandon(state, "deadline", f"deadline of {policy.deadline:g} s passed")
+    if signals.stop_requested:
+        return _abandon(state, "stopped", "stopped by the operator (supervise stop)")
+    if signals.resume_requested:
+        new = replace(
+            state,
+            status="running",
+            retry_count=state.retry_count + 1,
+            launched_at=now,
+            stale_since=None,
+            gone_since=None,
+            resume_at=None,
+        )
+        return Decision(
+            state=new,
+            actions=(Action.STOP_AGENT, Action.RESUME),
+            events=("resumed",),
+            next_check=_bounded(policy.base_interval, new, now, policy),
+            reason=f"resume number {new.retry_count}, asked by the operator (supervise resume)",
+        )
 
     if state.status in ("crashed", "hung"):
+        if state.retry_count >= policy.max_retries:  # e.g. max_retries lowered on a restart
+            return _abandon(state, "max_retries", f"{state.retry_count} resumes already")
         if state.resume_at is not None and now < state.resume_at:
             return Decision(
                 state=state,

@@ -12,7 +12,9 @@ Protocol with the engine (files in ``TASK_DIR``, names from the seed skill):
 3. Fork; the child execs the agent. ``pid`` is written with the agent's own PID (not ours).
 4. When the agent ends: ``exit_code`` (for a signal: 128 + N, as shells report it) and, only
    for a signal, ``signal``. ``done`` is written last, and only when the agent exited on its
-   own: an agent killed by a signal has crashed and must not look finished.
+   own with a code not in ``launch.json``'s ``resume_exit_codes``: an agent killed by a
+   signal, or one that asked to be resumed (supervisord's ``exitcodes`` idea inverted), has
+   not finished and must not look finished.
 
 Each file is written atomically (temp + rename). Exit status: the agent's.
 """
@@ -101,7 +103,8 @@ def main(args: list[str]) -> int:
     code = os.WEXITSTATUS(status)
     print(f"\n{END_MARK} agent exited with code {code}", flush=True)
     _write(task_dir, "exit_code", f"{code}\n")
-    _write(task_dir, "done", "")
+    if code not in launch.get("resume_exit_codes", []):
+        _write(task_dir, "done", "")
     return code
 
 

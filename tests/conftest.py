@@ -52,7 +52,9 @@ class Setup:
         self.project.mkdir()
         self.profile = root / "profile.toml"
 
-    def write_profile(self, max_concurrent: int = 4, **monitor: Any) -> Path:
+    def write_profile(
+        self, max_concurrent: int = 4, extra: dict[str, Any] | None = None, **monitor: Any
+    ) -> Path:
         data: dict[str, Any] = {
             "max_concurrent": max_concurrent,
             "intake_interval": 0.2,
@@ -63,8 +65,13 @@ class Setup:
                     sys.executable, str(FAKE_AGENT), "--prompt-file", "{prompt_file}",
                     "--session-id", "{session_id}", "--model", "{model}",
                 ],
+                "resume_command": [
+                    sys.executable, str(FAKE_AGENT), "--prompt-file", "{prompt_file}",
+                    "--resume", "{session_id}", "--model", "{model}",
+                ],
             },
             "monitor": {"base_interval": 0.5, "max_interval": 2, "deadline": 120, **monitor},
+            **(extra or {}),
         }  # fmt: skip
         self.profile.write_text(tomli_w.dumps(data), encoding="utf-8")
         return self.profile

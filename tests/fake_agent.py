@@ -11,6 +11,12 @@ into its working directory and exits. What it does is read from cue lines in the
     tick: S          while sleeping, print a line every S seconds
     exit: N          exit with code N (default 0)
     crash            kill itself with SIGKILL instead of exiting
+    crash_runs: N    on each of its first N runs in this folder: SIGKILL itself at once
+    hang_runs: N     on each of its first N runs: print one line, then hang silently
+    ignore_term      ignore SIGTERM (a stubborn agent)
+
+Runs are counted in ``fake_runs`` in the working directory (a resume is a new run). With
+``--resume ID`` it prints ``resumed session ID``, like a CLI continuing a conversation.
 
 It always records, in its working directory, ``received_prompt.bin`` (the prompt bytes
 exactly as received), ``received_argv.json`` and ``agent_pid`` (its own PID).
@@ -38,6 +44,7 @@ def main() -> int:
     parser.add_argument("--prompt-file")
     parser.add_argument("--session-id", default="")
     parser.add_argument("--model", default="")
+    parser.add_argument("--resume", default="")
     args, _ = parser.parse_known_args()
     if args.prompt_file:
         raw = Path(args.prompt_file).read_bytes()
@@ -47,7 +54,21 @@ def main() -> int:
     Path("received_argv.json").write_text(json.dumps(sys.argv[1:]), encoding="utf-8")
     Path("agent_pid").write_text(str(os.getpid()), encoding="utf-8")
     prompt = raw.decode("utf-8", errors="replace")
-    print(f"fake-agent start session={args.session_id} model={args.model}", flush=True)
+    runs_file = Path("fake_runs")
+    run = int(runs_file.read_text() or 0) + 1 if runs_file.exists() else 1
+    runs_file.write_text(str(run))
+    if re.search(r"^ignore_term$", prompt, re.MULTILINE):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    session = args.resume or args.session_id
+    print(f"fake-agent start session={session} model={args.model} run={run}", flush=True)
+    if args.resume:
+        print(f"resumed session {args.resume}", flush=True)
+    if run <= int((cues(prompt, "crash_runs") or ["0"])[0]):
+        os.kill(os.getpid(), signal.SIGKILL)
+    if run <= int((cues(prompt, "hang_runs") or ["0"])[0]):
+        print("thinking very hard...", flush=True)
+        while True:
+            time.sleep(3600)
     for text in cues(prompt, "color"):
         print(f"\x1b[1;32m{text}\x1b[0m", flush=True)
     for text in cues(prompt, "print"):

@@ -1027,7 +1027,7 @@ def check_decision(state: TaskState, sig: Signals, policy: MonitorPolicy, decisi
         else:
             assert new.abandon_reason == "max_retries"
             assert not deadline_passed
-            assert state.status == "running"
+            assert state.status in ("running", "crashed", "hung")
             assert state.retry_count >= policy.max_retries
     elif state.started_at is not None and not sig.done:
         # A live task past its deadline is always abandoned.

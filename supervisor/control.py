@@ -1,0 +1,52 @@
+"""Operator requests to a running engine: one small file per request.
+
+``supervise stop ID`` and ``supervise resume ID`` write ``state_dir/control/<ID>.<verb>``
+(atomically); the engine's intake job picks requests up on its next tick (every
+``intake_interval`` seconds), runs that task's check at once and deletes the request file.
+The request goes through the same pure policy and the same locked manifest update as any
+other check, so an operator and the engine never lose each other's updates.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from supervisor.taskdir import atomic_write, utc_iso
+
+VERBS = ("stop", "resume")
+CONTROL = "control"
+_NAME_RE = re.compile(r"^([a-z0-9-]+)\.(stop|resume)$")
+
+
+def request(state_dir: Path, task_id: str, verb: str) -> Path:
+    """Leave a request for the engine; returns the request file.
+
+    Raises:
+        ValueError: an unknown verb or a task id that is not a slug.
+    """
+    if verb not in VERBS or not re.fullmatch(r"[a-z0-9-]+", task_id):
+        raise ValueError(f"bad request {verb!r} for {task_id!r}")
+    folder = state_dir / CONTROL
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = folder / f"{task_id}.{verb}"
+    atomic_write(path, f"{utc_iso()}\n".encode())
+    return path
+
+
+def pending(state_dir: Path) -> list[tuple[str, str, Path]]:
+    """Requests waiting in ``state_dir/control``: ``(task_id, verb, path)``, oldest first."""
+    try:
+        entries = list(os.scandir(state_dir / CONTROL))
+    except FileNotFoundError:
+        return []
+    found = []
+    for entry in entries:
+        match = _NAME_RE.match(entry.name)
+        if match:
+            try:
+                found.append((entry.stat().st_mtime, match.group(1), match.group(2), entry.path))
+            except FileNotFoundError:
+                continue
+    return [(task_id, verb, Path(path)) for _, task_id, verb, path in sorted(found)]

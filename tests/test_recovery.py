@@ -1,0 +1,227 @@
+"""Recovery with real tmux and the fake agent: crash, hang, backoff, retry limit, deadline,
+notifier limits, the done-file race and stubborn agents. Intervals are about a second."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+from conftest import Setup, wait_for
+
+
+def ts(value: str) -> float:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def named(events: list[dict], name: str) -> list[dict]:
+    return [e for e in events if e["event"] == name]
+
+
+def test_crash_resume_completed(setup: Setup) -> None:
+    setup.write_profile(base_interval=0.3, max_interval=2, max_retries=3, stale_threshold=30)
+    setup.drop("c.toml", setup.task("crashy", "crash_runs: 1\nprint: working\nexit: 0"))
+    assert setup.run().returncode == 0
+    m = setup.manifests()["crashy"]
+    assert (m["status"], m["retry_count"], m["exit_code"]) == ("completed", 1, 0)
+    events = setup.events(m["task_id"])
+    kinds = [e["event"] for e in events]
+    assert kinds.index("crashed") < kinds.index("resumed") < kinds.index("completed")
+    assert kinds.count("launched") == 1 and kinds.count("resumed") == 1
+    # The resumed run used resume_command with this task's own session id.
+    assert f"resumed session {m['session_id']}" in m["output_tail"]
+    assert m["pid"] == int((setup.project / "agent_pid").read_text())
+    crashed, resumed = named(events, "crashed")[0], named(events, "resumed")[0]
+    assert 0.25 <= ts(resumed["ts"]) - ts(crashed["ts"]) < 2.0  # backoff base_interval * 2**0
+
+
+def test_hang_grace_resume_completed(setup: Setup) -> None:
+    setup.write_profile(
+        base_interval=0.3, max_interval=2, stale_threshold=1.0, grace_period=1.0, max_retries=2
+    )
+    setup.drop("h.toml", setup.task("hangs", "hang_runs: 1\ntick: 0.2\nsleep: 1\nexit: 0"))
+    assert setup.run().returncode == 0
+    m = setup.manifests()["hangs"]
+    assert (m["status"], m["retry_count"], m["exit_code"]) == ("completed", 1, 0)
+    events = setup.events(m["task_id"])
+    stale, hung = named(events, "stale")[0], named(events, "hung")[0]
+    # The first stale check never acts; the hang is declared only after the grace period.
+    assert ts(hung["ts"]) - ts(stale["ts"]) >= 1.0
+    assert named(events, "agent_stopped"), "the hung agent was stopped before the resume"
+    assert ts(named(events, "resumed")[0]["ts"]) > ts(hung["ts"])
+
+
+def test_fresh_output_cancels_the_grace_period(setup: Setup) -> None:
+    # Output every 0.6 s with a stale threshold of 0.5 s: stale checks happen, but fresh
+    # output always arrives within the 1.5 s grace period, so the agent is never resumed.
+    setup.write_profile(base_interval=0.2, stale_threshold=0.5, grace_period=1.5)
+    setup.drop("f.toml", setup.task("slowprint", "tick: 0.6\nsleep: 3\nexit: 0"))
+    assert setup.run().returncode == 0
+    m = setup.manifests()["slowprint"]
+    assert (m["status"], m["retry_count"]) == ("completed", 0)
+    kinds = [e["event"] for e in setup.events(m["task_id"])]
+    assert "stale" in kinds and "fresh" in kinds and "hung" not in kinds
+
+
+def test_crash_every_run_is_abandoned_after_max_retries(setup: Setup) -> None:
+    setup.write_profile(base_interval=0.25, max_interval=0.8, max_retries=3, stale_threshold=30)
+    setup.drop("x.toml", setup.task("doomed", "crash_runs: 99"))
+    assert setup.run().returncode == 0
+    m = setup.manifests()["doomed"]
+    assert (m["status"], m["abandon_reason"], m["retry_count"]) == ("abandoned", "max_retries", 3)
+    assert m["abandoned_at"] and m["finished_at"]
+    events = setup.events(m["task_id"])
+    crashed, resumed = named(events, "crashed"), named(events, "resumed")
+    assert len(resumed) == 3 and len(crashed) == 3
+    waits = [ts(r["ts"]) - ts(c["ts"]) for c, r in zip(crashed, resumed, strict=True)]
+    # base * 2**n capped at max: 0.25, 0.5, 0.8 (each check may land a little late).
+    for wait, expected in zip(waits, (0.25, 0.5, 0.8), strict=True):
+        assert expected - 0.05 <= wait <= expected + 0.6, waits
+    assert waits[0] < waits[1] < waits[2] + 0.3
+    assert int((setup.project / "fake_runs").read_text()) == 4  # 1 launch + 3 resumes
+
+
+def test_done_file_while_output_is_stale_is_completed(setup: Setup) -> None:
+    # Silent for longer than stale_threshold + grace_period, then exits 0: the done-file
+    # (layer 1) must win over the stale output (layer 3); nothing is resumed.
+    setup.write_profile(base_interval=0.2, stale_threshold=0.3, grace_period=5)
+    setup.drop("q.toml", setup.task("quiet", "sleep: 1.5\nexit: 0"))
+    assert setup.run().returncode == 0
+    m = setup.manifests()["quiet"]
+    assert (m["status"], m["retry_count"], m["exit_code"]) == ("completed", 0, 0)
+    kinds = [e["event"] for e in setup.events(m["task_id"])]
+    assert "stale" in kinds and "resumed" not in kinds and "hung" not in kinds
+
+
+def test_resume_exit_code_resumes_instead_of_failing(setup: Setup) -> None:
+    setup.write_profile(base_interval=0.3, resume_exit_codes=[75], max_retries=1)
+    setup.drop("r.toml", setup.task("tempfail", "exit: 75"))
+    assert setup.run().returncode == 0
+    m = setup.manifests()["tempfail"]
+    assert (m["status"], m["abandon_reason"], m["retry_count"]) == ("abandoned", "max_retries", 1)
+    assert m["exit_code"] == 75
+
+
+def test_agent_that_ignores_sigterm_is_still_stopped(setup: Setup) -> None:
+    setup.write_profile(base_interval=0.3, deadline=1.5, stale_threshold=30)
+    setup.drop("s.toml", setup.task("stubborn", "ignore_term\ntick: 0.3\nsleep: 120"))
+    began = time.time()
+    assert setup.run(timeout=60).returncode == 0
+    assert time.time() - began < 30
+    m = setup.manifests()["stubborn"]
+    assert (m["status"], m["abandon_reason"]) == ("abandoned", "deadline")
+    pid = int((setup.project / "agent_pid").read_text())
+    assert not _alive(pid)
+    stopped = named(setup.events(m["task_id"]), "agent_stopped")[0]
+    assert stopped["killed"] is True  # SIGTERM was ignored, so SIGKILL was needed
+    assert setup.tmux("has-session", "-t", f"={m['task_id']}").returncode != 0
+
+
+def test_hanging_notifier_does_not_delay_cleanup(setup: Setup, tmp_path: Path) -> None:
+    started = tmp_path / "notifier-started"
+    notifier = [sys.executable, "-c",
+                f"import time; open({str(started)!r}, 'w').close(); time.sleep(600)"]  # fmt: skip
+    setup.write_profile(base_interval=0.3, notifier=notifier, notifier_timeout=1.0)
+    setup.drop("n.toml", setup.task("notified", "exit: 0"))
+    began = time.time()
+    result = setup.run(timeout=60)
+    took = time.time() - began
+    assert result.returncode == 0
+    m = setup.manifests()["notified"]
+    assert m["status"] == "completed"
+    assert started.exists(), "the notifier ran"
+    assert took < 10, f"supervise run took {took:.1f} s with a 1 s notifier timeout"
+    notified = named(setup.events(m["task_id"]), "notified")[0]
+    assert notified["notifier_exit_code"] is None  # killed at the timeout
+    # Cleanup did not wait for the notifier: the session was gone before it was killed.
+    finished = ts(m["finished_at"])
+    assert ts(notified["ts"]) - finished >= 0.9
+
+
+def test_notify_on_selects_events_and_failure_is_only_logged(setup: Setup, tmp_path: Path) -> None:
+    seen = tmp_path / "seen.jsonl"
+    notifier = [sys.executable, "-c",
+                f"import sys; open({str(seen)!r}, 'a').write(sys.stdin.read() + '\\n'); "
+                "sys.exit(4)"]  # fmt: skip
+    setup.write_profile(
+        base_interval=0.3, notifier=notifier, notify_on=["crashed", "failed"], stale_threshold=30
+    )
+    setup.drop("a.toml", setup.task("ok", "exit: 0", setup.project / "a"))
+    setup.drop("b.toml", setup.task("bad", "crash_runs: 1\nexit: 2", setup.project / "b"))
+    assert setup.run().returncode == 0
+    events = [json.loads(line) for line in seen.read_text().splitlines()]
+    assert sorted((e["task_name"], e["event"]) for e in events) == [
+        ("bad", "crashed"),
+        ("bad", "failed"),
+    ]
+    failed = next(e for e in events if e["event"] == "failed")
+    assert failed["exit_code"] == 2 and failed["status"] == "failed"
+    assert "exit 2" in failed["message"] and Path(failed["task_dir"]).is_dir()
+    manifests = setup.manifests()
+    assert manifests["bad"]["status"] == "failed" and manifests["ok"]["status"] == "completed"
+
+
+def test_operator_stop_resume_tail_and_config(setup: Setup, tmp_path: Path) -> None:
+    setup.write_profile(base_interval=0.3, stale_threshold=30)
+    setup.drop("a.toml", setup.task("long-a", "tick: 0.2\nsleep: 60", setup.project / "a"))
+    setup.drop("b.toml", setup.task("long-b", "tick: 0.2\nsleep: 60", setup.project / "b"))
+    engine = subprocess.Popen(
+        [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile), "--exit-when-idle"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: len(setup.manifests()) == 2, timeout=20)
+        wait_for(lambda: all(m["status"] == "running" for m in setup.manifests().values()))
+        ids = {name: m["task_id"] for name, m in setup.manifests().items()}
+        conf = str(setup.profile)
+
+        resumed = setup.supervise("resume", "-c", conf, ids["long-a"])
+        assert resumed.returncode == 0, resumed.stderr
+        assert "running (retry_count 1)" in resumed.stdout
+        wait_for(lambda: (setup.project / "a" / "fake_runs").read_text() == "2")
+
+        tail = setup.supervise("tail", "-c", conf, ids["long-a"], "-n", "50")
+        assert f"resumed session {setup.manifests()['long-a']['session_id']}" in tail.stdout
+
+        for name in ("long-a", "long-b"):
+            stopped = setup.supervise("stop", "-c", conf, ids[name])
+            assert stopped.returncode == 0, stopped.stderr
+            assert "abandoned" in stopped.stdout
+        assert engine.wait(timeout=30) == 0
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+    manifests = setup.manifests()
+    assert manifests["long-a"]["retry_count"] == 1
+    for m in manifests.values():
+        assert (m["status"], m["abandon_reason"]) == ("abandoned", "stopped")
+        assert setup.tmux("has-session", "-t", f"={m['task_id']}").returncode != 0
+    again = setup.supervise("stop", "-c", str(setup.profile), ids["long-b"])
+    assert again.returncode == 1 and "already ended" in again.stderr
+
+    task = tmp_path / "t.toml"
+    task.write_text(f'name = "t"\nprompt = "x"\nproject_dir = "{setup.project}"\n'
+                    "[monitor]\ndeadline = 99\n")  # fmt: skip
+    env = {**os.environ, "MONITOR_GRACE_PERIOD": "7"}
+    shown = setup.supervise("config", "-c", str(setup.profile), "--task", str(task), "--json",
+                            env=env)  # fmt: skip
+    values = json.loads(shown.stdout)
+    assert values["deadline"] == {"value": 99.0, "source": "task"}
+    assert values["grace_period"] == {"value": 7.0, "source": "env"}
+    assert values["base_interval"] == {"value": 0.3, "source": "profile"}
+    assert values["max_retries"] == {"value": 3, "source": "default"}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
