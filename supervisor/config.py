@@ -527,7 +527,8 @@ def read_env_overrides() -> dict[str, Any]:
             field_name = str(item["loc"][0]) if item["loc"] else "?"
             var = f"MONITOR_{field_name.upper()}"
             message = item["msg"].removeprefix("Value error, ")
-            problems.append(f"env {var}={os.environ.get(var, '')!r}: {message}")
+            actual = next((k for k in os.environ if k.upper() == var), var)
+            problems.append(f"env {actual}={os.environ.get(actual, '')!r}: {message}")
     except ValueError as exc:  # JSON or shlex parse errors from _split_argv
         problems.append(f"env MONITOR_NOTIFIER: {exc}; give a JSON list or a shell-like string")
     if problems:

@@ -290,7 +290,7 @@ class Engine:
         spec = TaskSpec.model_validate_json(task.file("spec.json").read_bytes())
         spec.prompt, spec.prompt_file = "-", None
         resolved = resolve_task(spec, self.profile, task.path, task.file("spec.json"))
-        prompt = task.file("prompt").read_text(encoding="utf-8")
+        prompt = task.file("prompt").read_bytes().decode("utf-8")
         return dataclasses.replace(resolved, prompt=prompt)
 
     # ------------------------------------------------------------------ launch

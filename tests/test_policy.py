@@ -6,6 +6,7 @@ three layers: done-file, liveness, output staleness; deadline; backoff; max_retr
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from typing import ClassVar
@@ -14,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from supervisor.config import MonitorPolicy
+from supervisor.config import DEFAULT_NOTIFY_ON, MonitorPolicy
 from supervisor.policy import (
     EXIT_SETTLE,
     MIN_CHECK,
@@ -892,8 +893,10 @@ class TestNoOps:
             dict(agent_alive=False),
             dict(agent_alive=True, output_mtime=T0),
             dict(),
+            dict(resume_requested=True),
+            dict(resume_requested=True, agent_alive=False),
         ],
-        ids=["done0", "done1", "dead", "stale", "none"],
+        ids=["done0", "done1", "dead", "stale", "none", "resume", "resume-dead"],
     )
     @pytest.mark.parametrize("offset", [1.0, 1e6])  # 1e6 s: long past the deadline
     def test_no_op(self, status, signal_fields, offset):
@@ -914,9 +917,176 @@ class TestNoOps:
         assert decision.events == ()
         assert decision.next_check == P.base_interval
 
+    @pytest.mark.parametrize("status", sorted(TERMINAL))
+    def test_stop_request_on_terminal_is_a_no_op(self, status):
+        state = TaskState(status, T0, T0, retry_count=1, abandon_reason=None, exit_code=0)
+        decision = decide(state, Signals(now=T0 + 5, stop_requested=True), P)
+        assert decision.state == state
+        assert decision.actions == ()
+        assert decision.events == ()
+
+
+# ============================================================================ operator
+
+
+class TestOperatorStop:
+    @pytest.mark.parametrize(
+        "state",
+        [
+            running(),
+            running(stale_since=T0 + 1, gone_since=T0 + 2, retry_count=2),
+            TaskState("crashed", T0, T0, retry_count=1, resume_at=T0 + 1000),
+            TaskState("hung", T0, T0, retry_count=1, resume_at=T0 + 1),
+        ],
+        ids=["running", "running-grace-settle", "crashed-waiting", "hung-due"],
+    )
+    def test_stop_abandons_a_live_task(self, state):
+        now = T0 + 100
+        decision = decide(state, alive(now, stop_requested=True), P)
+        assert decision.state.status == "abandoned"
+        assert decision.state.abandon_reason == "stopped"
+        assert decision.state.retry_count == state.retry_count
+        assert decision.state.resume_at is None
+        assert decision.state.stale_since is None
+        assert decision.actions == STOP_END
+        assert decision.events == ("abandoned",)
+
+    def test_stop_of_a_queued_task_only_finishes(self):
+        state = TaskState("queued")
+        decision = decide(state, Signals(now=T0, stop_requested=True), P)
+        assert decision.state == TaskState("abandoned", abandon_reason="stopped")
+        # Nothing was launched: nothing to stop or clean up.
+        assert decision.actions == (A.FINISH, A.NOTIFY)
+        assert decision.events == ("abandoned",)
+
+    @pytest.mark.parametrize("code", [0, 3])
+    def test_done_wins_over_stop(self, code):
+        now = T0 + 100
+        signals = Signals(now, done=True, exit_code=code, stop_requested=True)
+        decision = decide(running(), signals, P)
+        assert decision.state.status == ("completed" if code == 0 else "failed")
+        assert decision.actions == END
+
+    def test_deadline_wins_over_stop(self):
+        now = T0 + P.deadline
+        decision = decide(running(), alive(now, stop_requested=True), P)
+        assert decision.state.abandon_reason == "deadline"
+        assert decision.actions == STOP_END
+
+    def test_stop_wins_over_resume(self):
+        now = T0 + 100
+        signals = alive(now, stop_requested=True, resume_requested=True)
+        decision = decide(running(), signals, P)
+        assert decision.state.abandon_reason == "stopped"
+        assert A.RESUME not in decision.actions
+
+    def test_stop_wins_over_crash_and_hang(self):
+        now = T0 + 500
+        state = running(gone_since=now - 10, stale_since=now - 100)
+        decision = decide(state, dead(now, stop_requested=True), P)
+        assert decision.state.abandon_reason == "stopped"
+
+
+class TestOperatorResume:
+    @pytest.mark.parametrize(
+        "state",
+        [
+            running(retry_count=0, stale_since=T0 + 1, gone_since=T0 + 2),
+            TaskState("crashed", T0, T0, retry_count=1, resume_at=T0 + 1000),
+            TaskState("hung", T0, T0, retry_count=2, resume_at=T0 + 1000, stale_since=T0),
+        ],
+        ids=["running", "crashed-waiting", "hung-waiting"],
+    )
+    def test_resume_request_resumes_now(self, state):
+        now = T0 + 100
+        decision = decide(state, dead(now, resume_requested=True), P)
+        assert decision.state == TaskState(
+            "running", started_at=T0, launched_at=now, retry_count=state.retry_count + 1
+        )
+        assert decision.actions == (A.STOP_AGENT, A.RESUME)
+        assert decision.events == ("resumed",)
+        assert decision.next_check == P.base_interval
+
+    def test_resume_request_next_check_clipped_to_deadline(self):
+        now = T0 + P.deadline - 3
+        decision = decide(running(), alive(now, resume_requested=True), P)
+        assert decision.next_check == pytest.approx(3.0)
+
+    def test_done_wins_over_resume_request(self):
+        now = T0 + 100
+        signals = Signals(now, done=True, exit_code=0, resume_requested=True)
+        decision = decide(running(), signals, P)
+        assert decision.state.status == "completed"
+        assert A.RESUME not in decision.actions
+
+    def test_deadline_wins_over_resume_request(self):
+        now = T0 + P.deadline
+        decision = decide(running(), alive(now, resume_requested=True), P)
+        assert decision.state.abandon_reason == "deadline"
+        assert A.RESUME not in decision.actions
+
+    def test_resume_request_counts_against_max_retries(self):
+        # Operator resumes are counted in retry_count, like automatic ones: past the limit
+        # the operator may still resume, but the next crash abandons.
+        now = T0 + 100
+        state = running(retry_count=P.max_retries)
+        resumed = decide(state, alive(now, resume_requested=True), P)
+        assert resumed.state.retry_count == P.max_retries + 1
+        assert resumed.actions == (A.STOP_AGENT, A.RESUME)
+        gone = decide(resumed.state, dead(now + 1), P)
+        crash = decide(gone.state, dead(now + 1 + EXIT_SETTLE), P)
+        assert crash.state.abandon_reason == "max_retries"
+
+
+# ============================================================================ notify_on
+
+
+class TestNotifyOn:
+    def test_default_notifies_terminal_events_only(self):
+        assert tuple(MonitorPolicy().notify_on) == DEFAULT_NOTIFY_ON
+        assert set(DEFAULT_NOTIFY_ON) == {"completed", "failed", "abandoned"}
+
+    @pytest.mark.parametrize(
+        ("state", "signals", "events", "actions"),
+        [
+            (running(), Signals(T0 + 9, done=True, exit_code=0), ("completed",), END[:-1]),
+            (running(), Signals(T0 + 9, done=True, exit_code=2), ("failed",), END[:-1]),
+            (running(), alive(T0 + P.deadline), ("abandoned",), STOP_END[:-1]),
+            (running(gone_since=T0 + 5), dead(T0 + 9), ("crashed",), ()),
+            (running(), alive(T0 + 99, output_age=99), ("stale",), ()),
+            (
+                running(stale_since=T0 + 50),
+                alive(T0 + 99, output_age=99),
+                ("hung",),
+                (A.STOP_AGENT,),
+            ),
+            (TaskState("hung", T0, T0, resume_at=T0), alive(T0 + 9), ("resumed",), (A.RESUME,)),
+            (running(stale_since=T0 + 50), alive(T0 + 60), ("fresh",), ()),
+        ],
+        ids=["completed", "failed", "abandoned", "crashed", "stale", "hung", "resumed", "fresh"],
+    )
+    @pytest.mark.parametrize(
+        "notify_on",
+        [[], ["completed"], ["crashed", "hung"], ["stale", "resumed", "abandoned", "failed"]],
+    )
+    def test_notify_exactly_for_selected_events(self, state, signals, events, actions, notify_on):
+        policy = P.model_copy(update={"notify_on": notify_on})
+        decision = decide(state, signals, policy)
+        assert decision.events == events
+        wanted = any(event in notify_on for event in events)
+        assert decision.actions == ((*actions, A.NOTIFY) if wanted else actions)
+
+    def test_no_events_no_notify_even_with_every_event_selected(self):
+        every = ["completed", "failed", "abandoned", "crashed", "hung", "resumed", "stale"]
+        policy = P.model_copy(update={"notify_on": every})
+        decision = decide(running(), alive(T0 + 9), policy)
+        assert decision.events == ()
+        assert decision.actions == ()
+
 
 # ============================================================================ properties
 
+NOTIFY_EVENTS = ("completed", "failed", "abandoned", "crashed", "hung", "resumed", "stale")
 times = st.floats(-1e5, 1e5, allow_nan=False).map(lambda x: T0 + x)
 opt_times = st.none() | times
 
@@ -931,6 +1101,9 @@ def policies(draw) -> MonitorPolicy:
         grace_period=draw(st.just(0.0) | st.floats(0.0, 1e4)),
         stale_threshold=draw(st.none() | st.floats(0.001, 1e4)),
         max_retries=draw(st.integers(0, 12)),
+        notify_on=draw(
+            st.just(list(DEFAULT_NOTIFY_ON)) | st.lists(st.sampled_from(NOTIFY_EVENTS), unique=True)
+        ),
     )
 
 
@@ -943,7 +1116,7 @@ states = st.builds(
     stale_since=opt_times,
     gone_since=opt_times,
     resume_at=opt_times,
-    abandon_reason=st.none() | st.sampled_from(["deadline", "max_retries"]),
+    abandon_reason=st.none() | st.sampled_from(["deadline", "max_retries", "stopped"]),
     exit_code=st.none() | st.integers(-255, 255),
 )
 
@@ -954,6 +1127,8 @@ signals = st.builds(
     exit_code=st.none() | st.integers(-255, 255),
     agent_alive=st.none() | st.booleans(),
     output_mtime=opt_times,
+    stop_requested=st.booleans(),
+    resume_requested=st.booleans(),
 )
 
 
@@ -965,7 +1140,9 @@ def _is_ordered(actions: tuple[Action, ...]) -> bool:
 def check_decision(state: TaskState, sig: Signals, policy: MonitorPolicy, decision: Decision):
     """Every invariant of one step (shared by the single-step and the life properties)."""
     new, actions = decision.state, decision.actions
-    noop = state.status in TERMINAL or state.status == "queued"
+    queued_stop = state.status == "queued" and sig.stop_requested
+    noop = state.status in TERMINAL or (state.status == "queued" and not queued_stop)
+    live = state.status in LIVE
 
     # (b) next_check positive and finite; for a live task never below MIN_CHECK (a no-op
     # answers base_interval as is, which may be smaller).
@@ -976,71 +1153,92 @@ def check_decision(state: TaskState, sig: Signals, policy: MonitorPolicy, decisi
     assert _is_ordered(actions)
     assert new.status in STATUSES
 
-    # (d) terminal and queued states never change.
+    # NOTIFY: last, exactly when one of the events is in notify_on.
+    notify = any(event in policy.notify_on for event in decision.events)
+    assert (A.NOTIFY in actions) == notify
+    body = actions[:-1] if notify else actions
+
+    # (d) terminal (and queued, unless stopped) states never change.
     if noop:
         assert new == state
         assert actions == ()
         assert decision.events == ()
         return
+    if queued_stop:
+        assert new == dataclasses.replace(state, status="abandoned", abandon_reason="stopped")
+        assert body == (A.FINISH,)
+        assert decision.events == ("abandoned",)
+        return
+    assert live
 
-    # (a) the done-file wins.
+    # (a) the done-file wins over everything.
     if sig.done:
         assert new.status in ("completed", "failed")
         assert new.status == ("completed" if sig.exit_code == 0 else "failed")
         if sig.exit_code is not None:
             assert new.exit_code == sig.exit_code
-        assert actions == END
+        assert body == END[:-1]
         assert decision.events == (new.status,)
         assert new.retry_count == state.retry_count
         assert new.resume_at is None
-    else:
-        assert new.status not in ("completed", "failed")
+        return
+    assert new.status not in ("completed", "failed")
+
+    deadline_passed = state.started_at is not None and sig.now - state.started_at >= policy.deadline
+    operator_resume = sig.resume_requested and not sig.stop_requested and not deadline_passed
 
     # (c) retry_count: never down, at most +1, +1 exactly with RESUME.
     assert state.retry_count <= new.retry_count <= state.retry_count + 1
     assert (new.retry_count == state.retry_count + 1) == (A.RESUME in actions)
 
-    # (e) RESUME only from crashed/hung, to running, relaunched now.
+    # (e) RESUME only from crashed/hung (or on the operator's request), to running, now.
     if A.RESUME in actions:
-        assert state.status in ("crashed", "hung")
         assert new.status == "running"
         assert new.launched_at == sig.now
         assert new.resume_at is None
-        assert actions == (A.RESUME,)
-        assert state.resume_at is None or sig.now >= state.resume_at
+        assert new.stale_since is None and new.gone_since is None
+        assert decision.events == ("resumed",)
+        if operator_resume:
+            assert body == (A.STOP_AGENT, A.RESUME)
+        else:
+            assert state.status in ("crashed", "hung")
+            assert body == (A.RESUME,)
+            assert state.resume_at is None or sig.now >= state.resume_at
+            assert state.retry_count < policy.max_retries
+    elif operator_resume:
+        raise AssertionError("an operator resume request was ignored")
 
-    # Terminal results carry FINISH, CLEANUP, NOTIFY; live ones never do.
+    # Terminal results end the task; live ones never do.
     if new.status in TERMINAL:
-        assert actions[-3:] == END
+        assert body[-2:] == (A.FINISH, A.CLEANUP)
     else:
-        assert not set(END) & set(actions)
+        assert A.FINISH not in actions and A.CLEANUP not in actions
 
-    # Abandonment: exactly the two documented reasons, always stopping the agent.
+    # Abandonment: the three documented reasons, in priority order, stopping the agent.
     if new.status == "abandoned":
-        assert actions == STOP_END
+        assert body == STOP_END[:-1]
+        assert decision.events == ("abandoned",)
         assert new.resume_at is None
-        deadline_passed = (
-            state.started_at is not None and sig.now - state.started_at >= policy.deadline
-        )
-        if new.abandon_reason == "deadline":
-            assert deadline_passed
+        assert new.retry_count == state.retry_count
+        if deadline_passed:
+            assert new.abandon_reason == "deadline"
+        elif sig.stop_requested:
+            assert new.abandon_reason == "stopped"
         else:
             assert new.abandon_reason == "max_retries"
-            assert not deadline_passed
-            assert state.status in ("running", "crashed", "hung")
             assert state.retry_count >= policy.max_retries
-    elif state.started_at is not None and not sig.done:
-        # A live task past its deadline is always abandoned.
-        assert sig.now - state.started_at < policy.deadline
+    else:
+        assert not deadline_passed
+        assert not sig.stop_requested
 
     # crashed / hung carry a resume_at exactly one backoff away.
     if new.status in ("crashed", "hung") and state.status == "running":
         assert new.resume_at == sig.now + backoff(state.retry_count, policy)
         assert decision.events == (new.status,)
         assert state.retry_count < policy.max_retries
-        assert actions == ((A.STOP_AGENT,) if new.status == "hung" else ())
+        assert body == ((A.STOP_AGENT,) if new.status == "hung" else ())
     if A.STOP_AGENT in actions:
-        assert new.status in ("hung", "abandoned")
+        assert new.status in ("hung", "abandoned") or operator_resume
 
     # next_check never points past the deadline (up to the MIN_CHECK floor).
     if new.status not in TERMINAL and state.started_at is not None:
@@ -1064,12 +1262,14 @@ def test_invariants_single_step(state, sig, policy):
 @given(state=states, sig=signals, policy=policies())
 @settings(max_examples=1000, deadline=None)
 def test_done_never_resumes_or_stops(state, sig, policy):
-    sig = Signals(sig.now, True, sig.exit_code, sig.agent_alive, sig.output_mtime)
+    sig = dataclasses.replace(sig, done=True)
     decision = decide(state, sig, policy)
-    if state.status in TERMINAL or state.status == "queued":
-        assert decision.state == state
-    else:
+    if state.status in LIVE:
         assert decision.state.status in ("completed", "failed")
+    elif state.status == "queued" and sig.stop_requested:
+        assert decision.state.status == "abandoned"
+    else:
+        assert decision.state == state
     assert decision.state.status not in ("crashed", "hung") or decision.state == state
     assert A.RESUME not in decision.actions
     assert A.STOP_AGENT not in decision.actions
@@ -1099,20 +1299,22 @@ observations = st.tuples(
     st.one_of(st.none(), st.floats(0.0, 200.0)),  # output age; None = no output.log
     st.integers(0, 40),  # 0: the done-file appears
     st.sampled_from([0, 1, 137]),  # exit code written with done
+    st.integers(0, 60),  # 0: operator stop, 1: operator resume
 )
 
 
 @given(
     policy=policies(),
     steps=st.lists(observations, min_size=1, max_size=120),
+    operator=st.booleans(),
 )
 @settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_life_invariants(policy, steps):
+def test_life_invariants(policy, steps, operator):
     state = TaskState("running", started_at=T0, launched_at=T0)
     now = T0
-    resumes = 0
+    resumes = operator_resumes = 0
     last_next = policy.base_interval
-    for wait, agent_alive, age, done_roll, code in steps:
+    for wait, agent_alive, age, done_roll, code, operator_roll in steps:
         now += last_next if wait is None else wait
         sig = Signals(
             now=now,
@@ -1120,22 +1322,30 @@ def test_life_invariants(policy, steps):
             exit_code=code,
             agent_alive=agent_alive,
             output_mtime=None if age is None else now - age,
+            stop_requested=operator and operator_roll == 0,
+            resume_requested=operator and operator_roll == 1,
         )
         decision = decide(state, sig, policy)
         check_decision(state, sig, policy, decision)
         new = decision.state
-        resumes += decision.actions.count(A.RESUME)
+        if A.RESUME in decision.actions:
+            resumes += 1
+            operator_resumes += sig.resume_requested
         assert new.retry_count == resumes
-        assert new.retry_count <= policy.max_retries
+        # Automatic resumes never go past max_retries; only the operator may.
+        assert new.retry_count <= policy.max_retries + operator_resumes
+        if not operator:
+            assert new.retry_count <= policy.max_retries
         if (
             state.status not in TERMINAL
             and new.status == "abandoned"
             and new.abandon_reason == "max_retries"
         ):
-            assert new.retry_count == policy.max_retries
-            assert state.status == "running"
-        if state.status in ("crashed", "hung") and new.status == "running":
-            assert decision.actions == (A.RESUME,)
+            assert new.retry_count >= policy.max_retries
+            if not operator:
+                assert new.retry_count == policy.max_retries
+        if state.status in TERMINAL:
+            assert new == state
         state, last_next = new, decision.next_check
 
 
