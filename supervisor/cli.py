@@ -224,13 +224,14 @@ def _request(args: argparse.Namespace, verb: str) -> int:
               "so it happens when 'supervise run' starts")  # fmt: skip
         return 0
     deadline = time.time() + args.wait
-    events = folder / "events.jsonl"
-    marker = {"stop": '"event": "abandoned"', "resume": '"event": "resumed"'}[verb]
-    seen = events.read_text(encoding="utf-8").count(marker) if events.exists() else 0
     while time.time() < deadline:
-        text = events.read_text(encoding="utf-8") if events.exists() else ""
-        if text.count(marker) > seen:
-            after = json.loads(manifest_path.read_text(encoding="utf-8"))
+        after = json.loads(manifest_path.read_text(encoding="utf-8"))
+        acted = (
+            after["status"] in TERMINAL
+            if verb == "stop"
+            else after["retry_count"] > before["retry_count"] or after["status"] in TERMINAL
+        )
+        if acted:
             print(f"{args.task_id}: {after['status']} (retry_count {after['retry_count']})")
             return 0
         time.sleep(0.1)

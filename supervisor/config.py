@@ -17,11 +17,13 @@ the file, the TOML key (with its line where known), what is wrong and what is al
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import os
 import re
 import shlex
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,6 +143,8 @@ class MonitorOverrides(BaseModel):
     notifier_timeout: PositiveSeconds | None = None
     notify_on: list[NotifyEvent] | None = None
     resume_exit_codes: list[ExitCode] | None = None
+    max_log_bytes: Annotated[int, Field(ge=4096), Strict()] | None = None
+    log_backups: Count | None = None
 
     _check_notifier = field_validator("notifier")(
         classmethod(
@@ -168,6 +172,8 @@ class MonitorEnv(BaseSettings):
     notifier_timeout: _EnvPositiveSeconds | None = None
     notify_on: Annotated[list[NotifyEvent] | None, NoDecode] = None
     resume_exit_codes: Annotated[list[Annotated[int, Field(ge=1, le=255)]] | None, NoDecode] = None
+    max_log_bytes: Annotated[int, Field(ge=4096)] | None = None
+    log_backups: Annotated[int, Field(ge=0)] | None = None
 
     @field_validator("notify_on", "resume_exit_codes", mode="before")
     @classmethod
@@ -202,7 +208,9 @@ class MonitorPolicy(BaseModel):
     ``stale_threshold`` defaults to 3 × ``base_interval`` as in the seed's Pattern 3.
     ``notify_on`` picks the events that run the notifier (default: the terminal ones);
     ``resume_exit_codes`` are exit codes that mean "resume me" rather than ``failed``
-    (supervisord's ``exitcodes``, inverted).
+    (supervisord's ``exitcodes``, inverted). ``output.log`` is rotated past
+    ``max_log_bytes`` bytes keeping ``log_backups`` old files (supervisord's
+    ``stdout_logfile_maxbytes`` / ``stdout_logfile_backups``; default 50 MiB and 3).
 
     Raises:
         pydantic.ValidationError: on a non-positive interval or ``max_interval`` smaller
@@ -221,6 +229,8 @@ class MonitorPolicy(BaseModel):
     notifier_timeout: PositiveSeconds = 10.0
     notify_on: list[NotifyEvent] = Field(default_factory=lambda: list(DEFAULT_NOTIFY_ON))
     resume_exit_codes: list[ExitCode] = Field(default_factory=list)
+    max_log_bytes: Annotated[int, Field(ge=4096), Strict()] = 50 * 1024 * 1024
+    log_backups: Count = 3
 
     @model_validator(mode="after")
     def _check(self) -> MonitorPolicy:
@@ -312,6 +322,60 @@ class TaskSpec(BaseModel):
         return self
 
 
+#: Optional task-file keys a task may set unless the profile says otherwise: never the
+#: notifier (it runs commands) nor ``env`` (``PATH`` or ``LD_PRELOAD`` would change what
+#: the agent command runs). ``name``, ``prompt``, ``prompt_file`` and ``project_dir`` are
+#: always allowed.
+DEFAULT_TASK_MAY_SET: tuple[str, ...] = (
+    "model",
+    "monitor.base_interval",
+    "monitor.max_interval",
+    "monitor.deadline",
+    "monitor.grace_period",
+    "monitor.stale_threshold",
+    "monitor.max_retries",
+    "monitor.resume_exit_codes",
+    "monitor.max_log_bytes",
+    "monitor.log_backups",
+)
+
+
+class SecuritySpec(BaseModel):
+    """``[security]``: what the spool (a security boundary) may do.
+
+    ``task_may_set`` lists the optional keys a task *file* may set: ``model``, ``env`` and
+    ``monitor.<key>`` (or ``monitor`` for all of them). Inline ``[[tasks]]`` in the profile
+    are the profile author's and are not limited. ``allow_shared_spool`` lets
+    ``supervise run`` accept a spool folder that other users can write to.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    task_may_set: list[str] = Field(default_factory=lambda: list(DEFAULT_TASK_MAY_SET))
+    allow_shared_spool: Annotated[bool, Strict()] = False
+
+    @field_validator("task_may_set")
+    @classmethod
+    def _known(cls, values: list[str]) -> list[str]:
+        known = {
+            "model",
+            "env",
+            "monitor",
+            *(f"monitor.{k}" for k in MonitorOverrides.model_fields),
+        }
+        for value in values:
+            if value not in known:
+                raise ValueError(
+                    f"unknown task key {value!r}; allowed: " + ", ".join(sorted(known))
+                )
+        return values
+
+    def allows(self, key: str) -> bool:
+        """Whether a task file may set ``key`` (``model``, ``env``, ``monitor.<key>``)."""
+        return key in self.task_may_set or (
+            key.startswith("monitor.") and "monitor" in self.task_may_set
+        )
+
+
 class Profile(BaseModel):
     """A whole profile file: ``supervise run PROFILE``."""
 
@@ -322,6 +386,7 @@ class Profile(BaseModel):
     tmux: TmuxSpec = Field(default_factory=TmuxSpec)
     agent: AgentSpec
     monitor: MonitorOverrides = Field(default_factory=MonitorOverrides)
+    security: SecuritySpec = Field(default_factory=SecuritySpec)
     tasks: list[TaskSpec] = Field(default_factory=list)
 
 
@@ -581,8 +646,32 @@ def effective_policy(
 # ------------------------------------------------------------------ loaders
 
 
+#: Largest prompt file read, in bytes (a prompt is text for a model, not a data set).
+MAX_PROMPT_BYTES = 10 * 1024 * 1024
+
+
+def _read_prompt_file(path: Path) -> str:
+    """Read a prompt file byte for byte (``\\r\\n`` kept). Only regular files up to
+    :data:`MAX_PROMPT_BYTES` are read: a FIFO would block the engine, ``/dev/zero`` never ends.
+
+    Raises:
+        ValueError: not a regular file, or too big. OSError, UnicodeDecodeError.
+    """
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError("not a regular file")
+    if info.st_size > MAX_PROMPT_BYTES:
+        raise ValueError(f"{info.st_size} bytes; at most {MAX_PROMPT_BYTES} are allowed")
+    with open(path, "rb") as handle:
+        data = handle.read(MAX_PROMPT_BYTES + 1)
+    if len(data) > MAX_PROMPT_BYTES:
+        raise ValueError(f"more than {MAX_PROMPT_BYTES} bytes")
+    return data.decode("utf-8")
+
+
 def _resolve(base: Path, value: Path) -> Path:
-    value = value.expanduser()
+    with contextlib.suppress(RuntimeError):  # "~nosuchuser": keep it; it will not exist
+        value = value.expanduser()
     return value if value.is_absolute() else (base / value).resolve()
 
 
@@ -666,8 +755,8 @@ def resolve_task(
     if spec.prompt_file is not None:
         spec.prompt_file = _resolve(base, spec.prompt_file)
         try:
-            prompt = spec.prompt_file.read_bytes().decode("utf-8")  # byte for byte: keep \r\n
-        except (OSError, UnicodeDecodeError) as exc:
+            prompt = _read_prompt_file(spec.prompt_file)
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
             problems.append(
                 f"{where('prompt_file')}: cannot read {str(spec.prompt_file)!r} as UTF-8 ({exc})"
             )
@@ -720,7 +809,27 @@ def load_task(
         spec = TaskSpec.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_format_errors(exc, shown, text, TaskSpec)) from exc
+    refused = _refused_keys(data, profile.spec.security)
+    if refused:
+        allowed = ", ".join(profile.spec.security.task_may_set) or "(none)"
+        raise ConfigError(
+            [
+                f"{shown}:{_key_line(text, tuple(key.split('.'))) or '?'}: key '{key}': "
+                f"this profile does not let task files set it ({profile.path} "
+                f"[security] task_may_set = {allowed})"
+                for key in refused
+            ]
+        )
     return resolve_task(spec, profile, base or path.parent, shown, text)
+
+
+def _refused_keys(data: dict[str, Any], security: SecuritySpec) -> list[str]:
+    """Optional keys in a task file that the profile's ``task_may_set`` does not allow."""
+    keys = [k for k in ("model", "env") if k in data]
+    monitor = data.get("monitor")
+    if isinstance(monitor, dict):
+        keys += [f"monitor.{k}" for k in monitor]
+    return [k for k in keys if not security.allows(k)]
 
 
 def looks_like_profile(path: Path | str) -> bool:

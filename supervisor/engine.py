@@ -55,6 +55,8 @@ log = logging.getLogger("supervise.engine")
 
 #: Seconds between SIGTERM and SIGKILL when stopping an agent's process group.
 STOP_TIMEOUT = 5.0
+#: Seconds a ``list-panes`` snapshot is reused across the checks of one tick.
+SESSIONS_MAX_AGE = 0.25
 #: Seconds to wait for a resumed agent's ``pid`` file.
 PID_WAIT = 2.0
 #: Seconds to wait for the wrapper's last line to reach output.log before taking the tail.
@@ -92,6 +94,29 @@ class EngineBusy(RuntimeError):
     """Another engine holds the state directory's lock (one engine per ``state_dir``)."""
 
 
+class UnsafeSpool(RuntimeError):
+    """The spool folder can be written by other users and the profile does not allow it."""
+
+
+def check_spool_permissions(profile: LoadedProfile) -> None:
+    """Refuse a spool that other users could write to: whoever writes there runs commands
+    as us. ``[security] allow_shared_spool = true`` accepts it.
+
+    Raises:
+        UnsafeSpool: naming the folder, its mode and owner, and the fix.
+    """
+    folder = profile.spool_dir
+    info = folder.stat()
+    shared = bool(info.st_mode & 0o022) or info.st_uid != os.getuid()
+    if shared and not profile.spec.security.allow_shared_spool:
+        raise UnsafeSpool(
+            f"spool {folder} is writable by others (mode {oct(info.st_mode & 0o777)}, owner "
+            f"uid {info.st_uid}); anyone who can write there runs commands as this user. "
+            f"Fix: chmod 700 {folder}, or set [security] allow_shared_spool = true in "
+            f"{profile.path}"
+        )
+
+
 class Engine:
     """Runs one profile: ``Engine(profile).run()``.
 
@@ -108,6 +133,7 @@ class Engine:
         self.live: dict[str, Runtime] = {}
         self.queue: deque[Runtime] = deque()
         self.stopping = threading.Event()
+        self._sessions_cache: tuple[float, set[str]] | None = None
         self.scheduler = BackgroundScheduler(
             executors={
                 "default": ThreadPoolExecutor(max_workers=1),
@@ -127,8 +153,9 @@ class Engine:
             EngineBusy: another engine runs on the same ``state_dir`` (an OS file lock,
                 released by the kernel if that engine dies, so it never goes stale).
         """
-        for folder in (self.profile.spool_dir, self.profile.tasks_dir):
+        for folder in (self.profile.state_dir, self.profile.spool_dir, self.profile.tasks_dir):
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        check_spool_permissions(self.profile)
         lock = FileLock(str(self.profile.state_dir / "engine.lock"), timeout=0)
         try:
             lock.acquire()
@@ -246,14 +273,24 @@ class Engine:
 
     # ------------------------------------------------------------------ adoption
     def adopt(self) -> None:
-        """Pick up every non-terminal task found in ``state_dir`` (after a restart).
+        """Pick up every non-terminal task found in ``state_dir`` (after a restart or crash).
 
-        A queued task is queued again; a live one is watched (its tmux session is not
-        relaunched); the policy then sees whatever happened while we were away.
+        - a claim interrupted before its manifest was written is validated again (queued or
+          rejected);
+        - a queued task is queued again, unless its tmux session exists (we died right after
+          launching it): then it is watched, never launched twice;
+        - a live task is watched (its session is not relaunched); the policy then sees
+          whatever happened while we were away (done-file, dead agent, deadline);
+        - ``retry_count`` is reconciled with the ``resumed`` events, so a crash between
+          the event and the manifest write does not lose or invent a retry.
         """
+        sessions = self.tmux.panes()
         for folder in sorted(self.profile.tasks_dir.iterdir()):
+            if not folder.is_dir():
+                continue
             task = TaskDir(folder)
             if not task.has_manifest():
+                self._recover_claim(task)
                 continue
             try:
                 manifest = task.read_manifest()
@@ -267,23 +304,40 @@ class Engine:
             except (OSError, ValueError, ConfigError) as exc:
                 log.error("cannot re-adopt %s: %s", task.task_id, exc)
                 continue
-            if manifest.status == "queued":
-                self.queue.append(
-                    Runtime(task, resolved, policy.TaskState(status="queued"), manifest)
-                )
+            events = task.events()
+            resumes = sum(1 for e in events if e.get("event") == "resumed")
+            if manifest.status == "queued" and task.task_id not in sessions:
+                runtime = Runtime(task, resolved, policy.TaskState(status="queued"), manifest)
+                self.queue.append(runtime)
                 continue
+            started = parse_iso(manifest.started_at)
+            if manifest.status == "queued":  # launched, but we died before recording it
+                logged = [parse_iso(e["ts"]) for e in events if e.get("event") == "launched"]
+                started = logged[0] if logged else task.file("launch.json").stat().st_mtime
+                if not logged:
+                    task.append_event("launched", status="running", recovered=True)
             state = policy.TaskState(
-                status=manifest.status,
-                started_at=parse_iso(manifest.started_at),
-                launched_at=parse_iso(manifest.launched_at) or parse_iso(manifest.started_at),
-                retry_count=manifest.retry_count,
+                status="running" if manifest.status == "queued" else manifest.status,
+                started_at=started,
+                launched_at=parse_iso(manifest.launched_at) or started,
+                retry_count=max(manifest.retry_count, resumes),
                 resume_at=parse_iso(manifest.resume_at),
             )
             runtime = Runtime(task, resolved, state, manifest)
             self.live[task.task_id] = runtime
             self._schedule_check(runtime, delay=0.0)
-            task.append_event("adopted", status=manifest.status)
-            log.info("adopted %s (%s)", task.task_id, manifest.status)
+            task.append_event("adopted", status=state.status, retry_count=state.retry_count)
+            log.info("adopted %s (%s)", task.task_id, state.status)
+
+    def _recover_claim(self, task: TaskDir) -> None:
+        """Finish a claim that a crash interrupted (task.toml moved in, no manifest yet)."""
+        if not task.file("task.toml").exists():
+            return
+        claimed = spool.finish_claim(task, self.profile)
+        if claimed.error:
+            log.warning("rejected %s after restart:\n%s", task.file("task.toml"), claimed.error)
+        elif claimed.resolved is not None:
+            self._enqueue(task, claimed.resolved)
 
     def _reload(self, task: TaskDir) -> ResolvedTask:
         """The task as validated at claim time (``spec.json``), with its stored prompt."""
@@ -336,17 +390,32 @@ class Engine:
         try:
             self.tmux.launch(task.task_id, task.path, Path(runtime.manifest.project_dir))
         except TmuxError as exc:
-            log.error("launch of %s failed: %s", task.task_id, exc)
-            runtime.state = policy.TaskState(status="running", started_at=now, launched_at=now)
-            self.live[task.task_id] = runtime
-            self._apply(runtime, policy.Decision(
-                state=policy.TaskState(status="failed", started_at=now, exit_code=None),
-                actions=(policy.Action.FINISH, policy.Action.CLEANUP, policy.Action.NOTIFY),
-                events=("failed",),
-                reason=f"tmux could not start the session: {exc}",
-            ), now)  # fmt: skip
-            return
+            if self.tmux.has_session(task.task_id):
+                # A session of this name exists: launched by an engine that died before
+                # recording it. Watch it; never start the agent twice.
+                log.warning("%s already has a session; adopting it", task.task_id)
+                self._sessions_cache = None
+            else:
+                self._launch_failed(runtime, now, exc)
+                return
         runtime.state = policy.TaskState(status="running", started_at=now, launched_at=now)
+        self._record_launch(runtime, now)
+
+    def _launch_failed(self, runtime: Runtime, now: float, exc: Exception) -> None:
+        """tmux refused to create the session: the task ends ``failed`` with the reason."""
+        log.error("launch of %s failed: %s", runtime.task.task_id, exc)
+        runtime.state = policy.TaskState(status="running", started_at=now, launched_at=now)
+        self.live[runtime.task.task_id] = runtime
+        decision = policy.Decision(
+            state=policy.TaskState(status="failed", started_at=now),
+            actions=(policy.Action.FINISH, policy.Action.CLEANUP, policy.Action.NOTIFY),
+            events=("failed",),
+            reason=f"tmux could not start the session: {exc}",
+        )
+        self._apply(runtime, decision, now)
+
+    def _record_launch(self, runtime: Runtime, now: float) -> None:
+        task = runtime.task
 
         def change(m: Manifest) -> None:
             m.status = "running"
@@ -355,8 +424,8 @@ class Engine:
             m.pid = None
             m.launched_at = utc_iso(now)
 
-        runtime.manifest = task.update_manifest(change)
         task.append_event("launched", status="running", session_name=task.task_id)
+        runtime.manifest = task.update_manifest(change)
         self.live[task.task_id] = runtime
         self._schedule_check(runtime, delay=runtime.policy.base_interval)
         log.info("launched %s in tmux session %s", task.task_id, task.task_id)
@@ -384,23 +453,61 @@ class Engine:
             return
         self._decide_and_apply(runtime)
 
+    def _sessions(self, max_age: float = SESSIONS_MAX_AGE) -> set[str]:
+        """Live tmux session names: one ``list-panes -a`` shared by all checks of a tick."""
+        cached = self._sessions_cache
+        if cached is None or time.monotonic() - cached[0] > max_age:
+            cached = (time.monotonic(), set(self.tmux.panes()))
+            self._sessions_cache = cached
+        return cached[1]
+
     def _decide_and_apply(self, runtime: Runtime) -> None:
-        signals = observe(runtime.task, runtime.state.launched_at)
+        task, pol = runtime.task, runtime.policy
+        rotated = task.rotate_output(pol.max_log_bytes, pol.log_backups)
+        if rotated and task.task_id in self._sessions():
+            self.tmux.repipe(task.task_id, task.path)
+        signals = observe(task, runtime.state.launched_at)
         signals = dataclasses.replace(
             signals,
             stop_requested="stop" in runtime.requests,
             resume_requested="resume" in runtime.requests,
+            session_alive=task.task_id in self._sessions(),
         )
         runtime.requests.clear()
         decision = policy.decide(runtime.state, signals, runtime.policy)
         self._apply(runtime, decision, signals.now)
 
     def _apply(self, runtime: Runtime, decision: policy.Decision, now: float) -> None:
+        """Perform a decision. Order, chosen so a crash of ``supervise`` loses nothing:
+
+        1. events are appended (the write-ahead record; a terminal event is never written
+           twice, and ``retry_count`` is reconciled with ``resumed`` events on adoption);
+        2. the actions run (stop, resume, cleanup);
+        3. the manifest is replaced atomically. If that write fails (disk full, read-only)
+           the error is logged, the old manifest stays intact, and the next check retries.
+        """
         task = runtime.task
         previous = runtime.state
         state = decision.state
         runtime.state = state
         A = policy.Action
+        finished = A.FINISH in decision.actions
+        exit_code = state.exit_code if state.exit_code is not None else task.read_int("exit_code")
+        done_at = task.done_mtime()
+        finished_at = utc_iso(done_at if done_at is not None and state.status != "abandoned"
+                              else now) if finished else None  # fmt: skip
+        tail = self._final_tail(task) if finished else None
+        already = {e.get("event") for e in task.events()} if state.status in TERMINAL else set()
+        for event in decision.events:
+            if event in TERMINAL and event in already:
+                continue
+            task.append_event(
+                event,
+                status=state.status,
+                reason=decision.reason,
+                retry_count=state.retry_count,
+                exit_code=exit_code if finished else None,
+            )
         for action in decision.actions:
             if action is A.STOP_AGENT:
                 self._stop_agent(task)
@@ -408,38 +515,35 @@ class Engine:
                 self._resume(runtime)
             elif action is A.CLEANUP:
                 self.tmux.close(task.task_id)
-        finished = A.FINISH in decision.actions
-        tail = self._final_tail(task) if finished else None
+                self._sessions_cache = None
         pid = task.read_int("pid")
 
         def change(m: Manifest) -> None:
             m.status = state.status  # type: ignore[assignment]
             m.retry_count = state.retry_count
             m.last_checked_at = utc_iso(now)
-            m.pid = pid
+            m.pid = pid if pid is not None else m.pid
             m.resume_at = utc_iso(state.resume_at) if state.resume_at else None
             if state.launched_at:
                 m.launched_at = utc_iso(state.launched_at)
             if finished:
-                m.finished_at = utc_iso(now)
-                m.exit_code = (
-                    state.exit_code if state.exit_code is not None else task.read_int("exit_code")
-                )
+                m.finished_at = finished_at
+                m.exit_code = exit_code
                 m.signal = task.read_int("signal")
                 m.output_tail = tail
             if state.status == "abandoned":
                 m.abandoned_at = utc_iso(now)
                 m.abandon_reason = state.abandon_reason
 
-        runtime.manifest = task.update_manifest(change)
-        for event in decision.events:
-            task.append_event(
-                event,
-                status=state.status,
-                reason=decision.reason,
-                retry_count=state.retry_count,
-                exit_code=runtime.manifest.exit_code if finished else None,
-            )
+        try:
+            runtime.manifest = task.update_manifest(change)
+        except OSError as exc:
+            log.error("%s: cannot write %s: %s; the previous manifest is intact",
+                      task.task_id, task.file("manifest.json"), exc)  # fmt: skip
+            if state.status in TERMINAL:  # keep watching so the final write is retried
+                runtime.state = previous
+                self._schedule_check(runtime, runtime.policy.base_interval)
+                return
         if previous.status != state.status:
             log.info("%s: %s -> %s (%s)", task.task_id, previous.status, state.status,
                      decision.reason)  # fmt: skip
@@ -523,10 +627,15 @@ class Engine:
         self._write_launch(runtime, resume=True)
         task.clear_run_files()
         project = Path(runtime.manifest.project_dir)
+        self._sessions_cache = None
         try:
             self.tmux.respawn(task.task_id, task.path, project)
         except TmuxError:
-            self.tmux.launch(task.task_id, task.path, project)
+            try:  # the session (or the whole tmux server) is gone: start a new one
+                self.tmux.launch(task.task_id, task.path, project)
+            except TmuxError as exc:
+                log.error("%s: cannot resume in tmux: %s", task.task_id, exc)
+                return
         # Record the new agent's PID at once (the seed's Pitfall 3: a stale PID caused a
         # resume loop). The wrapper writes it within milliseconds; wait a bounded moment.
         deadline = time.time() + PID_WAIT

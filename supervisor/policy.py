@@ -6,9 +6,10 @@ done-file is always first, so a finished task is never resumed):
 
 1. **done-file**: the wrapper writes ``done`` only when the agent exited on its own; the
    exit code decides ``completed`` (0) or ``failed`` (anything else).
-2. **liveness**: the agent's PID is gone (or a zombie) and no done-file appeared within
-   :data:`EXIT_SETTLE` seconds: a crash. Waiting that moment means a normal exit is never
-   misread as a crash while the wrapper is still writing ``done``.
+2. **liveness**: the agent's PID is gone (or a zombie), or it never wrote one and its tmux
+   session is gone, and no done-file appeared within :data:`EXIT_SETTLE` seconds: a crash.
+   Waiting that moment means a normal exit is never misread as a crash while the wrapper
+   is still writing ``done``.
 3. **output staleness**: ``output.log`` older than ``stale_threshold`` starts a grace
    period; the first stale check never acts. Still stale after ``grace_period``: a hang.
    Fresh output in between cancels the grace period.
@@ -28,6 +29,7 @@ State table (like supervisord's process states; "stop" = stop the agent's proces
     running       agent gone > EXIT_SETTLE s, no done-file  crashed     wait backoff
     running       output stale, grace_period elapsed        hung        stop, wait backoff
     crashed/hung  retry_count >= max_retries                abandoned   stop, end
+                  (reason tmux_lost if the session was gone, else max_retries)
     crashed/hung  backoff elapsed                           running     resume (retries + 1)
     running       fresh output during the grace period      running     grace cancelled
 
@@ -76,9 +78,12 @@ class TaskState:
         stale_since: when output was first seen stale (grace period running), else None.
         gone_since: when the agent was first seen gone without a done-file, else None.
         resume_at: when a crashed/hung task is due to resume, else None.
-        abandon_reason: set with status ``abandoned``: ``deadline``, ``max_retries`` or
-            ``stopped``.
+        abandon_reason: set with status ``abandoned``: ``deadline``, ``max_retries``,
+            ``tmux_lost`` (``max_retries`` when the last failure was a lost tmux session)
+            or ``stopped``.
         exit_code: set with a terminal status when known.
+        lost_session: the latest crash found the tmux session gone (the server died or
+            the session was killed); abandoning then says ``tmux_lost``.
     """
 
     status: str
@@ -90,6 +95,7 @@ class TaskState:
     resume_at: float | None = None
     abandon_reason: str | None = None
     exit_code: int | None = None
+    lost_session: bool = False
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,8 @@ class Signals:
         output_mtime: mtime of ``output.log`` (epoch s), ``None`` when absent.
         stop_requested: an operator ran ``supervise stop`` for this task.
         resume_requested: an operator ran ``supervise resume`` for this task.
+        session_alive: the task's tmux session exists (``None``: not looked at). A missing
+            session with no ``pid`` file means the agent cannot start any more.
     """
 
     now: float
@@ -114,6 +122,7 @@ class Signals:
     output_mtime: float | None = None
     stop_requested: bool = False
     resume_requested: bool = False
+    session_alive: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -226,7 +235,8 @@ def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisi
 
     if state.status in ("crashed", "hung"):
         if state.retry_count >= policy.max_retries:  # e.g. max_retries lowered on a restart
-            return _abandon(state, "max_retries", f"{state.retry_count} resumes already")
+            reason = "tmux_lost" if state.lost_session else "max_retries"
+            return _abandon(state, reason, f"{state.retry_count} resumes already")
         if state.resume_at is not None and now < state.resume_at:
             return Decision(
                 state=state,
@@ -253,7 +263,8 @@ def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisi
     # Layer 2: liveness.
     launched = state.launched_at if state.launched_at is not None else now
     agent_gone = signals.agent_alive is False or (
-        signals.agent_alive is None and now - launched >= START_TIMEOUT
+        signals.agent_alive is None
+        and (signals.session_alive is False or now - launched >= START_TIMEOUT)
     )
     if agent_gone:
         if state.gone_since is None:
@@ -264,7 +275,10 @@ def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisi
                 reason="agent gone; waiting for the done-file to settle",
             )
         if now - state.gone_since >= EXIT_SETTLE:
-            return _fail_over(state, "crashed", now, policy, "agent gone without a done-file")
+            lost = signals.session_alive is False
+            why = "tmux session lost" if lost else "agent gone without a done-file"
+            state = replace(state, lost_session=lost)
+            return _fail_over(state, "crashed", now, policy, why)
         return Decision(
             state=state,
             next_check=_bounded(state.gone_since + EXIT_SETTLE - now, state, now, policy),
@@ -288,6 +302,7 @@ def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisi
                 reason=f"output stale for {age:.1f} s; grace period of {policy.grace_period:g} s",
             )
         if now - state.stale_since >= policy.grace_period:
+            state = replace(state, lost_session=False)
             return _fail_over(
                 state, "hung", now, policy, f"output stale for {age:.1f} s after the grace period"
             )
@@ -325,7 +340,8 @@ def _fail_over(
     state: TaskState, status: str, now: float, policy: MonitorPolicy, why: str
 ) -> Decision:
     if state.retry_count >= policy.max_retries:
-        return _abandon(state, "max_retries", f"{why}; {state.retry_count} resumes already")
+        reason = "tmux_lost" if state.lost_session else "max_retries"
+        return _abandon(state, reason, f"{why}; {state.retry_count} resumes already")
     wait = backoff(state.retry_count, policy)
     new = dataclasses.replace(
         state, status=status, resume_at=now + wait, stale_since=None, gone_since=None

@@ -27,6 +27,9 @@ from supervisor.taskdir import Manifest, TaskDir, atomic_write, utc_iso
 #: Seconds a spool file must be unchanged before it is claimed.
 SETTLE = 0.2
 REJECTED = "rejected"
+#: Longest file name kept in ``rejected/`` (NAME_MAX is 255; ``.error`` and the temp
+#: file used to write it atomically need room).
+MAX_REJECTED_NAME = 200
 
 
 def slug(name: str, limit: int = 40) -> str:
@@ -105,8 +108,11 @@ def reject(source: Path, spool_dir: Path, problems: list[str]) -> Path:
     A name already taken there gets a timestamp suffix; nothing is overwritten.
     """
     folder = spool_dir / REJECTED
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / source.name
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    name = source.name
+    if len(os.fsencode(name)) > MAX_REJECTED_NAME:  # leave room for ".error" and temp names
+        name = os.fsencode(name)[: MAX_REJECTED_NAME - 5].decode(errors="ignore") + ".toml"
+    target = folder / name
     if target.exists():
         stamp = f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(2)}"
         target = folder / f"{source.stem}.{stamp}.toml"
@@ -143,16 +149,30 @@ def claim(path: Path, profile: LoadedProfile) -> Claimed | None:
     except FileNotFoundError:
         folder.rmdir()
         return None
+    return finish_claim(TaskDir(folder), profile, original=path)
+
+
+def finish_claim(task: TaskDir, profile: LoadedProfile, original: Path | None = None) -> Claimed:
+    """Validate a claimed ``task.toml`` and materialize the task, or reject the file.
+
+    Also used on start-up for a claim that a crash interrupted (``original`` unknown: the
+    file is then rejected under its task id's name). Relative paths resolve against the
+    spool folder, where the file was dropped.
+    """
+    target = task.file("task.toml")
+    shown = original or profile.spool_dir / f"{task.task_id}.toml"
     try:
-        resolved = load_task(target, profile, base=path.parent, shown_as=path)
+        resolved = load_task(target, profile, base=profile.spool_dir, shown_as=shown)
     except ConfigError as exc:
-        rejected = reject_from(target, path, profile.spool_dir, exc.problems)
+        rejected = reject_from(target, shown, profile.spool_dir, exc.problems)
+        for leftover in task.path.iterdir():  # only our own lock file can be there
+            if leftover.name.startswith("."):
+                leftover.unlink()
         with contextlib.suppress(OSError):
-            folder.rmdir()
-        return Claimed(source=path, error="\n".join(exc.problems), rejected_to=rejected)
-    task = TaskDir(folder)
-    materialize(task, resolved, source=str(path))
-    return Claimed(source=path, task_dir=task, resolved=resolved)
+            task.path.rmdir()
+        return Claimed(source=shown, error="\n".join(exc.problems), rejected_to=rejected)
+    materialize(task, resolved, source=str(shown))
+    return Claimed(source=shown, task_dir=task, resolved=resolved)
 
 
 def reject_from(current: Path, original: Path, spool_dir: Path, problems: list[str]) -> Path:

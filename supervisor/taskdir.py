@@ -216,6 +216,39 @@ class TaskDir:
             with contextlib.suppress(FileNotFoundError):
                 self.file(name).unlink()
 
+    def done_mtime(self) -> float | None:
+        """When the wrapper wrote the done-file (epoch s), or ``None``: the true end time
+        even when ``supervise`` was down at that moment."""
+        try:
+            return self.file("done").stat().st_mtime
+        except FileNotFoundError:
+            return None
+
+    def rotate_output(self, max_bytes: int, backups: int) -> bool:
+        """Rotate ``output.log`` once it exceeds ``max_bytes``: ``output.log.N`` shift up,
+        ``output.log`` becomes ``output.log.1`` (the capture process keeps writing into it
+        until it is re-piped), and files past ``backups`` are removed (supervisord's
+        ``stdout_logfile_maxbytes`` / ``_backups`` rule). Returns whether it rotated.
+        """
+        path = self.file(OUTPUT)
+        try:
+            if path.stat().st_size <= max_bytes:
+                return False
+        except FileNotFoundError:
+            return False
+        if backups <= 0:
+            os.truncate(path, 0)
+            return False
+        for index in range(backups, 0, -1):
+            older = self.file(f"{OUTPUT}.{index}")
+            if index == backups:
+                older.unlink(missing_ok=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.replace(older, self.file(f"{OUTPUT}.{index + 1}"))
+        os.replace(path, self.file(f"{OUTPUT}.1"))
+        return True
+
     def output_mtime(self) -> float | None:
         """mtime of ``output.log`` in epoch seconds, ``None`` when it does not exist."""
         try:

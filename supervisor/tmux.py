@@ -118,6 +118,13 @@ class Tmux:
             ";", "wait-for", "-S", gate,
         )  # fmt: skip
 
+    def repipe(self, session: str, task_dir: Path) -> None:
+        """Point pipe-pane at a fresh ``output.log`` after a rotation (the old capture
+        process finishes writing into the rotated file, so nothing is lost)."""
+        self._run(
+            "pipe-pane", "-t", f"={session}:", pipe_command(task_dir / "output.log"), check=False
+        )
+
     def close(self, session: str) -> None:
         """Turn pipe-pane off, then kill the session; a missing session is not an error.
 

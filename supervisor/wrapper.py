@@ -41,6 +41,12 @@ def _write(task_dir: str, name: str, text: str) -> None:
     os.replace(tmp, os.path.join(task_dir, name))
 
 
+def _say(text: str) -> None:
+    """Print to the pane; the pane may be gone (tmux server killed), which is not fatal."""
+    with contextlib.suppress(OSError):
+        print(text, flush=True)
+
+
 def _wait_for_gate(channel: str) -> None:
     tmux = os.environ.get("SUPERVISE_TMUX", "tmux")
     with contextlib.suppress(OSError, subprocess.SubprocessError):
@@ -96,12 +102,12 @@ def main(args: list[str]) -> int:
     # can wait for it and capture a complete output_tail.
     if os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)
-        print(f"\n{END_MARK} agent killed by signal {number}", flush=True)
+        _say(f"\n{END_MARK} agent killed by signal {number}")
         _write(task_dir, "signal", f"{number}\n")
         _write(task_dir, "exit_code", f"{128 + number}\n")
         return 128 + number
     code = os.WEXITSTATUS(status)
-    print(f"\n{END_MARK} agent exited with code {code}", flush=True)
+    _say(f"\n{END_MARK} agent exited with code {code}")
     _write(task_dir, "exit_code", f"{code}\n")
     if code not in launch.get("resume_exit_codes", []):
         _write(task_dir, "done", "")

@@ -38,15 +38,9 @@ MINIMAL_PROFILE = """
 command = ["agent", "--prompt", "{prompt}"]
 """
 
-KNOWN_MONITOR_KEYS = (
-    "base_interval, max_interval, deadline, grace_period, stale_threshold, max_retries, "
-    "notifier, notifier_timeout, notify_on, resume_exit_codes"
-)
-KNOWN_ENV = (
-    "MONITOR_BASE_INTERVAL, MONITOR_DEADLINE, MONITOR_GRACE_PERIOD, MONITOR_MAX_INTERVAL, "
-    "MONITOR_MAX_RETRIES, MONITOR_NOTIFIER, MONITOR_NOTIFIER_TIMEOUT, MONITOR_NOTIFY_ON, "
-    "MONITOR_RESUME_EXIT_CODES, MONITOR_STALE_THRESHOLD"
-)
+# The lists printed as "allowed" follow the models, so a new policy key needs no test edit.
+KNOWN_MONITOR_KEYS = ", ".join(MonitorOverrides.model_fields)
+KNOWN_ENV = ", ".join(sorted(f"MONITOR_{name.upper()}" for name in MonitorOverrides.model_fields))
 
 
 # ------------------------------------------------------------------ helpers
@@ -837,6 +831,8 @@ def test_defaults(tmp_path: Path, profile: LoadedProfile, project: Path) -> None
         "notifier_timeout": "default",
         "notify_on": "default",
         "resume_exit_codes": "default",
+        "max_log_bytes": "default",
+        "log_backups": "default",
     }
 
 
@@ -853,6 +849,8 @@ def test_precedence_task_over_env_over_profile_over_default(
             max_interval = 100
             deadline = 1000
             max_retries = 5
+            [security]
+            task_may_set = ["model", "monitor"]
             """,
         )
     )
@@ -880,6 +878,8 @@ def test_precedence_task_over_env_over_profile_over_default(
         "notifier_timeout": "default",
         "notify_on": "default",
         "resume_exit_codes": "default",
+        "max_log_bytes": "default",
+        "log_backups": "default",
     }
 
 

@@ -245,7 +245,7 @@ def test_bad_spool_file_never_stops_the_engine(setup: Setup) -> None:
 
 
 def test_env_reaches_the_agent(setup: Setup) -> None:
-    setup.write_profile()
+    setup.write_profile(extra={"security": {"task_may_set": ["env", "model"]}})
     value = "a b $(c) 'd'"
     prompt = "printenv: SECRET_VALUE\nprintenv: SUPERVISE_TASK_ID\nexit: 0"
     setup.drop("envy.toml", setup.task("envy", prompt, env={"SECRET_VALUE": value}))
@@ -289,3 +289,41 @@ def test_inline_tasks_run_once_per_state_dir(setup: Setup) -> None:
     manifests = list((setup.state / "tasks").glob("*/manifest.json"))
     assert len(manifests) == 1
     assert json.loads(manifests[0].read_text())["status"] == "completed"
+
+
+def test_task_files_may_not_set_env_or_notifier_by_default(setup: Setup) -> None:
+    setup.write_profile()
+    setup.drop("e.toml", setup.task("sneaky-env", "exit: 0", env={"PATH": "/tmp/evil"}))
+    setup.drop(
+        "n.toml", setup.task("sneaky-notify", "exit: 0", monitor={"notifier": ["touch", "/tmp/x"]})
+    )
+    setup.drop("ok.toml", setup.task("fine", "exit: 0", monitor={"deadline": 60}))
+    assert setup.run().returncode == 0
+    assert set(setup.manifests()) == {"fine"}
+    env_error = (setup.spool / "rejected" / "e.toml.error").read_text()
+    assert "key 'env'" in env_error and "task_may_set" in env_error
+    notify_error = (setup.spool / "rejected" / "n.toml.error").read_text()
+    assert "key 'monitor.notifier'" in notify_error
+
+
+def test_shared_spool_is_refused_unless_allowed(setup: Setup) -> None:
+    setup.write_profile()
+    setup.spool.mkdir(mode=0o700)
+    os.chmod(setup.spool, 0o777)
+    refused = setup.run()
+    assert refused.returncode == 1
+    assert "writable by others" in refused.stderr and "allow_shared_spool" in refused.stderr
+    setup.write_profile(extra={"security": {"allow_shared_spool": True}})
+    assert setup.run().returncode == 0
+    os.chmod(setup.spool, 0o700)
+
+
+def test_state_and_spool_are_private(setup: Setup) -> None:
+    setup.write_profile()
+    assert setup.run().returncode == 0  # creates the folders
+    for folder in (setup.state, setup.state / "tasks", setup.spool):
+        assert oct(folder.stat().st_mode & 0o777) == "0o700", folder
+    setup.drop("a.toml", setup.task("a", "exit: 0"))
+    assert setup.run().returncode == 0
+    task_dir = Path(setup.manifests()["a"]["tmpdir"])
+    assert oct(task_dir.stat().st_mode & 0o777) == "0o700"

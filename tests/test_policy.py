@@ -1038,6 +1038,110 @@ class TestOperatorResume:
         assert crash.state.abandon_reason == "max_retries"
 
 
+# ============================================================================ tmux session
+
+
+class TestTmuxSession:
+    def test_no_pid_and_session_gone_is_gone_at_once(self):
+        now = T0 + 1  # well within START_TIMEOUT
+        decision = decide(running(), Signals(now, session_alive=False), P)
+        assert decision.state == running(gone_since=now)
+        assert decision.actions == ()
+        assert decision.events == ()
+        assert decision.next_check == EXIT_SETTLE
+
+    def test_no_pid_and_session_gone_after_settle_is_a_lost_session_crash(self):
+        now = T0 + 10
+        state = running(gone_since=now - EXIT_SETTLE, retry_count=1)
+        decision = decide(state, Signals(now, session_alive=False), P)
+        assert decision.state == TaskState(
+            "crashed", T0, T0, retry_count=1, resume_at=now + 20, lost_session=True
+        )
+        assert decision.events == ("crashed",)
+        assert decision.actions == ()
+
+    def test_dead_agent_and_session_gone_is_a_lost_session_crash(self):
+        now = T0 + 100
+        state = running(gone_since=now - EXIT_SETTLE)
+        decision = decide(state, dead(now, session_alive=False), P)
+        assert decision.state.status == "crashed"
+        assert decision.state.lost_session is True
+
+    @pytest.mark.parametrize("session_alive", [True, None])
+    def test_dead_agent_with_session_is_a_plain_crash(self, session_alive):
+        now = T0 + 100
+        state = running(gone_since=now - EXIT_SETTLE, lost_session=True)  # earlier loss
+        decision = decide(state, dead(now, session_alive=session_alive), P)
+        assert decision.state.status == "crashed"
+        assert decision.state.lost_session is False
+
+    def test_live_pid_wins_over_missing_session(self):
+        # Layer 2: only "no pid file and no session" counts as gone; a live PID is alive.
+        now = T0 + 100
+        decision = decide(running(), alive(now, session_alive=False), P)
+        assert decision.state == running()
+        assert decision.events == ()
+
+    def test_no_pid_session_alive_waits_for_start_timeout(self):
+        now = T0 + START_TIMEOUT - 1
+        decision = decide(running(), Signals(now, session_alive=True), P)
+        assert decision.state == running()
+        later = decide(running(), Signals(T0 + START_TIMEOUT, session_alive=True), P)
+        assert later.state.gone_since == T0 + START_TIMEOUT
+
+    def test_lost_session_crash_at_max_retries_abandons_as_tmux_lost(self):
+        now = T0 + 100
+        state = running(retry_count=3, gone_since=now - EXIT_SETTLE)
+        decision = decide(state, dead(now, session_alive=False), P)
+        assert decision.state.status == "abandoned"
+        assert decision.state.abandon_reason == "tmux_lost"
+        assert decision.actions == STOP_END
+        assert decision.events == ("abandoned",)
+
+    def test_plain_crash_at_max_retries_after_an_earlier_loss_is_max_retries(self):
+        now = T0 + 100
+        state = running(retry_count=3, gone_since=now - EXIT_SETTLE, lost_session=True)
+        decision = decide(state, dead(now, session_alive=True), P)
+        assert decision.state.abandon_reason == "max_retries"
+
+    def test_hang_at_max_retries_after_an_earlier_loss_is_max_retries(self):
+        # The state table: "(reason tmux_lost if the session was gone, else max_retries)";
+        # abandon_reason: tmux_lost only "when the last failure was a lost tmux session".
+        # Here the last failure is a hang with a live agent in a live session.
+        now = T0 + 500
+        state = running(
+            retry_count=3, launched_at=T0 + 100, stale_since=now - 20, lost_session=True
+        )
+        decision = decide(state, alive(now, output_age=300, session_alive=True), P)
+        assert decision.state.status == "abandoned"
+        assert decision.state.abandon_reason == "max_retries"
+
+    def test_crashed_with_lost_session_beyond_lowered_max_retries_is_tmux_lost(self):
+        now = T0 + 100
+        state = TaskState("crashed", T0, T0, retry_count=3, resume_at=now, lost_session=True)
+        decision = decide(state, dead(now, session_alive=False), P)
+        assert decision.state.abandon_reason == "tmux_lost"
+        assert decision.actions == STOP_END
+
+    @pytest.mark.parametrize("code", [0, 1])
+    def test_done_wins_over_lost_session(self, code):
+        now = T0 + 100
+        state = running(gone_since=now - 10, retry_count=3)
+        signals = Signals(now, done=True, exit_code=code, session_alive=False)
+        decision = decide(state, signals, P)
+        assert decision.state.status == ("completed" if code == 0 else "failed")
+        assert decision.actions == END
+
+    def test_session_lost_on_every_run(self):
+        policy = MonitorPolicy(base_interval=10, max_interval=25, deadline=1e6, max_retries=3)
+        history = live(policy, lambda now, state: Signals(now, session_alive=False))
+        events, actions = _transitions(history)
+        assert [e for _, e in events] == ["crashed", "resumed"] * 3 + ["abandoned"]
+        assert actions == [A.RESUME] * 3 + list(STOP_END)
+        final = history[-1][1].state
+        assert (final.abandon_reason, final.retry_count) == ("tmux_lost", 3)
+
+
 # ============================================================================ notify_on
 
 
@@ -1086,6 +1190,7 @@ class TestNotifyOn:
 
 # ============================================================================ properties
 
+ABANDON_REASONS = ("deadline", "max_retries", "stopped", "tmux_lost")
 NOTIFY_EVENTS = ("completed", "failed", "abandoned", "crashed", "hung", "resumed", "stale")
 times = st.floats(-1e5, 1e5, allow_nan=False).map(lambda x: T0 + x)
 opt_times = st.none() | times
@@ -1107,18 +1212,23 @@ def policies(draw) -> MonitorPolicy:
     )
 
 
-states = st.builds(
-    TaskState,
-    status=st.sampled_from(STATUSES),
-    started_at=opt_times,
-    launched_at=opt_times,
-    retry_count=st.integers(0, 100),
-    stale_since=opt_times,
-    gone_since=opt_times,
-    resume_at=opt_times,
-    abandon_reason=st.none() | st.sampled_from(["deadline", "max_retries", "stopped"]),
-    exit_code=st.none() | st.integers(-255, 255),
-)
+def task_states(statuses=STATUSES):
+    return st.builds(
+        TaskState,
+        status=st.sampled_from(statuses),
+        started_at=opt_times,
+        launched_at=opt_times,
+        retry_count=st.integers(0, 100),
+        stale_since=opt_times,
+        gone_since=opt_times,
+        resume_at=opt_times,
+        abandon_reason=st.none() | st.sampled_from(ABANDON_REASONS),
+        exit_code=st.none() | st.integers(-255, 255),
+        lost_session=st.booleans(),
+    )
+
+
+states = task_states()
 
 signals = st.builds(
     Signals,
@@ -1129,6 +1239,7 @@ signals = st.builds(
     output_mtime=opt_times,
     stop_requested=st.booleans(),
     resume_requested=st.booleans(),
+    session_alive=st.none() | st.booleans(),
 )
 
 
@@ -1225,13 +1336,22 @@ def check_decision(state: TaskState, sig: Signals, policy: MonitorPolicy, decisi
         elif sig.stop_requested:
             assert new.abandon_reason == "stopped"
         else:
-            assert new.abandon_reason == "max_retries"
+            assert new.abandon_reason in ("max_retries", "tmux_lost")
             assert state.retry_count >= policy.max_retries
+            if state.status == "crashed":
+                assert (new.abandon_reason == "tmux_lost") == state.lost_session
+            elif state.status == "running":
+                # tmux_lost exactly when this failure is a crash with the session gone: a
+                # hang (agent alive) is never reported as a lost session.
+                session_lost_crash = sig.agent_alive is not True and sig.session_alive is False
+                assert (new.abandon_reason == "tmux_lost") == session_lost_crash
     else:
         assert not deadline_passed
         assert not sig.stop_requested
 
     # crashed / hung carry a resume_at exactly one backoff away.
+    if new.status == "crashed" and state.status == "running":
+        assert new.lost_session == (sig.session_alive is False)
     if new.status in ("crashed", "hung") and state.status == "running":
         assert new.resume_at == sig.now + backoff(state.retry_count, policy)
         assert decision.events == (new.status,)
@@ -1276,7 +1396,7 @@ def test_done_never_resumes_or_stops(state, sig, policy):
 
 
 @given(
-    state=states.filter(lambda s: s.status in TERMINAL),
+    state=task_states(sorted(TERMINAL)),
     sig=signals,
     policy=policies(),
 )
@@ -1339,7 +1459,7 @@ def test_life_invariants(policy, steps, operator):
         if (
             state.status not in TERMINAL
             and new.status == "abandoned"
-            and new.abandon_reason == "max_retries"
+            and new.abandon_reason in ("max_retries", "tmux_lost")
         ):
             assert new.retry_count >= policy.max_retries
             if not operator:
