@@ -26,9 +26,12 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from supervisor.config import ConfigError, LoadedProfile, load_profile
+from supervisor.errors import ConfigError
+
+if TYPE_CHECKING:
+    from supervisor.config import LoadedProfile
 
 
 def _err(message: str) -> None:
@@ -36,6 +39,8 @@ def _err(message: str) -> None:
 
 
 def _profile(path: str) -> LoadedProfile:
+    from supervisor.config import load_profile
+
     return load_profile(path)
 
 
@@ -59,7 +64,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from supervisor.config import Profile, load_task, looks_like_profile
+    from supervisor.config import (
+        LoadedProfile,
+        Profile,
+        load_profile,
+        load_task,
+        looks_like_profile,
+    )
 
     profile: LoadedProfile | None = None
     failures = 0

@@ -40,6 +40,8 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from supervisor.errors import ConfigError
+
 #: Placeholders allowed in ``[agent] command`` / ``resume_command``.
 #: ``{python}`` is the interpreter running supervise, ``{profile_dir}`` the profile's folder.
 PLACEHOLDERS: tuple[str, ...] = (
@@ -73,19 +75,6 @@ DEFAULT_MODELS: dict[str, str] = {"opus": "claude-opus-4-6", "sonnet": "claude-s
 #: An alias is a bare lowercase word; anything else (a dash, digit, dot, slash, colon) is
 #: taken as a full model id and passed to the agent unchanged.
 _ALIAS_RE = re.compile(r"^[a-z]+$")
-
-
-class ConfigError(Exception):
-    """Bad profile or task input.
-
-    Attributes:
-        problems: one human-readable line per problem, each starting with ``FILE:LINE:``
-            (or ``FILE:`` when no line is known, or ``env MONITOR_X:`` for env overrides).
-    """
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("\n".join(problems))
-        self.problems = problems
 
 
 # --------------------------------------------------------------------------- models
