@@ -548,6 +548,8 @@ def _read_toml(path: Path, shown: Path | None = None) -> tuple[str, dict[str, An
         return text, tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([f"{path}: malformed TOML: {exc}"]) from exc
+    except RecursionError as exc:  # tomllib recurses on nested arrays/tables
+        raise ConfigError([f"{path}: malformed TOML: nested too deeply"]) from exc
 
 
 def _policy_line(text: str, prefix: tuple[Any, ...]) -> int | None:
@@ -659,9 +661,28 @@ def _read_prompt_file(path: Path) -> str:
 
 
 def _resolve(base: Path, value: Path) -> Path:
+    """``value`` made absolute against ``base`` (``~`` expanded).
+
+    Raises:
+        ValueError: the path cannot name a file (a NUL byte, a part over NAME_MAX).
+    """
     with contextlib.suppress(RuntimeError):  # "~nosuchuser": keep it; it will not exist
         value = value.expanduser()
-    return value if value.is_absolute() else (base / value).resolve()
+    if "\0" in str(value):
+        raise ValueError("a path cannot contain a NUL byte")
+    if any(len(os.fsencode(part)) > 255 for part in value.parts):
+        raise ValueError("a path component is longer than 255 bytes")
+    try:
+        return value if value.is_absolute() else (base / value).resolve()
+    except OSError as exc:
+        raise ValueError(str(exc)) from exc
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
 
 
 def load_profile(path: Path | str) -> LoadedProfile:
@@ -734,16 +755,20 @@ def resolve_task(
         dotted = ".".join(str(p) for p in (*loc_prefix, key))
         return (f"{file}:{line}" if line else f"{file}") + f": key '{dotted}'"
 
-    spec.project_dir = _resolve(base, spec.project_dir)
-    if not spec.project_dir.is_dir():
-        problems.append(
-            f"{where('project_dir')}: folder {str(spec.project_dir)!r} does not exist; "
-            "give an existing project folder (absolute, or relative to this file)"
-        )
+    try:
+        spec.project_dir = _resolve(base, spec.project_dir)
+    except ValueError as exc:
+        problems.append(f"{where('project_dir')}: not a usable path ({exc})")
+    else:
+        if not _is_dir(spec.project_dir):
+            problems.append(
+                f"{where('project_dir')}: folder {str(spec.project_dir)!r} does not exist; "
+                "give an existing project folder (absolute, or relative to this file)"
+            )
     prompt = spec.prompt
     if spec.prompt_file is not None:
-        spec.prompt_file = _resolve(base, spec.prompt_file)
         try:
+            spec.prompt_file = _resolve(base, spec.prompt_file)
             prompt = _read_prompt_file(spec.prompt_file)
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             problems.append(

@@ -49,12 +49,18 @@ from supervisor.config import (
 from supervisor.signals import observe
 from supervisor.taskdir import TERMINAL, Manifest, TaskDir, atomic_write, parse_iso, utc_iso
 from supervisor.tmux import Tmux, TmuxError
+from supervisor.watch import Watcher
 from supervisor.wrapper import END_MARK
 
 log = logging.getLogger("supervise.engine")
 
 #: Seconds between SIGTERM and SIGKILL when stopping an agent's process group.
 STOP_TIMEOUT = 5.0
+#: Spool files claimed per intake run; more are taken on the next run, right after the
+#: checks that are due, so a burst of files never starves the checks.
+INTAKE_BATCH = 25
+#: Files whose appearance in a task folder triggers an immediate check.
+WAKE_FILES = frozenset({"done", "exit_code", "signal"})
 #: Seconds a ``list-panes`` snapshot is reused across the checks of one tick.
 SESSIONS_MAX_AGE = 0.25
 #: Seconds to wait for a resumed agent's ``pid`` file.
@@ -134,6 +140,9 @@ class Engine:
         self.queue: deque[Runtime] = deque()
         self.stopping = threading.Event()
         self._sessions_cache: tuple[float, set[str]] | None = None
+        self.watcher: Watcher | None = None
+        self._complete: set[str] = set()  # spool names inotify saw finished by their writer
+        self._kicked: set[str] = set()  # task ids with an event since their last check
         self.scheduler = BackgroundScheduler(
             executors={
                 "default": ThreadPoolExecutor(max_workers=1),
@@ -170,6 +179,9 @@ class Engine:
             lock.release()
 
     def _run_locked(self) -> int:
+        self.watcher = Watcher(self._on_spool, self._on_task, self._on_exit)
+        self.watcher.watch_spool(self.profile.spool_dir)
+        self.watcher.start()
         previous = {
             sig: signal.signal(sig, lambda *_: self.stopping.set())
             for sig in (signal.SIGINT, signal.SIGTERM)
@@ -181,30 +193,70 @@ class Engine:
                 pass
         finally:
             self.scheduler.shutdown(wait=True)
+            self.watcher.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         log.info("engine stopped; %d task(s) left running in tmux", len(self.live))
         return 0
 
     def _startup(self) -> None:
-        self.adopt()
-        self._submit_inline_tasks()
-        self.scheduler.add_job(
-            self.intake,
-            "interval",
-            seconds=self.profile.spec.intake_interval,
-            id="intake",
-            next_run_time=datetime.now(UTC),
-        )
+        try:
+            self.adopt()
+            self._submit_inline_tasks()
+        finally:  # whatever adoption met, intake must run
+            self.scheduler.add_job(
+                self.intake,
+                "interval",
+                seconds=self.profile.spec.intake_interval,
+                id="intake",
+                next_run_time=datetime.now(UTC),
+            )
+
+    # ------------------------------------------------------------------ events
+    def _kick(self, job_id: str) -> None:
+        """Run a job now (from the watcher thread); polling remains the safety net."""
+        with contextlib.suppress(JobLookupError):
+            self.scheduler.modify_job(job_id, next_run_time=datetime.now(UTC))
+
+    def _on_spool(self, name: str) -> None:
+        if name.endswith(".toml") and not name.startswith("."):
+            self._complete.add(name)
+            self._kick("intake")
+
+    def _on_task(self, task_id: str, name: str) -> None:
+        if name == "pid":
+            task = TaskDir(self.profile.tasks_dir / task_id)
+            pid = task.read_int("pid")
+            if pid is not None and self.watcher is not None:
+                self.watcher.watch_pid(task_id, pid)
+        elif name in WAKE_FILES:
+            self._kicked.add(task_id)
+            self._kick(f"check:{task_id}")
+
+    def _on_exit(self, task_id: str) -> None:
+        self._kicked.add(task_id)
+        self._kick(f"check:{task_id}")
+
+    def _watch(self, runtime: Runtime) -> None:
+        if self.watcher is None:
+            return
+        task = runtime.task
+        self.watcher.watch_task(task.task_id, task.path)
+        pid = task.read_int("pid")
+        if pid is not None:
+            self.watcher.watch_pid(task.task_id, pid)
 
     # ------------------------------------------------------------------ intake
     def intake(self) -> None:
         """Claim settled spool files, start queued tasks, and detect idleness."""
-        for path in spool.pending(self.profile.spool_dir):
+        ready = spool.pending(self.profile.spool_dir, complete=frozenset(self._complete))
+        for path in ready[:INTAKE_BATCH]:
+            self._complete.discard(path.name)
             try:
                 claimed = spool.claim(path, self.profile)
-            except OSError as exc:
-                log.error("cannot claim %s: %s", path, exc)
+            except Exception as exc:  # a bad file must never stop the engine
+                log.exception("cannot claim %s", path)
+                self._quarantine(path, exc)
                 continue
             if claimed is None:
                 continue
@@ -213,6 +265,8 @@ class Engine:
                 continue
             assert claimed.task_dir is not None and claimed.resolved is not None
             self._enqueue(claimed.task_dir, claimed.resolved)
+        if len(ready) > INTAKE_BATCH:  # let checks run between batches, then continue
+            self._kick("intake")
         self._take_requests()
         self._fill_slots()
         if (
@@ -223,6 +277,15 @@ class Engine:
         ):
             log.info("idle: spool empty, nothing queued or running")
             self.stopping.set()
+
+    def _quarantine(self, path: Path, exc: BaseException) -> None:
+        """Move a file that broke the claim aside with the reason (never delete it)."""
+        if not path.exists():
+            return  # already moved (its claim got that far); re-examined on restart
+        try:
+            spool.reject(path, self.profile.spool_dir, [f"{path}: cannot be processed: {exc!r}"])
+        except Exception:
+            log.exception("cannot move %s aside either; it stays in the spool", path)
 
     def _take_requests(self) -> None:
         """Apply operator requests (``supervise stop|resume ID``) found in ``control/``."""
@@ -288,46 +351,53 @@ class Engine:
         for folder in sorted(self.profile.tasks_dir.iterdir()):
             if not folder.is_dir():
                 continue
-            task = TaskDir(folder)
-            if not task.has_manifest():
-                self._recover_claim(task)
-                continue
             try:
-                manifest = task.read_manifest()
-            except (OSError, ValueError) as exc:
-                log.error("cannot read %s: %s", task.file("manifest.json"), exc)
-                continue
-            if manifest.status in TERMINAL:
-                continue
-            try:
-                resolved = self._reload(task)
-            except (OSError, ValueError, ConfigError) as exc:
-                log.error("cannot re-adopt %s: %s", task.task_id, exc)
-                continue
-            events = task.events()
-            resumes = sum(1 for e in events if e.get("event") == "resumed")
-            if manifest.status == "queued" and task.task_id not in sessions:
-                runtime = Runtime(task, resolved, policy.TaskState(status="queued"), manifest)
-                self.queue.append(runtime)
-                continue
-            started = parse_iso(manifest.started_at)
-            if manifest.status == "queued":  # launched, but we died before recording it
-                logged = [parse_iso(e["ts"]) for e in events if e.get("event") == "launched"]
-                started = logged[0] if logged else task.file("launch.json").stat().st_mtime
-                if not logged:
-                    task.append_event("launched", status="running", recovered=True)
-            state = policy.TaskState(
-                status="running" if manifest.status == "queued" else manifest.status,
-                started_at=started,
-                launched_at=parse_iso(manifest.launched_at) or started,
-                retry_count=max(manifest.retry_count, resumes),
-                resume_at=parse_iso(manifest.resume_at),
-            )
-            runtime = Runtime(task, resolved, state, manifest)
-            self.live[task.task_id] = runtime
-            self._schedule_check(runtime, delay=0.0)
-            task.append_event("adopted", status=state.status, retry_count=state.retry_count)
-            log.info("adopted %s (%s)", task.task_id, state.status)
+                self._adopt_one(TaskDir(folder), sessions)
+            except Exception:  # one broken folder must not keep the others unwatched
+                log.exception("cannot adopt %s", folder)
+
+    def _adopt_one(self, task: TaskDir, sessions: dict[str, object]) -> None:
+        """Adopt one task folder (see :meth:`adopt`)."""
+        if not task.has_manifest():
+            self._recover_claim(task)
+            return
+        try:
+            manifest = task.read_manifest()
+        except (OSError, ValueError) as exc:
+            log.error("cannot read %s: %s", task.file("manifest.json"), exc)
+            return
+        if manifest.status in TERMINAL:
+            return
+        try:
+            resolved = self._reload(task)
+        except (OSError, ValueError, ConfigError) as exc:
+            log.error("cannot re-adopt %s: %s", task.task_id, exc)
+            return
+        events = task.events()
+        resumes = sum(1 for e in events if e.get("event") == "resumed")
+        if manifest.status == "queued" and task.task_id not in sessions:
+            runtime = Runtime(task, resolved, policy.TaskState(status="queued"), manifest)
+            self.queue.append(runtime)
+            return
+        started = parse_iso(manifest.started_at)
+        if manifest.status == "queued":  # launched, but we died before recording it
+            logged = [parse_iso(e["ts"]) for e in events if e.get("event") == "launched"]
+            started = logged[0] if logged else task.file("launch.json").stat().st_mtime
+            if not logged:
+                task.append_event("launched", status="running", recovered=True)
+        state = policy.TaskState(
+            status="running" if manifest.status == "queued" else manifest.status,
+            started_at=started,
+            launched_at=parse_iso(manifest.launched_at) or started,
+            retry_count=max(manifest.retry_count, resumes),
+            resume_at=parse_iso(manifest.resume_at),
+        )
+        runtime = Runtime(task, resolved, state, manifest)
+        self.live[task.task_id] = runtime
+        self._watch(runtime)
+        self._schedule_check(runtime, delay=0.0)
+        task.append_event("adopted", status=state.status, retry_count=state.retry_count)
+        log.info("adopted %s (%s)", task.task_id, state.status)
 
     def _recover_claim(self, task: TaskDir) -> None:
         """Finish a claim that a crash interrupted (task.toml moved in, no manifest yet)."""
@@ -387,6 +457,8 @@ class Engine:
         now = time.time()
         self._write_launch(runtime, resume=False)
         task.clear_run_files()
+        if self.watcher is not None:  # before the agent starts, so no event is missed
+            self.watcher.watch_task(task.task_id, task.path)
         try:
             self.tmux.launch(task.task_id, task.path, Path(runtime.manifest.project_dir))
         except TmuxError as exc:
@@ -427,12 +499,15 @@ class Engine:
         task.append_event("launched", status="running", session_name=task.task_id)
         runtime.manifest = task.update_manifest(change)
         self.live[task.task_id] = runtime
+        self._watch(runtime)
         self._schedule_check(runtime, delay=runtime.policy.base_interval)
         log.info("launched %s in tmux session %s", task.task_id, task.task_id)
 
     # ------------------------------------------------------------------ checks
     def _schedule_check(self, runtime: Runtime, delay: float) -> None:
         job_id = f"check:{runtime.task.task_id}"
+        if runtime.task.task_id in self._kicked:  # an event arrived during this check
+            delay = 0.0
         when = datetime.fromtimestamp(time.time() + max(delay, 0.0), UTC)
         if self.scheduler.get_job(job_id) is None:
             self.scheduler.add_job(
@@ -463,6 +538,7 @@ class Engine:
 
     def _decide_and_apply(self, runtime: Runtime) -> None:
         task, pol = runtime.task, runtime.policy
+        self._kicked.discard(task.task_id)
         rotated = task.rotate_output(pol.max_log_bytes, pol.log_backups)
         if rotated and task.task_id in self._sessions():
             self.tmux.repipe(task.task_id, task.path)
@@ -535,8 +611,10 @@ class Engine:
                 m.abandoned_at = utc_iso(now)
                 m.abandon_reason = state.abandon_reason
 
+        # A check that changed nothing but last_checked_at need not survive a power cut.
+        quiet = not decision.events and not decision.actions and previous == state
         try:
-            runtime.manifest = task.update_manifest(change)
+            runtime.manifest = task.update_manifest(change, durable=not quiet)
         except OSError as exc:
             log.error("%s: cannot write %s: %s; the previous manifest is intact",
                       task.task_id, task.file("manifest.json"), exc)  # fmt: skip
@@ -563,6 +641,9 @@ class Engine:
     def _retire(self, runtime: Runtime) -> None:
         task_id = runtime.task.task_id
         self.live.pop(task_id, None)
+        self._kicked.discard(task_id)
+        if self.watcher is not None:
+            self.watcher.forget_task(task_id)
         with contextlib.suppress(JobLookupError):
             self.scheduler.remove_job(f"check:{task_id}")
         self._fill_slots()

@@ -61,8 +61,12 @@ class Claimed:
     rejected_to: Path | None = None
 
 
-def pending(spool_dir: Path, now: float | None = None) -> list[Path]:
-    """Spool files ready to claim: ``*.toml``, not hidden, settled; oldest first."""
+def pending(
+    spool_dir: Path, now: float | None = None, complete: frozenset[str] = frozenset()
+) -> list[Path]:
+    """Spool files ready to claim: ``*.toml``, not hidden, and either settled (mtime at least
+    :data:`SETTLE` s old) or named in ``complete`` (inotify saw it renamed in or closed by
+    its writer); oldest first."""
     now = time.time() if now is None else now
     ready = []
     try:
@@ -76,7 +80,7 @@ def pending(spool_dir: Path, now: float | None = None) -> list[Path]:
             stat = entry.stat()
         except FileNotFoundError:
             continue
-        if entry.is_file() and now - stat.st_mtime >= SETTLE:
+        if entry.is_file() and (entry.name in complete or now - stat.st_mtime >= SETTLE):
             ready.append((stat.st_mtime, entry.name, Path(entry.path)))
     return [path for _, _, path in sorted(ready)]
 
@@ -97,28 +101,33 @@ def _guess_name(path: Path) -> str:
         name = data.get("name")
         if isinstance(name, str) and name.strip():
             return name
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
         pass
     return path.stem
 
 
-def reject(source: Path, spool_dir: Path, problems: list[str]) -> Path:
-    """Move ``source`` to ``spool_dir/rejected/`` with a ``.error`` file; return the new path.
+def reject(source: Path, spool_dir: Path, problems: list[str], name: str | None = None) -> Path:
+    """Move ``source`` to ``spool_dir/rejected/<name>`` (default: its own name) with a
+    ``<name>.error`` file listing ``problems``; return the new path.
 
-    A name already taken there gets a timestamp suffix; nothing is overwritten.
+    One rename, so the file is always either where it was or in ``rejected/``. A name too
+    long to leave room for ``.error`` is shortened; a name already taken gets a timestamp
+    suffix; nothing is overwritten.
     """
     folder = spool_dir / REJECTED
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    name = source.name
-    if len(os.fsencode(name)) > MAX_REJECTED_NAME:  # leave room for ".error" and temp names
-        name = os.fsencode(name)[: MAX_REJECTED_NAME - 5].decode(errors="ignore") + ".toml"
-    target = folder / name
+    raw = os.fsencode(name or source.name)
+    if len(raw) > MAX_REJECTED_NAME:  # leave room for ".error" and the temp name
+        raw = raw[: MAX_REJECTED_NAME - 5] + b".toml"
+    target = folder / os.fsdecode(raw)
     if target.exists():
-        stamp = f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(2)}"
-        target = folder / f"{source.stem}.{stamp}.toml"
+        stamp = f".{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(2)}.toml"
+        stem = raw.removesuffix(b".toml")[: MAX_REJECTED_NAME - len(stamp)]
+        target = folder / os.fsdecode(stem + stamp.encode())
     os.rename(source, target)
     text = "\n".join(problems) + "\n"
-    atomic_write(target.with_name(target.name + ".error"), text.encode())
+    error_file = target.with_name(target.name + ".error")
+    atomic_write(error_file, text.encode("utf-8", errors="backslashreplace"))
     return target
 
 
@@ -176,10 +185,8 @@ def finish_claim(task: TaskDir, profile: LoadedProfile, original: Path | None = 
 
 
 def reject_from(current: Path, original: Path, spool_dir: Path, problems: list[str]) -> Path:
-    """Reject a file that was already moved to ``current``, keeping its original name."""
-    staged = current.with_name(original.name)
-    os.rename(current, staged)
-    return reject(staged, spool_dir, problems)
+    """Reject a file that was already moved to ``current``, under its original name."""
+    return reject(current, spool_dir, problems, name=original.name)
 
 
 def materialize(task: TaskDir, resolved: ResolvedTask, source: str) -> Manifest:

@@ -101,24 +101,28 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
     """Write ``data`` to ``path`` so a reader sees the old or the new file, never a mix.
 
     Temp file in the same folder, fsync, rename, fsync the folder. On any error the temp
     file is removed and the old file is left intact. Raises ``OSError``.
+    ``durable=False`` skips the two fsyncs (still atomic for readers): for writes whose loss
+    in a power cut costs nothing, like a check that only refreshes ``last_checked_at``.
     """
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync_dir(path.parent)
 
 
 class TaskDir:
@@ -152,11 +156,11 @@ class TaskDir:
         with self._lock:
             self._write(manifest)
 
-    def _write(self, manifest: Manifest) -> None:
+    def _write(self, manifest: Manifest, durable: bool = True) -> None:
         payload = manifest.model_dump_json(indent=2).encode() + b"\n"
-        atomic_write(self.file(MANIFEST), payload)
+        atomic_write(self.file(MANIFEST), payload, durable=durable)
 
-    def update_manifest(self, change: Callable[[Manifest], None]) -> Manifest:
+    def update_manifest(self, change: Callable[[Manifest], None], durable: bool = True) -> Manifest:
         """Read, apply ``change`` in place, write back: one locked read-modify-write.
 
         Using the lock for the whole cycle means an operator command (``supervise stop``)
@@ -165,7 +169,7 @@ class TaskDir:
         with self._lock:
             manifest = self.read_manifest()
             change(manifest)
-            self._write(manifest)
+            self._write(manifest, durable)
             return manifest
 
     # -- events -------------------------------------------------------------------
@@ -176,7 +180,9 @@ class TaskDir:
         never interleave within a line.
         """
         record = {"ts": utc_iso(), "event": event, **fields}
-        line = (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode()
+        # ASCII-only JSON: a name with lone surrogates (a non-UTF-8 file name) or U+2028
+        # cannot break the line or the encoding.
+        line = (json.dumps(record, ensure_ascii=True, default=str) + "\n").encode()
         fd = os.open(self.file(EVENTS), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             os.write(fd, line)
@@ -187,11 +193,13 @@ class TaskDir:
     def events(self) -> list[dict[str, Any]]:
         """All events, oldest first (a torn last line, if any, is skipped)."""
         try:
-            lines = self.file(EVENTS).read_text(encoding="utf-8").splitlines()
+            lines = self.file(EVENTS).read_text(encoding="utf-8").split("\n")
         except FileNotFoundError:
             return []
         out = []
         for line in lines:
+            if not line:
+                continue
             try:
                 out.append(json.loads(line))
             except json.JSONDecodeError:

@@ -14,6 +14,11 @@ into its working directory and exits. What it does is read from cue lines in the
     crash_runs: N    on each of its first N runs in this folder: SIGKILL itself at once
     hang_runs: N     on each of its first N runs: print one line, then hang silently
     ignore_term      ignore SIGTERM (a stubborn agent)
+    flood: N [S]     on every run, right after the start line (before crash_runs and
+                     hang_runs act): print N bytes in 100-byte lines ``flood NNNNNNNN
+                     xxx...`` (64 KiB writes), as fast as the terminal takes them or, with
+                     S, spread evenly over S seconds; then ``flood done N bytes``. Appends
+                     ``N SECONDS`` (how long the writes took) to ``flood_times``
 
 Runs are counted in ``fake_runs`` in the working directory (a resume is a new run). With
 ``--resume ID`` it prints ``resumed session ID``, like a CLI continuing a conversation.
@@ -36,6 +41,25 @@ from pathlib import Path
 
 def cues(prompt: str, key: str) -> list[str]:
     return re.findall(rf"^{key}:[ ]?(.*)$", prompt, re.MULTILINE)
+
+
+def _flood(total: int, seconds: float = 0.0) -> None:
+    """Write ``total`` bytes to stdout in 100-byte lines, 64 KiB per write, spread over
+    ``seconds`` (0: as fast as possible); record how long it took in ``flood_times``."""
+    lines = (f"flood {i:08d} " + "x" * 84 + "\n" for i in range(total // 100 + 1))
+    data = "".join(lines)[:total].encode()
+    out = sys.stdout.buffer
+    chunk = 65536
+    began = time.monotonic()
+    for start in range(0, len(data), chunk):
+        if seconds:
+            time.sleep(max(0.0, began + seconds * start / len(data) - time.monotonic()))
+        out.write(data[start : start + chunk])
+        out.flush()
+    took = time.monotonic() - began
+    with open("flood_times", "a", encoding="utf-8") as handle:
+        handle.write(f"{total} {took:.6f}\n")
+    print(f"\nflood done {total} bytes", flush=True)
 
 
 def main() -> int:
@@ -63,6 +87,9 @@ def main() -> int:
     print(f"fake-agent start session={session} model={args.model} run={run}", flush=True)
     if args.resume:
         print(f"resumed session {args.resume}", flush=True)
+    flood = (cues(prompt, "flood") or ["0"])[0].split() or ["0"]
+    if int(flood[0]):
+        _flood(int(flood[0]), float(flood[1]) if len(flood) > 1 else 0.0)
     if run <= int((cues(prompt, "crash_runs") or ["0"])[0]):
         os.kill(os.getpid(), signal.SIGKILL)
     if run <= int((cues(prompt, "hang_runs") or ["0"])[0]):

@@ -22,11 +22,24 @@ def named(events: list[dict], name: str) -> list[dict]:
     return [e for e in events if e["event"] == name]
 
 
+def report(setup: Setup, name: str) -> None:
+    """Print the final manifest facts and the event timeline (run pytest with -s to see)."""
+    m = setup.manifests()[name]
+    events = setup.events(m["task_id"])
+    start = ts(events[0]["ts"])
+    timeline = ", ".join(f"{e['event']}@{ts(e['ts']) - start:.2f}s" for e in events)
+    print(
+        f"\n[{name}] status={m['status']} abandon_reason={m['abandon_reason']} "
+        f"retry_count={m['retry_count']} exit_code={m['exit_code']}\n  events: {timeline}"
+    )
+
+
 def test_crash_resume_completed(setup: Setup) -> None:
     setup.write_profile(base_interval=0.3, max_interval=2, max_retries=3, stale_threshold=30)
     setup.drop("c.toml", setup.task("crashy", "crash_runs: 1\nprint: working\nexit: 0"))
     assert setup.run().returncode == 0
     m = setup.manifests()["crashy"]
+    report(setup, "crashy")
     assert (m["status"], m["retry_count"], m["exit_code"]) == ("completed", 1, 0)
     events = setup.events(m["task_id"])
     kinds = [e["event"] for e in events]
@@ -46,6 +59,7 @@ def test_hang_grace_resume_completed(setup: Setup) -> None:
     setup.drop("h.toml", setup.task("hangs", "hang_runs: 1\ntick: 0.2\nsleep: 1\nexit: 0"))
     assert setup.run().returncode == 0
     m = setup.manifests()["hangs"]
+    report(setup, "hangs")
     assert (m["status"], m["retry_count"], m["exit_code"]) == ("completed", 1, 0)
     events = setup.events(m["task_id"])
     stale, hung = named(events, "stale")[0], named(events, "hung")[0]
@@ -62,6 +76,7 @@ def test_fresh_output_cancels_the_grace_period(setup: Setup) -> None:
     setup.drop("f.toml", setup.task("slowprint", "tick: 0.6\nsleep: 3\nexit: 0"))
     assert setup.run().returncode == 0
     m = setup.manifests()["slowprint"]
+    report(setup, "slowprint")
     assert (m["status"], m["retry_count"]) == ("completed", 0)
     kinds = [e["event"] for e in setup.events(m["task_id"])]
     assert "stale" in kinds and "fresh" in kinds and "hung" not in kinds
@@ -72,6 +87,7 @@ def test_crash_every_run_is_abandoned_after_max_retries(setup: Setup) -> None:
     setup.drop("x.toml", setup.task("doomed", "crash_runs: 99"))
     assert setup.run().returncode == 0
     m = setup.manifests()["doomed"]
+    report(setup, "doomed")
     assert (m["status"], m["abandon_reason"], m["retry_count"]) == ("abandoned", "max_retries", 3)
     assert m["abandoned_at"] and m["finished_at"]
     events = setup.events(m["task_id"])
@@ -92,6 +108,7 @@ def test_done_file_while_output_is_stale_is_completed(setup: Setup) -> None:
     setup.drop("q.toml", setup.task("quiet", "sleep: 1.5\nexit: 0"))
     assert setup.run().returncode == 0
     m = setup.manifests()["quiet"]
+    report(setup, "quiet")
     assert (m["status"], m["retry_count"], m["exit_code"]) == ("completed", 0, 0)
     kinds = [e["event"] for e in setup.events(m["task_id"])]
     assert "stale" in kinds and "resumed" not in kinds and "hung" not in kinds
@@ -102,6 +119,7 @@ def test_resume_exit_code_resumes_instead_of_failing(setup: Setup) -> None:
     setup.drop("r.toml", setup.task("tempfail", "exit: 75"))
     assert setup.run().returncode == 0
     m = setup.manifests()["tempfail"]
+    report(setup, "tempfail")
     assert (m["status"], m["abandon_reason"], m["retry_count"]) == ("abandoned", "max_retries", 1)
     assert m["exit_code"] == 75
 
@@ -113,6 +131,7 @@ def test_agent_that_ignores_sigterm_is_still_stopped(setup: Setup) -> None:
     assert setup.run(timeout=60).returncode == 0
     assert time.time() - began < 30
     m = setup.manifests()["stubborn"]
+    report(setup, "stubborn")
     assert (m["status"], m["abandon_reason"]) == ("abandoned", "deadline")
     pid = int((setup.project / "agent_pid").read_text())
     assert not _alive(pid)
@@ -132,6 +151,7 @@ def test_hanging_notifier_does_not_delay_cleanup(setup: Setup, tmp_path: Path) -
     took = time.time() - began
     assert result.returncode == 0
     m = setup.manifests()["notified"]
+    report(setup, "notified")
     assert m["status"] == "completed"
     assert started.exists(), "the notifier ran"
     assert took < 10, f"supervise run took {took:.1f} s with a 1 s notifier timeout"
