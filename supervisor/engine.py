@@ -27,9 +27,11 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import psutil
 from apscheduler.executors.pool import ThreadPoolExecutor
@@ -65,6 +67,8 @@ WAKE_FILES = frozenset({"done", "exit_code", "signal"})
 SESSIONS_MAX_AGE = 0.25
 #: Seconds to wait for a resumed agent's ``pid`` file.
 PID_WAIT = 2.0
+#: Seconds between looks for the wrapper's end line in output.log.
+TAIL_POLL = 0.05
 #: Seconds to wait for the wrapper's last line to reach output.log before taking the tail.
 TAIL_SETTLE = 1.0
 _PLACEHOLDER_RE = re.compile(r"\{([a-z_]+)\}")
@@ -137,12 +141,16 @@ class Engine:
         self.exit_when_idle = exit_when_idle
         self.tmux = Tmux(profile.spec.tmux.socket_name)
         self.live: dict[str, Runtime] = {}
-        self.queue: deque[Runtime] = deque()
+        self.queue: deque[TaskDir] = deque()  # queued tasks, oldest first; loaded at launch
         self.stopping = threading.Event()
         self._sessions_cache: tuple[float, set[str]] | None = None
         self.watcher: Watcher | None = None
         self._complete: set[str] = set()  # spool names inotify saw finished by their writer
         self._kicked: set[str] = set()  # task ids with an event since their last check
+        # Held by every job body. Stopping takes it once before shutting the scheduler down,
+        # so no job is inside a scheduler call then (shutdown(wait=True) holds APScheduler's
+        # job-store lock while it waits: a job calling modify_job at that moment deadlocks).
+        self._job_lock = threading.Lock()
         self.scheduler = BackgroundScheduler(
             executors={
                 "default": ThreadPoolExecutor(max_workers=1),
@@ -192,6 +200,9 @@ class Engine:
             while not self.stopping.wait(0.1):
                 pass
         finally:
+            self.stopping.set()
+            with self._job_lock:  # let the job in progress finish; later ones return at once
+                pass
             self.scheduler.shutdown(wait=True)
             self.watcher.stop()
             for sig, handler in previous.items():
@@ -199,14 +210,24 @@ class Engine:
         log.info("engine stopped; %d task(s) left running in tmux", len(self.live))
         return 0
 
+    def _guarded(self, body: Callable[..., None], *args: str) -> None:
+        """Run a job body under the job lock, unless the engine is stopping."""
+        with self._job_lock:
+            if not self.stopping.is_set():
+                body(*args)
+
     def _startup(self) -> None:
+        self._guarded(self._startup_body)
+
+    def _startup_body(self) -> None:
         try:
             self.adopt()
             self._submit_inline_tasks()
         finally:  # whatever adoption met, intake must run
             self.scheduler.add_job(
-                self.intake,
+                self._guarded,
                 "interval",
+                args=[self.intake],
                 seconds=self.profile.spec.intake_interval,
                 id="intake",
                 next_run_time=datetime.now(UTC),
@@ -215,6 +236,8 @@ class Engine:
     # ------------------------------------------------------------------ events
     def _kick(self, job_id: str) -> None:
         """Run a job now (from the watcher thread); polling remains the safety net."""
+        if self.stopping.is_set():
+            return
         with contextlib.suppress(JobLookupError):
             self.scheduler.modify_job(job_id, next_run_time=datetime.now(UTC))
 
@@ -291,30 +314,40 @@ class Engine:
         """Apply operator requests (``supervise stop|resume ID``) found in ``control/``."""
         for task_id, verb, path in control.pending(self.profile.state_dir):
             path.unlink(missing_ok=True)
-            runtime = self.live.get(task_id) or next(
-                (r for r in self.queue if r.task.task_id == task_id), None
-            )
+            queued = next((t for t in self.queue if t.task_id == task_id), None)
+            runtime = self.live.get(task_id)
+            if runtime is None and queued is not None and verb == "stop":
+                self.queue.remove(queued)
+                runtime = self._load(queued)
             if runtime is None:
-                log.warning("ignored '%s' for %s: no such live or queued task", verb, task_id)
+                log.warning("ignored '%s' for %s: no such live task", verb, task_id)
                 continue
             runtime.task.append_event(f"{verb}_requested", status=runtime.state.status)
             runtime.requests.add(verb)
             if task_id in self.live:
                 self._schedule_check(runtime, delay=0.0)
-            elif verb == "stop":
-                self.queue.remove(runtime)
+            else:
                 self._decide_and_apply(runtime)
 
     def _enqueue(self, task: TaskDir, resolved: ResolvedTask) -> None:
-        manifest = task.read_manifest()
-        state = policy.TaskState(status="queued")
-        self.queue.append(Runtime(task, resolved, state, manifest))
+        self.queue.append(task)
         log.info("queued %s (%s)", task.task_id, resolved.spec.name)
+
+    def _load(self, task: TaskDir) -> Runtime:
+        """A queued task's runtime, read back from its folder (queued tasks are kept on disk,
+        not in memory, so a burst of thousands of files costs almost no RAM)."""
+        manifest = task.read_manifest()
+        return Runtime(task, self._reload(task), policy.TaskState(status="queued"), manifest)
 
     def _fill_slots(self) -> None:
         limit = self.profile.spec.max_concurrent
         while self.queue and len(self.live) < limit:
-            runtime = self.queue.popleft()
+            task = self.queue.popleft()
+            try:
+                runtime = self._load(task)
+            except (OSError, ValueError, ConfigError):
+                log.exception("cannot load queued task %s; it stays queued on disk", task.task_id)
+                continue
             self.launch(runtime)
 
     def _submit_inline_tasks(self) -> None:
@@ -376,8 +409,7 @@ class Engine:
         events = task.events()
         resumes = sum(1 for e in events if e.get("event") == "resumed")
         if manifest.status == "queued" and task.task_id not in sessions:
-            runtime = Runtime(task, resolved, policy.TaskState(status="queued"), manifest)
-            self.queue.append(runtime)
+            self.queue.append(task)
             return
         started = parse_iso(manifest.started_at)
         if manifest.status == "queued":  # launched, but we died before recording it
@@ -385,19 +417,55 @@ class Engine:
             started = logged[0] if logged else task.file("launch.json").stat().st_mtime
             if not logged:
                 task.append_event("launched", status="running", recovered=True)
+        status = "running" if manifest.status == "queued" else manifest.status
+        launched_at = parse_iso(manifest.launched_at) or started
+        resume_at = parse_iso(manifest.resume_at)
+        # The event log runs ahead of the manifest (write-ahead): trust its last word.
+        last = next(
+            (e for e in reversed(events) if e.get("event") in {*TERMINAL, "crashed", "hung",
+                                                              "resumed"}),
+            None,
+        )  # fmt: skip
+        if last is not None and last["event"] == "resumed":  # died after deciding to resume
+            status, launched_at, resume_at = "running", parse_iso(last["ts"]), None
         state = policy.TaskState(
-            status="running" if manifest.status == "queued" else manifest.status,
+            status=status,
             started_at=started,
-            launched_at=parse_iso(manifest.launched_at) or started,
+            launched_at=launched_at,
             retry_count=max(manifest.retry_count, resumes),
-            resume_at=parse_iso(manifest.resume_at),
+            resume_at=resume_at,
         )
         runtime = Runtime(task, resolved, state, manifest)
         self.live[task.task_id] = runtime
-        self._watch(runtime)
-        self._schedule_check(runtime, delay=0.0)
         task.append_event("adopted", status=state.status, retry_count=state.retry_count)
         log.info("adopted %s (%s)", task.task_id, state.status)
+        if last is not None and last["event"] in TERMINAL:
+            self._finish_logged(runtime, last, events)
+            return
+        self._watch(runtime)
+        self._schedule_check(runtime, delay=0.0)
+
+    def _finish_logged(self, runtime: Runtime, last: dict[str, Any], events: list) -> None:
+        """Complete an ending the log already holds (we died between the terminal event and
+        the manifest): same outcome, cleanup repeated, notifier run if it had not run."""
+        A = policy.Action
+        status = last["event"]
+        notified = any(
+            e.get("event") == "notified" and e.get("notified_event") == status for e in events
+        )
+        actions = (A.STOP_AGENT,) if status == "abandoned" else ()
+        actions += (A.FINISH, A.CLEANUP) + (() if notified else (A.NOTIFY,))
+        state = dataclasses.replace(
+            runtime.state,
+            status=status,
+            exit_code=last.get("exit_code"),
+            abandon_reason=last.get("abandon_reason"),
+            resume_at=None,
+        )
+        decision = policy.Decision(
+            state=state, actions=actions, events=(status,), reason=last.get("reason", "")
+        )
+        self._apply(runtime, decision, time.time())
 
     def _recover_claim(self, task: TaskDir) -> None:
         """Finish a claim that a crash interrupted (task.toml moved in, no manifest yet)."""
@@ -497,8 +565,12 @@ class Engine:
             m.launched_at = utc_iso(now)
 
         task.append_event("launched", status="running", session_name=task.task_id)
-        runtime.manifest = task.update_manifest(change)
-        self.live[task.task_id] = runtime
+        self.live[task.task_id] = runtime  # watched from now on, whatever the write does
+        try:
+            runtime.manifest = task.update_manifest(change)
+        except OSError as exc:
+            log.error("%s: cannot write %s: %s; the next check writes it again",
+                      task.task_id, task.file("manifest.json"), exc)  # fmt: skip
         self._watch(runtime)
         self._schedule_check(runtime, delay=runtime.policy.base_interval)
         log.info("launched %s in tmux session %s", task.task_id, task.task_id)
@@ -511,10 +583,10 @@ class Engine:
         when = datetime.fromtimestamp(time.time() + max(delay, 0.0), UTC)
         if self.scheduler.get_job(job_id) is None:
             self.scheduler.add_job(
-                self.check,
+                self._guarded,
                 "interval",
                 seconds=runtime.policy.base_interval,
-                args=[runtime.task.task_id],
+                args=[self.check, runtime.task.task_id],
                 id=job_id,
                 next_run_time=when,
             )
@@ -551,6 +623,11 @@ class Engine:
         )
         runtime.requests.clear()
         decision = policy.decide(runtime.state, signals, runtime.policy)
+        if policy.Action.FINISH in decision.actions and self._tail_pending(task, signals.now):
+            # The agent's last lines are still on their way through tmux and sed: look
+            # again in a moment instead of blocking the engine's one worker thread.
+            self._schedule_check(runtime, TAIL_POLL)
+            return
         self._apply(runtime, decision, signals.now)
 
     def _apply(self, runtime: Runtime, decision: policy.Decision, now: float) -> None:
@@ -583,6 +660,7 @@ class Engine:
                 reason=decision.reason,
                 retry_count=state.retry_count,
                 exit_code=exit_code if finished else None,
+                abandon_reason=state.abandon_reason,
             )
         for action in decision.actions:
             if action is A.STOP_AGENT:
@@ -598,6 +676,8 @@ class Engine:
             m.status = state.status  # type: ignore[assignment]
             m.retry_count = state.retry_count
             m.last_checked_at = utc_iso(now)
+            if m.started_at is None and state.started_at is not None:  # a lost launch write
+                m.started_at = utc_iso(state.started_at)
             m.pid = pid if pid is not None else m.pid
             m.resume_at = utc_iso(state.resume_at) if state.resume_at else None
             if state.launched_at:
@@ -671,18 +751,23 @@ class Engine:
 
     # ------------------------------------------------------------------ actions
     def _final_tail(self, task: TaskDir) -> str:
-        """output_tail, after waiting (bounded) for the wrapper's end line to be captured."""
-        tail = task.output_tail()
-        if task.read_int("exit_code") is None:  # the wrapper did not end normally
-            return tail
-        deadline = time.time() + TAIL_SETTLE
-        while time.time() < deadline:
-            last = tail.rstrip().splitlines()[-1:] or [""]
-            if last[0].startswith(END_MARK):
-                break
-            time.sleep(0.02)
-            tail = task.output_tail()
-        return tail
+        """The last 100 lines of ``output.log`` for the final manifest."""
+        return task.output_tail()
+
+    @staticmethod
+    def _tail_pending(task: TaskDir, now: float) -> bool:
+        """True while the wrapper's end line has not reached ``output.log`` yet, for at most
+        :data:`TAIL_SETTLE` seconds after the agent ended (then the tail is taken as is)."""
+        ended = task.done_mtime()
+        if ended is None:
+            try:
+                ended = task.file("exit_code").stat().st_mtime
+            except FileNotFoundError:
+                return False  # the wrapper did not end normally: no end line will come
+        if now - ended >= TAIL_SETTLE:
+            return False
+        last = task.output_tail(lines=1).rstrip().splitlines()[-1:] or [""]
+        return not last[0].startswith(END_MARK)
 
     def _stop_agent(self, task: TaskDir) -> None:
         """SIGTERM the agent's process group, wait up to STOP_TIMEOUT s, then SIGKILL."""

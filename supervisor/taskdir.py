@@ -258,11 +258,14 @@ class TaskDir:
         return True
 
     def output_mtime(self) -> float | None:
-        """mtime of ``output.log`` in epoch seconds, ``None`` when it does not exist."""
-        try:
-            return self.file(OUTPUT).stat().st_mtime
-        except FileNotFoundError:
-            return None
+        """Newest mtime of ``output.log`` and ``output.log.1`` (epoch s), ``None`` if neither
+        exists. Right after a rotation the fresh file may not exist yet while the rotated one
+        was written a moment ago: a busy agent must not look stale."""
+        times = []
+        for name in (OUTPUT, f"{OUTPUT}.1"):
+            with contextlib.suppress(FileNotFoundError):
+                times.append(self.file(name).stat().st_mtime)
+        return max(times) if times else None
 
     def output_tail(self, lines: int = TAIL_LINES, max_bytes: int = 256 * 1024) -> str:
         """The last ``lines`` lines of ``output.log`` (reads at most ``max_bytes`` from the end)."""
