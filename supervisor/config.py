@@ -38,7 +38,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from supervisor.errors import ConfigError
 
@@ -110,8 +109,6 @@ ExitCode = Annotated[int, Field(ge=1, le=255), Strict()]
 #: Events the notifier can be asked to run for (``notify_on``).
 NotifyEvent = Literal["completed", "failed", "abandoned", "crashed", "hung", "resumed", "stale"]
 DEFAULT_NOTIFY_ON: tuple[str, ...] = ("abandoned", "failed", "completed")
-_EnvPositiveSeconds = Annotated[float, Field(gt=0)]
-_EnvNonNegativeSeconds = Annotated[float, Field(ge=0)]
 
 
 class MonitorOverrides(BaseModel):
@@ -140,53 +137,6 @@ class MonitorOverrides(BaseModel):
             lambda cls, v: None if v is None else _argv_placeholders_ok(v, NOTIFIER_PLACEHOLDERS)
         )
     )
-
-
-class MonitorEnv(BaseSettings):
-    """The ``MONITOR_*`` environment overrides, read and type-checked by pydantic-settings.
-
-    ``MONITOR_NOTIFIER`` is a JSON list (``["notify-send", "{message}"]``) or a shell-like
-    string that is split into argv with :func:`shlex.split` (it is never run by a shell).
-    """
-
-    model_config = SettingsConfigDict(env_prefix="MONITOR_", extra="ignore")
-
-    base_interval: _EnvPositiveSeconds | None = None
-    max_interval: _EnvPositiveSeconds | None = None
-    deadline: _EnvPositiveSeconds | None = None
-    grace_period: _EnvNonNegativeSeconds | None = None
-    stale_threshold: _EnvPositiveSeconds | None = None
-    max_retries: Annotated[int, Field(ge=0)] | None = None
-    notifier: Annotated[list[str] | None, NoDecode] = None
-    notifier_timeout: _EnvPositiveSeconds | None = None
-    notify_on: Annotated[list[NotifyEvent] | None, NoDecode] = None
-    resume_exit_codes: Annotated[list[Annotated[int, Field(ge=1, le=255)]] | None, NoDecode] = None
-    max_log_bytes: Annotated[int, Field(ge=4096)] | None = None
-    log_backups: Annotated[int, Field(ge=0)] | None = None
-
-    @field_validator("notify_on", "resume_exit_codes", mode="before")
-    @classmethod
-    def _parse_list(cls, value: Any) -> Any:
-        """A JSON list, or a comma-separated string: ``failed,abandoned`` or ``75,76``."""
-        if isinstance(value, str):
-            text = value.strip()
-            if text.startswith("["):
-                return json.loads(text)
-            return [part.strip() for part in text.split(",") if part.strip()]
-        return value
-
-    @field_validator("notifier", mode="before")
-    @classmethod
-    def _parse_notifier(cls, value: Any) -> Any:
-        try:
-            return _split_argv(value)
-        except ValueError as exc:
-            raise ValueError(f"{exc}; give a JSON list of strings or a shell-like string") from exc
-
-    @field_validator("notifier")
-    @classmethod
-    def _check_notifier(cls, value: list[str] | None) -> list[str] | None:
-        return None if value is None else _argv_placeholders_ok(value, NOTIFIER_PLACEHOLDERS)
 
 
 class MonitorPolicy(BaseModel):
@@ -567,7 +517,11 @@ def read_env_overrides() -> dict[str, Any]:
     Returns only the keys that are set. Raises :class:`ConfigError` naming the variable,
     its value and what is allowed; an unknown ``MONITOR_*`` name (a typo) is an error too.
     """
-    known = {f"MONITOR_{name.upper()}" for name in MonitorEnv.model_fields}
+    known = {f"MONITOR_{name.upper()}" for name in MonitorOverrides.model_fields}
+    if not any(name.upper().startswith("MONITOR_") for name in os.environ):
+        return {}  # the common case: no need to load pydantic-settings at all
+    from supervisor.envsettings import MonitorEnv
+
     problems = []
     for name in sorted(os.environ):
         if name.upper().startswith("MONITOR_") and name.upper() not in known:

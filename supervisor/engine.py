@@ -34,6 +34,12 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from apscheduler.events import (
+    EVENT_JOB_ERROR,
+    EVENT_JOB_MAX_INSTANCES,
+    EVENT_JOB_MISSED,
+    JobEvent,
+)
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -58,6 +64,10 @@ log = logging.getLogger("supervise.engine")
 
 #: Seconds between SIGTERM and SIGKILL when stopping an agent's process group.
 STOP_TIMEOUT = 5.0
+#: Seconds between manifest writes of checks that change nothing but ``last_checked_at``.
+QUIET_WRITE = 5.0
+#: Seconds between writes of ``state_dir/engine-stats.json``.
+STATS_EVERY = 5.0
 #: Spool files claimed per intake run; more are taken on the next run, right after the
 #: checks that are due, so a burst of files never starves the checks.
 INTAKE_BATCH = 25
@@ -83,6 +93,7 @@ class Runtime:
     state: policy.TaskState
     manifest: Manifest
     requests: set[str] = field(default_factory=set)
+    last_written: float = 0.0  # when the manifest was last written (time.monotonic())
 
     @property
     def policy(self) -> MonitorPolicy:
@@ -151,6 +162,12 @@ class Engine:
         # so no job is inside a scheduler call then (shutdown(wait=True) holds APScheduler's
         # job-store lock while it waits: a job calling modify_job at that moment deadlocks).
         self._job_lock = threading.Lock()
+        self.stats: dict[str, int] = dict.fromkeys(
+            ("checks", "claimed", "rejected", "launched", "resumed", "finished",
+             "jobs_missed", "jobs_max_instances", "jobs_failed"), 0
+        )  # fmt: skip
+        self._stats_written = 0.0
+        self._started = time.time()
         self.scheduler = BackgroundScheduler(
             executors={
                 "default": ThreadPoolExecutor(max_workers=1),
@@ -187,6 +204,9 @@ class Engine:
             lock.release()
 
     def _run_locked(self) -> int:
+        self.scheduler.add_listener(
+            self._on_job_event, EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES | EVENT_JOB_ERROR
+        )
         self.watcher = Watcher(self._on_spool, self._on_task, self._on_exit)
         self.watcher.watch_spool(self.profile.spool_dir)
         self.watcher.start()
@@ -205,6 +225,7 @@ class Engine:
                 pass
             self.scheduler.shutdown(wait=True)
             self.watcher.stop()
+            self.write_stats()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         log.info("engine stopped; %d task(s) left running in tmux", len(self.live))
@@ -232,6 +253,32 @@ class Engine:
                 id="intake",
                 next_run_time=datetime.now(UTC),
             )
+
+    # ------------------------------------------------------------------ stats
+    def _on_job_event(self, event: JobEvent) -> None:
+        """Count APScheduler's missed, skipped (max instances) and failed runs."""
+        key = {
+            EVENT_JOB_MISSED: "jobs_missed",
+            EVENT_JOB_MAX_INSTANCES: "jobs_max_instances",
+            EVENT_JOB_ERROR: "jobs_failed",
+        }.get(event.code)
+        if key:
+            self.stats[key] += 1
+
+    def write_stats(self) -> None:
+        """``state_dir/engine-stats.json``: counters since start, for operators and benchmarks."""
+        data = {
+            "pid": os.getpid(),
+            "started_at": utc_iso(self._started),
+            "written_at": utc_iso(),
+            "live": len(self.live),
+            "queued": len(self.queue),
+            **self.stats,
+        }
+        with contextlib.suppress(OSError):
+            path = self.profile.state_dir / "engine-stats.json"
+            atomic_write(path, json.dumps(data, indent=1).encode(), durable=False)
+        self._stats_written = time.monotonic()
 
     # ------------------------------------------------------------------ events
     def _kick(self, job_id: str) -> None:
@@ -284,10 +331,14 @@ class Engine:
             if claimed is None:
                 continue
             if claimed.error:
+                self.stats["rejected"] += 1
                 log.warning("rejected %s -> %s:\n%s", path, claimed.rejected_to, claimed.error)
                 continue
+            self.stats["claimed"] += 1
             assert claimed.task_dir is not None and claimed.resolved is not None
             self._enqueue(claimed.task_dir, claimed.resolved)
+        if time.monotonic() - self._stats_written >= STATS_EVERY:
+            self.write_stats()
         if len(ready) > INTAKE_BATCH:  # let checks run between batches, then continue
             self._kick("intake")
         self._take_requests()
@@ -565,6 +616,7 @@ class Engine:
             m.launched_at = utc_iso(now)
 
         task.append_event("launched", status="running", session_name=task.task_id)
+        self.stats["launched"] += 1
         self.live[task.task_id] = runtime  # watched from now on, whatever the write does
         try:
             runtime.manifest = task.update_manifest(change)
@@ -610,6 +662,7 @@ class Engine:
 
     def _decide_and_apply(self, runtime: Runtime) -> None:
         task, pol = runtime.task, runtime.policy
+        self.stats["checks"] += 1
         self._kicked.discard(task.task_id)
         rotated = task.rotate_output(pol.max_log_bytes, pol.log_backups)
         if rotated and task.task_id in self._sessions():
@@ -656,6 +709,7 @@ class Engine:
                 continue
             task.append_event(
                 event,
+                at=now,
                 status=state.status,
                 reason=decision.reason,
                 retry_count=state.retry_count,
@@ -666,6 +720,7 @@ class Engine:
             if action is A.STOP_AGENT:
                 self._stop_agent(task)
             elif action is A.RESUME:
+                self.stats["resumed"] += 1
                 self._resume(runtime)
             elif action is A.CLEANUP:
                 self.tmux.close(task.task_id)
@@ -691,8 +746,14 @@ class Engine:
                 m.abandoned_at = utc_iso(now)
                 m.abandon_reason = state.abandon_reason
 
-        # A check that changed nothing but last_checked_at need not survive a power cut.
+        # A check that changed nothing but last_checked_at need not survive a power cut,
+        # and is written at most every QUIET_WRITE seconds (200 agents with 1 s checks
+        # would otherwise rewrite 200 manifests a second).
         quiet = not decision.events and not decision.actions and previous == state
+        if quiet and time.monotonic() - runtime.last_written < QUIET_WRITE:
+            self._schedule_check(runtime, decision.next_check)
+            return
+        runtime.last_written = time.monotonic()
         try:
             runtime.manifest = task.update_manifest(change, durable=not quiet)
         except OSError as exc:
@@ -721,6 +782,7 @@ class Engine:
     def _retire(self, runtime: Runtime) -> None:
         task_id = runtime.task.task_id
         self.live.pop(task_id, None)
+        self.stats["finished"] += 1
         self._kicked.discard(task_id)
         if self.watcher is not None:
             self.watcher.forget_task(task_id)

@@ -7,9 +7,10 @@ done-file is always first, so a finished task is never resumed):
 1. **done-file**: the wrapper writes ``done`` only when the agent exited on its own; the
    exit code decides ``completed`` (0) or ``failed`` (anything else).
 2. **liveness**: the agent's PID is gone (or a zombie), or it never wrote one and its tmux
-   session is gone, and no done-file appeared within :data:`EXIT_SETTLE` seconds: a crash.
-   Waiting that moment means a normal exit is never misread as a crash while the wrapper
-   is still writing ``done``.
+   session is gone, and there is no done-file: a crash. When the wrapper recorded an
+   ``exit_code`` (a signal death, a resume exit code) that is final at once; otherwise the
+   wrapper itself is gone and the crash is declared only after :data:`EXIT_SETTLE` seconds
+   without a done-file, so a normal exit is never misread while ``done`` is being written.
 3. **output staleness**: ``output.log`` older than ``stale_threshold`` starts a grace
    period; the first stale check never acts. Still stale after ``grace_period``: a hang.
    Fresh output in between cancels the grace period.
@@ -52,6 +53,8 @@ from supervisor.config import MonitorPolicy
 EXIT_SETTLE = 2.0
 #: Seconds a launched task may go without a ``pid`` file before it counts as crashed.
 START_TIMEOUT = 30.0
+#: Seconds past the stale threshold at which a healthy task is looked at again.
+STALE_SLACK = 0.01
 #: Lower bound for the delay until the next check, in seconds.
 MIN_CHECK = 0.05
 
@@ -266,6 +269,13 @@ def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisi
         signals.agent_alive is None
         and (signals.session_alive is False or now - launched >= START_TIMEOUT)
     )
+    if agent_gone and signals.exit_code is not None:
+        # The wrapper recorded the end (a signal, or a resume exit code) and wrote no
+        # done-file: nothing more is coming, so no settle time is needed.
+        lost = signals.session_alive is False
+        state = replace(state, lost_session=lost)
+        why = f"agent ended without a done-file (exit code {signals.exit_code})"
+        return _fail_over(state, "crashed", now, policy, why)
     if agent_gone:
         if state.gone_since is None:
             new = replace(state, gone_since=now)
@@ -316,10 +326,13 @@ def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisi
     if state.stale_since is not None:
         state = replace(state, stale_since=None)
         events = ("fresh",)
+    # Look again no later than the moment the output would turn stale, so a hang is acted
+    # on within stale_threshold + grace_period (+ scheduling slack), whatever base_interval.
+    until_stale = last_output + policy.stale_after - now + STALE_SLACK
     return Decision(
         state=state,
         events=events,
-        next_check=_bounded(policy.base_interval, state, now, policy),
+        next_check=_bounded(min(policy.base_interval, until_stale), state, now, policy),
         reason="healthy",
     )
 

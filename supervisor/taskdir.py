@@ -173,13 +173,16 @@ class TaskDir:
             return manifest
 
     # -- events -------------------------------------------------------------------
-    def append_event(self, event: str, **fields: Any) -> dict[str, Any]:
+    def append_event(self, event: str, at: float | None = None, **fields: Any) -> dict[str, Any]:
         """Append one JSON line ``{"ts", "event", **fields}`` to ``events.jsonl``.
+
+        ``at`` (epoch s) stamps the event with the time the engine observed what caused it
+        (default: now), so intervals between events are the policy's own.
 
         One ``write`` of one line on an ``O_APPEND`` descriptor, so concurrent writers
         never interleave within a line.
         """
-        record = {"ts": utc_iso(), "event": event, **fields}
+        record = {"ts": utc_iso(at), "event": event, **fields}
         # ASCII-only JSON: a name with lone surrogates (a non-UTF-8 file name) or U+2028
         # cannot break the line or the encoding.
         line = (json.dumps(record, ensure_ascii=True, default=str) + "\n").encode()

@@ -1495,3 +1495,34 @@ def test_life_crash_loop_resumes_exactly_max_retries_times(policy):
     for n, wait in enumerate(waits):
         expected = max(backoff(n, policy), MIN_CHECK)  # checks are never closer than that
         assert wait == pytest.approx(expected, rel=1e-9, abs=1e-6)
+
+
+def test_healthy_check_is_due_when_output_would_turn_stale() -> None:
+    """With base_interval 30 and stale_threshold 5, a quiet agent is looked at again just
+    after its output turns stale, not 30 s later (issue 5: hang acted on within
+    stale_threshold + grace_period + 1 s)."""
+    policy = MonitorPolicy(base_interval=30, max_interval=300, stale_threshold=5, grace_period=2)
+    t0 = 1_700_000_000.0
+    state = TaskState("running", started_at=t0, launched_at=t0)
+    decision = decide(state, Signals(now=t0 + 1, agent_alive=True, output_mtime=t0 + 0.5), policy)
+    assert decision.reason == "healthy"
+    assert decision.next_check == pytest.approx(4.5 + 0.01)
+    # Fresh output keeps the full base interval when staleness is further away.
+    busy = MonitorPolicy(base_interval=1, max_interval=10, stale_threshold=5)
+    decision = decide(state, Signals(now=t0 + 1, agent_alive=True, output_mtime=t0 + 1), busy)
+    assert decision.next_check == 1
+
+
+def test_recorded_exit_without_done_file_is_a_crash_at_once() -> None:
+    """The wrapper wrote exit_code (a signal death) but no done-file: no settle wait."""
+    policy = MonitorPolicy(base_interval=30, max_interval=300)
+    t0 = 1_700_000_000.0
+    state = TaskState("running", started_at=t0, launched_at=t0)
+    signals = Signals(now=t0 + 5, agent_alive=False, exit_code=137, output_mtime=t0 + 4)
+    decision = decide(state, signals, policy)
+    assert decision.state.status == "crashed"
+    assert decision.events == ("crashed",)
+    assert decision.state.resume_at == pytest.approx(t0 + 5 + 30)
+    # Without a recorded exit the wrapper itself is gone: first only the settle wait.
+    gone = decide(state, Signals(now=t0 + 5, agent_alive=False, output_mtime=t0 + 4), policy)
+    assert gone.state.status == "running" and gone.state.gone_since == t0 + 5
