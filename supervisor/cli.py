@@ -54,7 +54,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    # "skipped: maximum number of running instances" is routine (an event asked for a check
+    # while one was running; it runs right after) and is counted in engine-stats.json.
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)
     profile = _profile(args.profile)
     try:
         return run_profile(profile, exit_when_idle=args.exit_when_idle)

@@ -672,7 +672,9 @@ class Engine:
             signals,
             stop_requested="stop" in runtime.requests,
             resume_requested="resume" in runtime.requests,
-            session_alive=task.task_id in self._sessions(),
+            # A dead agent's verdict (crash, or tmux lost) needs a fresh look at tmux.
+            session_alive=task.task_id
+            in self._sessions(max_age=SESSIONS_MAX_AGE if signals.agent_alive else 0.0),
         )
         runtime.requests.clear()
         decision = policy.decide(runtime.state, signals, runtime.policy)

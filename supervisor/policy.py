@@ -7,10 +7,10 @@ done-file is always first, so a finished task is never resumed):
 1. **done-file**: the wrapper writes ``done`` only when the agent exited on its own; the
    exit code decides ``completed`` (0) or ``failed`` (anything else).
 2. **liveness**: the agent's PID is gone (or a zombie), or it never wrote one and its tmux
-   session is gone, and there is no done-file: a crash. When the wrapper recorded an
-   ``exit_code`` (a signal death, a resume exit code) that is final at once; otherwise the
-   wrapper itself is gone and the crash is declared only after :data:`EXIT_SETTLE` seconds
-   without a done-file, so a normal exit is never misread while ``done`` is being written.
+   session is gone, and there is no done-file: a crash. When the wrapper recorded a signal
+   death or a resume exit code, that is final at once; otherwise the crash is declared
+   only after :data:`EXIT_SETTLE` seconds without a done-file, so a normal exit is never
+   misread while the wrapper writes ``exit_code`` and then ``done``.
 3. **output staleness**: ``output.log`` older than ``stale_threshold`` starts a grace
    period; the first stale check never acts. Still stale after ``grace_period``: a hang.
    Fresh output in between cancels the grace period.
@@ -114,6 +114,7 @@ class Signals:
         output_mtime: mtime of ``output.log`` (epoch s), ``None`` when absent.
         stop_requested: an operator ran ``supervise stop`` for this task.
         resume_requested: an operator ran ``supervise resume`` for this task.
+        signal: content of ``signal``: the wrapper saw the agent killed by this signal.
         session_alive: the task's tmux session exists (``None``: not looked at). A missing
             session with no ``pid`` file means the agent cannot start any more.
     """
@@ -126,6 +127,7 @@ class Signals:
     stop_requested: bool = False
     resume_requested: bool = False
     session_alive: bool | None = None
+    signal: int | None = None
 
 
 @dataclass(frozen=True)
@@ -269,12 +271,20 @@ def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisi
         signals.agent_alive is None
         and (signals.session_alive is False or now - launched >= START_TIMEOUT)
     )
-    if agent_gone and signals.exit_code is not None:
-        # The wrapper recorded the end (a signal, or a resume exit code) and wrote no
-        # done-file: nothing more is coming, so no settle time is needed.
+    if agent_gone and (
+        signals.signal is not None
+        or (signals.exit_code is not None and signals.exit_code in policy.resume_exit_codes)
+    ):
+        # The wrapper recorded an end that never gets a done-file (a signal death, a resume
+        # exit code): nothing more is coming, so no settle time is needed.
         lost = signals.session_alive is False
         state = replace(state, lost_session=lost)
-        why = f"agent ended without a done-file (exit code {signals.exit_code})"
+        if lost:
+            why = "tmux session lost"
+        elif signals.signal is not None:
+            why = f"agent killed by signal {signals.signal}"
+        else:
+            why = f"agent exited with resume exit code {signals.exit_code}"
         return _fail_over(state, "crashed", now, policy, why)
     if agent_gone:
         if state.gone_since is None:

@@ -56,4 +56,5 @@ def observe(task: TaskDir, launched_at: float | None, now: float | None = None) 
         exit_code=exit_code,
         agent_alive=alive,
         output_mtime=task.output_mtime(),
+        signal=task.read_int("signal"),
     )

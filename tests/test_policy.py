@@ -1518,11 +1518,18 @@ def test_recorded_exit_without_done_file_is_a_crash_at_once() -> None:
     policy = MonitorPolicy(base_interval=30, max_interval=300)
     t0 = 1_700_000_000.0
     state = TaskState("running", started_at=t0, launched_at=t0)
-    signals = Signals(now=t0 + 5, agent_alive=False, exit_code=137, output_mtime=t0 + 4)
+    signals = Signals(now=t0 + 5, agent_alive=False, exit_code=137, signal=9, output_mtime=t0 + 4)
     decision = decide(state, signals, policy)
     assert decision.state.status == "crashed"
     assert decision.events == ("crashed",)
     assert decision.state.resume_at == pytest.approx(t0 + 5 + 30)
-    # Without a recorded exit the wrapper itself is gone: first only the settle wait.
-    gone = decide(state, Signals(now=t0 + 5, agent_alive=False, output_mtime=t0 + 4), policy)
-    assert gone.state.status == "running" and gone.state.gone_since == t0 + 5
+    # An exit code with no done-file *yet* is a normal exit being recorded (the wrapper
+    # writes exit_code, then done): only the settle wait, never a crash on the spot.
+    for code in (None, 0, 3):
+        seen = Signals(now=t0 + 5, agent_alive=False, exit_code=code, output_mtime=t0 + 4)
+        gone = decide(state, seen, policy)
+        assert gone.state.status == "running" and gone.state.gone_since == t0 + 5
+    # A resume exit code never gets a done-file: a crash at once.
+    resumable = MonitorPolicy(base_interval=30, max_interval=300, resume_exit_codes=[75])
+    seen = Signals(now=t0 + 5, agent_alive=False, exit_code=75, output_mtime=t0 + 4)
+    assert decide(state, seen, resumable).state.status == "crashed"
