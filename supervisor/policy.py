@@ -221,22 +221,7 @@ def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisi
     if signals.stop_requested:
         return _abandon(state, "stopped", "stopped by the operator (supervise stop)")
     if signals.resume_requested:
-        new = replace(
-            state,
-            status="running",
-            retry_count=state.retry_count + 1,
-            launched_at=now,
-            stale_since=None,
-            gone_since=None,
-            resume_at=None,
-        )
-        return Decision(
-            state=new,
-            actions=(Action.STOP_AGENT, Action.RESUME),
-            events=("resumed",),
-            next_check=_bounded(policy.base_interval, new, now, policy),
-            reason=f"resume number {new.retry_count}, asked by the operator (supervise resume)",
-        )
+        return _resume(state, now, policy, stop_first=True, by="the operator (supervise resume)")
 
     if state.status in ("crashed", "hung"):
         if state.retry_count >= policy.max_retries:  # e.g. max_retries lowered on a restart
@@ -248,22 +233,7 @@ def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisi
                 next_check=_bounded(state.resume_at - now, state, now, policy),
                 reason=f"waiting {state.resume_at - now:.2f} s of backoff before resuming",
             )
-        new = replace(
-            state,
-            status="running",
-            retry_count=state.retry_count + 1,
-            launched_at=now,
-            stale_since=None,
-            gone_since=None,
-            resume_at=None,
-        )
-        return Decision(
-            state=new,
-            actions=(Action.RESUME,),
-            events=("resumed",),
-            next_check=_bounded(policy.base_interval, new, now, policy),
-            reason=f"resume number {new.retry_count}",
-        )
+        return _resume(state, now, policy, stop_first=False, by="the backoff")
 
     # Layer 2: liveness.
     launched = state.launched_at if state.launched_at is not None else now
@@ -344,6 +314,28 @@ def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisi
         events=events,
         next_check=_bounded(min(policy.base_interval, until_stale), state, now, policy),
         reason="healthy",
+    )
+
+
+def _resume(
+    state: TaskState, now: float, policy: MonitorPolicy, stop_first: bool, by: str
+) -> Decision:
+    """Back to ``running`` with one more retry; the engine relaunches ``resume_command``."""
+    new = dataclasses.replace(
+        state,
+        status="running",
+        retry_count=state.retry_count + 1,
+        launched_at=now,
+        stale_since=None,
+        gone_since=None,
+        resume_at=None,
+    )
+    return Decision(
+        state=new,
+        actions=(Action.STOP_AGENT, Action.RESUME) if stop_first else (Action.RESUME,),
+        events=("resumed",),
+        next_check=_bounded(policy.base_interval, new, now, policy),
+        reason=f"resume number {new.retry_count}, asked by {by}",
     )
 
 

@@ -53,6 +53,9 @@ def test_valid_failing_and_malformed_tasks_dropped_together(setup: Setup) -> Non
     assert "broken.toml" in error and "malformed TOML" in error
     assert not list(setup.spool.glob("*.toml")), "the spool is left empty"
 
+    for m in manifests.values():  # a normal exit, even a failing one, is never a crash
+        names = [e["event"] for e in setup.events(m["task_id"])]
+        assert names == ["queued", "launched", m["status"]], names
     last_finish = max(ts(m["finished_at"]) for m in manifests.values())
     assert ended - last_finish < 5, f"run returned {ended - last_finish:.1f} s after the last task"
     # Sessions are gone once tasks end.
@@ -129,6 +132,8 @@ def test_max_concurrent_queues_the_rest(setup: Setup) -> None:
     spans = []
     for m in setup.manifests().values():
         assert m["status"] == "completed"
+        names = [e["event"] for e in setup.events(m["task_id"])]
+        assert names == ["queued", "launched", "completed"], names  # a normal exit: no crash
         events = {e["event"]: ts(e["ts"]) for e in setup.events(m["task_id"])}
         spans.append((events["launched"], events["completed"]))
     for start, _ in spans:
