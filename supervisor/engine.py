@@ -704,7 +704,7 @@ class Engine:
         done_at = task.done_mtime()
         finished_at = utc_iso(done_at if done_at is not None and state.status != "abandoned"
                               else now) if finished else None  # fmt: skip
-        tail = self._final_tail(task) if finished else None
+        tail = task.output_tail() if finished else None
         already = {e.get("event") for e in task.events()} if state.status in TERMINAL else set()
         for event in decision.events:
             if event in TERMINAL and event in already:
@@ -814,10 +814,6 @@ class Engine:
         )
 
     # ------------------------------------------------------------------ actions
-    def _final_tail(self, task: TaskDir) -> str:
-        """The last 100 lines of ``output.log`` for the final manifest."""
-        return task.output_tail()
-
     @staticmethod
     def _tail_pending(task: TaskDir, now: float) -> bool:
         """True while the wrapper's end line has not reached ``output.log`` yet, for at most

@@ -19,11 +19,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-try:  # imported as ``tests.claude_support`` (package) or as ``claude_support`` (rootdir on path)
-    from .mock_anthropic import MockAnthropic
-except ImportError:  # pragma: no cover - depends on how pytest sets sys.path
-    from mock_anthropic import MockAnthropic  # type: ignore[no-redef]
+from mock_anthropic import MockAnthropic  # tests/ is on sys.path, as for conftest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 """The repository root (the folder holding ``tests/``)."""

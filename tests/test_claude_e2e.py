@@ -20,28 +20,17 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-try:  # see claude_support for why both forms
-    from .claude_support import (
-        agent_env,
-        kill_tmux_server,
-        make_home,
-        require_claude,
-        scrubbed_environ,
-        start_mock,
-        stop_mock,
-    )
-    from .mock_anthropic import MockAnthropic
-except ImportError:  # pragma: no cover
-    from claude_support import (  # type: ignore[no-redef]
-        agent_env,
-        kill_tmux_server,
-        make_home,
-        require_claude,
-        scrubbed_environ,
-        start_mock,
-        stop_mock,
-    )
-    from mock_anthropic import MockAnthropic  # type: ignore[no-redef]
+# tests/ is on sys.path (pytest's rootdir-relative import mode, like conftest).
+from claude_support import (
+    agent_env,
+    kill_tmux_server,
+    make_home,
+    require_claude,
+    scrubbed_environ,
+    start_mock,
+    stop_mock,
+)
+from mock_anthropic import MockAnthropic
 
 pytestmark = pytest.mark.e2e
 
