@@ -70,7 +70,12 @@ class Setup:
                     "--resume", "{session_id}", "--model", "{model}",
                 ],
             },
-            "monitor": {"base_interval": 0.5, "max_interval": 2, "deadline": 120, **monitor},
+            # stale_threshold 30: a slow start on a loaded machine must not log "stale";
+            # tests about staleness set their own.
+            "monitor": {
+                "base_interval": 0.5, "max_interval": 2, "deadline": 120, "stale_threshold": 30,
+                **monitor,
+            },
             **(extra or {}),
         }  # fmt: skip
         self.profile.write_text(tomli_w.dumps(data), encoding="utf-8")
