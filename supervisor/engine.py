@@ -624,7 +624,7 @@ class Engine:
             log.error("%s: cannot write %s: %s; the next check writes it again",
                       task.task_id, task.file("manifest.json"), exc)  # fmt: skip
         self._watch(runtime)
-        self._schedule_check(runtime, delay=runtime.policy.base_interval)
+        self._schedule_check(runtime, delay=policy.first_check(runtime.policy))
         log.info("launched %s in tmux session %s", task.task_id, task.task_id)
 
     # ------------------------------------------------------------------ checks

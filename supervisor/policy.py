@@ -152,6 +152,12 @@ class Decision:
 TERMINAL = frozenset({"completed", "failed", "abandoned"})
 
 
+def first_check(policy: MonitorPolicy) -> float:
+    """Seconds from a launch or resume to the first check: never later than the moment a
+    silent agent's output would turn stale (a hang at start is caught in time too)."""
+    return min(policy.base_interval, policy.stale_after + STALE_SLACK)
+
+
 def backoff(retry_count: int, policy: MonitorPolicy) -> float:
     """Seconds to wait before the next resume: ``min(base * 2**retry_count, max)``."""
     exponent = min(retry_count, 62)  # 2**62 s is past any deadline; avoids float overflow
@@ -334,7 +340,7 @@ def _resume(
         state=new,
         actions=(Action.STOP_AGENT, Action.RESUME) if stop_first else (Action.RESUME,),
         events=("resumed",),
-        next_check=_bounded(policy.base_interval, new, now, policy),
+        next_check=_bounded(first_check(policy), new, now, policy),
         reason=f"resume number {new.retry_count}, asked by {by}",
     )
 
