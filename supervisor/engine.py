@@ -158,6 +158,7 @@ class Engine:
         self.watcher: Watcher | None = None
         self._complete: set[str] = set()  # spool names inotify saw finished by their writer
         self._kicked: set[str] = set()  # task ids with an event since their last check
+        self._intake_kicked = False  # a spool event arrived since intake last started
         # Held by every job body. Stopping takes it once before shutting the scheduler down,
         # so no job is inside a scheduler call then (shutdown(wait=True) holds APScheduler's
         # job-store lock while it waits: a job calling modify_job at that moment deadlocks).
@@ -291,6 +292,7 @@ class Engine:
     def _on_spool(self, name: str) -> None:
         if name.endswith(".toml") and not name.startswith("."):
             self._complete.add(name)
+            self._intake_kicked = True  # seen by a running intake, which then runs again
             self._kick("intake")
 
     def _on_task(self, task_id: str, name: str) -> None:
@@ -319,6 +321,7 @@ class Engine:
     # ------------------------------------------------------------------ intake
     def intake(self) -> None:
         """Claim settled spool files, start queued tasks, and detect idleness."""
+        self._intake_kicked = False
         ready = spool.pending(self.profile.spool_dir, complete=frozenset(self._complete))
         for path in ready[:INTAKE_BATCH]:
             self._complete.discard(path.name)
@@ -339,7 +342,9 @@ class Engine:
             self._enqueue(claimed.task_dir, claimed.resolved)
         if time.monotonic() - self._stats_written >= STATS_EVERY:
             self.write_stats()
-        if len(ready) > INTAKE_BATCH:  # let checks run between batches, then continue
+        # More files than one batch, or a file dropped while this run was busy (APScheduler
+        # skips a kick that lands on a running job): run again right after the due checks.
+        if len(ready) > INTAKE_BATCH or self._intake_kicked:
             self._kick("intake")
         self._take_requests()
         self._fill_slots()
@@ -841,11 +846,11 @@ class Engine:
         members = [p for p in psutil.process_iter(["pid"]) if _pgid(p.pid) == pgid]
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGTERM)
-        _, alive = psutil.wait_procs(members, timeout=STOP_TIMEOUT)
+        alive = _wait_gone(members, STOP_TIMEOUT)
         if alive:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGKILL)
-            psutil.wait_procs(alive, timeout=STOP_TIMEOUT)
+            _wait_gone(alive, STOP_TIMEOUT)
         task.append_event("agent_stopped", pid=pid, killed=bool(alive))
 
     def _resume(self, runtime: Runtime) -> None:
@@ -867,6 +872,26 @@ class Engine:
         deadline = time.time() + PID_WAIT
         while task.read_int("pid") is None and time.time() < deadline:
             time.sleep(0.01)
+
+
+def _wait_gone(processes: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait up to ``timeout`` s for ``processes`` to end; return those still running.
+
+    A zombie counts as gone: an exited wrapper is tmux's child, not ours, and tmux may reap
+    it seconds later (seen with tmux 3.3a), which made psutil.wait_procs wait the full time.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = []
+        for process in processes:
+            try:
+                if process.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(process)
+            except psutil.NoSuchProcess:
+                pass
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.02)
 
 
 def _pgid(pid: int) -> int | None:
