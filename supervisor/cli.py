@@ -9,6 +9,8 @@ Commands::
     supervise show -c PROFILE ID                 print one manifest
     supervise stop -c PROFILE ID                 end a task as abandoned (reason "stopped")
     supervise resume -c PROFILE ID               force a resume now
+    supervise approve -c PROFILE ID              allow what an escalated task waits for
+    supervise deny -c PROFILE ID                 refuse it (the agent is told no)
     supervise tail -c PROFILE ID [-n N] [-f]     print (and follow) a task's output.log
     supervise attach -c PROFILE ID               attach this terminal to the task's tmux session
     supervise config -c PROFILE [--task FILE]    every effective policy value and its source
@@ -172,6 +174,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 "model": m.get("model"),
                 "retries": m.get("retry_count", 0),
                 "exit_code": m.get("exit_code"),
+                "verdict": m.get("verdict"),
                 "age_s": _age(m.get("started_at") or m.get("created_at"), now),
                 "since_output_s": None if mtime is None else round(now - mtime, 1),
             }
@@ -231,6 +234,9 @@ def _request(args: argparse.Namespace, verb: str) -> int:
     if before["status"] in TERMINAL:
         _err(f"task {args.task_id} already ended: {before['status']}")
         return 1
+    if verb in ("approve", "deny") and before["status"] != "escalated":
+        _err(f"task {args.task_id} is {before['status']}, not escalated: nothing to {verb}")
+        return 1
     control.request(profile.state_dir, args.task_id, verb)
     if not _engine_running(profile):
         print(f"queued '{verb}' for {args.task_id}; no engine runs on {profile.state_dir}, "
@@ -239,11 +245,12 @@ def _request(args: argparse.Namespace, verb: str) -> int:
     deadline = time.time() + args.wait
     while time.time() < deadline:
         after = json.loads(manifest_path.read_text(encoding="utf-8"))
-        acted = (
-            after["status"] in TERMINAL
-            if verb == "stop"
-            else after["retry_count"] > before["retry_count"] or after["status"] in TERMINAL
-        )
+        if verb == "stop":
+            acted = after["status"] in TERMINAL
+        elif verb in ("approve", "deny"):
+            acted = after["status"] != "escalated"
+        else:
+            acted = after["retry_count"] > before["retry_count"] or after["status"] in TERMINAL
         if acted:
             print(f"{args.task_id}: {after['status']} (retry_count {after['retry_count']})")
             return 0
@@ -258,6 +265,14 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     return _request(args, "resume")
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    return _request(args, "approve")
+
+
+def cmd_deny(args: argparse.Namespace) -> int:
+    return _request(args, "deny")
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
@@ -370,6 +385,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name, func, text in (
         ("stop", cmd_stop, "end a task now as abandoned (reason 'stopped'), with a clean stop"),
         ("resume", cmd_resume, "stop the agent and resume it now with the resume command"),
+        ("approve", cmd_approve, "allow the request an escalated task waits on (or unpause it)"),
+        ("deny", cmd_deny, "refuse the request an escalated task waits on"),
     ):
         verb = sub.add_parser(name, help=text)
         verb.add_argument("-c", "--config", required=True, help="profile TOML file")

@@ -107,8 +107,23 @@ NonNegativeSeconds = Annotated[float, Field(ge=0), Strict()]
 Count = Annotated[int, Field(ge=0), Strict()]
 ExitCode = Annotated[int, Field(ge=1, le=255), Strict()]
 #: Events the notifier can be asked to run for (``notify_on``).
-NotifyEvent = Literal["completed", "failed", "abandoned", "crashed", "hung", "resumed", "stale"]
-DEFAULT_NOTIFY_ON: tuple[str, ...] = ("abandoned", "failed", "completed")
+NotifyEvent = Literal[
+    "completed",
+    "failed",
+    "abandoned",
+    "crashed",
+    "hung",
+    "resumed",
+    "stale",
+    "escalated",
+    "waiting",
+]
+#: Events that run the notifier by default: the terminal ones, plus the two that need a
+#: human or explain a long pause (issue 4: escalation, usage-limit waits).
+DEFAULT_NOTIFY_ON: tuple[str, ...] = ("abandoned", "failed", "completed", "escalated", "waiting")
+#: How output staleness is measured (issue 4): the output file's mtime, a hash of the
+#: visible tmux screen (for a TUI that redraws a spinner), or the agent's transcript file.
+StaleSignal = Literal["mtime", "screen", "transcript"]
 
 
 class MonitorOverrides(BaseModel):
@@ -131,6 +146,8 @@ class MonitorOverrides(BaseModel):
     resume_exit_codes: list[ExitCode] | None = None
     max_log_bytes: Annotated[int, Field(ge=4096), Strict()] | None = None
     log_backups: Count | None = None
+    stale_signal: StaleSignal | None = None
+    max_denials: Annotated[int, Field(ge=1), Strict()] | None = None
 
     _check_notifier = field_validator("notifier")(
         classmethod(
@@ -150,6 +167,9 @@ class MonitorPolicy(BaseModel):
     (supervisord's ``exitcodes``, inverted). ``output.log`` is rotated past
     ``max_log_bytes`` bytes keeping ``log_backups`` old files (supervisord's
     ``stdout_logfile_maxbytes`` / ``stdout_logfile_backups``; default 50 MiB and 3).
+    ``stale_signal`` picks what "output" means for staleness (``None``: ``screen`` for an
+    interactive Claude Code TUI, else ``mtime``); ``max_denials`` consecutive permission
+    denials or failed tool calls escalate the task to a human (the circuit breaker).
 
     Raises:
         pydantic.ValidationError: on a non-positive interval or ``max_interval`` smaller
@@ -170,6 +190,8 @@ class MonitorPolicy(BaseModel):
     resume_exit_codes: list[ExitCode] = Field(default_factory=list)
     max_log_bytes: Annotated[int, Field(ge=4096), Strict()] = 50 * 1024 * 1024
     log_backups: Count = 3
+    stale_signal: StaleSignal | None = None
+    max_denials: Annotated[int, Field(ge=1), Strict()] = 3
 
     @model_validator(mode="after")
     def _check(self) -> MonitorPolicy:
@@ -213,28 +235,130 @@ class TmuxSpec(BaseModel):
         return value
 
 
+AgentKind = Literal["generic", "claude"]
+AgentMode = Literal["headless", "interactive"]
+
+
 class AgentSpec(BaseModel):
     """``[agent]``: how to launch and resume the agent.
 
-    ``command`` and ``resume_command`` are argv lists; each element may hold the placeholders
-    ``{prompt}``, ``{prompt_file}``, ``{model}``, ``{session_id}``, ``{project_dir}`` and
-    ``{task_id}``, substituted once and never seen by a shell.
+    ``kind = "generic"`` (the default) runs ``command`` / ``resume_command`` as written: argv
+    lists whose elements may hold the placeholders ``{prompt}``, ``{prompt_file}``,
+    ``{model}``, ``{session_id}``, ``{project_dir}``, ``{task_id}``, ``{python}`` and
+    ``{profile_dir}``, substituted once and never seen by a shell.
+
+    ``kind = "claude"`` builds the Claude Code argv itself (see :mod:`supervisor.claude`):
+    ``--session-id`` on the first run, ``--resume`` with ``resume_prompt`` after, hooks
+    injected with a generated ``--settings`` file, ``--permission-mode permission_mode``.
+    ``mode = "headless"`` runs ``-p --output-format stream-json --verbose``;
+    ``"interactive"`` runs the TUI for a human to attach to. ``extra_args`` are appended.
+
+    Raises:
+        pydantic.ValidationError: ``command`` missing for ``generic`` or given for
+            ``claude``.
     """
 
     model_config = ConfigDict(extra="forbid")
-    command: list[str] = Field(min_length=1)
+    kind: AgentKind = "generic"
+    command: list[str] | None = Field(default=None, min_length=1)
     resume_command: list[str] | None = None
     env: dict[str, str] = Field(default_factory=dict)
     models: dict[str, str] = Field(default_factory=dict)
     default_model: str = "sonnet"
+    mode: AgentMode = "headless"
+    binary: str = Field(default="claude", min_length=1)
+    permission_mode: str = Field(default="manual", pattern=r"^[A-Za-z]+$")
+    resume_prompt: str = Field(default="continue the task", min_length=1)
+    extra_args: list[str] = Field(default_factory=list)
+    hooks: Annotated[bool, Strict()] = True
 
     _check_argv = field_validator("command", "resume_command")(
         classmethod(lambda cls, v: None if v is None else _argv_placeholders_ok(v))
     )
 
+    @model_validator(mode="after")
+    def _kind_fits(self) -> AgentSpec:
+        if self.kind == "generic" and self.command is None:
+            raise ValueError(
+                "kind 'generic' needs 'command' (an argv list); or set kind = \"claude\" "
+                "to let supervise build the Claude Code command line"
+            )
+        if self.kind == "claude" and (self.command or self.resume_command):
+            raise ValueError(
+                "kind 'claude' builds the command line itself; remove 'command' and "
+                "'resume_command' (add flags with 'extra_args'), or use kind = \"generic\""
+            )
+        if self.kind == "generic" and self.mode == "interactive":
+            raise ValueError("mode 'interactive' needs kind = \"claude\"")
+        return self
+
     def known_models(self) -> dict[str, str]:
         """Alias → model id: the built-in aliases overlaid with ``[agent.models]``."""
         return {**DEFAULT_MODELS, **self.models}
+
+
+ApprovalAction = Literal["approve", "deny", "escalate"]
+
+
+class ApprovalRule(BaseModel):
+    """One ``[[approval.rules]]`` entry (seed 003's command-approval table).
+
+    ``tool`` is a Claude Code tool name (``Bash``, ``Write``, ``Edit``, ...; ``*`` for any);
+    ``match`` an optional Python regex searched in the request's subject (the Bash command,
+    the file path, the URL; see :func:`supervisor.approval.subject`); ``action`` what to do.
+    ``message`` is told to the agent on ``deny``.
+
+    Raises:
+        pydantic.ValidationError: a ``match`` that is not a valid regex.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    tool: str = Field(min_length=1)
+    match: str | None = None
+    action: ApprovalAction
+    message: str | None = None
+
+    @field_validator("match")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression ({exc})") from exc
+        return value
+
+
+class ApprovalSpec(BaseModel):
+    """``[approval]``: ordered ``rules``; the first match decides, and a request no rule
+    matches is denied with ``default_message`` (issue 4)."""
+
+    model_config = ConfigDict(extra="forbid")
+    rules: list[ApprovalRule] = Field(default_factory=list)
+    default_message: str = (
+        "supervise: this action is not allowed by the task's approval rules; "
+        "do the task another way, with the tools and commands it allows"
+    )
+
+
+class AcceptanceSpec(BaseModel):
+    """``[acceptance]``: how a finished task is judged (seed 003's verdict).
+
+    ``command`` is an argv run in the project folder after the agent exits 0 (exit 0 =
+    pass, at most ``timeout`` seconds); ``artifacts`` are paths (relative to the project
+    folder) that must exist. At least one is required.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    command: list[str] | None = Field(default=None, min_length=1)
+    artifacts: list[str] = Field(default_factory=list)
+    timeout: PositiveSeconds = 600.0
+
+    @model_validator(mode="after")
+    def _something(self) -> AcceptanceSpec:
+        if not self.command and not self.artifacts:
+            raise ValueError("give 'command' (an argv list) and/or 'artifacts' (paths)")
+        return self
 
 
 class TaskSpec(BaseModel):
@@ -252,6 +376,8 @@ class TaskSpec(BaseModel):
     model: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     monitor: MonitorOverrides = Field(default_factory=MonitorOverrides)
+    approval: ApprovalSpec | None = None
+    acceptance: AcceptanceSpec | None = None
 
     @model_validator(mode="after")
     def _one_prompt(self) -> TaskSpec:
@@ -262,11 +388,13 @@ class TaskSpec(BaseModel):
 
 
 #: Optional task-file keys a task may set unless the profile says otherwise: never the
-#: notifier (it runs commands) nor ``env`` (``PATH`` or ``LD_PRELOAD`` would change what
-#: the agent command runs). ``name``, ``prompt``, ``prompt_file`` and ``project_dir`` are
-#: always allowed.
+#: notifier (it runs commands), ``env`` (``PATH`` or ``LD_PRELOAD`` would change what
+#: the agent command runs) nor ``approval`` (rules that loosen what the agent may do).
+#: ``acceptance`` is allowed: it is the orchestrator's own check of its task.
+#: ``name``, ``prompt``, ``prompt_file`` and ``project_dir`` are always allowed.
 DEFAULT_TASK_MAY_SET: tuple[str, ...] = (
     "model",
+    "acceptance",
     "monitor.base_interval",
     "monitor.max_interval",
     "monitor.deadline",
@@ -298,6 +426,8 @@ class SecuritySpec(BaseModel):
         known = {
             "model",
             "env",
+            "approval",
+            "acceptance",
             "monitor",
             *(f"monitor.{k}" for k in MonitorOverrides.model_fields),
         }
@@ -325,6 +455,8 @@ class Profile(BaseModel):
     tmux: TmuxSpec = Field(default_factory=TmuxSpec)
     agent: AgentSpec
     monitor: MonitorOverrides = Field(default_factory=MonitorOverrides)
+    approval: ApprovalSpec = Field(default_factory=ApprovalSpec)
+    acceptance: AcceptanceSpec | None = None
     security: SecuritySpec = Field(default_factory=SecuritySpec)
     tasks: list[TaskSpec] = Field(default_factory=list)
 
@@ -368,6 +500,8 @@ class ResolvedTask:
         policy: the effective monitor policy.
         sources: for each policy key, where its value came from:
             ``default``, ``profile``, ``env`` or ``task``.
+        rules: the approval rules in force, the task's first, then the profile's.
+        acceptance: the task's ``[acceptance]``, else the profile's, else ``None``.
     """
 
     spec: TaskSpec
@@ -375,6 +509,8 @@ class ResolvedTask:
     model: str
     policy: MonitorPolicy
     sources: dict[str, str] = field(default_factory=dict)
+    rules: tuple[ApprovalRule, ...] = ()
+    acceptance: AcceptanceSpec | None = None
 
 
 # ------------------------------------------------------------------ error reporting
@@ -749,7 +885,16 @@ def resolve_task(
         problems.extend(f"{at if p.startswith('monitor') else file}: {p}" for p in exc.problems)
     if problems or policy is None or prompt is None:
         raise ConfigError(problems)
-    return ResolvedTask(spec=spec, prompt=prompt, model=model, policy=policy, sources=sources)
+    rules = (*(spec.approval.rules if spec.approval else ()), *profile.spec.approval.rules)
+    return ResolvedTask(
+        spec=spec,
+        prompt=prompt,
+        model=model,
+        policy=policy,
+        sources=sources,
+        rules=tuple(rules),
+        acceptance=spec.acceptance or profile.spec.acceptance,
+    )
 
 
 def load_task(
@@ -793,7 +938,7 @@ def load_task(
 
 def _refused_keys(data: dict[str, Any], security: SecuritySpec) -> list[str]:
     """Optional keys in a task file that the profile's ``task_may_set`` does not allow."""
-    keys = [k for k in ("model", "env") if k in data]
+    keys = [k for k in ("model", "env", "approval", "acceptance") if k in data]
     monitor = data.get("monitor")
     if isinstance(monitor, dict):
         keys += [f"monitor.{k}" for k in monitor]

@@ -1,6 +1,6 @@
 """Operator requests to a running engine: one small file per request.
 
-``supervise stop ID`` and ``supervise resume ID`` write ``state_dir/control/<ID>.<verb>``
+``supervise stop|resume|approve|deny ID`` write ``state_dir/control/<ID>.<verb>``
 (atomically); the engine's intake job picks requests up on its next tick (every
 ``intake_interval`` seconds), runs that task's check at once and deletes the request file.
 The request goes through the same pure policy and the same locked manifest update as any
@@ -15,9 +15,9 @@ from pathlib import Path
 
 from supervisor.taskdir import atomic_write, utc_iso
 
-VERBS = ("stop", "resume")
+VERBS = ("stop", "resume", "approve", "deny")
 CONTROL = "control"
-_NAME_RE = re.compile(r"^([a-z0-9-]+)\.(stop|resume)$")
+_NAME_RE = re.compile(r"^([a-z0-9-]+)\.(stop|resume|approve|deny)$")
 
 
 def request(state_dir: Path, task_id: str, verb: str) -> Path:

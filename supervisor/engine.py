@@ -45,7 +45,8 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from filelock import FileLock, Timeout
 
-from supervisor import control, notify, policy, spool
+from supervisor import acceptance, claude, control, notify, policy, spool
+from supervisor.agentwatch import AgentView, ClaudeWatch
 from supervisor.config import (
     ConfigError,
     LoadedProfile,
@@ -72,7 +73,7 @@ STATS_EVERY = 5.0
 #: checks that are due, so a burst of files never starves the checks.
 INTAKE_BATCH = 25
 #: Files whose appearance in a task folder triggers an immediate check.
-WAKE_FILES = frozenset({"done", "exit_code", "signal"})
+WAKE_FILES = frozenset({"done", "exit_code", "signal", acceptance.RESULT})
 #: Seconds a ``list-panes`` snapshot is reused across the checks of one tick.
 SESSIONS_MAX_AGE = 0.25
 #: Seconds to wait for a resumed agent's ``pid`` file.
@@ -94,6 +95,8 @@ class Runtime:
     manifest: Manifest
     requests: set[str] = field(default_factory=set)
     last_written: float = 0.0  # when the manifest was last written (time.monotonic())
+    agent: ClaudeWatch | None = None  # kind = "claude": hooks and stream-json
+    accepting: bool = False  # the acceptance check runs on the notify pool
 
     @property
     def policy(self) -> MonitorPolicy:
@@ -301,7 +304,7 @@ class Engine:
             pid = task.read_int("pid")
             if pid is not None and self.watcher is not None:
                 self.watcher.watch_pid(task_id, pid)
-        elif name in WAKE_FILES:
+        elif name in WAKE_FILES or (name.startswith("hook-") and name.endswith(".json")):
             self._kicked.add(task_id)
             self._kick(f"check:{task_id}")
 
@@ -393,7 +396,19 @@ class Engine:
         """A queued task's runtime, read back from its folder (queued tasks are kept on disk,
         not in memory, so a burst of thousands of files costs almost no RAM)."""
         manifest = task.read_manifest()
-        return Runtime(task, self._reload(task), policy.TaskState(status="queued"), manifest)
+        return self._runtime(task, self._reload(task), policy.TaskState(status="queued"), manifest)
+
+    def _runtime(
+        self, task: TaskDir, resolved: ResolvedTask, state: policy.TaskState, manifest: Manifest
+    ) -> Runtime:
+        runtime = Runtime(task, resolved, state, manifest)
+        agent = self.profile.spec.agent
+        if agent.kind == "claude":
+            message = self.profile.spec.approval.default_message
+            if resolved.spec.approval is not None:
+                message = resolved.spec.approval.default_message
+            runtime.agent = ClaudeWatch(task, resolved, agent, manifest, message)
+        return runtime
 
     def _fill_slots(self) -> None:
         limit = self.profile.spec.max_concurrent
@@ -484,14 +499,19 @@ class Engine:
         )  # fmt: skip
         if last is not None and last["event"] == "resumed":  # died after deciding to resume
             status, launched_at, resume_at = "running", parse_iso(last["ts"]), None
+        extra = manifest.model_extra or {}
+        escalation = extra.get("escalation") if status == "escalated" else None
         state = policy.TaskState(
             status=status,
             started_at=started,
             launched_at=launched_at,
             retry_count=max(manifest.retry_count, resumes),
             resume_at=resume_at,
+            escalation=(escalation or {}).get("reason") if escalation else None,
+            paused=bool((escalation or {}).get("paused")),
+            limit_waits=int(extra.get("limit_waits") or 0),
         )
-        runtime = Runtime(task, resolved, state, manifest)
+        runtime = self._runtime(task, resolved, state, manifest)
         self.live[task.task_id] = runtime
         task.append_event("adopted", status=state.status, retry_count=state.retry_count)
         log.info("adopted %s (%s)", task.task_id, state.status)
@@ -557,7 +577,18 @@ class Engine:
 
     def _write_launch(self, runtime: Runtime, resume: bool) -> None:
         agent = self.profile.spec.agent
-        template = agent.resume_command if resume and agent.resume_command else agent.command
+        stream = None
+        if agent.kind == "claude":
+            settings = None
+            if agent.hooks:
+                settings = claude.write_settings(runtime.task.path, runtime.policy.deadline)
+            template = claude.argv(agent, resume, settings)
+            stream = claude.STREAM if agent.mode == "headless" else None
+            if runtime.agent is not None:
+                runtime.agent.new_run()
+        else:
+            assert agent.command is not None  # AgentSpec's validator
+            template = agent.resume_command if resume and agent.resume_command else agent.command
         env = {
             **agent.env,
             **runtime.resolved.spec.env,
@@ -571,6 +602,8 @@ class Engine:
             "cwd": runtime.manifest.project_dir,
             "resume_exit_codes": runtime.policy.resume_exit_codes,
         }
+        if stream:
+            launch["stream"] = stream
         data = json.dumps(launch, ensure_ascii=False, indent=1).encode()
         atomic_write(runtime.task.file("launch.json"), data)
         os.chmod(runtime.task.file("launch.json"), 0o600)
@@ -677,10 +710,20 @@ class Engine:
             signals,
             stop_requested="stop" in runtime.requests,
             resume_requested="resume" in runtime.requests,
+            approve_requested="approve" in runtime.requests,
+            deny_requested="deny" in runtime.requests,
             # A dead agent's verdict (crash, or tmux lost) needs a fresh look at tmux.
             session_alive=task.task_id
             in self._sessions(max_age=SESSIONS_MAX_AGE if signals.agent_alive else 0.0),
+            has_acceptance=runtime.resolved.acceptance is not None,
+            acceptance_running=runtime.accepting,
         )
+        if runtime.state.status == "verifying" and not runtime.accepting:
+            accepted = acceptance.read(task)
+            if accepted is not None:
+                signals = dataclasses.replace(signals, acceptance=bool(accepted.get("passed")))
+        if runtime.agent is not None:
+            signals = self._agent_signals(runtime, signals)
         runtime.requests.clear()
         decision = policy.decide(runtime.state, signals, runtime.policy)
         if policy.Action.FINISH in decision.actions and self._tail_pending(task, signals.now):
@@ -689,6 +732,30 @@ class Engine:
             self._schedule_check(runtime, TAIL_POLL)
             return
         self._apply(runtime, decision, signals.now)
+
+    def _agent_signals(self, runtime: Runtime, signals: policy.Signals) -> policy.Signals:
+        """Add what Claude Code told us (hooks, stream) and the chosen staleness signal."""
+        assert runtime.agent is not None
+        view: AgentView = runtime.agent.observe(signals.now, runtime.state.status)
+        mtime = signals.output_mtime
+        how = runtime.policy.stale_signal or (
+            "screen" if self.profile.spec.agent.mode == "interactive" else "mtime"
+        )
+        if how == "screen" and signals.agent_alive:
+            text = self.tmux.capture(runtime.task.task_id, lines=0)
+            mtime = runtime.agent.screen_changed(text, signals.now)
+        elif how == "transcript":
+            mtime = runtime.agent.transcript_mtime() or mtime
+        return dataclasses.replace(
+            signals,
+            output_mtime=mtime,
+            escalate=view.escalate,
+            escalate_pause=view.escalate_pause,
+            limit=view.limit,
+            limit_resume_at=view.limit_resume_at,
+            limit_reason=view.limit_reason,
+            turn_ended=view.turn_ended,
+        )
 
     def _apply(self, runtime: Runtime, decision: policy.Decision, now: float) -> None:
         """Perform a decision. Order, chosen so a crash of ``supervise`` loses nothing:
@@ -732,7 +799,30 @@ class Engine:
             elif action is A.CLEANUP:
                 self.tmux.close(task.task_id)
                 self._sessions_cache = None
+            elif action is A.PAUSE_AGENT:
+                self._signal_agent(task, signal.SIGSTOP)
+            elif action is A.CONTINUE_AGENT:
+                self._signal_agent(task, signal.SIGCONT)
+                if runtime.agent is not None:
+                    runtime.agent.answer_escalation(approve=True)
+            elif action in (A.ANSWER_APPROVE, A.ANSWER_DENY) and runtime.agent is not None:
+                runtime.agent.answer_escalation(approve=action is A.ANSWER_APPROVE)
+            elif action is A.ACCEPT:
+                self._start_acceptance(runtime)
+            elif action is A.END_SESSION:
+                self.tmux.send_keys(task.task_id, "/exit", literal=True)
+                self.tmux.send_keys(task.task_id, "Enter")
+        ended_escalated = previous.status == "escalated" and state.status in TERMINAL
+        if runtime.agent is not None and ended_escalated:
+            runtime.agent.answer_escalation(approve=False)  # frees a waiting hook
         pid = task.read_int("pid")
+        report = runtime.agent.report() if runtime.agent is not None else {}
+        accepted = acceptance.read(task) if finished and runtime.resolved.acceptance else None
+        summary = None
+        if finished:
+            result_text = (report.get("claude") or {}).get("result")
+            why = "" if state.status == "completed" else decision.reason
+            summary = acceptance.summary(result_text, accepted, why)
 
         def change(m: Manifest) -> None:
             m.status = state.status  # type: ignore[assignment]
@@ -744,11 +834,18 @@ class Engine:
             m.resume_at = utc_iso(state.resume_at) if state.resume_at else None
             if state.launched_at:
                 m.launched_at = utc_iso(state.launched_at)
+            for key, value in report.items():
+                setattr(m, key, value)
+            m.limit_waits = state.limit_waits  # type: ignore[attr-defined]
             if finished:
                 m.finished_at = finished_at
                 m.exit_code = exit_code
                 m.signal = task.read_int("signal")
                 m.output_tail = tail
+                m.verdict = state.verdict  # type: ignore[assignment]
+                m.summary = summary
+                if accepted is not None:
+                    m.acceptance = accepted  # type: ignore[attr-defined]
             if state.status == "abandoned":
                 m.abandoned_at = utc_iso(now)
                 m.abandon_reason = state.abandon_reason
@@ -834,6 +931,37 @@ class Engine:
         last = task.output_tail(lines=1).rstrip().splitlines()[-1:] or [""]
         return not last[0].startswith(END_MARK)
 
+    def _start_acceptance(self, runtime: Runtime) -> None:
+        """Run ``[acceptance]`` on the notify pool; its result file wakes the task's check."""
+        spec = runtime.resolved.acceptance
+        if spec is None or runtime.accepting:
+            return
+        runtime.accepting = True
+        runtime.task.file(acceptance.RESULT).unlink(missing_ok=True)
+
+        def body() -> None:
+            try:
+                result = acceptance.run(runtime.task, Path(runtime.manifest.project_dir), spec)
+                runtime.task.append_event("acceptance", **result)
+            except Exception:
+                log.exception("%s: acceptance check failed to run", runtime.task.task_id)
+            finally:
+                runtime.accepting = False
+                self._kicked.add(runtime.task.task_id)
+                self._kick(f"check:{runtime.task.task_id}")
+
+        self.scheduler.add_job(body, executor="notify")
+
+    @staticmethod
+    def _signal_agent(task: TaskDir, signum: int) -> None:
+        """Send ``signum`` to the agent's process group (pause/continue an escalation)."""
+        pid = task.read_int("pid")
+        pgid = _pgid(pid) if pid is not None else None
+        if pgid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signum)
+            task.append_event("agent_signalled", pid=pid, signal=signal.Signals(signum).name)
+
     def _stop_agent(self, task: TaskDir) -> None:
         """SIGTERM the agent's process group, wait up to STOP_TIMEOUT s, then SIGKILL."""
         pid = task.read_int("pid")
@@ -846,6 +974,7 @@ class Engine:
         members = [p for p in psutil.process_iter(["pid"]) if _pgid(p.pid) == pgid]
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGTERM)
+            os.killpg(pgid, signal.SIGCONT)  # a paused (SIGSTOPped) agent must see it
         alive = _wait_gone(members, STOP_TIMEOUT)
         if alive:
             with contextlib.suppress(ProcessLookupError):

@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from supervisor.config import (
     NOTIFIER_PLACEHOLDERS,
     NotifyEvent,
+    StaleSignal,
     _argv_placeholders_ok,
     _split_argv,
 )
@@ -44,6 +45,8 @@ class MonitorEnv(BaseSettings):
     resume_exit_codes: Annotated[list[Annotated[int, Field(ge=1, le=255)]] | None, NoDecode] = None
     max_log_bytes: Annotated[int, Field(ge=4096)] | None = None
     log_backups: Annotated[int, Field(ge=0)] | None = None
+    stale_signal: StaleSignal | None = None
+    max_denials: Annotated[int, Field(ge=1)] | None = None
 
     @field_validator("notify_on", "resume_exit_codes", mode="before")
     @classmethod

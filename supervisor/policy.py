@@ -33,6 +33,21 @@ State table (like supervisord's process states; "stop" = stop the agent's proces
                   (reason tmux_lost if the session was gone, else max_retries)
     crashed/hung  backoff elapsed                           running     resume (retries + 1)
     running       fresh output during the grace period      running     grace cancelled
+    running       done-file exit 0, [acceptance] declared   verifying   cleanup, accept
+    verifying     acceptance result                         completed   end (verdict PASS/FAIL)
+    running       usage/rate limit (429/529, limit text)    waiting     stop, wait resume_at
+    waiting       resume_at reached                         running     resume (retries unchanged)
+    running       permission escalated / circuit breaker    escalated   notify (pause if no request)
+    escalated     operator: supervise approve               running     answer allow / continue
+    escalated     operator: supervise deny                  running     answer deny
+                  (a paused breaker escalation: abandoned, reason denied)
+    running       interactive turn ended (Stop hook)        running     end the TUI session (/exit)
+
+An escalated task is never judged stale (it waits for a human); a waiting task is neither
+stale nor crashed (its agent was stopped on purpose). The deadline applies to both.
+Every terminal state carries a ``verdict`` (seed 003): ``PASS`` (completed, acceptance
+passed or none declared), ``FAIL`` (failed, or acceptance failed), ``ESCALATE`` (ended
+while escalated), ``TIMEOUT`` (deadline) or ``ABANDONED``.
 
 Backoff before resume number ``n + 1`` is ``min(base_interval * 2**n, max_interval)``
 seconds where ``n`` is the ``retry_count`` so far (seed 000, Pattern 1). Retries count over
@@ -67,6 +82,12 @@ class Action(StrEnum):
     FINISH = "finish"  # record finished_at / exit_code / output_tail
     CLEANUP = "cleanup"  # pipe-pane off, kill the tmux session
     NOTIFY = "notify"  # run the notifier for this decision's events (policy.notify_on)
+    PAUSE_AGENT = "pause_agent"  # SIGSTOP the agent's process group (an escalation)
+    CONTINUE_AGENT = "continue_agent"  # SIGCONT it (the escalation was approved)
+    ANSWER_APPROVE = "answer_approve"  # allow the permission request waiting on a human
+    ANSWER_DENY = "answer_deny"  # deny it
+    ACCEPT = "accept"  # run the [acceptance] check (off the engine's worker thread)
+    END_SESSION = "end_session"  # ask an interactive agent to exit (/exit)
 
 
 @dataclass(frozen=True)
@@ -87,6 +108,10 @@ class TaskState:
         exit_code: set with a terminal status when known.
         lost_session: the latest crash found the tmux session gone (the server died or
             the session was killed); abandoning then says ``tmux_lost``.
+        escalation: why the task waits for a human (status ``escalated``), else None.
+        paused: the escalation paused the agent (SIGSTOP) rather than holding a request.
+        limit_waits: usage/rate-limit waits so far (they never count as retries).
+        verdict: set with a terminal status: PASS, FAIL, ESCALATE, TIMEOUT or ABANDONED.
     """
 
     status: str
@@ -99,6 +124,10 @@ class TaskState:
     abandon_reason: str | None = None
     exit_code: int | None = None
     lost_session: bool = False
+    escalation: str | None = None
+    paused: bool = False
+    limit_waits: int = 0
+    verdict: str | None = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +146,16 @@ class Signals:
         signal: content of ``signal``: the wrapper saw the agent killed by this signal.
         session_alive: the task's tmux session exists (``None``: not looked at). A missing
             session with no ``pid`` file means the agent cannot start any more.
+        escalate: a permission request or the circuit breaker needs a human: why.
+        escalate_pause: that escalation holds no blocked request, so pause the agent.
+        approve_requested / deny_requested: an operator ran ``supervise approve|deny``.
+        limit: the current run hit a usage or rate limit (429/529 or the CLI's limit text).
+        limit_resume_at: when the limit resets (epoch s), ``None`` if no time was given.
+        limit_reason: the text that told us, for the log.
+        has_acceptance: the task declares ``[acceptance]``.
+        acceptance: the acceptance result (``True`` pass, ``False`` fail), ``None`` if none.
+        acceptance_running: the acceptance check is running now.
+        turn_ended: an interactive agent finished its turn (Stop hook) and idles.
     """
 
     now: float
@@ -128,6 +167,17 @@ class Signals:
     resume_requested: bool = False
     session_alive: bool | None = None
     signal: int | None = None
+    escalate: str | None = None
+    escalate_pause: bool = False
+    approve_requested: bool = False
+    deny_requested: bool = False
+    limit: bool = False
+    limit_resume_at: float | None = None
+    limit_reason: str = ""
+    has_acceptance: bool = False
+    acceptance: bool | None = None
+    acceptance_running: bool = False
+    turn_ended: bool = False
 
 
 @dataclass(frozen=True)
@@ -150,6 +200,8 @@ class Decision:
 
 
 TERMINAL = frozenset({"completed", "failed", "abandoned"})
+#: Verdicts (seed 003), one per terminal state.
+VERDICTS = ("PASS", "FAIL", "ESCALATE", "TIMEOUT", "ABANDONED")
 
 
 def first_check(policy: MonitorPolicy) -> float:
@@ -206,14 +258,34 @@ def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisi
         )
     if state.status in TERMINAL or state.status == "queued":
         return Decision(state=state, next_check=policy.base_interval, reason="nothing to do")
+    if state.status == "verifying":
+        return _verifying(state, signals, policy)
+    if state.status == "waiting":
+        return _waiting(state, signals, policy)
 
     # Layer 1: the done-file always wins.
     if signals.done:
         code = signals.exit_code if signals.exit_code is not None else -1
+        if code != 0 and signals.limit and state.status == "running":
+            return _wait_limit(state, signals, policy)
+        if code == 0 and signals.has_acceptance:
+            new = replace(
+                state, status="verifying", exit_code=0, stale_since=None, gone_since=None,
+                resume_at=None, escalation=None, paused=False,
+            )  # fmt: skip
+            return Decision(
+                state=new,
+                actions=(Action.CLEANUP, Action.ACCEPT),
+                events=("verifying",),
+                next_check=policy.base_interval,
+                reason="done-file with exit code 0; running the acceptance check",
+            )
         status = "completed" if code == 0 else "failed"
         new = replace(
-            state, status=status, exit_code=code, stale_since=None, gone_since=None, resume_at=None
-        )
+            state, status=status, exit_code=code, stale_since=None, gone_since=None,
+            resume_at=None, escalation=None, paused=False,
+            verdict="PASS" if code == 0 else "FAIL",
+        )  # fmt: skip
         return Decision(
             state=new,
             actions=(Action.FINISH, Action.CLEANUP, Action.NOTIFY),
@@ -226,6 +298,8 @@ def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisi
         return _abandon(state, "deadline", f"deadline of {policy.deadline:g} s passed")
     if signals.stop_requested:
         return _abandon(state, "stopped", "stopped by the operator (supervise stop)")
+    if state.status == "escalated" and (signals.approve_requested or signals.deny_requested):
+        return _answered(state, signals, now, policy)
     if signals.resume_requested:
         return _resume(state, now, policy, stop_first=True, by="the operator (supervise resume)")
 
@@ -240,6 +314,28 @@ def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisi
                 reason=f"waiting {state.resume_at - now:.2f} s of backoff before resuming",
             )
         return _resume(state, now, policy, stop_first=False, by="the backoff")
+
+    if state.status == "running" and signals.limit:
+        return _wait_limit(state, signals, policy)
+    if state.status == "running" and signals.escalate:
+        new = replace(
+            state, status="escalated", escalation=signals.escalate,
+            paused=signals.escalate_pause, stale_since=None,
+        )  # fmt: skip
+        return Decision(
+            state=new,
+            actions=(Action.PAUSE_AGENT, Action.NOTIFY) if new.paused else (Action.NOTIFY,),
+            events=("escalated",),
+            next_check=_bounded(policy.base_interval, new, now, policy),
+            reason=f"needs a human: {signals.escalate}",
+        )
+    if state.status == "running" and signals.turn_ended and signals.agent_alive:
+        return Decision(
+            state=state,
+            actions=(Action.END_SESSION,),
+            next_check=_bounded(min(policy.base_interval, 1.0), state, now, policy),
+            reason="the interactive agent finished its turn; asking it to exit",
+        )
 
     # Layer 2: liveness.
     launched = state.launched_at if state.launched_at is not None else now
@@ -282,6 +378,12 @@ def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisi
         )
     if state.gone_since is not None:
         state = replace(state, gone_since=None)
+    if state.status == "escalated":
+        return Decision(
+            state=state,
+            next_check=_bounded(policy.base_interval, state, now, policy),
+            reason=f"escalated, waiting for a human: {state.escalation}",
+        )
 
     # Layer 3: output staleness, with a grace period.
     last_output = max(signals.output_mtime or launched, launched)
@@ -324,31 +426,134 @@ def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisi
 
 
 def _resume(
-    state: TaskState, now: float, policy: MonitorPolicy, stop_first: bool, by: str
+    state: TaskState,
+    now: float,
+    policy: MonitorPolicy,
+    stop_first: bool,
+    by: str,
+    counts: bool = True,
 ) -> Decision:
-    """Back to ``running`` with one more retry; the engine relaunches ``resume_command``."""
+    """Back to ``running``; the engine relaunches ``resume_command``. ``counts``: the resume
+    is a retry (``retry_count + 1``); a usage-limit wait is not."""
     new = dataclasses.replace(
         state,
         status="running",
-        retry_count=state.retry_count + 1,
+        retry_count=state.retry_count + (1 if counts else 0),
         launched_at=now,
         stale_since=None,
         gone_since=None,
         resume_at=None,
+        escalation=None,
+        paused=False,
     )
+    what = f"resume number {new.retry_count}" if counts else "resume (not a retry)"
     return Decision(
         state=new,
         actions=(Action.STOP_AGENT, Action.RESUME) if stop_first else (Action.RESUME,),
         events=("resumed",),
         next_check=_bounded(first_check(policy), new, now, policy),
-        reason=f"resume number {new.retry_count}, asked by {by}",
+        reason=f"{what}, asked by {by}",
+    )
+
+
+def _verifying(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decision:
+    """The agent exited 0 and the acceptance check decides the verdict."""
+    if signals.stop_requested:
+        return _abandon(state, "stopped", "stopped by the operator during the acceptance check")
+    if signals.acceptance is not None:
+        verdict = "PASS" if signals.acceptance else "FAIL"
+        new = dataclasses.replace(state, status="completed", verdict=verdict)
+        return Decision(
+            state=new,
+            actions=(Action.FINISH, Action.NOTIFY),
+            events=("completed",),
+            reason=f"acceptance check {'passed' if signals.acceptance else 'failed'}",
+        )
+    if signals.acceptance_running:
+        return Decision(state=state, next_check=policy.base_interval, reason="acceptance running")
+    return Decision(
+        state=state,
+        actions=(Action.ACCEPT,),
+        next_check=policy.base_interval,
+        reason="acceptance check not running (supervise restarted?); starting it again",
+    )
+
+
+def _waiting(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decision:
+    """Waiting out a usage limit. The agent was stopped on purpose, so its exit, done-file
+    or silence mean nothing now; only the deadline and the operator count."""
+    now = signals.now
+    if state.started_at is not None and now - state.started_at >= policy.deadline:
+        return _abandon(state, "deadline", f"deadline of {policy.deadline:g} s passed")
+    if signals.stop_requested:
+        return _abandon(state, "stopped", "stopped by the operator (supervise stop)")
+    if signals.resume_requested:
+        return _resume(state, now, policy, stop_first=True, by="the operator (supervise resume)")
+    if state.resume_at is not None and now < state.resume_at:
+        return Decision(
+            state=state,
+            next_check=_bounded(state.resume_at - now, state, now, policy),
+            reason=f"usage limit; resuming in {state.resume_at - now:.1f} s",
+        )
+    return _resume(state, now, policy, stop_first=False, by="the usage-limit reset", counts=False)
+
+
+def _wait_limit(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decision:
+    """A usage or rate limit: stop the agent and resume at the reset time (or after a
+    backoff when none was given). Never counts against ``max_retries``."""
+    now = signals.now
+    if signals.limit_resume_at is not None and signals.limit_resume_at > now:
+        resume_at, how = signals.limit_resume_at, "at the reset time"
+    else:
+        wait = backoff(state.limit_waits, policy)
+        resume_at, how = now + wait, f"after a {wait:g} s backoff (no reset time given)"
+    new = dataclasses.replace(
+        state,
+        status="waiting",
+        resume_at=resume_at,
+        limit_waits=state.limit_waits + 1,
+        stale_since=None,
+        gone_since=None,
+    )
+    return Decision(
+        state=new,
+        actions=(Action.STOP_AGENT, Action.NOTIFY),
+        events=("waiting",),
+        next_check=_bounded(resume_at - now, new, now, policy),
+        reason=f"{signals.limit_reason or 'usage limit'}; resuming {how}",
+    )
+
+
+def _answered(state: TaskState, signals: Signals, now: float, policy: MonitorPolicy) -> Decision:
+    """An operator answered an escalation with ``supervise approve`` or ``deny``."""
+    approve = signals.approve_requested
+    if state.paused and not approve:
+        return _abandon(state, "denied", "the operator denied the paused escalation")
+    new = dataclasses.replace(
+        state, status="running", escalation=None, paused=False, launched_at=now, stale_since=None
+    )
+    if state.paused:
+        actions: tuple[Action, ...] = (Action.CONTINUE_AGENT,)
+    else:
+        actions = (Action.ANSWER_APPROVE,) if approve else (Action.ANSWER_DENY,)
+    return Decision(
+        state=new,
+        actions=actions,
+        events=("approved" if approve else "denied",),
+        next_check=_bounded(first_check(policy), new, now, policy),
+        reason=f"the operator {'approved' if approve else 'denied'} the escalation",
     )
 
 
 def _abandon(state: TaskState, reason: str, why: str) -> Decision:
+    if state.status == "escalated" and reason != "denied":
+        verdict = "ESCALATE"
+    else:
+        verdict = "TIMEOUT" if reason == "deadline" else "ABANDONED"
     new = dataclasses.replace(
-        state, status="abandoned", abandon_reason=reason, resume_at=None, stale_since=None
-    )
+        state, status="abandoned", abandon_reason=reason, resume_at=None, stale_since=None,
+        verdict=verdict,
+    )  # fmt: skip
     return Decision(
         state=new,
         actions=(Action.STOP_AGENT, Action.FINISH, Action.CLEANUP, Action.NOTIFY),

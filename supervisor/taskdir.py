@@ -32,7 +32,18 @@ from typing import Any, Literal
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict
 
-Status = Literal["queued", "running", "crashed", "hung", "completed", "failed", "abandoned"]
+Status = Literal[
+    "queued",
+    "running",
+    "crashed",
+    "hung",
+    "waiting",
+    "escalated",
+    "verifying",
+    "completed",
+    "failed",
+    "abandoned",
+]
 #: Statuses after which nothing more happens to a task (seed vocabulary).
 TERMINAL: frozenset[str] = frozenset({"completed", "failed", "abandoned"})
 
@@ -64,7 +75,12 @@ class Manifest(BaseModel):
     ``retry_count``, ``last_checked_at``, ``abandoned_at``. New: ``task_id``, ``session_id``
     (the UUID passed as ``{session_id}``), ``abandon_reason``, ``created_at``, ``signal``
     (set when the agent was killed by a signal), ``launched_at`` (latest launch or resume),
-    ``resume_at`` (when a crashed or hung task is due to resume).
+    ``resume_at`` (when a crashed, hung or waiting task is due to resume), ``verdict`` and
+    ``summary`` (set at the end: seed 003's verdict and one paragraph on the outcome).
+    Claude Code tasks also carry ``claude`` (session id, final result text, is_error,
+    num_turns, total_cost_usd, api_retries, api_errors, transcript_path), ``denials``
+    (the circuit breaker's count), ``escalation`` (what waits for a human) and
+    ``limit_waits``; an acceptance check adds ``acceptance``.
     All timestamps are ISO-8601 UTC strings.
     """
 
@@ -91,6 +107,8 @@ class Manifest(BaseModel):
     abandon_reason: str | None = None
     launched_at: str | None = None
     resume_at: str | None = None
+    verdict: Literal["PASS", "FAIL", "ESCALATE", "TIMEOUT", "ABANDONED"] | None = None
+    summary: str | None = None
 
 
 def _fsync_dir(path: Path) -> None:

@@ -158,6 +158,11 @@ class Tmux:
         rows = self._run("capture-pane", "-p", "-t", f"={session}:", "-S", f"-{lines}", check=False)
         return "\n".join(rows)
 
+    def send_keys(self, session: str, *keys: str, literal: bool = False) -> None:
+        """``send-keys`` to the session's pane (``-l``: the keys are text, not key names)."""
+        flags = ("-l",) if literal else ()
+        self._run("send-keys", "-t", f"={session}:", *flags, *keys, check=False)
+
     def kill_server(self) -> None:
         """End the private server (tests and ``--kill-server`` only)."""
         self.server.cmd("kill-server")

@@ -10,6 +10,10 @@ Protocol with the engine (files in ``TASK_DIR``, names from the seed skill):
 2. If ``GATE_CHANNEL`` is given, wait (``tmux wait-for CHANNEL``, bounded) until the engine
    has attached pipe-pane, so ``output.log`` gets every byte from the first one.
 3. Fork; the child execs the agent. ``pid`` is written with the agent's own PID (not ours).
+   With ``"stream": NAME`` in ``launch.json`` (Claude Code headless mode), the agent's
+   stdout is a pipe that the wrapper copies both to the pane and to ``TASK_DIR/NAME``
+   (after a ``{"type": "supervise_launch"}`` marker line). That copy is complete when the
+   files of step 4 appear, so the engine never reads a half-flushed result line.
 4. When the agent ends: ``exit_code`` (for a signal: 128 + N, as shells report it) and, only
    for a signal, ``signal``. ``done`` is written last, and only when the agent exited on its
    own with a code not in ``launch.json``'s ``resume_exit_codes``: an agent killed by a
@@ -24,9 +28,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
+import time
 
 GATE_TIMEOUT = 30.0  # seconds to wait for the engine's pipe-pane gate
 END_MARK = "[supervise]"  # starts the last line the wrapper prints when the agent ends
@@ -45,6 +51,44 @@ def _say(text: str) -> None:
     """Print to the pane; the pane may be gone (tmux server killed), which is not fatal."""
     with contextlib.suppress(OSError):
         print(text, flush=True)
+
+
+def _copy(source: int, sink_path: str, child: int) -> int:
+    """Copy the agent's stdout to the pane (fd 1) and to ``sink_path`` until EOF, or until
+    the agent has exited and its pipe has been quiet for a moment (a grandchild may keep the
+    pipe open). Returns the agent's wait status."""
+    status: int | None = None
+    quiet_since: float | None = None
+    with open(sink_path, "ab", buffering=0) as sink:
+        sink.write(json.dumps({"type": "supervise_launch", "at": time.time()}).encode() + b"\n")
+        while True:
+            if status is None:
+                with contextlib.suppress(ChildProcessError):
+                    pid, waited = os.waitpid(child, os.WNOHANG)
+                    if pid:
+                        status, quiet_since = waited, time.monotonic()
+            ready, _, _ = select.select([source], [], [], 0.2)
+            if not ready:
+                if quiet_since is not None and time.monotonic() - quiet_since > 1.0:
+                    break
+                continue
+            data = os.read(source, 65536)
+            if not data:
+                break
+            sink.write(data)
+            with contextlib.suppress(OSError):
+                os.write(1, data)
+            if quiet_since is not None:
+                quiet_since = time.monotonic()
+    os.close(source)
+    if status is None:
+        while True:
+            try:
+                _, status = os.waitpid(child, 0)
+                break
+            except ChildProcessError:  # pragma: no cover - already reaped
+                return 0
+    return status
 
 
 def _wait_for_gate(channel: str) -> None:
@@ -68,9 +112,15 @@ def main(args: list[str]) -> int:
     if len(args) > 1:
         _wait_for_gate(args[1])
 
+    stream = launch.get("stream")
+    pipe = os.pipe() if stream else None
     child = os.fork()
     if child == 0:  # the agent
         try:
+            if pipe is not None:
+                os.dup2(pipe[1], 1)
+                os.close(pipe[0])
+                os.close(pipe[1])
             if launch.get("cwd"):
                 os.chdir(launch["cwd"])
             os.execvpe(argv[0], argv, env)
@@ -89,15 +139,17 @@ def main(args: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGHUP, forward)
-    while True:
-        try:
-            _, status = os.waitpid(child, 0)
-            break
-        except ChildProcessError:  # pragma: no cover - already reaped
-            status = 0
-            break
-        except InterruptedError:  # pragma: no cover - PEP 475 retries for us
-            continue
+    if pipe is not None:
+        os.close(pipe[1])
+        status = _copy(pipe[0], os.path.join(task_dir, stream), child)
+    else:
+        while True:
+            try:
+                _, status = os.waitpid(child, 0)
+                break
+            except ChildProcessError:  # pragma: no cover - already reaped
+                status = 0
+                break
     # The end line goes to the pane (and so to output.log) before the files, so the engine
     # can wait for it and capture a complete output_tail.
     if os.WIFSIGNALED(status):

@@ -3,7 +3,7 @@
 Standard library only. The server binds 127.0.0.1 on an ephemeral port; point the CLI at it with
 ``ANTHROPIC_BASE_URL=<mock.base_url>``.
 
-Script (per conversation, so per Claude Code session):
+Default script (per conversation, so per Claude Code session):
 
 * A request that offers no ``tools`` is a side call (title, summary, ...): it gets a short text.
 * A request that offers tools and whose conversation holds no ``tool_result`` yet gets one
@@ -14,17 +14,64 @@ Script (per conversation, so per Claude Code session):
   the final text ``final_text`` with ``stop_reason`` "end_turn". A resumed session (whose history
   already holds the tool_result) therefore ends at once with the final text.
 
-Every request is recorded (method, path, lower-cased headers, parsed JSON body) in
-:attr:`MockAnthropic.requests`, so tests can assert on session ids and on resumed histories.
+Directives
+----------
+The prompt can change the script of its own conversation with directives ``[[name: args]]``.
+They are read from the text of the *first* user turn of the conversation (every user message
+before the first assistant message), so they survive ``--resume``, whose history repeats that
+turn. Text after a directive is free; unknown names are ignored; ``args`` may not contain ``]]``.
+
+``[[bash: CMD]]`` (may repeat)
+    A step that issues a ``Bash`` tool_use with input
+    ``{"command": CMD, "description": "Mock step K: run a shell command"}``.
+``[[write: NAME]]`` (may repeat)
+    A step that issues a ``Write`` of ``<cwd>/NAME`` with ``file_content``.
+``[[final: TEXT]]``
+    The final text of this conversation (overrides ``final_text``).
+``[[ratelimit: N]]`` / ``[[ratelimit: N reset=EPOCH]]`` / ``[[ratelimit: N reset=+S]]``
+    The first N main (tools-offering) requests of this session id get HTTP 429
+    (``rate_limit_error``) with ``x-should-retry: false``. With ``reset=`` (Unix seconds, or
+    ``+S`` = S seconds after the request arrives) they also carry ``retry-after`` and the
+    subscription rate-limit headers ``anthropic-ratelimit-unified-status: rejected``,
+    ``anthropic-ratelimit-unified-reset: EPOCH`` and, by default,
+    ``anthropic-ratelimit-unified-representative-claim: five_hour`` (plus the matching
+    ``-5h-status``/``-5h-reset``). Options: ``claim=seven_day`` (weekly limit, ``-7d-*``),
+    ``claim=none`` (no claim header). What CLI 2.1.328 prints: with a plain bearer token always
+    ``API Error: Request rejected (429) · mock rate limit (1/1)``; with :func:`gateway_token`
+    as ``ANTHROPIC_AUTH_TOKEN`` and a claim, ``You've hit your 5-hour limit · resets 4:56am
+    (UTC)`` (``weekly limit · resets Nov 25, 2:16pm (UTC)``) and a ``rate_limit_event`` line;
+    with the gateway token and ``claim=none``, ``API Error: Server is temporarily limiting
+    requests (not your usage limit) · mock rate limit (1/1)``. See ``docs/claude-hooks.md``.
+``[[overloaded: N]]``
+    The next N main requests (after the rate-limited ones) get HTTP 529 ``overloaded_error``
+    (without ``x-should-retry``, so the CLI retries with backoff).
+``[[stall_final_once: S]]``
+    The first time the final-answer turn is requested for this session id, the mock waits S
+    seconds (float) before answering, so a test can kill the agent mid-run; later requests
+    answer at once. :meth:`MockAnthropic.stop` ends the wait.
+
+Steps: the ``bash`` and ``write`` directives form a list of tool steps in the order written;
+with none, the list is the default ``Write(<cwd>/<file_name>)``. Step k (1-based) is issued when
+the conversation holds k-1 ``tool_result`` blocks (whatever their outcome, so a denied or failed
+tool still advances the script); once every step has a result the answer is the final text.
+One tool_use per turn.
+
+Every request is recorded (method, path, lower-cased headers, parsed JSON body, what was answered
+as ``reply_kind``: "tool_use", "final", "side", "error", "ratelimit", "overloaded" or "other",
+and the HTTP ``status``) in :attr:`MockAnthropic.requests`, so tests can assert on session ids
+and on resumed histories.
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import itertools
 import json
 import re
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -32,6 +79,13 @@ SESSION_HEADER = "x-claude-code-session-id"
 """Header (lower-cased) in which Claude Code sends its session id."""
 
 _CWD_RE = re.compile(r"Primary working directory:\s*(\S[^\n]*)")
+_DIRECTIVE_RE = re.compile(r"\[\[\s*([A-Za-z_][A-Za-z0-9_]*)\s*:\s*(.*?)\s*\]\]", re.S)
+
+CLAIM_HEADERS = {
+    "five_hour": ("5h", "session limit"),
+    "seven_day": ("7d", "weekly limit"),
+}
+"""``claim=`` values of the ratelimit directive: header infix and the CLI's words for them."""
 
 
 @dataclass
@@ -43,7 +97,15 @@ class RecordedRequest:
     headers: dict[str, str]
     body: Any
     reply_kind: str = ""
-    """What the mock answered: "tool_use", "final", "side", "error" or "other"."""
+    """What the mock answered: "tool_use", "final", "side", "error" (script could not run: no
+    cwd or tool not offered), "ratelimit" (429), "overloaded" (529) or "other" (not a
+    ``/v1/messages`` POST)."""
+    status: int = 200
+    """The HTTP status of the answer."""
+    tool_name: str | None = None
+    """For ``reply_kind == "tool_use"``: the tool called ("Write" or "Bash")."""
+    received_at: float = 0.0
+    """``time.time()`` when the request arrived."""
 
     @property
     def session_id(self) -> str | None:
@@ -74,6 +136,111 @@ class Reply:
 
     content: list[dict[str, Any]]
     stop_reason: str
+    kind: str
+
+
+@dataclass
+class Directives:
+    """The directives of one conversation (see the module docstring)."""
+
+    steps: list[tuple[str, str]] = field(default_factory=list)
+    """Tool steps in order: ``("bash", command)`` or ``("write", file name)``."""
+    final: str | None = None
+    ratelimit: int = 0
+    reset: str | None = None
+    """Raw ``reset=`` value: ``"EPOCH"`` or ``"+S"``; None for no reset headers."""
+    claim: str | None = "five_hour"
+    """``anthropic-ratelimit-unified-representative-claim`` sent with a reset (None: none)."""
+    overloaded: int = 0
+    stall_final_once: float = 0.0
+
+
+def parse_directives(text: str) -> Directives:
+    """Parse every ``[[name: args]]`` directive of ``text`` (unknown names are ignored)."""
+    found = Directives()
+    for match in _DIRECTIVE_RE.finditer(text):
+        name, args = match.group(1).lower(), match.group(2).strip()
+        if name in ("bash", "write"):
+            found.steps.append((name, args))
+        elif name == "final":
+            found.final = args
+        elif name in ("ratelimit", "overloaded"):
+            words = args.split()
+            count = int(words[0]) if words and words[0].isdigit() else 1
+            if name == "overloaded":
+                found.overloaded = count
+                continue
+            found.ratelimit = count
+            for word in words[1:]:
+                key, _, value = word.partition("=")
+                if key == "reset" and value:
+                    found.reset = value
+                elif key == "claim":
+                    found.claim = None if value in ("", "none") else value
+        elif name == "stall_final_once":
+            with contextlib.suppress(ValueError):
+                found.stall_final_once = float(args)
+    return found
+
+
+def first_user_text(messages: list[dict[str, Any]]) -> str:
+    """The text of the first user turn: every user message before the first assistant one."""
+    texts = []
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        if message.get("role") == "assistant":
+            break
+        if message.get("role") == "user":
+            texts.append(message_text(message))
+    return "\n".join(texts)
+
+
+def count_tool_results(messages: list[dict[str, Any]]) -> int:
+    """The number of ``tool_result`` blocks in the user messages of the conversation."""
+    total = 0
+    for message in messages:
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):
+                total += sum(
+                    1 for b in content if isinstance(b, dict) and b.get("type") == "tool_result"
+                )
+    return total
+
+
+def gateway_token(subject: str = "mock-user", ttl: int = 86400) -> str:
+    """An unsigned JWT with ``"aud": "claude-gateway"``, to use as ``ANTHROPIC_AUTH_TOKEN``.
+
+    With such a bearer token and a non-Anthropic ``ANTHROPIC_BASE_URL``, CLI 2.1.328 believes it
+    is signed in to a gateway (it decodes the payload without checking a signature) and then
+    turns a 429 that carries ``anthropic-ratelimit-unified-representative-claim`` into the
+    subscriber text ``You've hit your 5-hour limit · resets 4:56am (UTC)`` plus a
+    ``rate_limit_event`` stream-json line. With a plain token it prints
+    ``API Error: Request rejected (429) · <error.message>`` instead.
+    """
+
+    def part(data: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(data).encode()).decode().rstrip("=")
+
+    claims = {"aud": "claude-gateway", "sub": subject, "exp": int(time.time()) + ttl}
+    return f"{part({'alg': 'none', 'typ': 'JWT'})}.{part(claims)}.bW9jaw"
+
+
+def reset_epoch(raw: str, now: float) -> int:
+    """Resolve a ``reset=`` value: ``"+S"`` is ``now + S`` seconds, else Unix seconds."""
+    if raw.startswith("+"):
+        return int(now + float(raw[1:]))
+    return int(float(raw))
+
+
+@dataclass
+class ErrorReply:
+    """A scripted HTTP error answer."""
+
+    status: int
+    headers: dict[str, str]
+    body: dict[str, Any]
     kind: str
 
 
@@ -235,12 +402,16 @@ class MockAnthropic:
         self._ids = itertools.count(1)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._main_counts: dict[str, int] = {}
+        self._stalled: set[str] = set()
+        self._stopping = threading.Event()
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> MockAnthropic:
         """Bind 127.0.0.1 on an ephemeral port and serve in a daemon thread."""
         mock = self
+        self._stopping.clear()
 
         class Handler(_Handler):
             server_mock = mock
@@ -248,13 +419,17 @@ class MockAnthropic:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="mock-anthropic", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="mock-anthropic",
+            daemon=True,
         )
         self._thread.start()
         return self
 
     def stop(self) -> None:
-        """Stop serving and close the socket."""
+        """Stop serving and close the socket (ends any ``stall_final_once`` wait)."""
+        self._stopping.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -307,31 +482,101 @@ class MockAnthropic:
             return f"{prefix}_mock{next(self._ids):06d}"
 
     def reply_for(self, body: dict[str, Any]) -> Reply:
-        """Decide the scripted reply for one Messages request body."""
+        """Decide the scripted reply (no HTTP error, no delay) for one Messages request body."""
         if not body.get("tools"):
             return Reply([{"type": "text", "text": self.side_text}], "end_turn", "side")
         messages = body.get("messages") or []
-        if conversation_has_tool_result(messages):
-            return Reply([{"type": "text", "text": self.final_text}], "end_turn", "final")
+        directives = parse_directives(first_user_text(messages))
+        steps = directives.steps or [("write", self.file_name)]
+        done = count_tool_results(messages)
+        if done >= len(steps):
+            final = directives.final if directives.final is not None else self.final_text
+            return Reply([{"type": "text", "text": final}], "end_turn", "final")
+        kind, arg = steps[done]
+        tool = "Bash" if kind == "bash" else "Write"
         cwd = working_directory(body)
         tool_names = {t.get("name") for t in body["tools"] if isinstance(t, dict)}
-        if cwd is None or "Write" not in tool_names:
-            text = f"MOCK ERROR: cwd={cwd!r}, Write offered={'Write' in tool_names}"
+        if (kind == "write" and cwd is None) or tool not in tool_names:
+            text = f"MOCK ERROR: cwd={cwd!r}, {tool} offered={tool in tool_names}"
             return Reply([{"type": "text", "text": text}], "end_turn", "error")
+        if kind == "bash":
+            tool_input = {
+                "command": arg,
+                "description": f"Mock step {done + 1}: run a shell command",
+            }
+            text = f"I will run: {arg}"
+        else:
+            assert cwd is not None
+            tool_input = {"file_path": f"{cwd.rstrip('/')}/{arg}", "content": self.file_content}
+            text = f"I will write {arg}."
         tool_use = {
             "type": "tool_use",
             "id": self.next_id("toolu"),
-            "name": "Write",
-            "input": {
-                "file_path": f"{cwd.rstrip('/')}/{self.file_name}",
-                "content": self.file_content,
-            },
+            "name": tool,
+            "input": tool_input,
         }
-        return Reply(
-            [{"type": "text", "text": f"I will write {self.file_name}."}, tool_use],
-            "tool_use",
-            "tool_use",
-        )
+        return Reply([{"type": "text", "text": text}, tool_use], "tool_use", "tool_use")
+
+    def error_for(
+        self, body: dict[str, Any], session_id: str | None, now: float | None = None
+    ) -> ErrorReply | None:
+        """The scripted HTTP error for this request (``ratelimit``/``overloaded``), or None.
+
+        Counts the main (tools-offering) requests of ``session_id``; call once per request.
+        """
+        if not body.get("tools"):
+            return None
+        directives = parse_directives(first_user_text(body.get("messages") or []))
+        if not (directives.ratelimit or directives.overloaded):
+            return None
+        key = session_id or ""
+        with self._lock:
+            self._main_counts[key] = number = self._main_counts.get(key, 0) + 1
+        now = time.time() if now is None else now
+        if number <= directives.ratelimit:
+            headers = {"x-should-retry": "false"}
+            message = f"mock rate limit ({number}/{directives.ratelimit})"
+            if directives.reset is not None:
+                epoch = reset_epoch(directives.reset, now)
+                headers["retry-after"] = str(max(0, int(epoch - now)))
+                headers["anthropic-ratelimit-unified-status"] = "rejected"
+                headers["anthropic-ratelimit-unified-reset"] = str(epoch)
+                if directives.claim:
+                    headers["anthropic-ratelimit-unified-representative-claim"] = directives.claim
+                    infix = CLAIM_HEADERS.get(directives.claim, (None,))[0]
+                    if infix:
+                        headers[f"anthropic-ratelimit-unified-{infix}-status"] = "rejected"
+                        headers[f"anthropic-ratelimit-unified-{infix}-reset"] = str(epoch)
+            body_json = {
+                "type": "error",
+                "error": {"type": "rate_limit_error", "message": message},
+            }
+            return ErrorReply(429, headers, body_json, "ratelimit")
+        if number <= directives.ratelimit + directives.overloaded:
+            body_json = {
+                "type": "error",
+                "error": {"type": "overloaded_error", "message": "Overloaded"},
+            }
+            return ErrorReply(529, {}, body_json, "overloaded")
+        return None
+
+    def stall_for(self, body: dict[str, Any], reply: Reply, session_id: str | None) -> float:
+        """Seconds to wait before sending ``reply`` (``stall_final_once``); marks the stall used."""
+        if reply.kind != "final":
+            return 0.0
+        directives = parse_directives(first_user_text(body.get("messages") or []))
+        if directives.stall_final_once <= 0:
+            return 0.0
+        key = session_id or ""
+        with self._lock:
+            if key in self._stalled:
+                return 0.0
+            self._stalled.add(key)
+        return directives.stall_final_once
+
+    def wait(self, seconds: float) -> None:
+        """Sleep up to ``seconds``; returns early when the mock stops."""
+        self._stopping.wait(seconds)
 
     def record(self, request: RecordedRequest) -> None:
         """Append one request to :attr:`requests`."""
@@ -348,6 +593,13 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         """Keep test output quiet."""
 
+    def handle(self) -> None:
+        """Serve the connection; a client that resets an idle keep-alive connection is normal."""
+        try:
+            super().handle()
+        except (ConnectionResetError, BrokenPipeError):
+            self.close_connection = True
+
     def _read_body(self) -> Any:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
@@ -361,15 +613,19 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(
         self, status: int, body: bytes, content_type: str, extra: dict[str, str] | None = None
     ) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("request-id", self.server_mock.next_id("req"))
-        for key, value in (extra or {}).items():
-            self.send_header(key, value)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("request-id", self.server_mock.next_id("req"))
+            for key, value in (extra or {}).items():
+                self.send_header(key, value)
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            # The client went away (e.g. a test killed the agent during a stall).
+            self.close_connection = True
 
     def _handle(self) -> None:
         mock = self.server_mock
@@ -379,6 +635,7 @@ class _Handler(BaseHTTPRequestHandler):
             path=self.path,
             headers={k.lower(): v for k, v in self.headers.items()},
             body=body,
+            received_at=time.time(),
         )
         route = self.path.split("?", 1)[0]
         if self.command == "POST" and route == "/v1/messages/count_tokens":
@@ -391,9 +648,25 @@ class _Handler(BaseHTTPRequestHandler):
             mock.record(recorded)
             self._send(200, b"{}", "application/json")
             return
+        error = mock.error_for(body, recorded.session_id, recorded.received_at)
+        if error is not None:
+            recorded.reply_kind = error.kind
+            recorded.status = error.status
+            mock.record(recorded)
+            self._send(
+                error.status, json.dumps(error.body).encode(), "application/json", error.headers
+            )
+            return
         reply = mock.reply_for(body)
         recorded.reply_kind = reply.kind
+        if reply.kind == "tool_use":
+            recorded.tool_name = next(
+                (b["name"] for b in reply.content if b.get("type") == "tool_use"), None
+            )
         mock.record(recorded)
+        delay = mock.stall_for(body, reply, recorded.session_id)
+        if delay > 0:
+            mock.wait(delay)
         model = str(body.get("model") or "claude-mock")
         message_id = mock.next_id("msg")
         input_tokens = max(1, len(json.dumps(body.get("messages", []))) // 4)
@@ -431,10 +704,14 @@ def main() -> None:
                         "headers": r.headers,
                         "body": r.body,
                         "reply": r.reply_kind,
+                        "status": r.status,
+                        "time": r.received_at,
                     }
                 )
                 print(
-                    f"{r.method} {r.path} session={r.session_id} reply={r.reply_kind}", flush=True
+                    f"{r.method} {r.path} session={r.session_id} reply={r.reply_kind}"
+                    f" status={r.status}",
+                    flush=True,
                 )
                 if args.log:
                     with open(args.log, "a", encoding="utf-8") as fh:

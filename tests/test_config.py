@@ -203,7 +203,7 @@ def test_unknown_agent_key_in_profile(tmp_path: Path) -> None:
     line = one_problem(lambda: load_profile(path))
     assert line.startswith(f"{path}:3: unknown key 'agent.defualt_model'")
     assert "did you mean 'default_model'?" in line
-    assert "allowed keys here: command, resume_command, env, models, default_model" in line
+    assert "allowed keys here: kind, command, resume_command, env, models, default_model" in line
 
 
 def test_unknown_table_points_at_its_header(tmp_path: Path) -> None:
@@ -818,7 +818,7 @@ def test_defaults(tmp_path: Path, profile: LoadedProfile, project: Path) -> None
     assert policy.stale_threshold == 90 == 3 * policy.base_interval
     assert policy.max_retries == 3
     assert policy.notifier == []
-    assert policy.notify_on == ["abandoned", "failed", "completed"]
+    assert policy.notify_on == ["abandoned", "failed", "completed", "escalated", "waiting"]
     assert policy.resume_exit_codes == []
     assert resolved.sources == {
         "base_interval": "default",
@@ -833,6 +833,8 @@ def test_defaults(tmp_path: Path, profile: LoadedProfile, project: Path) -> None
         "resume_exit_codes": "default",
         "max_log_bytes": "default",
         "log_backups": "default",
+        "stale_signal": "default",
+        "max_denials": "default",
     }
 
 
@@ -880,6 +882,8 @@ def test_precedence_task_over_env_over_profile_over_default(
         "resume_exit_codes": "default",
         "max_log_bytes": "default",
         "log_backups": "default",
+        "stale_signal": "default",
+        "max_denials": "default",
     }
 
 

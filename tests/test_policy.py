@@ -74,7 +74,12 @@ class TestDoneFile:
         state = running(retry_count=2)
         decision = decide(state, Signals(now=T0 + 100, done=True, exit_code=0), P)
         assert decision.state == TaskState(
-            status="completed", started_at=T0, launched_at=T0, retry_count=2, exit_code=0
+            status="completed",
+            started_at=T0,
+            launched_at=T0,
+            retry_count=2,
+            exit_code=0,
+            verdict="PASS",
         )
         assert decision.actions == END
         assert decision.events == ("completed",)
@@ -1146,9 +1151,15 @@ class TestTmuxSession:
 
 
 class TestNotifyOn:
-    def test_default_notifies_terminal_events_only(self):
+    def test_default_notifies_terminal_events_and_those_needing_a_human(self):
         assert tuple(MonitorPolicy().notify_on) == DEFAULT_NOTIFY_ON
-        assert set(DEFAULT_NOTIFY_ON) == {"completed", "failed", "abandoned"}
+        assert set(DEFAULT_NOTIFY_ON) == {
+            "completed",
+            "failed",
+            "abandoned",
+            "escalated",
+            "waiting",
+        }
 
     @pytest.mark.parametrize(
         ("state", "signals", "events", "actions"),

@@ -1,0 +1,97 @@
+"""The acceptance check and the verdict summary (seed 003: "a verdict, not a guess").
+
+:func:`run` executes a task's ``[acceptance]`` after its agent exited 0: every
+``artifacts`` path must exist (relative paths resolve against the project folder) and the
+``command`` argv (never a shell) must exit 0 within ``timeout`` seconds in the project
+folder. The result goes to ``TASK_DIR/acceptance.json`` atomically; the engine's inotify
+watch turns that into an immediate check.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from supervisor.config import AcceptanceSpec
+from supervisor.taskdir import TaskDir, atomic_write
+
+RESULT = "acceptance.json"
+#: Characters of the command's output kept in the result and the summary.
+TAIL_CHARS = 2000
+#: Characters of the agent's final text kept in the summary.
+SUMMARY_RESULT_CHARS = 600
+
+
+def run(task: TaskDir, project_dir: Path, spec: AcceptanceSpec) -> dict[str, Any]:
+    """Run the check and write ``acceptance.json``; returns what was written.
+
+    Result keys: ``passed`` (bool), ``missing`` (artifact paths not found), ``exit_code``
+    (``None`` without a command; ``-1`` on timeout or when the command cannot start),
+    ``output_tail`` (last :data:`TAIL_CHARS` characters of stdout+stderr), ``duration_s``.
+    """
+    started = time.monotonic()
+    missing = [p for p in spec.artifacts if not (project_dir / p).exists()]
+    code: int | None = None
+    output = ""
+    if spec.command:
+        try:
+            done = subprocess.run(
+                spec.command,
+                cwd=project_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                timeout=spec.timeout,
+                check=False,
+            )
+            code = done.returncode
+            output = done.stdout.decode("utf-8", "replace")
+        except subprocess.TimeoutExpired as exc:
+            code = -1
+            partial = exc.stdout.decode("utf-8", "replace") if exc.stdout else ""
+            output = f"{partial}\n[supervise] acceptance command timed out after {spec.timeout:g} s"
+        except OSError as exc:
+            code = -1
+            output = f"[supervise] cannot run {spec.command[0]!r}: {exc.strerror}"
+    if missing:
+        output += "\n[supervise] missing artifacts: " + ", ".join(missing)
+    result = {
+        "passed": not missing and (code is None or code == 0),
+        "missing": missing,
+        "exit_code": code,
+        "output_tail": output[-TAIL_CHARS:].strip(),
+        "duration_s": round(time.monotonic() - started, 3),
+    }
+    atomic_write(task.file(RESULT), json.dumps(result, ensure_ascii=False).encode())
+    return result
+
+
+def read(task: TaskDir) -> dict[str, Any] | None:
+    """The stored result, or ``None`` when the check has not finished."""
+    try:
+        data = json.loads(task.file(RESULT).read_bytes())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def summary(result_text: str | None, accepted: dict[str, Any] | None, why: str) -> str:
+    """One paragraph for the manifest: the agent's final text (clipped), the acceptance
+    outcome with its output tail, and otherwise ``why`` the task ended."""
+    parts = []
+    if result_text:
+        text = " ".join(result_text.split())
+        if len(text) > SUMMARY_RESULT_CHARS:
+            text = text[: SUMMARY_RESULT_CHARS - 1] + "…"
+        parts.append(f"Agent: {text}")
+    if accepted is not None:
+        verdict = "passed" if accepted.get("passed") else "failed"
+        tail = " ".join(str(accepted.get("output_tail") or "").split()[-60:])
+        parts.append(f"Acceptance {verdict} (exit {accepted.get('exit_code')})" +
+                     (f": {tail}" if tail else "."))  # fmt: skip
+    if not parts or why:
+        parts.append(f"Ended: {why}" if why else "")
+    return " ".join(p for p in parts if p).strip()

@@ -1,0 +1,287 @@
+"""What the engine learns from Claude Code itself: hook signal files and the stream-json log.
+
+One :class:`ClaudeWatch` per live task of ``[agent] kind = "claude"``. Each check calls
+:meth:`ClaudeWatch.observe`, which
+
+1. reads the hook signal files (:mod:`supervisor.claude_hook`), logs each one to
+   ``events.jsonl`` with its hook input (``session_id``, ``transcript_path``,
+   ``hook_event_name`` and the event's fields) and moves it to ``hooks/``;
+2. rules on permission requests with :func:`supervisor.approval.decide` and answers them
+   (every ruling is logged as a ``permission`` event naming the rule that decided);
+3. reads new lines of ``stream.jsonl`` (headless mode) into a
+   :class:`supervisor.streamjson.StreamState`;
+4. returns an :class:`AgentView`: the agent-specific facts the pure policy needs
+   (escalation, usage limit, interactive turn ended).
+
+Everything here is bookkeeping and I/O; the decisions stay in :mod:`supervisor.policy` and
+:mod:`supervisor.approval`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from supervisor import approval, claude, limits, screen
+from supervisor.config import AgentSpec, ResolvedTask
+from supervisor.streamjson import StreamState
+from supervisor.taskdir import Manifest, TaskDir, utc_iso
+
+log = logging.getLogger(__name__)
+
+#: Largest chunk of ``stream.jsonl`` read per check, in bytes.
+READ_CHUNK = 8 * 1024 * 1024
+#: ``StopFailure`` errors that mean "come back later" (Claude Code hooks reference).
+LIMIT_ERRORS = frozenset({"rate_limit", "overloaded", "usage_limit"})
+
+
+@dataclass(frozen=True)
+class AgentView:
+    """Agent-specific facts for one check (see :class:`supervisor.policy.Signals`)."""
+
+    escalate: str | None = None
+    escalate_pause: bool = False
+    limit: bool = False
+    limit_resume_at: float | None = None
+    limit_reason: str = ""
+    turn_ended: bool = False
+
+
+class ClaudeWatch:
+    """Per-task reader of Claude Code's hooks and stream (see the module docstring).
+
+    Args:
+        task: the task folder.
+        resolved: the task (approval rules, policy).
+        agent: the profile's ``[agent]``.
+        manifest: the task's manifest, to pick up counters after a restart.
+        default_message: the ``[approval] default_message``.
+    """
+
+    def __init__(
+        self,
+        task: TaskDir,
+        resolved: ResolvedTask,
+        agent: AgentSpec,
+        manifest: Manifest,
+        default_message: str,
+    ) -> None:
+        self.task = task
+        self.resolved = resolved
+        self.agent = agent
+        self.default_message = default_message
+        self.stream = StreamState()
+        self.offset = 0
+        extra = manifest.model_extra or {}
+        self.denials: int = int(extra.get("denials") or 0)
+        escalation = extra.get("escalation") or {}
+        self.pending_answer: Path | None = (
+            Path(escalation["answer"]) if escalation.get("answer") else None
+        )
+        self.escalation: dict[str, Any] | None = escalation or None
+        self.transcript_path: str | None = (extra.get("claude") or {}).get("transcript_path")
+        self.turn_ended = False
+        self.limit: tuple[float | None, str] | None = None
+        self.screen_hash: str | None = None
+        self.screen_changed_at: float | None = None
+
+    # ------------------------------------------------------------------ runs
+    def new_run(self) -> None:
+        """Forget per-run facts: called at each launch and resume."""
+        self.turn_ended = False
+        self.limit = None
+        self.screen_hash = None
+        self.screen_changed_at = None
+
+    # ------------------------------------------------------------------ observe
+    def observe(self, now: float, status: str) -> AgentView:
+        """Read new hook files and stream lines; rule on permission requests.
+
+        Args:
+            now: epoch seconds of the check.
+            status: the task's status before this check (requests are ruled on only
+                while ``running``; others wait in the folder).
+        """
+        escalate: str | None = None
+        pause = False
+        policy = self.resolved.policy
+        for signal in claude.read_hooks(self.task.path):
+            data = signal.data
+            if isinstance(data.get("transcript_path"), str):
+                self.transcript_path = data["transcript_path"]
+            if signal.event == "PermissionRequest":
+                if status != "running" or self.pending_answer is not None or escalate:
+                    continue  # one escalation at a time; the rest wait their turn
+                self.task.append_event("hook", at=signal.at, **claude.summary(data))
+                escalate = self._rule(signal, now)
+                if escalate is None:  # answered: done with it. An escalated request stays
+                    claude.archive(signal)  # in place, so a restart rules on it again.
+                continue
+            self._record(signal)
+            if signal.event == "PostToolUse":
+                self.denials = 0
+            elif signal.event == "PostToolUseFailure":
+                self.denials += 1
+                if (
+                    self.denials >= policy.max_denials
+                    and status == "running"
+                    and self.pending_answer is None
+                    and not escalate
+                ):
+                    escalate, pause = self._breaker(now), True
+            elif signal.event == "Stop" and self.agent.mode == "interactive":
+                self.turn_ended = True
+            elif signal.event == "StopFailure":
+                error = str(data.get("error") or data.get("error_type") or "")
+                if error in LIMIT_ERRORS:
+                    text = " ".join(str(data.get(k) or "") for k in ("error_details", "message"))
+                    self._set_limit(text or error, now, f"StopFailure hook: {error}")
+        self._read_stream(now)
+        resume_at, reason = self.limit if self.limit else (None, "")
+        return AgentView(
+            escalate=escalate,
+            escalate_pause=pause,
+            limit=self.limit is not None,
+            limit_resume_at=resume_at,
+            limit_reason=reason,
+            turn_ended=self.turn_ended,
+        )
+
+    def _record(self, signal: claude.HookSignal) -> None:
+        self.task.append_event("hook", at=signal.at, **claude.summary(signal.data))
+        claude.archive(signal)
+
+    def _rule(self, signal: claude.HookSignal, now: float) -> str | None:
+        """Rule on one permission request; returns the escalation reason, if any."""
+        tool = str(signal.data.get("tool_name") or "")
+        tool_input = signal.data.get("tool_input")
+        ruling = approval.decide(
+            self.resolved.rules,
+            tool,
+            tool_input,
+            self.denials,
+            self.resolved.policy.max_denials,
+            self.default_message,
+        )
+        subject = approval.subject(tool, tool_input)
+        self.task.append_event(
+            "permission",
+            tool=tool,
+            subject=subject[:500],
+            decision=ruling.action,
+            by=ruling.by,
+            rule=ruling.rule,
+        )
+        if ruling.action == "escalate":
+            self.pending_answer = signal.answer_path
+            self.escalation = {
+                "reason": ruling.by,
+                "tool": tool,
+                "subject": subject[:500],
+                "since": utc_iso(now),
+                "answer": str(signal.answer_path),
+            }
+            return f"{tool} {subject[:200]!r} ({ruling.by})"
+        if ruling.action == "deny":
+            self.denials += 1
+        claude.answer(signal, approval.hook_answer(ruling.action, ruling.message))
+        return None
+
+    def _breaker(self, now: float) -> str:
+        reason = f"circuit breaker: {self.denials} consecutive denials or failed tool calls"
+        self.escalation = {"reason": reason, "since": utc_iso(now), "paused": True}
+        return reason
+
+    def answer_escalation(self, approve: bool) -> None:
+        """Answer the request a human was asked about (``supervise approve|deny``); resets
+        the circuit breaker's count."""
+        self.denials = 0
+        if self.pending_answer is not None:
+            action = "approve" if approve else "deny"
+            message = "denied by the operator (supervise deny)" if not approve else None
+            ruling = approval.hook_answer(action, message)
+            signal = claude.HookSignal(self.pending_answer.with_suffix(".json"), "", 0.0, {})
+            claude.answer(signal, ruling)
+            claude.archive(signal)
+            self.task.append_event(
+                "permission",
+                tool=(self.escalation or {}).get("tool"),
+                subject=(self.escalation or {}).get("subject"),
+                decision=action,
+                by="operator",
+                rule=None,
+            )
+        self.pending_answer = None
+        self.escalation = None
+
+    def _set_limit(self, text: str, now: float, source: str) -> None:
+        hit = limits.parse_limit(text, datetime.fromtimestamp(now, UTC))
+        resume_at = hit.resume_at if hit is not None else None
+        matched = hit.matched if hit is not None else text[:200]
+        self.limit = (resume_at, f"{source}: {matched}")
+
+    def _read_stream(self, now: float) -> None:
+        path = self.task.file(claude.STREAM)
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            return
+        if size < self.offset:  # replaced: read it again from the start
+            self.offset, self.stream = 0, StreamState()
+        if size == self.offset:
+            return
+        with open(path, "rb") as handle:
+            handle.seek(self.offset)
+            chunk = handle.read(READ_CHUNK)
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return
+        self.offset += end + 1
+        for line in chunk[: end + 1].splitlines():
+            if not line.strip():
+                continue
+            obj = self.stream.feed_line(line)
+            if obj is not None and obj.get("type") == "supervise_launch":
+                self.new_run_stream()
+        if self.stream.limited and self.limit is None:
+            status = self.stream.api_error_status
+            source = f"API error {status}" if status else f"{self.stream.limit_type} limit"
+            self._set_limit(self.stream.result or "", now, source)
+            if self.stream.limit_resets_at is not None and self.limit is not None:
+                # The CLI's rate_limit_event carries the exact reset time: prefer it.
+                self.limit = (self.stream.limit_resets_at, self.limit[1])
+
+    def new_run_stream(self) -> None:
+        """A new run started in the stream: a limit seen before it is history."""
+        self.limit = None
+
+    # ------------------------------------------------------------------ staleness
+    def screen_changed(self, text: str, now: float) -> float:
+        """Feed a capture of the pane; returns when its normalized content last changed
+        (epoch s). Spinner glyphs and timers do not count as change
+        (:func:`supervisor.screen.normalize`)."""
+        digest = screen.screen_hash(text)
+        if digest != self.screen_hash or self.screen_changed_at is None:
+            self.screen_hash, self.screen_changed_at = digest, now
+        return self.screen_changed_at
+
+    def transcript_mtime(self) -> float | None:
+        """mtime of the session transcript (from the hooks' ``transcript_path``)."""
+        if not self.transcript_path:
+            return None
+        try:
+            return os.stat(self.transcript_path).st_mtime
+        except OSError:
+            return None
+
+    # ------------------------------------------------------------------ report
+    def report(self) -> dict[str, Any]:
+        """Manifest fields: ``claude`` (stream facts + transcript path), ``denials``,
+        ``escalation``."""
+        facts = self.stream.report()
+        facts["transcript_path"] = self.transcript_path
+        return {"claude": facts, "denials": self.denials, "escalation": self.escalation}

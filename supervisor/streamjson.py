@@ -1,0 +1,164 @@
+"""Reading Claude Code's headless event stream (``--output-format stream-json --verbose``).
+
+Pure: :class:`StreamState` is fed one parsed line at a time and keeps what the manifest
+reports. Facts it relies on (measured with Claude Code 2.1.328, see docs/claude-hooks.md and
+tests/fixtures/claude/headless/):
+
+* every line is one JSON object with a ``type``: ``system`` (``subtype`` ``init`` carries
+  ``session_id``; ``api_retry`` carries ``attempt``, ``retry_delay_ms``, ``error_status``),
+  ``assistant``, ``user`` (tool results, with ``is_error`` on a failed or denied call) and
+  a last ``result`` line (``subtype``, ``is_error``, ``result``, ``num_turns``,
+  ``total_cost_usd``, ``session_id``, ``api_error_status`` on an API failure);
+* ``type`` is not the first key of the ``result`` line, so lines are parsed, never
+  prefix-matched;
+* the wrapper writes a ``{"type": "supervise_launch"}`` marker before each run, so the
+  per-run fields (``result``, ``is_error``, ``api_error_status``) never leak from one run
+  into the next.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+#: API statuses that mean "come back later" rather than "broken": rate limited (429) and
+#: overloaded (529), per the Anthropic API errors reference.
+LIMIT_STATUSES = frozenset({429, 529})
+#: How many API errors the manifest keeps (the latest ones).
+KEEP_ERRORS = 5
+#: Characters of result text kept.
+MAX_RESULT = 4000
+
+
+@dataclass
+class StreamState:
+    """What the stream said so far (all runs of one task).
+
+    Attributes:
+        session_id: Claude Code's session id (``system/init`` or ``result``).
+        runs: ``supervise_launch`` markers seen (launches and resumes).
+        result: the last run's final text (clipped to :data:`MAX_RESULT`), or ``None``.
+        is_error: the last run's ``result`` line said ``is_error``.
+        subtype: the last ``result`` line's ``subtype`` (``success``, ``error_...``).
+        num_turns: summed over all runs.
+        total_cost_usd: summed over all runs.
+        api_retries: ``system/api_retry`` lines over all runs.
+        api_errors: the latest :data:`KEEP_ERRORS` API errors: ``{"status", "text"}`` from
+            results and ``{"status", "attempt", "retry_delay_ms"}`` from retries.
+        api_error_status: the current run's final API error status, or ``None``.
+        run_ended: the current run has written its ``result`` line.
+        tool_failures: tool results with ``is_error`` since the last successful one.
+        limit_resets_at: the current run's ``rate_limit_event`` said ``rejected`` with
+            this ``resetsAt`` (epoch s); subscription limits, CLI 2.1.328.
+        limit_type: its ``rateLimitType`` (``five_hour``, ``seven_day``, ...).
+    """
+
+    session_id: str | None = None
+    runs: int = 0
+    result: str | None = None
+    is_error: bool | None = None
+    subtype: str | None = None
+    num_turns: int = 0
+    total_cost_usd: float = 0.0
+    api_retries: int = 0
+    api_errors: list[dict[str, Any]] = field(default_factory=list)
+    api_error_status: int | None = None
+    run_ended: bool = False
+    tool_failures: int = 0
+    limit_resets_at: float | None = None
+    limit_type: str | None = None
+
+    def feed_line(self, line: bytes | str) -> dict[str, Any] | None:
+        """Parse one line and :meth:`feed` it; returns the object, or ``None`` for a line
+        that is not a JSON object (a stray print is ignored, never fatal)."""
+        try:
+            obj = json.loads(line)
+        except (ValueError, UnicodeDecodeError):
+            return None
+        if not isinstance(obj, dict):
+            return None
+        self.feed(obj)
+        return obj
+
+    def feed(self, obj: dict[str, Any]) -> None:
+        """Take one stream event into account."""
+        kind = obj.get("type")
+        if kind == "supervise_launch":
+            self.runs += 1
+            self.result = self.is_error = self.subtype = self.api_error_status = None
+            self.limit_resets_at = self.limit_type = None
+            self.run_ended = False
+        elif kind == "rate_limit_event":
+            info = obj.get("rate_limit_info")
+            if isinstance(info, dict) and info.get("status") == "rejected":
+                resets = info.get("resetsAt")
+                ok = isinstance(resets, int | float) and not isinstance(resets, bool)
+                self.limit_resets_at = float(resets) if ok else None
+                kind_name = info.get("rateLimitType")
+                self.limit_type = kind_name if isinstance(kind_name, str) else "unknown"
+        elif kind == "system":
+            if isinstance(obj.get("session_id"), str):
+                self.session_id = obj["session_id"]
+            if obj.get("subtype") == "api_retry":
+                self.api_retries += 1
+                self._error(
+                    {
+                        "status": _int(obj.get("error_status")),
+                        "attempt": _int(obj.get("attempt")),
+                        "retry_delay_ms": _int(obj.get("retry_delay_ms")),
+                    }
+                )
+        elif kind == "user":
+            for block in _content(obj):
+                if block.get("type") == "tool_result":
+                    self.tool_failures = self.tool_failures + 1 if block.get("is_error") else 0
+        elif kind == "result":
+            self.run_ended = True
+            if isinstance(obj.get("session_id"), str):
+                self.session_id = obj["session_id"]
+            text = obj.get("result")
+            self.result = text[:MAX_RESULT] if isinstance(text, str) else None
+            self.is_error = bool(obj.get("is_error"))
+            self.subtype = obj.get("subtype") if isinstance(obj.get("subtype"), str) else None
+            self.num_turns += _int(obj.get("num_turns")) or 0
+            cost = obj.get("total_cost_usd")
+            if isinstance(cost, int | float) and not isinstance(cost, bool):
+                self.total_cost_usd += float(cost)
+            self.api_error_status = _int(obj.get("api_error_status"))
+            if self.api_error_status is not None:
+                self._error({"status": self.api_error_status, "text": (text or "")[:300]})
+
+    @property
+    def limited(self) -> bool:
+        """The current run ended on a rate limit or overload (429/529, or a ``rejected``
+        ``rate_limit_event``)."""
+        return self.run_ended and (
+            self.api_error_status in LIMIT_STATUSES or self.limit_type is not None
+        )
+
+    def _error(self, entry: dict[str, Any]) -> None:
+        self.api_errors = [*self.api_errors, entry][-KEEP_ERRORS:]
+
+    def report(self) -> dict[str, Any]:
+        """The manifest's ``claude`` object."""
+        return {
+            "session_id": self.session_id,
+            "result": self.result,
+            "is_error": self.is_error,
+            "subtype": self.subtype,
+            "num_turns": self.num_turns,
+            "total_cost_usd": round(self.total_cost_usd, 6),
+            "api_retries": self.api_retries,
+            "api_errors": self.api_errors,
+        }
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _content(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    message = obj.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []

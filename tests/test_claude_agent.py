@@ -1,0 +1,432 @@
+"""Issue 4 end to end: the ``claude`` adapter drives the real Claude Code CLI (pinned, see
+docs/claude-code-e2e.md) in tmux against the mock Messages API (tests/mock_anthropic.py).
+
+Each test runs ``supervise run PROFILE --exit-when-idle`` in the background with a profile of
+``[agent] kind = "claude"``; the mock's prompt directives (``[[bash: ...]]``,
+``[[ratelimit: ...]]``, ``[[stall_final_once: ...]]``) script the model. Only the model is
+fake: the CLI, its hooks, tmux, the processes and the files are real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+from claude_support import (
+    agent_env,
+    claude_version,
+    kill_tmux_server,
+    make_home,
+    require_claude,
+    scrubbed_environ,
+    start_mock,
+    stop_mock,
+)
+from mock_anthropic import MockAnthropic, gateway_token
+
+pytestmark = pytest.mark.e2e
+
+MODEL_ID = "claude-sonnet-4-6"
+RUN_TIMEOUT = 120.0
+
+
+def supervise() -> list[str]:
+    script = Path(sys.executable).parent / "supervise"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "supervisor.cli"]
+
+
+class Harness:
+    """One test's world: a mock API, a throwaway HOME, project folders, a profile, a spool."""
+
+    def __init__(self, root: Path, mock: MockAnthropic, token: str | None = None) -> None:
+        self.root = root
+        self.mock = mock
+        self.claude = require_claude()
+        self.socket = f"sv-ag-{uuid.uuid4().hex[:10]}"
+        self.projects: list[Path] = []
+        self.home = root / "home"
+        self.token = token
+        self.spool = root / "spool"
+        self.spool.mkdir()
+        self.state = root / "state"
+        self.notified = root / "notified.jsonl"
+        self.proc: subprocess.Popen[str] | None = None
+        self.profile = root / "profile.toml"
+
+    def project(self, name: str = "project") -> Path:
+        path = self.root / name
+        if not path.exists():
+            path.mkdir()
+            subprocess.run(["git", "init", "-q", str(path)], check=True, capture_output=True)
+            self.projects.append(path)
+        return path
+
+    def write_profile(self, **extra: Any) -> Path:
+        make_home(self.home, self.projects)
+        env = agent_env(self.home, self.mock.base_url)
+        if self.token:
+            env["ANTHROPIC_AUTH_TOKEN"] = self.token
+        notifier = [
+            sys.executable,
+            "-c",
+            "import sys; open(sys.argv[1], 'a').write(sys.stdin.read().strip() + '\\n')",
+            str(self.notified),
+        ]
+        profile: dict[str, Any] = {
+            "max_concurrent": 4,
+            "paths": {"spool_dir": "spool", "state_dir": "state"},
+            "tmux": {"socket_name": self.socket},
+            "agent": {
+                "kind": "claude",
+                "binary": self.claude,
+                "env": env,
+                "models": {"sonnet": MODEL_ID},
+                **extra.pop("agent", {}),
+            },
+            "monitor": {
+                "base_interval": 1,
+                "max_interval": 4,
+                "deadline": 240,
+                "grace_period": 30,
+                "stale_threshold": 120,
+                "notifier": notifier,
+                **extra.pop("monitor", {}),
+            },
+            **extra,
+        }
+        self.profile.write_text(tomli_w.dumps(profile), encoding="utf-8")
+        return self.profile
+
+    def submit(self, name: str, prompt: str, project: Path | None = None, **extra: Any) -> None:
+        task = {"name": name, "prompt": prompt, "project_dir": str(project or self.project())}
+        task.update(extra)
+        path = self.spool / f".{name}.tmp"
+        path.write_text(tomli_w.dumps(task), encoding="utf-8")
+        path.rename(self.spool / f"{name}.toml")
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [*supervise(), "run", str(self.profile), "--exit-when-idle"],
+            cwd=self.root,
+            env=scrubbed_environ(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def finish(self, timeout: float = RUN_TIMEOUT) -> str:
+        assert self.proc is not None
+        try:
+            out, _ = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+            pytest.fail(f"supervise did not finish in {timeout} s\n{out}\n{self.diagnostics()}")
+        assert self.proc.returncode == 0, f"{out}\n{self.diagnostics()}"
+        return out
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*supervise(), *args],
+            cwd=self.root,
+            env=scrubbed_environ(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    def manifests(self) -> dict[str, dict[str, Any]]:
+        """Task name → manifest."""
+        out = {}
+        for path in sorted(self.state.glob("tasks/*/manifest.json")):
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            out[data["task_name"]] = data
+        return out
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        task_dir = Path(self.manifests()[name]["tmpdir"])
+        lines = (task_dir / "events.jsonl").read_text(encoding="utf-8").splitlines()
+        return [json.loads(line) for line in lines]
+
+    def wait_for(self, what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            value = check()
+            if value:
+                return value
+            if self.proc is not None and self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        pytest.fail(f"timed out waiting for {what}\n{self.diagnostics()}")
+
+    def status(self, name: str) -> str | None:
+        return self.manifests().get(name, {}).get("status")
+
+    def diagnostics(self) -> str:
+        parts = []
+        for path in sorted(self.state.glob("tasks/*/*")):
+            if path.is_file() and path.suffix in (".json", ".jsonl", ".log"):
+                text = path.read_text(encoding="utf-8", errors="replace")
+                parts.append(f"--- {path.relative_to(self.state)} ---\n{text[-2500:]}")
+        for req in self.mock.snapshot():
+            parts.append(f"mock: {req.path} session={req.session_id} reply={req.reply_kind}")
+        return "\n".join(parts)
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        kill_tmux_server(self.socket)
+
+
+@pytest.fixture
+def harness(tmp_path: Path) -> Iterator[Callable[..., Harness]]:
+    made: list[tuple[Harness, MockAnthropic]] = []
+
+    def make(token: str | None = None, **mock_args: Any) -> Harness:
+        mock = start_mock(**mock_args)
+        made.append((Harness(tmp_path, mock, token), mock))
+        return made[-1][0]
+
+    yield make
+    for h, mock in made:
+        h.close()
+        stop_mock(mock)
+
+
+def tool_results(request: Any) -> list[dict[str, Any]]:
+    """Every tool_result block in a recorded request's conversation."""
+    out = []
+    for message in request.body.get("messages", []):
+        content = message.get("content")
+        if isinstance(content, list):
+            out += [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+    return out
+
+
+def result_text(block: dict[str, Any]) -> str:
+    content = block.get("content")
+    if isinstance(content, list):
+        return " ".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
+    return str(content)
+
+
+# ---------------------------------------------------------------------------- tests
+
+
+def test_headless_task_completes_with_hooks_and_stream_facts(harness) -> None:
+    """Completes and writes a file: verdict PASS, the stream's facts and the hooks recorded."""
+    h = harness(final_text="DONE: hello.txt written")
+    project = h.project()
+    h.write_profile(approval={"rules": [{"tool": "Write", "action": "approve"}]})
+    h.submit("hello", "Create hello.txt, then say DONE.", project, model="sonnet")
+    h.start()
+    h.finish()
+    m = h.manifests()["hello"]
+    info = json.dumps(m, indent=1) + h.diagnostics()
+    assert (m["status"], m["verdict"], m["retry_count"]) == ("completed", "PASS", 0), info
+    assert (project / "hello.txt").read_text(encoding="utf-8") == h.mock.file_content
+    claude = m["claude"]
+    assert claude["session_id"] == m["session_id"], info
+    assert claude["result"] == "DONE: hello.txt written", info
+    assert claude["is_error"] is False and claude["num_turns"] >= 2, info
+    assert isinstance(claude["total_cost_usd"], float), info
+    assert claude["transcript_path"].endswith(f"{m['session_id']}.jsonl"), info
+    assert "DONE: hello.txt written" in m["summary"], info
+    events = h.events("hello")
+    hooks = [e for e in events if e["event"] == "hook"]
+    names = [e["hook_event_name"] for e in hooks]
+    for expected in ("SessionStart", "PermissionRequest", "PostToolUse", "Stop", "SessionEnd"):
+        assert expected in names, names
+    assert all(e["session_id"] == m["session_id"] for e in hooks), info
+    assert all(e["transcript_path"] == claude["transcript_path"] for e in hooks), info
+    permissions = [e for e in events if e["event"] == "permission"]
+    assert [(p["tool"], p["decision"], p["rule"]) for p in permissions] == [
+        ("Write", "approve", 1)
+    ], info
+    print(f"\n[{claude_version(h.claude)}] hello: status={m['status']} verdict={m['verdict']} "
+          f"retry_count={m['retry_count']} session_id={m['session_id']}")  # fmt: skip
+
+
+def test_two_tasks_in_one_project_each_resume_their_own_session(harness) -> None:
+    """Killed mid-run, each of two tasks sharing a project folder resumes its own session by
+    id: the resumed request carries that task's earlier messages, never the other's."""
+    h = harness()
+    project = h.project()
+    h.write_profile(approval={"rules": [{"tool": "Write", "action": "approve"}]})
+    for name in ("alpha", "beta"):
+        h.submit(
+            name,
+            f"[[write: {name}.txt]] [[final: {name} done]] [[stall_final_once: 60]] task {name}",
+            project,
+        )
+    h.start()
+
+    def stalled() -> dict[str, str] | None:
+        manifests = h.manifests()
+        ids = {n: manifests.get(n, {}).get("session_id") for n in ("alpha", "beta")}
+        if not all(ids.values()) or not all((project / f"{n}.txt").exists() for n in ids):
+            return None
+        return ids if _final_requested(h, ids) else None  # type: ignore[arg-type]
+
+    ids = h.wait_for("both agents to stall in their final turn", stalled, timeout=90)
+    before = {n: len(h.mock.message_requests(i)) for n, i in ids.items()}
+    for name in ("alpha", "beta"):
+        pid = h.manifests()[name]["pid"]
+        assert pid, h.diagnostics()
+        os.kill(pid, signal.SIGKILL)
+    h.finish()
+    manifests = h.manifests()
+    for name, session_id in ids.items():
+        m = manifests[name]
+        info = json.dumps(m, indent=1)
+        assert (m["status"], m["verdict"], m["retry_count"]) == ("completed", "PASS", 1), info
+        assert m["session_id"] == session_id and m["claude"]["result"] == f"{name} done", info
+        resumed = h.mock.message_requests(session_id)[before[name] :]
+        assert resumed, h.diagnostics()
+        first = resumed[0]
+        history = json.dumps(first.body.get("messages"))
+        assert f"{name}.txt" in history and f"task {name}" in history, history[:2000]
+        other = "beta" if name == "alpha" else "alpha"
+        assert f"task {other}" not in history and f"{other}.txt" not in history
+        assert "continue the task" in history
+        print(f"\n{name}: status={m['status']} verdict={m['verdict']} "
+              f"retry_count={m['retry_count']} session_id={m['session_id']}")  # fmt: skip
+
+
+def _final_requested(h: Harness, ids: dict[str, str]) -> bool:
+    """Each session has asked for its final turn (the one the mock stalls)."""
+    for session_id in ids.values():
+        requests = h.mock.message_requests(session_id)
+        if not any(len(tool_results(r)) >= 1 for r in requests if r.offers_tools):
+            return False
+    return True
+
+
+def test_bash_approved_by_rule_denied_by_default_escalated_then_approved(harness) -> None:
+    """Three Bash requests: one approved by a rule, one denied by default (the agent is told
+    why), one escalated to a human and approved with ``supervise approve``."""
+    h = harness(final_text="all three steps handled")
+    project = h.project()
+    h.write_profile(
+        approval={
+            "rules": [
+                {"tool": "Bash", "match": "^echo approved", "action": "approve"},
+                {"tool": "Bash", "match": "^echo escalated", "action": "escalate"},
+            ]
+        }
+    )
+    prompt = (
+        "[[bash: echo approved > approved.txt]] [[bash: curl -s http://example.invalid]] "
+        "[[bash: echo escalated > escalated.txt]] do the three steps"
+    )
+    h.submit("perm", prompt, project)
+    h.start()
+    h.wait_for("the escalation", lambda: h.status("perm") == "escalated", timeout=90)
+    m = h.manifests()["perm"]
+    assert m["escalation"]["tool"] == "Bash", m
+    assert m["escalation"]["subject"] == "echo escalated > escalated.txt", m
+    assert not (project / "escalated.txt").exists()
+    done = h.cli("approve", "-c", str(h.profile), m["task_id"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    h.finish()
+    m = h.manifests()["perm"]
+    info = json.dumps(m, indent=1) + h.diagnostics()
+    assert (m["status"], m["verdict"], m["retry_count"]) == ("completed", "PASS", 0), info
+    assert (project / "approved.txt").exists() and (project / "escalated.txt").exists()
+    permissions = [e for e in h.events("perm") if e["event"] == "permission"]
+    decided = [(p["subject"].split()[0:2], p["decision"], p["by"]) for p in permissions]
+    assert [d[1] for d in decided] == ["approve", "deny", "escalate", "approve"], decided
+    assert permissions[0]["rule"] == 1 and permissions[1]["by"] == "default", decided
+    assert permissions[2]["rule"] == 2 and permissions[3]["by"] == "operator", decided
+    # The agent was told why the second call was refused.
+    requests = h.mock.message_requests(m["session_id"])
+    denial = [result_text(b) for r in requests for b in tool_results(r) if b.get("is_error")]
+    assert any("not allowed by the task's approval rules" in t for t in denial), denial
+    statuses = [e["event"] for e in h.events("perm") if e["event"] in ("escalated", "approved")]
+    assert statuses == ["escalated", "approved"], statuses
+    notified = [json.loads(x) for x in h.notified.read_text(encoding="utf-8").splitlines()]
+    assert [n["event"] for n in notified] == ["escalated", "completed"], notified
+    print(f"\nperm: status={m['status']} verdict={m['verdict']} "
+          f"retry_count={m['retry_count']} session_id={m['session_id']}")  # fmt: skip
+
+
+def test_rate_limit_with_reset_time_waits_and_resumes_without_a_retry(harness) -> None:
+    """A 429 whose reset time the CLI reports → ``waiting`` until then → resumed by itself,
+    ``retry_count`` unchanged; the notifier hears ``waiting``."""
+    h = harness(token=gateway_token(), final_text="finished after the limit")
+    project = h.project()
+    h.write_profile(approval={"rules": [{"tool": "Write", "action": "approve"}]})
+    h.submit("limited", "[[ratelimit: 1 reset=+4]] write hello.txt", project)
+    h.start()
+    h.wait_for("the limit", lambda: h.status("limited") == "waiting", timeout=90)
+    waiting = h.manifests()["limited"]
+    h.finish()
+    m = h.manifests()["limited"]
+    info = json.dumps(m, indent=1) + h.diagnostics()
+    assert (m["status"], m["verdict"], m["retry_count"]) == ("completed", "PASS", 0), info
+    assert m["limit_waits"] == 1, info
+    events = h.events("limited")
+    wait = next(e for e in events if e["event"] == "waiting")
+    resumed = next(e for e in events if e["event"] == "resumed")
+    limit = next(r for r in h.mock.snapshot() if r.reply_kind == "ratelimit")
+    assert "resets" in wait["reason"], wait
+    # resume_at is the reset the API announced (whole seconds), not a backoff guess.
+    assert waiting["resume_at"] is not None, waiting
+    reset_at = _epoch(waiting["resume_at"])
+    assert abs(reset_at - (limit.received_at + 4)) <= 1.5, (reset_at, limit.received_at)
+    assert _epoch(resumed["ts"]) >= reset_at - 0.05, (resumed, waiting)
+    notified = [json.loads(x)["event"] for x in h.notified.read_text().splitlines()]
+    assert notified == ["waiting", "completed"], notified
+    print(f"\nlimited: status={m['status']} verdict={m['verdict']} "
+          f"retry_count={m['retry_count']} session_id={m['session_id']}")  # fmt: skip
+
+
+def _epoch(iso: str) -> float:
+    from supervisor.taskdir import parse_iso
+
+    value = parse_iso(iso)
+    assert value is not None
+    return value
+
+
+def test_failed_acceptance_gives_verdict_fail(harness) -> None:
+    """The agent exits 0 but the acceptance command fails: completed, verdict FAIL, and the
+    summary holds the agent's final text and the check's output."""
+    h = harness(final_text="I am sure it works")
+    project = h.project()
+    h.write_profile(approval={"rules": [{"tool": "Write", "action": "approve"}]})
+    check = [sys.executable, "-c", "print('3 tests failed'); raise SystemExit(3)"]
+    h.submit("judged", "write hello.txt", project,
+             acceptance={"command": check, "artifacts": ["hello.txt"]})  # fmt: skip
+    h.start()
+    h.finish()
+    m = h.manifests()["judged"]
+    info = json.dumps(m, indent=1) + h.diagnostics()
+    assert (m["status"], m["verdict"], m["retry_count"]) == ("completed", "FAIL", 0), info
+    assert m["acceptance"]["exit_code"] == 3 and m["acceptance"]["missing"] == [], info
+    assert "I am sure it works" in m["summary"] and "3 tests failed" in m["summary"], info
+    assert [e["event"] for e in h.events("judged") if e["event"] in ("verifying", "completed")] == [
+        "verifying",
+        "completed",
+    ]
+    print(f"\njudged: status={m['status']} verdict={m['verdict']} "
+          f"retry_count={m['retry_count']} session_id={m['session_id']}")  # fmt: skip
