@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -88,6 +89,11 @@ class ClaudeWatch:
         self.limit: tuple[float | None, str] | None = None
         self.screen_hash: str | None = None
         self.screen_changed_at: float | None = None
+        #: Sends tmux keys to the task's pane (set by the engine; interactive fallback).
+        self.send_keys: Callable[[list[str]], None] | None = None
+        self.prompt_seen: tuple[str | None, str, str] | None = None
+        self.screen_pending: screen.PermissionPrompt | None = None
+        self.exit_sent_at: float | None = None
 
     # ------------------------------------------------------------------ runs
     def new_run(self) -> None:
@@ -96,6 +102,9 @@ class ClaudeWatch:
         self.limit = None
         self.screen_hash = None
         self.screen_changed_at = None
+        self.prompt_seen = None
+        self.screen_pending = None
+        self.exit_sent_at = None
 
     # ------------------------------------------------------------------ observe
     def observe(self, now: float, status: str) -> AgentView:
@@ -196,10 +205,75 @@ class ClaudeWatch:
         self.escalation = {"reason": reason, "since": utc_iso(now), "paused": True}
         return reason
 
+    def screen_prompt(self, text: str, now: float, status: str) -> str | None:
+        """The fallback for a TUI without hooks: rule on a permission dialog read from the
+        screen (:func:`supervisor.screen.find_permission_prompt`, last lines only) once the
+        same dialog has been seen on two checks in a row, and answer it with keys.
+
+        Returns the escalation reason when a rule escalates, else ``None``.
+        """
+        prompt = screen.find_permission_prompt(text)
+        if prompt is None or status != "running" or self.screen_pending is not None:
+            self.prompt_seen = None if prompt is None else self.prompt_seen
+            return None
+        key = (prompt.tool, prompt.detail, prompt.question)
+        if key != self.prompt_seen:
+            self.prompt_seen = key  # first sighting: it must still be there next check
+            return None
+        self.prompt_seen = None
+        tool = prompt.tool or ""
+        tool_input = {"command": prompt.detail} if tool == "Bash" else {"file_path": prompt.detail}
+        ruling = approval.decide(
+            self.resolved.rules,
+            tool,
+            tool_input,
+            self.denials,
+            self.resolved.policy.max_denials,
+            self.default_message,
+        )
+        self.task.append_event(
+            "permission",
+            tool=tool,
+            subject=prompt.detail[:500],
+            decision=ruling.action,
+            by=ruling.by,
+            rule=ruling.rule,
+            source="screen",
+        )
+        if ruling.action == "escalate":
+            self.screen_pending = prompt
+            self.escalation = {
+                "reason": ruling.by,
+                "tool": tool,
+                "subject": prompt.detail[:500],
+                "since": utc_iso(now),
+                "screen": True,
+            }
+            return f"{tool} {prompt.detail[:200]!r} ({ruling.by}; on screen)"
+        if ruling.action == "deny":
+            self.denials += 1
+        if self.send_keys is not None:
+            approve = ruling.action == "approve"
+            self.send_keys(prompt.approve_keys() if approve else prompt.deny_keys())
+        return None
+
     def answer_escalation(self, approve: bool) -> None:
         """Answer the request a human was asked about (``supervise approve|deny``); resets
         the circuit breaker's count."""
         self.denials = 0
+        if self.screen_pending is not None:
+            prompt, self.screen_pending = self.screen_pending, None
+            if self.send_keys is not None:
+                self.send_keys(prompt.approve_keys() if approve else prompt.deny_keys())
+            self.task.append_event(
+                "permission",
+                tool=prompt.tool,
+                subject=prompt.detail[:500],
+                decision="approve" if approve else "deny",
+                by="operator",
+                rule=None,
+                source="screen",
+            )
         if self.pending_answer is not None:
             action = "approve" if approve else "deny"
             message = "denied by the operator (supervise deny)" if not approve else None

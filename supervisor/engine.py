@@ -74,6 +74,11 @@ STATS_EVERY = 5.0
 INTAKE_BATCH = 25
 #: Files whose appearance in a task folder triggers an immediate check.
 WAKE_FILES = frozenset({"done", "exit_code", "signal", acceptance.RESULT})
+#: Seconds before ``/exit`` is typed again into an interactive agent that did not quit.
+END_SESSION_REPEAT = 10.0
+#: Seconds until the next look at a permission dialog first seen on screen (it must hold
+#: across two checks before it is answered).
+PROMPT_RECHECK = 1.0
 #: Seconds a ``list-panes`` snapshot is reused across the checks of one tick.
 SESSIONS_MAX_AGE = 0.25
 #: Seconds to wait for a resumed agent's ``pid`` file.
@@ -408,6 +413,8 @@ class Engine:
             if resolved.spec.approval is not None:
                 message = resolved.spec.approval.default_message
             runtime.agent = ClaudeWatch(task, resolved, agent, manifest, message)
+            session = task.task_id
+            runtime.agent.send_keys = lambda keys: self.tmux.send_keys(session, *keys)
         return runtime
 
     def _fill_slots(self) -> None:
@@ -732,24 +739,31 @@ class Engine:
             self._schedule_check(runtime, TAIL_POLL)
             return
         self._apply(runtime, decision, signals.now)
+        seen = runtime.agent is not None and runtime.agent.prompt_seen is not None
+        if seen and task.task_id in self.live:  # a dialog seen once: look again soon
+            self._schedule_check(runtime, PROMPT_RECHECK)
 
     def _agent_signals(self, runtime: Runtime, signals: policy.Signals) -> policy.Signals:
         """Add what Claude Code told us (hooks, stream) and the chosen staleness signal."""
         assert runtime.agent is not None
         view: AgentView = runtime.agent.observe(signals.now, runtime.state.status)
         mtime = signals.output_mtime
-        how = runtime.policy.stale_signal or (
-            "screen" if self.profile.spec.agent.mode == "interactive" else "mtime"
-        )
-        if how == "screen" and signals.agent_alive:
+        agent = self.profile.spec.agent
+        how = runtime.policy.stale_signal or ("screen" if agent.mode == "interactive" else "mtime")
+        fallback = agent.mode == "interactive" and not agent.hooks
+        escalate = view.escalate
+        if (how == "screen" or fallback) and signals.agent_alive:
             text = self.tmux.capture(runtime.task.task_id, lines=0)
-            mtime = runtime.agent.screen_changed(text, signals.now)
+            if how == "screen":
+                mtime = runtime.agent.screen_changed(text, signals.now)
+            if fallback and escalate is None:
+                escalate = runtime.agent.screen_prompt(text, signals.now, runtime.state.status)
         elif how == "transcript":
             mtime = runtime.agent.transcript_mtime() or mtime
         return dataclasses.replace(
             signals,
             output_mtime=mtime,
-            escalate=view.escalate,
+            escalate=escalate,
             escalate_pause=view.escalate_pause,
             limit=view.limit,
             limit_resume_at=view.limit_resume_at,
@@ -809,9 +823,12 @@ class Engine:
                 runtime.agent.answer_escalation(approve=action is A.ANSWER_APPROVE)
             elif action is A.ACCEPT:
                 self._start_acceptance(runtime)
-            elif action is A.END_SESSION:
-                self.tmux.send_keys(task.task_id, "/exit", literal=True)
-                self.tmux.send_keys(task.task_id, "Enter")
+            elif action is A.END_SESSION and runtime.agent is not None:
+                sent = runtime.agent.exit_sent_at
+                if sent is None or now - sent >= END_SESSION_REPEAT:
+                    runtime.agent.exit_sent_at = now
+                    self.tmux.send_keys(task.task_id, "/exit", literal=True)
+                    self.tmux.send_keys(task.task_id, "Enter")
         ended_escalated = previous.status == "escalated" and state.status in TERMINAL
         if runtime.agent is not None and ended_escalated:
             runtime.agent.answer_escalation(approve=False)  # frees a waiting hook

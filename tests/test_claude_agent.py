@@ -430,3 +430,54 @@ def test_failed_acceptance_gives_verdict_fail(harness) -> None:
     ]
     print(f"\njudged: status={m['status']} verdict={m['verdict']} "
           f"retry_count={m['retry_count']} session_id={m['session_id']}")  # fmt: skip
+
+
+def test_interactive_tui_completes_through_its_hooks(harness) -> None:
+    """The TUI in tmux (for a human to attach to): the Write is approved by the hook, the
+    Stop hook ends the turn, supervise types ``/exit`` and the task completes."""
+    h = harness(final_text="done in the TUI")
+    project = h.project()
+    h.write_profile(
+        agent={"mode": "interactive"},
+        approval={"rules": [{"tool": "Write", "action": "approve"}]},
+    )
+    h.submit("tui", "write hello.txt", project)
+    h.start()
+    h.finish()
+    m = h.manifests()["tui"]
+    info = json.dumps(m, indent=1) + h.diagnostics()
+    assert (m["status"], m["verdict"], m["retry_count"]) == ("completed", "PASS", 0), info
+    assert m["exit_code"] == 0 and (project / "hello.txt").exists(), info
+    events = h.events("tui")
+    hooks = [e["hook_event_name"] for e in events if e["event"] == "hook"]
+    assert "PermissionRequest" in hooks and "Stop" in hooks, hooks
+    permissions = [(e["tool"], e["decision"]) for e in events if e["event"] == "permission"]
+    assert permissions == [("Write", "approve")], permissions
+    print(f"\ntui: status={m['status']} verdict={m['verdict']} "
+          f"retry_count={m['retry_count']} session_id={m['session_id']}")  # fmt: skip
+
+
+def test_interactive_without_hooks_answers_the_dialog_from_the_screen(harness) -> None:
+    """Fallback: no hooks, so the Write dialog is read from the screen, held across two
+    checks, ruled on and answered with the keys of its "Yes" choice."""
+    h = harness(final_text="done from the screen")
+    project = h.project()
+    h.write_profile(
+        agent={"mode": "interactive", "hooks": False},
+        approval={"rules": [{"tool": "Write", "action": "approve"}]},
+    )
+    h.submit("screen", "write hello.txt", project)
+    h.start()
+    h.wait_for("the approved write", lambda: (project / "hello.txt").exists(), timeout=90)
+    events = h.events("screen")
+    permissions = [e for e in events if e["event"] == "permission"]
+    assert [(p["tool"], p["decision"], p["source"]) for p in permissions] == [
+        ("Write", "approve", "screen")
+    ], permissions
+    assert permissions[0]["subject"].endswith("hello.txt"), permissions
+    task_id = h.manifests()["screen"]["task_id"]
+    stopped = h.cli("stop", "-c", str(h.profile), task_id)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    h.finish()
+    m = h.manifests()["screen"]
+    assert (m["status"], m["abandon_reason"], m["verdict"]) == ("abandoned", "stopped", "ABANDONED")
