@@ -144,10 +144,13 @@ class ClaudeWatch:
                     escalate, pause = self._breaker(now), True
             elif signal.event == "Stop" and self.agent.mode == "interactive":
                 self.turn_ended = True
-            elif signal.event == "StopFailure":
+            elif signal.event == "StopFailure" and self.agent.mode == "interactive":
+                # Headless runs end with the exact stream-json result (and its
+                # rate_limit_event) before the done-file: the stream decides there.
                 error = str(data.get("error") or data.get("error_type") or "")
                 if error in LIMIT_ERRORS:
-                    text = " ".join(str(data.get(k) or "") for k in ("error_details", "message"))
+                    keys = ("last_assistant_message", "error_details", "message")
+                    text = " ".join(str(data.get(k) or "") for k in keys).strip()
                     self._set_limit(text or error, now, f"StopFailure hook: {error}")
         self._read_stream(now)
         resume_at, reason = self.limit if self.limit else (None, "")
@@ -223,14 +226,18 @@ class ClaudeWatch:
         self.prompt_seen = None
         tool = prompt.tool or ""
         tool_input = {"command": prompt.detail} if tool == "Bash" else {"file_path": prompt.detail}
-        ruling = approval.decide(
-            self.resolved.rules,
-            tool,
-            tool_input,
-            self.denials,
-            self.resolved.policy.max_denials,
-            self.default_message,
-        )
+        if prompt.cropped or prompt.tool is None:
+            # Part of the dialog is off screen: never approve what we cannot read whole.
+            ruling = approval.Ruling("escalate", None, "screen: the dialog is cut off")
+        else:
+            ruling = approval.decide(
+                self.resolved.rules,
+                tool,
+                tool_input,
+                self.denials,
+                self.resolved.policy.max_denials,
+                self.default_message,
+            )
         self.task.append_event(
             "permission",
             tool=tool,

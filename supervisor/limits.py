@@ -147,6 +147,11 @@ def _zone(name: str | None, now: datetime) -> tzinfo:
     return datetime.now().astimezone().tzinfo or UTC
 
 
+#: How far in the past a shown reset time may be and still mean "just now" (the CLI shows
+#: "resets 5am" or "resets 3:10am": rounded down to the hour or minute).
+JUST_PASSED = timedelta(hours=1)
+
+
 def _aware(now: datetime) -> datetime:
     """``now`` as an aware datetime (a naive one is taken as local time)."""
     return now if now.tzinfo is not None else now.astimezone()
@@ -159,8 +164,10 @@ def parse_reset(line: str, now: datetime) -> float | None:
     ``resets Nov 25, 2027, 5am``, ``resets Aug 8`` (midnight), each optionally followed by
     ``(Zone/Name)``; also relative ``resets in 3m``, ``retrying in 9s``, ``try again in 1h``.
     The zone is the named IANA zone when it exists, else ``now.tzinfo`` (local time for a
-    naive ``now``). A time of day that has already passed today means tomorrow; a date more
-    than a day in the past without a year means next year.
+    naive ``now``). A time of day that passed more than :data:`JUST_PASSED` ago means
+    tomorrow; one that passed less long ago is a reset that just happened (the CLI rounds
+    the time down), so ``now`` is returned. A date more than a day in the past without a
+    year means next year.
     """
     now = _aware(now)
     for match in _RESET_RE.finditer(line):
@@ -199,8 +206,12 @@ def parse_reset(line: str, now: datetime) -> float | None:
                     continue
         else:
             when = datetime.combine(local_now.date(), wall, tzinfo=zone)
-            if when <= local_now:
+            if when <= local_now - JUST_PASSED:
                 when = datetime.combine(local_now.date() + timedelta(days=1), wall, tzinfo=zone)
+            elif when <= local_now:
+                # The CLI shows the reset rounded down to the minute ("resets 3:10am" at
+                # 3:10:36): a time that passed moments ago is the reset that just happened.
+                when = local_now
         return when.timestamp()
     for match in _IN_RE.finditer(line):
         if not any(match[k] for k in ("h", "m", "s")):
