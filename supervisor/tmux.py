@@ -97,6 +97,8 @@ class Tmux:
             "-c", str(start_dir), "-e", f"SUPERVISE_TMUX={self.tmux_bin()}",
             wrapper_command(task_dir, gate),
             ";", "set-option", "-w", "-t", f"={session}:", "remain-on-exit", "on",
+            # Claude Code's TUI prints a notice over its screen when focus events are off.
+            ";", "set-option", "-g", "focus-events", "on",
             ";", "pipe-pane", "-t", f"={session}:", pipe_command(task_dir / "output.log"),
             ";", "wait-for", "-S", gate,
         )  # fmt: skip

@@ -481,3 +481,33 @@ def test_interactive_without_hooks_answers_the_dialog_from_the_screen(harness) -
     h.finish()
     m = h.manifests()["screen"]
     assert (m["status"], m["abandon_reason"], m["verdict"]) == ("abandoned", "stopped", "ABANDONED")
+
+
+def test_circuit_breaker_pauses_after_failed_tool_calls_until_approved(harness) -> None:
+    """``max_denials`` failed tool calls in a row pause the agent (SIGSTOP) as an escalation;
+    ``supervise approve`` lets it go on, and the count starts again."""
+    h = harness(final_text="recovered after the breaker")
+    project = h.project()
+    h.write_profile(
+        monitor={"max_denials": 2},
+        approval={"rules": [{"tool": "Bash", "match": "^(false|echo ok)", "action": "approve"}]},
+    )
+    h.submit("breaker", "[[bash: false]] [[bash: false]] [[bash: echo ok > ok.txt]] go", project)
+    h.start()
+    h.wait_for("the breaker", lambda: h.status("breaker") == "escalated", timeout=90)
+    m = h.manifests()["breaker"]
+    assert m["escalation"]["paused"] is True, m
+    assert m["escalation"]["reason"].startswith("circuit breaker: 2 consecutive"), m
+    time.sleep(1.0)
+    assert not (project / "ok.txt").exists()  # paused: the third step has not run
+    done = h.cli("approve", "-c", str(h.profile), m["task_id"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    h.finish()
+    m = h.manifests()["breaker"]
+    info = json.dumps(m, indent=1) + h.diagnostics()
+    assert (m["status"], m["verdict"], m["retry_count"]) == ("completed", "PASS", 0), info
+    assert (project / "ok.txt").exists() and m["denials"] == 0, info
+    signalled = [e["signal"] for e in h.events("breaker") if e["event"] == "agent_signalled"]
+    assert signalled == ["SIGSTOP", "SIGCONT"], signalled
+    print(f"\nbreaker: status={m['status']} verdict={m['verdict']} "
+          f"retry_count={m['retry_count']} session_id={m['session_id']}")  # fmt: skip
