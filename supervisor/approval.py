@@ -7,7 +7,8 @@ profile's. The first rule whose ``tool`` and ``match`` fit decides; a request th
 matches is denied with the ``[approval] default_message`` (issue 4).
 
 A Bash command that chains or substitutes commands (``;``, ``&``, ``|``, a backtick,
-``$(``, a newline) is never *approved* by a rule: ``ls; rm -rf ~`` must not pass as
+``$(``, ``<(``, ``>(``, a newline), or is too long for its rule to have seen it whole
+(:data:`MAX_SUBJECT`), is never *approved* by a rule: ``ls; rm -rf ~`` must not pass as
 ``ls``. Such a request skips the approve rules and falls to the deny / escalate rules or
 the default.
 
@@ -29,7 +30,7 @@ from supervisor.config import ApprovalRule
 MAX_SUBJECT = 10_000
 
 #: Shell syntax that runs more than the command a rule looked at.
-_COMPOUND = re.compile(r"[;&|`\n]|\$\(")
+_COMPOUND = re.compile(r"[;&|`\n\r]|\$\(|[<>]\(")
 
 #: Where each tool keeps the thing a rule's ``match`` is about (Claude Code tool inputs).
 _SUBJECT_KEYS: dict[str, tuple[str, ...]] = {
@@ -80,6 +81,15 @@ def subject(tool_name: str, tool_input: Any) -> str:
     return text[:MAX_SUBJECT]
 
 
+def _unsafe_command(tool_input: Any) -> bool:
+    """A Bash input no approve rule may pass: chained or substituted commands, an input
+    longer than :data:`MAX_SUBJECT` (the rule saw only part of it) or a non-string."""
+    command = tool_input.get("command") if isinstance(tool_input, dict) else None
+    if not isinstance(command, str):
+        return True
+    return len(command) > MAX_SUBJECT or _COMPOUND.search(command) is not None
+
+
 def _describe(index: int, rule: ApprovalRule) -> str:
     where = f" ~ /{rule.match}/" if rule.match is not None else ""
     return f"rule {index} ({rule.tool}{where})"
@@ -116,7 +126,7 @@ def decide(
         request is escalated (by ``circuit breaker``) whatever the rules say.
     """
     text = subject(tool_name, tool_input)
-    compound = tool_name == "Bash" and _COMPOUND.search(text) is not None
+    compound = tool_name == "Bash" and _unsafe_command(tool_input)
     ruling = Ruling("deny", None, "default", default_message)
     for index, rule in enumerate(rules, start=1):
         if rule.action == "approve" and compound:

@@ -57,7 +57,7 @@ from supervisor.config import (
 )
 from supervisor.signals import observe
 from supervisor.taskdir import TERMINAL, Manifest, TaskDir, atomic_write, parse_iso, utc_iso
-from supervisor.tmux import Tmux, TmuxError
+from supervisor.tmux import PaneInfo, Tmux, TmuxError
 from supervisor.watch import Watcher
 from supervisor.wrapper import END_MARK
 
@@ -467,7 +467,7 @@ class Engine:
             except Exception:  # one broken folder must not keep the others unwatched
                 log.exception("cannot adopt %s", folder)
 
-    def _adopt_one(self, task: TaskDir, sessions: dict[str, object]) -> None:
+    def _adopt_one(self, task: TaskDir, sessions: dict[str, PaneInfo]) -> None:
         """Adopt one task folder (see :meth:`adopt`)."""
         if not task.has_manifest():
             self._recover_claim(task)
@@ -525,8 +525,28 @@ class Engine:
         if last is not None and last["event"] in TERMINAL:
             self._finish_logged(runtime, last, events)
             return
+        if last is not None and last["event"] == "resumed":
+            self._finish_interrupted_resume(runtime, sessions.get(task.task_id))
         self._watch(runtime)
         self._schedule_check(runtime, delay=0.0)
+
+    def _finish_interrupted_resume(self, runtime: Runtime, pane: PaneInfo | None) -> None:
+        """We died between a ``resumed`` event and the new agent's start (the event is
+        written first): its pane is dead or gone and no ``pid`` newer than the resume
+        exists. Perform the resume now; it was already counted, so it is not counted
+        again (found by the chaos test, seed 4275908639)."""
+        task = runtime.task
+        launched = runtime.state.launched_at or 0.0
+        try:
+            pid_written = task.file("pid").stat().st_mtime
+        except FileNotFoundError:
+            pid_written = None
+        started = pid_written is not None and pid_written >= launched - 1.0
+        if (pane is not None and not pane.dead) or started or task.done():
+            return
+        task.append_event("resume_redone", status="running", retry_count=runtime.state.retry_count)
+        log.warning("%s: its resume was interrupted; resuming it now", task.task_id)
+        self._resume(runtime)
 
     def _finish_logged(self, runtime: Runtime, last: dict[str, Any], events: list) -> None:
         """Complete an ending the log already holds (we died between the terminal event and

@@ -249,7 +249,7 @@ def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisi
     now = signals.now
     replace = dataclasses.replace
     if state.status == "queued" and signals.stop_requested:
-        new = replace(state, status="abandoned", abandon_reason="stopped")
+        new = replace(state, status="abandoned", abandon_reason="stopped", verdict="ABANDONED")
         return Decision(
             state=new,
             actions=(Action.FINISH,),
@@ -263,11 +263,11 @@ def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisi
     if state.status == "waiting":
         return _waiting(state, signals, policy)
 
-    # Layer 1: the done-file always wins.
-    if signals.done:
-        code = signals.exit_code if signals.exit_code is not None else -1
-        if code != 0 and signals.limit and state.status == "running":
-            return _wait_limit(state, signals, policy)
+    # Layer 1: the done-file always wins (a run that ended on a usage limit is not an end:
+    # it waits, below, after the deadline and the operator have had their say).
+    code = signals.exit_code if signals.exit_code is not None else -1
+    limited_end = code != 0 and signals.limit and state.status == "running"
+    if signals.done and not limited_end:
         if code == 0 and signals.has_acceptance:
             new = replace(
                 state, status="verifying", exit_code=0, stale_since=None, gone_since=None,

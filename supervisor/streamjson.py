@@ -19,6 +19,7 @@ tests/fixtures/claude/headless/):
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,7 +75,7 @@ class StreamState:
         that is not a JSON object (a stray print is ignored, never fatal)."""
         try:
             obj = json.loads(line)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return None
         if not isinstance(obj, dict):
             return None
@@ -92,9 +93,7 @@ class StreamState:
         elif kind == "rate_limit_event":
             info = obj.get("rate_limit_info")
             if isinstance(info, dict) and info.get("status") == "rejected":
-                resets = info.get("resetsAt")
-                ok = isinstance(resets, int | float) and not isinstance(resets, bool)
-                self.limit_resets_at = float(resets) if ok else None
+                self.limit_resets_at = _number(info.get("resetsAt"))
                 kind_name = info.get("rateLimitType")
                 self.limit_type = kind_name if isinstance(kind_name, str) else "unknown"
         elif kind == "system":
@@ -122,12 +121,10 @@ class StreamState:
             self.is_error = bool(obj.get("is_error"))
             self.subtype = obj.get("subtype") if isinstance(obj.get("subtype"), str) else None
             self.num_turns += _int(obj.get("num_turns")) or 0
-            cost = obj.get("total_cost_usd")
-            if isinstance(cost, int | float) and not isinstance(cost, bool):
-                self.total_cost_usd += float(cost)
+            self.total_cost_usd += _number(obj.get("total_cost_usd")) or 0.0
             self.api_error_status = _int(obj.get("api_error_status"))
             if self.api_error_status is not None:
-                self._error({"status": self.api_error_status, "text": (text or "")[:300]})
+                self._error({"status": self.api_error_status, "text": (self.result or "")[:300]})
 
     @property
     def limited(self) -> bool:
@@ -152,6 +149,17 @@ class StreamState:
             "api_retries": self.api_retries,
             "api_errors": self.api_errors,
         }
+
+
+def _number(value: Any) -> float | None:
+    """A finite float from a JSON number, else ``None`` (no bools, NaN, inf or huge ints)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _int(value: Any) -> int | None:

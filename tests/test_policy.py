@@ -959,7 +959,9 @@ class TestOperatorStop:
     def test_stop_of_a_queued_task_only_finishes(self):
         state = TaskState("queued")
         decision = decide(state, Signals(now=T0, stop_requested=True), P)
-        assert decision.state == TaskState("abandoned", abandon_reason="stopped")
+        assert decision.state == TaskState(
+            "abandoned", abandon_reason="stopped", verdict="ABANDONED"
+        )
         # Nothing was launched: nothing to stop or clean up.
         assert decision.actions == (A.FINISH, A.NOTIFY)
         assert decision.events == ("abandoned",)
@@ -1287,7 +1289,9 @@ def check_decision(state: TaskState, sig: Signals, policy: MonitorPolicy, decisi
         assert decision.events == ()
         return
     if queued_stop:
-        assert new == dataclasses.replace(state, status="abandoned", abandon_reason="stopped")
+        assert new == dataclasses.replace(
+            state, status="abandoned", abandon_reason="stopped", verdict="ABANDONED"
+        )
         assert body == (A.FINISH,)
         assert decision.events == ("abandoned",)
         return

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -12,6 +13,8 @@ from datetime import datetime
 from pathlib import Path
 
 from conftest import Setup, wait_for
+
+from supervisor.taskdir import TaskDir
 
 
 def ts(value: str) -> float:
@@ -245,3 +248,38 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:
         return False
+
+
+def test_restart_redoes_a_resume_cut_off_before_the_agent_started(setup: Setup) -> None:
+    """The engine logs ``resumed`` before it respawns the agent. If it dies in between, the
+    restarted engine must perform that resume (not call the dead pane a crash or a hang,
+    which cost a retry and, at max_retries, the task). Chaos seed 4275908639 found it."""
+    setup.write_profile(max_retries=1)
+    setup.drop("cut.toml", setup.task("cut", "hang_runs: 1\nprint: second run\nexit: 0"))
+    engine = subprocess.Popen(
+        [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: (setup.manifests().get("cut") or {}).get("pid"), timeout=20)
+        engine.send_signal(signal.SIGTERM)
+        assert engine.wait(timeout=15) == 0
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+    m = setup.manifests()["cut"]
+    task = TaskDir(Path(m["tmpdir"]))
+    # What the dead engine had done: the agent stopped, "resumed" logged, run files cleared.
+    os.kill(m["pid"], signal.SIGKILL)
+    dead = ["list-panes", "-t", f"={m['task_id']}:", "-F", "#{pane_dead}"]
+    wait_for(lambda: setup.tmux(*dead).stdout.strip() == "1", timeout=10)
+    task.append_event("resumed", status="running", retry_count=1, reason="test: cut off")
+    task.clear_run_files()
+
+    assert setup.run(timeout=60).returncode == 0
+    m = setup.manifests()["cut"]
+    assert (m["status"], m["retry_count"]) == ("completed", 1), m
+    names = [e["event"] for e in setup.events(m["task_id"])]
+    assert "resume_redone" in names, names
+    after = names[names.index("resume_redone") :]
+    assert "crashed" not in after and "hung" not in after and "resumed" not in after, names
