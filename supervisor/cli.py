@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 import time
@@ -50,6 +49,8 @@ def _profile(path: str) -> LoadedProfile:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    import logging  # only the engine logs; validate and status start faster without it
+
     from supervisor.engine import EngineBusy, run_profile
 
     logging.basicConfig(

@@ -261,6 +261,12 @@ class Engine:
                 seconds=self.profile.spec.intake_interval,
                 id="intake",
                 next_run_time=datetime.now(UTC),
+                # APScheduler 3.11 counts a job as running until its function returns, so a
+                # kick (a spool event) that lands on a running intake was skipped until the
+                # next interval. A second instance instead waits on the single worker and
+                # runs as soon as this one returns (measured: a file dropped 10 ms after
+                # another waited 0.53 s at p50 in 19 of 20 pairs; with this, 0.06 s, 0 of 20).
+                max_instances=2,
             )
 
     # ------------------------------------------------------------------ stats
@@ -706,6 +712,8 @@ class Engine:
                 args=[self.check, runtime.task.task_id],
                 id=job_id,
                 next_run_time=when,
+                max_instances=2,  # a kick during a running check runs right after it
+                # (not one base_interval later); see the intake job
             )
         else:
             self.scheduler.modify_job(job_id, next_run_time=when)
