@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import get_args
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -30,6 +31,7 @@ from supervisor.policy import (
     decide,
     first_check,
 )
+from supervisor.taskdir import Status
 
 A = Action
 END = (A.FINISH, A.CLEANUP, A.NOTIFY)
@@ -50,18 +52,7 @@ DEADLINE = T0 + P.deadline
 ASK = "Bash 'rm -rf build' (default said deny)"
 BREAKER = "circuit breaker: 3 consecutive denials or failed tool calls"
 
-ALL_STATUSES = (
-    "queued",
-    "running",
-    "crashed",
-    "hung",
-    "waiting",
-    "escalated",
-    "verifying",
-    "completed",
-    "failed",
-    "abandoned",
-)
+ALL_STATUSES: tuple[str, ...] = get_args(Status)
 #: Live statuses that layer 1 (the done-file) and the deadline apply to.
 LIVE = ("running", "crashed", "hung", "waiting", "escalated")
 
