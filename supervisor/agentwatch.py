@@ -97,7 +97,14 @@ class ClaudeWatch:
 
     # ------------------------------------------------------------------ runs
     def new_run(self) -> None:
-        """Forget per-run facts: called at each launch and resume."""
+        """Forget per-run facts: called at each launch and resume. A permission request
+        of the previous run can no longer be answered (its agent is gone): drop it, or it
+        would block every request of the new run."""
+        if self.pending_answer is not None:
+            stale = self.pending_answer.with_suffix(".json")
+            claude.archive(claude.HookSignal(stale, "", 0.0, {}))
+        self.pending_answer = None
+        self.escalation = None
         self.turn_ended = False
         self.limit = None
         self.screen_hash = None

@@ -511,3 +511,36 @@ def test_circuit_breaker_pauses_after_failed_tool_calls_until_approved(harness) 
     assert signalled == ["SIGSTOP", "SIGCONT"], signalled
     print(f"\nbreaker: status={m['status']} verdict={m['verdict']} "
           f"retry_count={m['retry_count']} session_id={m['session_id']}")  # fmt: skip
+
+
+def test_a_resume_while_escalated_rules_on_the_new_runs_requests(harness) -> None:
+    """``supervise resume`` on an escalated task kills the agent whose request waited; the
+    resumed run's next request must be ruled on (escalated again), not ignored behind the
+    dead run's request. (The CLI answers the killed call itself on resume, so the mock
+    goes on to the second step.)"""
+    h = harness(final_text="approved the second time")
+    project = h.project()
+    h.write_profile(
+        approval={"rules": [{"tool": "Bash", "match": "^echo esc", "action": "escalate"}]}
+    )
+    h.submit("again", "[[bash: echo esc1 > one.txt]] [[bash: echo esc2 > two.txt]]", project)
+    h.start()
+    h.wait_for("the first escalation", lambda: h.status("again") == "escalated", timeout=90)
+    task_id = h.manifests()["again"]["task_id"]
+    resumed = h.cli("resume", "-c", str(h.profile), task_id)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+
+    def escalated_twice() -> bool:
+        events = [e["event"] for e in h.events("again")]
+        return events.count("escalated") == 2 and h.status("again") == "escalated"
+
+    h.wait_for("the second escalation", escalated_twice, timeout=90)
+    approved = h.cli("approve", "-c", str(h.profile), task_id)
+    assert approved.returncode == 0, approved.stdout + approved.stderr
+    h.finish()
+    m = h.manifests()["again"]
+    info = json.dumps(m, indent=1) + h.diagnostics()
+    assert (m["status"], m["verdict"], m["retry_count"]) == ("completed", "PASS", 1), info
+    assert (project / "two.txt").exists() and not (project / "one.txt").exists(), info
+    asked = [e["subject"] for e in h.events("again") if e["event"] == "permission"]
+    assert asked == ["echo esc1 > one.txt", "echo esc2 > two.txt", "echo esc2 > two.txt"]
