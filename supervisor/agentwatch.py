@@ -94,6 +94,10 @@ class ClaudeWatch:
         self.prompt_seen: tuple[str | None, str, str] | None = None
         self.screen_pending: screen.PermissionPrompt | None = None
         self.exit_sent_at: float | None = None
+        #: The latest Notification hook (interactive: waiting for input, idle, ...).
+        self.notification: dict[str, Any] | None = (extra.get("claude") or {}).get(
+            "last_notification"
+        )
 
     # ------------------------------------------------------------------ runs
     def new_run(self) -> None:
@@ -149,12 +153,20 @@ class ClaudeWatch:
                     and not escalate
                 ):
                     escalate, pause = self._breaker(now), True
+            elif signal.event == "Notification":
+                self.notification = {
+                    "notification_type": data.get("notification_type"),
+                    "message": str(data.get("message") or "")[:300],
+                    "at": utc_iso(signal.at),
+                }
             elif signal.event == "Stop" and self.agent.mode == "interactive":
                 self.turn_ended = True
             elif signal.event == "StopFailure" and self.agent.mode == "interactive":
                 # Headless runs end with the exact stream-json result (and its
                 # rate_limit_event) before the done-file: the stream decides there.
                 error = str(data.get("error") or data.get("error_type") or "")
+                text = str(data.get("last_assistant_message") or "")[:300]
+                self.stream.record_error({"status": None, "error": error, "text": text})
                 if error in LIMIT_ERRORS:
                     keys = ("last_assistant_message", "error_details", "message")
                     text = " ".join(str(data.get(k) or "") for k in keys).strip()
@@ -372,4 +384,5 @@ class ClaudeWatch:
         ``escalation``."""
         facts = self.stream.report()
         facts["transcript_path"] = self.transcript_path
+        facts["last_notification"] = self.notification
         return {"claude": facts, "denials": self.denials, "escalation": self.escalation}

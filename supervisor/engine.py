@@ -881,7 +881,7 @@ class Engine:
                 m.launched_at = utc_iso(state.launched_at)
             for key, value in report.items():
                 setattr(m, key, value)
-            m.limit_waits = state.limit_waits  # type: ignore[attr-defined]
+            m.limit_waits = state.limit_waits
             if finished:
                 m.finished_at = finished_at
                 m.exit_code = exit_code
@@ -890,7 +890,7 @@ class Engine:
                 m.verdict = state.verdict  # type: ignore[assignment]
                 m.summary = summary
                 if accepted is not None:
-                    m.acceptance = accepted  # type: ignore[attr-defined]
+                    m.acceptance = accepted
             if state.status == "abandoned":
                 m.abandoned_at = utc_iso(now)
                 m.abandon_reason = state.abandon_reason

@@ -101,7 +101,7 @@ class StreamState:
                 self.session_id = obj["session_id"]
             if obj.get("subtype") == "api_retry":
                 self.api_retries += 1
-                self._error(
+                self.record_error(
                     {
                         "status": _int(obj.get("error_status")),
                         "attempt": _int(obj.get("attempt")),
@@ -124,7 +124,8 @@ class StreamState:
             self.total_cost_usd += _number(obj.get("total_cost_usd")) or 0.0
             self.api_error_status = _int(obj.get("api_error_status"))
             if self.api_error_status is not None:
-                self._error({"status": self.api_error_status, "text": (self.result or "")[:300]})
+                text = (self.result or "")[:300]
+                self.record_error({"status": self.api_error_status, "text": text})
 
     @property
     def limited(self) -> bool:
@@ -134,7 +135,8 @@ class StreamState:
             self.api_error_status in LIMIT_STATUSES or self.limit_type is not None
         )
 
-    def _error(self, entry: dict[str, Any]) -> None:
+    def record_error(self, entry: dict[str, Any]) -> None:
+        """Keep ``entry`` among the latest :data:`KEEP_ERRORS` API errors."""
         self.api_errors = [*self.api_errors, entry][-KEEP_ERRORS:]
 
     def report(self) -> dict[str, Any]:

@@ -109,6 +109,11 @@ class Manifest(BaseModel):
     resume_at: str | None = None
     verdict: Literal["PASS", "FAIL", "ESCALATE", "TIMEOUT", "ABANDONED"] | None = None
     summary: str | None = None
+    claude: dict[str, Any] | None = None
+    escalation: dict[str, Any] | None = None
+    denials: int = 0
+    limit_waits: int = 0
+    acceptance: dict[str, Any] | None = None
 
 
 def _fsync_dir(path: Path) -> None:
