@@ -58,6 +58,18 @@ def test_valid_failing_and_malformed_tasks_dropped_together(setup: Setup) -> Non
         assert names == ["queued", "launched", m["status"]], names
     last_finish = max(ts(m["finished_at"]) for m in manifests.values())
     assert ended - last_finish < 5, f"run returned {ended - last_finish:.1f} s after the last task"
+
+    listed = setup.supervise("status", "-c", str(setup.profile), "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = {row["name"]: row for row in json.loads(listed.stdout)}
+    assert {
+        n: (r["status"], r["exit_code"], r["verdict"], r["retries"]) for n, r in rows.items()
+    } == {
+        "good": ("completed", 0, "PASS", 0),
+        "failing": ("failed", 3, "FAIL", 0),
+    }
+    for row in rows.values():
+        assert 0 <= row["age_s"] < 120 and 0 <= row["since_output_s"] < 120, row
     # Sessions are gone once tasks end.
     assert setup.tmux("list-sessions").returncode != 0 or not setup.tmux("list-sessions").stdout
 
