@@ -290,6 +290,17 @@ class AgentSpec(BaseModel):
             )
         if self.kind == "generic" and self.mode == "interactive":
             raise ValueError("mode 'interactive' needs kind = \"claude\"")
+        if (
+            self.kind == "claude"
+            and self.mode == "headless"
+            and not self.hooks
+            and self.permission_mode in ("manual", "default")
+        ):
+            raise ValueError(
+                "with hooks = false nothing answers permission requests in headless mode, so "
+                "Claude Code would deny every tool call that needs one; set hooks = true (the "
+                "[approval] rules decide), or a permission_mode that does not ask"
+            )
         return self
 
     def known_models(self) -> dict[str, str]:

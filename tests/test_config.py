@@ -1184,3 +1184,23 @@ def test_validate_console_script(files: dict[str, Path]) -> None:
     assert bad.stdout == f"ok: {files['task']} (task)\n"
     assert bad.stderr.startswith(f"{files['bad_task']}:")
     assert "unknown model alias 'opsu'" in bad.stderr
+
+
+def test_claude_headless_without_hooks_must_not_ask_for_permissions(tmp_path: Path) -> None:
+    path = write(tmp_path / "p.toml", '[agent]\nkind = "claude"\nhooks = false\n')
+    line = one_problem(lambda: load_profile(path))
+    assert "with hooks = false nothing answers permission requests" in line, line
+    ok = write(
+        tmp_path / "q.toml",
+        '[agent]\nkind = "claude"\nhooks = false\npermission_mode = "acceptEdits"\n',
+    )
+    assert load_profile(ok).spec.agent.permission_mode == "acceptEdits"
+
+
+def test_claude_kind_refuses_a_command_and_generic_needs_one(tmp_path: Path) -> None:
+    claude = write(tmp_path / "c.toml", '[agent]\nkind = "claude"\ncommand = ["claude"]\n')
+    assert "kind 'claude' builds the command line itself" in one_problem(
+        lambda: load_profile(claude)
+    )
+    generic = write(tmp_path / "g.toml", "[agent]\ndefault_model = 'opus'\n")
+    assert "kind 'generic' needs 'command'" in one_problem(lambda: load_profile(generic))
