@@ -186,11 +186,9 @@ class ClaudeWatch:
         self.task.append_event("hook", at=signal.at, **claude.summary(signal.data))
         claude.archive(signal)
 
-    def _rule(self, signal: claude.HookSignal, now: float) -> str | None:
-        """Rule on one permission request; returns the escalation reason, if any."""
-        tool = str(signal.data.get("tool_name") or "")
-        tool_input = signal.data.get("tool_input")
-        ruling = approval.decide(
+    def _decide(self, tool: str, tool_input: Any) -> approval.Ruling:
+        """The task's rules on one request, with the circuit breaker's current count."""
+        return approval.decide(
             self.resolved.rules,
             tool,
             tool_input,
@@ -198,6 +196,12 @@ class ClaudeWatch:
             self.resolved.policy.max_denials,
             self.default_message,
         )
+
+    def _rule(self, signal: claude.HookSignal, now: float) -> str | None:
+        """Rule on one permission request; returns the escalation reason, if any."""
+        tool = str(signal.data.get("tool_name") or "")
+        tool_input = signal.data.get("tool_input")
+        ruling = self._decide(tool, tool_input)
         subject = approval.subject(tool, tool_input)
         self.task.append_event(
             "permission",
@@ -249,14 +253,7 @@ class ClaudeWatch:
             # Part of the dialog is off screen: never approve what we cannot read whole.
             ruling = approval.Ruling("escalate", None, "screen: the dialog is cut off")
         else:
-            ruling = approval.decide(
-                self.resolved.rules,
-                tool,
-                tool_input,
-                self.denials,
-                self.resolved.policy.max_denials,
-                self.default_message,
-            )
+            ruling = self._decide(tool, tool_input)
         self.task.append_event(
             "permission",
             tool=tool,
