@@ -45,7 +45,7 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from filelock import FileLock, Timeout
 
-from supervisor import acceptance, claude, control, notify, policy, spool
+from supervisor import acceptance, claude, control, notify, policy, spool, statefs
 from supervisor.agentwatch import AgentView, ClaudeWatch
 from supervisor.config import (
     ConfigError,
@@ -162,7 +162,8 @@ class Engine:
         self.live: dict[str, Runtime] = {}
         self.queue: deque[TaskDir] = deque()  # queued tasks, oldest first; loaded at launch
         self.stopping = threading.Event()
-        self._sessions_cache: tuple[float, set[str]] | None = None
+        self._sessions_cache: tuple[float, dict[str, PaneInfo]] | None = None
+        self.disk = statefs.StateDisk(profile.state_dir, log)
         self.watcher: Watcher | None = None
         self._complete: set[str] = set()  # spool names inotify saw finished by their writer
         self._kicked: set[str] = set()  # task ids with an event since their last check
@@ -392,7 +393,8 @@ class Engine:
             if runtime is None:
                 log.warning("ignored '%s' for %s: no such live task", verb, task_id)
                 continue
-            runtime.task.append_event(f"{verb}_requested", status=runtime.state.status)
+            with contextlib.suppress(OSError):  # a full disk: the request is still applied
+                runtime.task.append_event(f"{verb}_requested", status=runtime.state.status)
             runtime.requests.add(verb)
             if task_id in self.live:
                 self._schedule_check(runtime, delay=0.0)
@@ -725,11 +727,11 @@ class Engine:
             return
         self._decide_and_apply(runtime)
 
-    def _sessions(self, max_age: float = SESSIONS_MAX_AGE) -> set[str]:
-        """Live tmux session names: one ``list-panes -a`` shared by all checks of a tick."""
+    def _sessions(self, max_age: float = SESSIONS_MAX_AGE) -> dict[str, PaneInfo]:
+        """Live tmux sessions by name: one ``list-panes -a`` shared by all checks of a tick."""
         cached = self._sessions_cache
         if cached is None or time.monotonic() - cached[0] > max_age:
-            cached = (time.monotonic(), set(self.tmux.panes()))
+            cached = (time.monotonic(), self.tmux.panes())
             self._sessions_cache = cached
         return cached[1]
 
@@ -737,10 +739,16 @@ class Engine:
         task, pol = runtime.task, runtime.policy
         self.stats["checks"] += 1
         self._kicked.discard(task.task_id)
+        disk_full = self.disk.full()
+        if self.disk.take_cleared():
+            self._repipe_live()
         rotated = task.rotate_output(pol.max_log_bytes, pol.log_backups)
         if rotated and task.task_id in self._sessions():
             self.tmux.repipe(task.task_id, task.path)
         signals = observe(task, runtime.state.launched_at)
+        panes = self._sessions(max_age=SESSIONS_MAX_AGE if signals.agent_alive else 0.0)
+        if not disk_full and not signals.done and self._restore_run_files(task, panes):
+            signals = observe(task, runtime.state.launched_at)
         signals = dataclasses.replace(
             signals,
             stop_requested="stop" in runtime.requests,
@@ -748,10 +756,10 @@ class Engine:
             approve_requested="approve" in runtime.requests,
             deny_requested="deny" in runtime.requests,
             # A dead agent's verdict (crash, or tmux lost) needs a fresh look at tmux.
-            session_alive=task.task_id
-            in self._sessions(max_age=SESSIONS_MAX_AGE if signals.agent_alive else 0.0),
+            session_alive=task.task_id in panes,
             has_acceptance=runtime.resolved.acceptance is not None,
             acceptance_running=runtime.accepting,
+            state_disk_full=disk_full,
         )
         if runtime.state.status == "verifying" and not runtime.accepting:
             accepted = acceptance.read(task)
@@ -759,7 +767,8 @@ class Engine:
                 signals = dataclasses.replace(signals, acceptance=bool(accepted.get("passed")))
         if runtime.agent is not None:
             signals = self._agent_signals(runtime, signals)
-        runtime.requests.clear()
+        if not disk_full:  # a held decision keeps the operator's requests for later
+            runtime.requests.clear()
         decision = policy.decide(runtime.state, signals, runtime.policy)
         if policy.Action.FINISH in decision.actions and self._tail_pending(task, signals.now):
             # The agent's last lines are still on their way through tmux and sed: look
@@ -770,6 +779,22 @@ class Engine:
         seen = runtime.agent is not None and runtime.agent.prompt_seen is not None
         if seen and task.task_id in self.live:  # a dialog seen once: look again soon
             self._schedule_check(runtime, PROMPT_RECHECK)
+
+    def _restore_run_files(self, task: TaskDir, panes: dict[str, PaneInfo]) -> bool:
+        """Write the wrapper files a full disk sent to tmux (:func:`statefs.restore_run_files`)."""
+        try:
+            return statefs.restore_run_files(task, panes.get(task.task_id))
+        except OSError as exc:
+            log.warning("%s: cannot write the run files kept in tmux yet: %s", task.task_id, exc)
+            return False
+
+    def _repipe_live(self) -> None:
+        """Re-attach every live pane's capture after the disk was full (its ``sed`` exited
+        on the first write that failed, and tmux does not restart it)."""
+        sessions = self._sessions(max_age=0.0)
+        for task_id, runtime in self.live.items():
+            if task_id in sessions:
+                self.tmux.repipe(task_id, runtime.task.path)
 
     def _agent_signals(self, runtime: Runtime, signals: policy.Signals) -> policy.Signals:
         """Add what Claude Code told us (hooks, stream) and the chosen staleness signal."""
@@ -810,34 +835,47 @@ class Engine:
         """
         task = runtime.task
         previous = runtime.state
-        state = decision.state
-        runtime.state = state
         A = policy.Action
+        events = task.events() if decision.state.status in TERMINAL else []
+        state = policy.logged_ending(decision.state, events)
+        if A.RESUME in decision.actions and not self._prepare_resume(runtime, previous):
+            return
+        runtime.state = state
         finished = A.FINISH in decision.actions
         exit_code = state.exit_code if state.exit_code is not None else task.read_int("exit_code")
         done_at = task.done_mtime()
         finished_at = utc_iso(done_at if done_at is not None and state.status != "abandoned"
                               else now) if finished else None  # fmt: skip
         tail = task.output_tail() if finished else None
-        already = {e.get("event") for e in task.events()} if state.status in TERMINAL else set()
-        for event in decision.events:
-            if event in TERMINAL and event in already:
-                continue
-            task.append_event(
-                event,
-                at=now,
-                status=state.status,
-                reason=decision.reason,
-                retry_count=state.retry_count,
-                exit_code=exit_code if finished else None,
-                abandon_reason=state.abandon_reason,
-            )
+        already = {e.get("event") for e in events}
+        try:
+            for event in decision.events:
+                if event in TERMINAL and (event in already or already & TERMINAL):
+                    continue
+                task.append_event(
+                    event,
+                    at=now,
+                    status=state.status,
+                    reason=decision.reason,
+                    retry_count=state.retry_count,
+                    exit_code=exit_code if finished else None,
+                    abandon_reason=state.abandon_reason,
+                    verdict=state.verdict,
+                )
+        except OSError as exc:
+            # No action without its write-ahead record: the decision is taken again, whole,
+            # at the next check (a full disk is held by the policy before it gets here).
+            log.error("%s: cannot append to %s: %s; decision held", task.task_id,
+                      task.file("events.jsonl"), exc)  # fmt: skip
+            runtime.state = previous
+            self._schedule_check(runtime, runtime.policy.base_interval)
+            return
         for action in decision.actions:
             if action is A.STOP_AGENT:
                 self._stop_agent(task)
             elif action is A.RESUME:
                 self.stats["resumed"] += 1
-                self._resume(runtime)
+                self._resume(runtime, launch_written=True)
             elif action is A.CLEANUP:
                 self.tmux.close(task.task_id)
                 self._sessions_cache = None
@@ -899,7 +937,9 @@ class Engine:
         # and is written at most every QUIET_WRITE seconds (200 agents with 1 s checks
         # would otherwise rewrite 200 manifests a second).
         quiet = not decision.events and not decision.actions and previous == state
-        if quiet and time.monotonic() - runtime.last_written < QUIET_WRITE:
+        # While the disk is full a held decision has nothing worth a write that must fail.
+        held = self.disk.is_full and not decision.events and not decision.actions
+        if held or (quiet and time.monotonic() - runtime.last_written < QUIET_WRITE):
             self._schedule_check(runtime, decision.next_check)
             return
         runtime.last_written = time.monotonic()
@@ -1027,9 +1067,24 @@ class Engine:
             _wait_gone(alive, STOP_TIMEOUT)
         task.append_event("agent_stopped", pid=pid, killed=bool(alive))
 
-    def _resume(self, runtime: Runtime) -> None:
+    def _prepare_resume(self, runtime: Runtime, previous: policy.TaskState) -> bool:
+        """Write the resume's ``launch.json`` before the decision is recorded. If it cannot
+        be written (a full disk, EIO), the decision is held: nothing recorded, no retry
+        counted, the task unchanged and looked at again in ``base_interval`` seconds."""
+        try:
+            self._write_launch(runtime, resume=True)
+            return True
+        except OSError as exc:
+            log.error("%s: cannot write %s: %s; the resume waits for the next check",
+                      runtime.task.task_id, runtime.task.file("launch.json"), exc)  # fmt: skip
+            runtime.state = previous
+            self._schedule_check(runtime, runtime.policy.base_interval)
+            return False
+
+    def _resume(self, runtime: Runtime, launch_written: bool = False) -> None:
         task = runtime.task
-        self._write_launch(runtime, resume=True)
+        if not launch_written:
+            self._write_launch(runtime, resume=True)
         task.clear_run_files()
         project = Path(runtime.manifest.project_dir)
         self._sessions_cache = None

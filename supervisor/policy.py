@@ -42,6 +42,7 @@ State table (like supervisord's process states; "stop" = stop the agent's proces
     escalated     operator: supervise deny                  running     answer deny
                   (a paused breaker escalation: abandoned, reason denied)
     running       interactive turn ended (Stop hook)        running     end the TUI session (/exit)
+    any live      state filesystem full (ENOSPC)            unchanged   none: held until it has room
 
 An escalated task is never judged stale (it waits for a human); a waiting task is neither
 stale nor crashed (its agent was stopped on purpose). The deadline applies to both.
@@ -59,6 +60,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from supervisor.config import MonitorPolicy
 
@@ -72,6 +74,8 @@ START_TIMEOUT = 30.0
 STALE_SLACK = 0.01
 #: Lower bound for the delay until the next check, in seconds.
 MIN_CHECK = 0.05
+#: Seconds between checks while the state filesystem is full (at most; base_interval if less).
+DISK_RECHECK = 5.0
 
 
 class Action(StrEnum):
@@ -156,6 +160,8 @@ class Signals:
         acceptance: the acceptance result (``True`` pass, ``False`` fail), ``None`` if none.
         acceptance_running: the acceptance check is running now.
         turn_ended: an interactive agent finished its turn (Stop hook) and idles.
+        state_disk_full: the state filesystem has no room (ENOSPC, see
+            :mod:`supervisor.statefs`): run files may be missing or stale for want of space.
     """
 
     now: float
@@ -178,6 +184,7 @@ class Signals:
     acceptance: bool | None = None
     acceptance_running: bool = False
     turn_ended: bool = False
+    state_disk_full: bool = False
 
 
 @dataclass(frozen=True)
@@ -258,6 +265,8 @@ def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisi
         )
     if state.status in TERMINAL or state.status == "queued":
         return Decision(state=state, next_check=policy.base_interval, reason="nothing to do")
+    if signals.state_disk_full:
+        return _hold_disk_full(state, policy)
     if state.status == "verifying":
         return _verifying(state, signals, policy)
     if state.status == "waiting":
@@ -425,6 +434,21 @@ def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisi
     )
 
 
+def _hold_disk_full(state: TaskState, policy: MonitorPolicy) -> Decision:
+    """The state filesystem is full: the wrapper cannot write ``exit_code``/``done`` (it
+    keeps them in tmux), the capture cannot grow ``output.log`` and no event can be
+    recorded. A missing done-file or silent output then proves nothing, and a resume could
+    not write its ``launch.json``: hold every decision, deadline and operator requests
+    included (they could not be recorded either). The grace and settle clocks restart once
+    there is room, so the time spent full is never counted as silence or absence."""
+    new = dataclasses.replace(state, stale_since=None, gone_since=None)
+    return Decision(
+        state=new,
+        next_check=max(MIN_CHECK, min(policy.base_interval, DISK_RECHECK)),
+        reason="state filesystem full; holding decisions until it has room",
+    )
+
+
 def _resume(
     state: TaskState,
     now: float,
@@ -579,4 +603,25 @@ def _fail_over(
         events=(status,),
         next_check=_bounded(wait, new, now, policy),
         reason=f"{why}; resuming in {wait:g} s",
+    )
+
+
+def logged_ending(state: TaskState, events: list[dict[str, Any]]) -> TaskState:
+    """A terminal ``state`` as the event log already records it: the log's terminal event is
+    final (written first, ahead of the manifest), so a decision taken again after a failed
+    manifest write never records another reason, exit code or verdict than the event."""
+    last = next((e for e in reversed(events) if e.get("event") in TERMINAL), None)
+    if last is None or state.status not in TERMINAL:
+        return state
+    status, reason = last["event"], last.get("abandon_reason")
+    verdict = last.get("verdict")  # absent in logs written before it was recorded
+    if verdict is None:
+        derived = {"completed": "PASS", "failed": "FAIL"}
+        verdict = state.verdict if status == state.status else derived.get(status, "ABANDONED")
+    return dataclasses.replace(
+        state,
+        status=status,
+        abandon_reason=reason,
+        exit_code=last.get("exit_code", state.exit_code),
+        verdict=verdict,
     )

@@ -21,9 +21,11 @@ The manifest is the contract with the orchestrator; its JSON Schema is in ``sche
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import tempfile
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -116,6 +118,27 @@ class Manifest(BaseModel):
     acceptance: dict[str, Any] | None = None
 
 
+#: Serializes appends to event logs within the engine, so a short write can be truncated
+#: without cutting another thread's line.
+_APPEND_LOCK = threading.Lock()
+
+
+def _append_line(fd: int, line: bytes) -> None:
+    """Append ``line`` (ending in ``"\n"``) to the file open on ``fd`` whole, or not at
+    all: see :meth:`TaskDir.append_event`. Raises ``OSError``."""
+    size = os.fstat(fd).st_size
+    if size and os.pread(fd, 1, size - 1) != b"\n":
+        line = b"\n" + line  # a torn tail: close it (keeping its bytes) before ours
+    written = 0
+    try:
+        written = os.write(fd, line)
+    finally:
+        if written != len(line):  # a short write, or an error after part of the line
+            os.ftruncate(fd, size)
+    if written != len(line):
+        raise OSError(errno.ENOSPC, f"short write to {EVENTS} ({written} of {len(line)} bytes)")
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -202,18 +225,24 @@ class TaskDir:
         ``at`` (epoch s) stamps the event with the time the engine observed what caused it
         (default: now), so intervals between events are the policy's own.
 
-        One ``write`` of one line on an ``O_APPEND`` descriptor, so concurrent writers
-        never interleave within a line.
+        Whole lines or nothing: one ``write`` of one line on an ``O_APPEND`` descriptor,
+        under a per-process lock (every writer of ``events.jsonl`` runs in the engine). A
+        short write (the disk filled up mid-line) is truncated back to the previous size,
+        and a torn tail left by a crash or power cut gets a ``"\n"`` in front of the new
+        line, so the fragment stays a line of its own that :meth:`events` skips and the new
+        event is never glued to it. Raises ``OSError`` (e.g. ``ENOSPC``) when the line could
+        not be written whole; the file is then as it was.
         """
         record = {"ts": utc_iso(at), "event": event, **fields}
         # ASCII-only JSON: a name with lone surrogates (a non-UTF-8 file name) or U+2028
         # cannot break the line or the encoding.
         line = (json.dumps(record, ensure_ascii=True, default=str) + "\n").encode()
-        fd = os.open(self.file(EVENTS), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, line)
-        finally:
-            os.close(fd)
+        with _APPEND_LOCK:
+            fd = os.open(self.file(EVENTS), os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                _append_line(fd, line)
+            finally:
+                os.close(fd)
         return record
 
     def events(self) -> list[dict[str, Any]]:
@@ -294,14 +323,26 @@ class TaskDir:
         return max(times) if times else None
 
     def output_tail(self, lines: int = TAIL_LINES, max_bytes: int = 256 * 1024) -> str:
-        """The last ``lines`` lines of ``output.log`` (reads at most ``max_bytes`` from the end)."""
-        try:
-            with open(self.file(OUTPUT), "rb") as handle:
-                handle.seek(0, os.SEEK_END)
-                size = handle.tell()
-                handle.seek(max(0, size - max_bytes))
-                data = handle.read()
-        except FileNotFoundError:
-            return ""
+        """The last ``lines`` lines of the agent's output (reads at most ``max_bytes``).
+
+        Taken across ``output.log.1`` and ``output.log``: a rotation just before the end
+        leaves the fresh ``output.log`` short or not yet created, and the lines before it
+        are at the end of ``output.log.1``.
+        """
+        data = _read_end(self.file(OUTPUT), max_bytes)
+        if data.count(b"\n") <= lines and len(data) < max_bytes:
+            data = _read_end(self.file(f"{OUTPUT}.1"), max_bytes - len(data)) + data
         text = data.decode("utf-8", errors="replace")
         return "\n".join(text.splitlines()[-lines:])
+
+
+def _read_end(path: Path, max_bytes: int) -> bytes:
+    """The last ``max_bytes`` bytes of ``path`` (``b""`` when it does not exist)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - max_bytes))
+            return handle.read()
+    except FileNotFoundError:
+        return b""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import shlex
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import libtmux
@@ -38,13 +38,20 @@ class TmuxError(RuntimeError):
     """A tmux command failed; the message carries tmux's stderr."""
 
 
+#: Wrapper files that a full disk may send to pane options instead (wrapper.py, step 5).
+RECORDED_FILES = ("pid", "exit_code", "signal", "done")
+
+
 @dataclass(frozen=True)
 class PaneInfo:
-    """One row of ``list-panes -a``: session name, the pane's first process, dead flag."""
+    """One row of ``list-panes -a``: session name, the pane's first process, dead flag, and
+    ``recorded``: the wrapper files it could not write, kept as pane options
+    (``{"exit_code": "0", "done": "1763850000.123456"}``; empty in the normal case)."""
 
     session: str
     pane_pid: int | None
     dead: bool
+    recorded: dict[str, str] = field(default_factory=dict)
 
 
 def gate_channel(session: str) -> str:
@@ -114,7 +121,15 @@ class Tmux:
             TmuxError: the session is gone.
         """
         gate = gate_channel(session)
+        # The previous run's end, if a full disk sent it to pane options, is not this run's.
+        unset = [
+            arg
+            for name in RECORDED_FILES
+            for arg in ("set-option", "-p", "-u", "-t", f"={session}:",
+                        wrapper.PANE_OPTION_PREFIX + name, ";")
+        ]  # fmt: skip
         self._run(
+            *unset,
             "respawn-pane", "-k", "-t", f"={session}:", "-c", str(start_dir),
             wrapper_command(task_dir, gate),
             ";", "pipe-pane", "-t", f"={session}:", pipe_command(task_dir / "output.log"),
@@ -140,16 +155,17 @@ class Tmux:
 
     def panes(self) -> dict[str, PaneInfo]:
         """All panes of the server in one query, keyed by session name ({} if no server)."""
-        rows = self._run(
-            "list-panes", "-a", "-F", "#{session_name}\t#{pane_pid}\t#{pane_dead}", check=False
-        )
+        options = "".join(f"\t#{{{wrapper.PANE_OPTION_PREFIX}{name}}}" for name in RECORDED_FILES)
+        fmt = "#{session_name}\t#{pane_pid}\t#{pane_dead}" + options
+        rows = self._run("list-panes", "-a", "-F", fmt, check=False)
         out: dict[str, PaneInfo] = {}
         for row in rows:
             parts = row.split("\t")
-            if len(parts) != 3:
+            if len(parts) != 3 + len(RECORDED_FILES):
                 continue
             pid = int(parts[1]) if parts[1].isdigit() else None
-            out.setdefault(parts[0], PaneInfo(parts[0], pid, parts[2] == "1"))
+            recorded = {n: v for n, v in zip(RECORDED_FILES, parts[3:], strict=True) if v}
+            out.setdefault(parts[0], PaneInfo(parts[0], pid, parts[2] == "1", recorded))
         return out
 
     def has_session(self, session: str) -> bool:

@@ -21,6 +21,16 @@ Protocol with the engine (files in ``TASK_DIR``, names from the seed skill):
    not finished and must not look finished.
 
 Each file is written atomically (temp + rename). Exit status: the agent's.
+
+5. A full disk never loses the agent's end: a file the wrapper cannot write (``ENOSPC``,
+   ``EDQUOT``, ``EROFS``...) is recorded instead as a tmux user option of its pane,
+   ``@supervise_<name>`` (:data:`PANE_OPTION_PREFIX`; ``@supervise_done`` holds the end
+   time in epoch seconds, as the done-file's mtime would), through the tmux server the
+   pane runs in (``$TMUX``/``$TMUX_PANE``, the same client the gate uses), bounded by
+   :data:`TMUX_TIMEOUT`. Once one file of the end went to tmux, the later ones do too, so
+   ``done`` is never on disk without ``exit_code``. The engine reads these options with
+   its one ``list-panes -a`` and writes the files itself when the disk has room again. If
+   tmux refuses too, the writes are retried for :data:`RETRY_FOR` seconds.
 """
 
 from __future__ import annotations
@@ -36,15 +46,69 @@ import time
 
 GATE_TIMEOUT = 30.0  # seconds to wait for the engine's pipe-pane gate
 END_MARK = "[supervise]"  # starts the last line the wrapper prints when the agent ends
+PANE_OPTION_PREFIX = "@supervise_"  # tmux user options holding files that could not be written
+TMUX_TIMEOUT = 5.0  # seconds for the tmux fallback command
+RETRY_FOR = 600.0  # seconds to keep retrying files that neither disk nor tmux took
+RETRY_EVERY = 0.5  # seconds between those retries
 
 
 def _write(task_dir: str, name: str, text: str) -> None:
+    """Write ``TASK_DIR/name`` atomically (temp + fsync + rename). Raises ``OSError``; the
+    temp file is then removed."""
     tmp = os.path.join(task_dir, f".{name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, os.path.join(task_dir, name))
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, os.path.join(task_dir, name))
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _set_pane_options(values: dict[str, str]) -> bool:
+    """Set ``@supervise_<name> VALUE`` on this pane in one tmux call; True when tmux took it."""
+    pane = os.environ.get("TMUX_PANE")
+    if not pane or not values:
+        return False
+    argv = [os.environ.get("SUPERVISE_TMUX", "tmux")]
+    for name, value in values.items():
+        argv += ["set-option", "-p", "-t", pane, PANE_OPTION_PREFIX + name, value, ";"]
+    try:
+        result = subprocess.run(argv[:-1], timeout=TMUX_TIMEOUT, check=False, capture_output=True)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return result.returncode == 0
+
+
+def _record(task_dir: str, files: list[tuple[str, str]], at: float) -> None:
+    """Record ``(name, text)`` files in order; on the first that cannot be written, that one
+    and all after it go to tmux (see step 5 of the module docstring). ``done`` carries
+    ``at`` (epoch s) in tmux, where no mtime exists."""
+    for index, (name, text) in enumerate(files):
+        try:
+            _write(task_dir, name, text)
+        except OSError as exc:
+            _say(f"{END_MARK} cannot write {name}: {exc.strerror}; recorded in tmux")
+            rest = files[index:]
+            values = {n: (f"{at:.6f}" if n == "done" else t.strip()) for n, t in rest}
+            if not _set_pane_options(values):
+                _retry(task_dir, rest)
+            return
+
+
+def _retry(task_dir: str, files: list[tuple[str, str]]) -> None:
+    """Keep trying to write ``files`` in order for up to :data:`RETRY_FOR` seconds."""
+    deadline = time.monotonic() + RETRY_FOR
+    pending = list(files)
+    while pending and time.monotonic() < deadline:
+        try:
+            _write(task_dir, *pending[0])
+            pending.pop(0)
+        except OSError:
+            time.sleep(RETRY_EVERY)
 
 
 def _say(text: str) -> None:
@@ -59,8 +123,11 @@ def _copy(source: int, sink_path: str, child: int) -> int:
     pipe open). Returns the agent's wait status."""
     status: int | None = None
     quiet_since: float | None = None
+    # A full disk must not end the copy to the pane (nor the wrapper): the copy to the file
+    # is then incomplete, which the engine can read, and the pane still gets every byte.
     with open(sink_path, "ab", buffering=0) as sink:
-        sink.write(json.dumps({"type": "supervise_launch", "at": time.time()}).encode() + b"\n")
+        with contextlib.suppress(OSError):
+            sink.write(json.dumps({"type": "supervise_launch", "at": time.time()}).encode() + b"\n")
         while True:
             if status is None:
                 with contextlib.suppress(ChildProcessError):
@@ -75,7 +142,8 @@ def _copy(source: int, sink_path: str, child: int) -> int:
             data = os.read(source, 65536)
             if not data:
                 break
-            sink.write(data)
+            with contextlib.suppress(OSError):
+                sink.write(data)
             with contextlib.suppress(OSError):
                 os.write(1, data)
             if quiet_since is not None:
@@ -128,7 +196,7 @@ def main(args: list[str]) -> int:
             print(f"supervise: cannot run {argv[0]!r}: {exc.strerror}", file=sys.stderr)
         os._exit(127)
 
-    _write(task_dir, "pid", f"{child}\n")
+    _record(task_dir, [("pid", f"{child}\n")], time.time())
 
     def forward(signum: int, _frame: object) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -152,17 +220,18 @@ def main(args: list[str]) -> int:
                 break
     # The end line goes to the pane (and so to output.log) before the files, so the engine
     # can wait for it and capture a complete output_tail.
+    at = time.time()
     if os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)
         _say(f"\n{END_MARK} agent killed by signal {number}")
-        _write(task_dir, "signal", f"{number}\n")
-        _write(task_dir, "exit_code", f"{128 + number}\n")
+        _record(task_dir, [("signal", f"{number}\n"), ("exit_code", f"{128 + number}\n")], at)
         return 128 + number
     code = os.WEXITSTATUS(status)
     _say(f"\n{END_MARK} agent exited with code {code}")
-    _write(task_dir, "exit_code", f"{code}\n")
+    files = [("exit_code", f"{code}\n")]
     if code not in launch.get("resume_exit_codes", []):
-        _write(task_dir, "done", "")
+        files.append(("done", ""))
+    _record(task_dir, files, at)
     return code
 
 
