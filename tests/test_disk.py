@@ -1,0 +1,312 @@
+"""A full state filesystem, the event log's integrity, and output_tail across a rotation.
+
+The disk-full tests use a real tmpfs (``mount -t tmpfs -o size=…``), real tmux, a real
+``supervise run`` and the fake agent; they need root to mount and skip, saying so, without.
+The event-log tests make the kernel itself cut a write short (``RLIMIT_FSIZE``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Setup, wait_for
+from test_faults import END_LINE, _run_engine_in_process, end_engine, kinds, start_engine
+
+from supervisor import engine as engine_module
+from supervisor.config import MonitorPolicy
+from supervisor.policy import Signals, TaskState, decide, logged_ending
+from supervisor.taskdir import TaskDir, parse_iso
+
+T0 = 1_700_000_000.0
+P = MonitorPolicy(base_interval=10.0, max_interval=80.0, deadline=10_000.0, grace_period=20.0,
+                  stale_threshold=30.0, max_retries=3)  # fmt: skip
+
+
+# --------------------------------------------------------------------------- policy
+
+
+@pytest.mark.parametrize(
+    ("state", "signals", "unheld"),
+    [
+        # An agent that exited 0 while the wrapper could not write its files: no crash.
+        (TaskState("running", T0, T0, gone_since=T0 + 5), Signals(T0 + 10, agent_alive=False),
+         "crashed"),
+        # The done-file may be one the wrapper wrote empty before exit_code failed.
+        (TaskState("running", T0, T0), Signals(T0 + 10, done=True, agent_alive=False),
+         "failed"),
+        # output.log cannot grow: silence is not a hang.
+        (TaskState("running", T0, T0, stale_since=T0 + 40),
+         Signals(T0 + 100, agent_alive=True, output_mtime=T0), "hung"),
+        # A resume could not write launch.json: not counted, not attempted.
+        (TaskState("crashed", T0, T0, retry_count=1, resume_at=T0 + 5),
+         Signals(T0 + 10, agent_alive=False), "running"),
+        (TaskState("waiting", T0, T0, resume_at=T0 + 5), Signals(T0 + 10), "running"),
+    ],
+)  # fmt: skip
+def test_full_state_disk_holds_the_decision(
+    state: TaskState, signals: Signals, unheld: str
+) -> None:
+    assert decide(state, signals, P).state.status == unheld  # the fact the hold is about
+    held = decide(state, Signals(**{**signals.__dict__, "state_disk_full": True}), P)
+    assert held.state.status == state.status
+    assert held.state.retry_count == state.retry_count
+    assert (held.actions, held.events) == ((), ())
+    # The time spent full never counts as silence or absence.
+    assert held.state.stale_since is None and held.state.gone_since is None
+    assert 0 < held.next_check <= P.base_interval
+
+
+def test_logged_terminal_event_is_final() -> None:
+    events = [{"event": "crashed"}, {"event": "abandoned", "abandon_reason": "max_retries",
+                                     "exit_code": None, "verdict": "ABANDONED"}]  # fmt: skip
+    again = TaskState("abandoned", abandon_reason="tmux_lost", verdict="ABANDONED")
+    assert logged_ending(again, events).abandon_reason == "max_retries"
+    done = TaskState("completed", exit_code=0, verdict="PASS")
+    assert logged_ending(done, events).status == "abandoned"
+    assert logged_ending(done, events[:1]) == done
+
+
+# --------------------------------------------------------------------------- event log
+
+
+def test_append_event_writes_whole_lines_or_nothing(tmp_path: Path) -> None:
+    """The kernel cuts the third append short (RLIMIT_FSIZE, as a disk that fills up
+    mid-write does); it must leave no fragment, raise, and the next append must be read."""
+    task = tmp_path / "t"
+    task.mkdir()
+    code = f"""
+import resource, signal, sys
+from pathlib import Path
+from supervisor.taskdir import TaskDir, parse_iso
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+task = TaskDir(Path({str(task)!r}))
+task.append_event("one")
+task.append_event("two")
+size = task.file("events.jsonl").stat().st_size
+resource.setrlimit(resource.RLIMIT_FSIZE, (size + 20, resource.RLIM_INFINITY))
+try:
+    task.append_event("cut_short", detail="x" * 200)
+    print("no error")
+except OSError as exc:
+    print("error", exc.errno)
+print(task.file("events.jsonl").stat().st_size - size)
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["error", str(errno.ENOSPC), "0"], result.stdout
+    task_dir = TaskDir(task)
+    task_dir.append_event("after")
+    assert [e["event"] for e in task_dir.events()] == ["one", "two", "after"]
+
+
+def test_torn_tail_is_closed_before_the_next_event(tmp_path: Path) -> None:
+    """A crash left half a line; the next event must not be glued to it (and lost)."""
+    task = TaskDir(tmp_path)
+    task.append_event("one")
+    with open(task.file("events.jsonl"), "ab") as handle:
+        handle.write(b'{"ts": "2026-11-22T00:00:00.000Z", "event": "to')
+    task.append_event("two")
+    task.append_event("three")
+    assert [e["event"] for e in task.events()] == ["one", "two", "three"]
+    assert task.file("events.jsonl").read_bytes().count(b"\n") == 4  # the fragment is kept
+
+
+# --------------------------------------------------------------------------- output_tail
+
+
+def test_output_tail_reaches_into_the_rotated_file(tmp_path: Path) -> None:
+    task = TaskDir(tmp_path)
+    task.file("output.log.1").write_text("".join(f"line {i}\n" for i in range(300)))
+    assert task.output_tail(lines=5).splitlines() == [f"line {i}" for i in range(295, 300)]
+    task.file("output.log").write_text("after 1\nafter 2\n")
+    tail = task.output_tail(lines=4).splitlines()
+    assert tail == ["line 298", "line 299", "after 1", "after 2"]
+    task.file("output.log").write_text("".join(f"new {i}\n" for i in range(10)))
+    assert task.output_tail(lines=3).splitlines() == ["new 7", "new 8", "new 9"]
+
+
+def test_output_tail_after_a_rotation_at_the_last_check(setup: Setup) -> None:
+    """The agent floods and exits; the check the done-file triggers rotates output.log
+    first (it is past max_log_bytes), so the fresh output.log holds at most the end line."""
+    setup.write_profile(
+        base_interval=5, max_interval=5, stale_threshold=30, max_log_bytes=65536, log_backups=2
+    )
+    setup.drop("f.toml", setup.task("flood-end", "flood: 300000\nexit: 0"))
+    result = setup.run(timeout=60)
+    assert result.returncode == 0, result.stderr
+    m = setup.manifests()["flood-end"]
+    task = setup.state / "tasks" / m["task_id"]
+    assert (task / "output.log.1").exists()  # the rotation this test is about happened
+    assert (m["status"], m["exit_code"]) == ("completed", 0)
+    tail = m["output_tail"].rstrip()
+    assert "flood done 300000 bytes" in tail, tail[-300:]
+    assert tail.endswith(END_LINE), tail[-300:]
+    assert len(tail.splitlines()) > 50
+
+
+def test_rotation_keeps_output_log_within_one_check_of_max(setup: Setup) -> None:
+    """output.log never holds more than max_log_bytes + what the agent prints in one check
+    interval (+ the bytes in flight when the capture is re-piped)."""
+    max_bytes, interval = 65536, 0.3
+    setup.write_profile(
+        base_interval=interval, stale_threshold=30, max_log_bytes=max_bytes, log_backups=1
+    )
+    flood, seconds = 2_000_000, 3.0
+    setup.drop("r.toml", setup.task("steady", f"flood: {flood} {seconds}\nexit: 0"))
+    biggest = [0]
+    stop = threading.Event()
+
+    def sampler() -> None:
+        while not stop.is_set():
+            for log in (setup.state / "tasks").glob("*/output.log"):
+                with contextlib.suppress(FileNotFoundError):
+                    biggest[0] = max(biggest[0], log.stat().st_size)
+            time.sleep(0.005)
+
+    thread = threading.Thread(target=sampler, daemon=True)
+    thread.start()
+    try:
+        result = setup.run(timeout=60)
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+    assert result.returncode == 0, result.stderr
+    took = float((setup.project / "flood_times").read_text().split()[1])
+    rate = flood / took  # bytes/s the agent achieved
+    # One check interval (+0.2 s of scheduling slack), + one 64 KiB write and one pipe buffer.
+    bound = max_bytes + rate * (interval + 0.2) + 2 * 65536
+    assert biggest[0] > max_bytes  # it did fill between checks: the bound is exercised
+    assert biggest[0] <= bound, (biggest[0], bound, rate)
+
+
+# --------------------------------------------------------------------------- resume write
+
+
+def test_resume_that_cannot_write_launch_json_is_not_counted(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The resume's launch.json fails (ENOSPC that statvfs does not show, e.g. a quota):
+    no uncaught OSError, no retry counted, and the resume happens once it can be written."""
+    caplog.set_level(logging.INFO, logger="supervise")
+    setup.write_profile(base_interval=0.3, max_interval=0.3, max_retries=2, stale_threshold=30)
+    setup.drop("c.toml", setup.task("crash-once", "crash_runs: 1\ntick: 0.2\nsleep: 0.5\nexit: 0"))
+    failures: list[float] = []
+    real = engine_module.atomic_write
+
+    def write(path: Path, data: bytes, *args: Any, **kwargs: Any) -> None:
+        if path.name == "launch.json" and path.exists() and len(failures) < 5:
+            failures.append(time.time())
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(path, data, *args, **kwargs)
+
+    monkeypatch.setattr(engine_module, "atomic_write", write)
+    _run_engine_in_process(setup, lambda engine: None)
+    m = setup.manifests()["crash-once"]
+    assert len(failures) == 5
+    assert (m["status"], m["verdict"], m["retry_count"]) == ("completed", "PASS", 1)
+    assert kinds(setup, m["task_id"]).count("resumed") == 1
+    assert not [r for r in caplog.records if r.exc_info], "an exception escaped a job"
+
+
+# --------------------------------------------------------------------------- real tmpfs
+
+
+def _fill(folder: Path) -> Path:
+    """Write a file into ``folder`` until the filesystem refuses (ENOSPC)."""
+    filler = folder / "filler"
+    with open(filler, "wb", buffering=0) as handle:
+        try:
+            while True:
+                handle.write(b"\0" * 4096)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+    with open(filler, "ab", buffering=0) as handle:  # what a smaller write could still use
+        try:
+            while True:
+                handle.write(b"\0")
+        except OSError:
+            pass
+    return filler
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A real 4 MiB tmpfs mounted for this test (root only), unmounted afterwards."""
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("mounting a tmpfs needs root (and mount(8)); the ENOSPC test is skipped")
+    mount = tmp_path / "fs"
+    mount.mkdir()
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(mount)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({result.stderr.strip()}); ENOSPC test skipped")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)
+
+
+def test_full_state_disk_never_turns_a_success_into_a_crash(
+    setup: Setup, small_fs: Path, tmp_path: Path
+) -> None:
+    """The state filesystem (a real tmpfs) fills up while the agent runs; the agent exits 0
+    into the full disk; space comes back. The task ends completed / PASS / retry_count 0,
+    the condition is logged once each way, and events.jsonl holds whole lines only."""
+    setup.spool, setup.state = small_fs / "spool", small_fs / "state"
+    setup.write_profile(
+        base_interval=0.3, max_interval=1, max_retries=3, stale_threshold=2, grace_period=1,
+        extra={"paths": {"spool_dir": str(setup.spool), "state_dir": str(setup.state)}},
+    )  # fmt: skip
+    setup.spool.mkdir(mode=0o700)
+    setup.drop("d.toml", setup.task("diskfull", "tick: 0.2\nsleep: 2.5\nexit: 0"))
+    log = tmp_path / "engine.log"  # outside the full filesystem
+    engine = start_engine(setup, log, "--exit-when-idle", "-v")
+    try:
+        pid_file = wait_for(lambda: next(setup.state.glob("tasks/*/pid"), None), timeout=30)
+        task = pid_file.parent
+        wait_for(lambda: b"tick" in (task / "output.log").read_bytes(), timeout=20)
+        filler = _fill(small_fs)
+        agent = int(pid_file.read_text())
+        wait_for(lambda: not Path(f"/proc/{agent}").exists(), timeout=20)
+        # Full for longer than the crash settle time and the stale threshold + grace.
+        time.sleep(4.0)
+        assert not (task / "done").exists() and not (task / "exit_code").exists()
+        held_kinds = kinds(setup, task.name)
+        freed_at = time.time()
+        filler.unlink()
+        engine.wait(timeout=60)
+    finally:
+        end_engine(engine, log)
+    text = log.read_text(errors="replace")
+    assert engine.returncode == 0, text[-3000:]
+    m = setup.manifests()["diskfull"]
+    assert (m["status"], m["verdict"], m["retry_count"], m["exit_code"]) == (
+        "completed", "PASS", 0, 0), text[-3000:]  # fmt: skip
+    events = kinds(setup, m["task_id"])
+    for bad in ("crashed", "hung", "resumed", "stale", "abandoned"):
+        assert bad not in events and bad not in held_kinds, (events, text[-3000:])
+    lines = (task / "events.jsonl").read_bytes().split(b"\n")
+    assert lines[-1] == b"" and all(json.loads(line) for line in lines[:-1] if line)
+    assert text.count("is full") == 1 and text.count("has room again") == 1, text[-3000:]
+    assert "Traceback" not in text and "raised an exception" not in text, text[-3000:]
+    # finished_at is when the agent ended (kept in tmux while the disk was full).
+    finished = parse_iso(m["finished_at"])
+    assert finished is not None and finished < freed_at - 3.0, (m["finished_at"], freed_at)
+    assert m["output_tail"]  # what was captured before the disk filled
