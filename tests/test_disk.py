@@ -275,11 +275,19 @@ def test_full_state_disk_never_turns_a_success_into_a_crash(
         extra={"paths": {"spool_dir": str(setup.spool), "state_dir": str(setup.state)}},
     )  # fmt: skip
     setup.spool.mkdir(mode=0o700)
-    setup.drop("d.toml", setup.task("diskfull", "tick: 0.2\nsleep: 2.5\nexit: 0"))
+    setup.drop("d.toml", setup.task("diskfull", "tick: 0.2\nsleep: 2.5\nexit: 0",
+                                    setup.project / "d"))  # fmt: skip
+    # Runs through the full period and past it: silent in output.log while full (its
+    # capture cannot write), which must neither count as a hang nor stop the capture.
+    setup.drop("s.toml", setup.task("steady", "tick: 0.2\nsleep: 11\nexit: 0",
+                                    setup.project / "s"))  # fmt: skip
     log = tmp_path / "engine.log"  # outside the full filesystem
     engine = start_engine(setup, log, "--exit-when-idle", "-v")
     try:
-        pid_file = wait_for(lambda: next(setup.state.glob("tasks/*/pid"), None), timeout=30)
+        pid_file = wait_for(
+            lambda: next(setup.state.glob("tasks/diskfull-*/pid"), None), timeout=30
+        )
+        wait_for(lambda: len(list(setup.state.glob("tasks/*/pid"))) == 2, timeout=30)
         task = pid_file.parent
         wait_for(lambda: b"tick" in (task / "output.log").read_bytes(), timeout=20)
         filler = _fill(small_fs)
@@ -296,12 +304,19 @@ def test_full_state_disk_never_turns_a_success_into_a_crash(
         end_engine(engine, log)
     text = log.read_text(errors="replace")
     assert engine.returncode == 0, text[-3000:]
-    m = setup.manifests()["diskfull"]
-    assert (m["status"], m["verdict"], m["retry_count"], m["exit_code"]) == (
-        "completed", "PASS", 0, 0), text[-3000:]  # fmt: skip
+    manifests = setup.manifests()
+    m, steady = manifests["diskfull"], manifests["steady"]
+    for one in (m, steady):
+        assert (one["status"], one["verdict"], one["retry_count"], one["exit_code"]) == (
+            "completed", "PASS", 0, 0), (one, text[-3000:])  # fmt: skip
     events = kinds(setup, m["task_id"])
     for bad in ("crashed", "hung", "resumed", "stale", "abandoned"):
         assert bad not in events and bad not in held_kinds, (events, text[-3000:])
+        assert bad not in kinds(setup, steady["task_id"]), kinds(setup, steady["task_id"])
+    # The capture was re-attached when space came back: ticks printed after that are there.
+    ticks = [float(line.split()[1]) for line in steady["output_tail"].splitlines()
+             if line.startswith("tick ")]  # fmt: skip
+    assert ticks and max(ticks) > freed_at + 2, (ticks, freed_at)
     lines = (task / "events.jsonl").read_bytes().split(b"\n")
     assert lines[-1] == b"" and all(json.loads(line) for line in lines[:-1] if line)
     assert text.count("is full") == 1 and text.count("has room again") == 1, text[-3000:]
@@ -310,3 +325,42 @@ def test_full_state_disk_never_turns_a_success_into_a_crash(
     finished = parse_iso(m["finished_at"])
     assert finished is not None and finished < freed_at - 3.0, (m["finished_at"], freed_at)
     assert m["output_tail"]  # what was captured before the disk filled
+
+
+def test_wrapper_keeps_pid_and_end_in_tmux_when_the_disk_is_full(
+    small_fs: Path, socket_name: str
+) -> None:
+    """The wrapper, in a real tmux pane, on a full tmpfs: its ``pid``, ``exit_code`` and
+    ``done`` go to pane options, which one ``list-panes`` returns and which the engine
+    turns back into the files (done's mtime = the recorded end) once there is room."""
+    from supervisor import statefs
+    from supervisor.tmux import Tmux
+
+    folder = small_fs / "task"
+    folder.mkdir()
+    argv = [sys.executable, "-c", "import time; time.sleep(0.5); raise SystemExit(3)"]
+    (folder / "launch.json").write_text(json.dumps({"argv": argv, "cwd": str(small_fs)}))
+    filler = _fill(small_fs)
+    tmux = Tmux(socket_name)
+    began = time.time()
+    tmux.launch("w", folder, small_fs)
+    pane = wait_for(
+        lambda: (p := tmux.panes().get("w")) is not None and p.recorded.get("done") and p,
+        timeout=20,
+    )
+    assert sorted(f.name for f in folder.iterdir()) == ["launch.json", "output.log"]
+    recorded = pane.recorded
+    assert recorded["exit_code"] == "3" and int(recorded["pid"]) > 0, recorded
+    ended = float(recorded["done"])
+    assert began < ended < time.time()
+    task = TaskDir(folder)
+    with pytest.raises(OSError):  # still full: nothing written, values kept in tmux
+        statefs.restore_run_files(task, pane)
+    filler.unlink()
+    assert statefs.restore_run_files(task, pane)
+    assert (task.read_int("pid"), task.read_int("exit_code")) == (int(recorded["pid"]), 3)
+    assert task.done_mtime() == pytest.approx(ended, abs=1e-3)
+    assert not list(folder.glob(".*.tmp"))
+    # A resume in the same pane starts from a clean slate.
+    tmux.respawn("w", folder, small_fs)
+    assert tmux.panes()["w"].recorded == {}
