@@ -383,3 +383,33 @@ def test_wrapper_keeps_pid_and_end_in_tmux_when_the_disk_is_full(
     # A resume in the same pane starts from a clean slate.
     tmux.respawn("w", folder, small_fs)
     assert tmux.panes()["w"].recorded == {}
+
+
+def test_abandon_reason_is_the_same_in_the_event_and_the_manifest(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent is killed with no retries left: ``abandoned`` (max_retries) is logged and
+    the session cleaned up, but the manifest write fails (ENOSPC). The next check finds the
+    session gone, which alone would read ``tmux_lost``; the logged ending is final."""
+    from test_faults import _failing_manifest_writes
+
+    setup.write_profile(base_interval=0.3, max_retries=0, stale_threshold=30)
+    setup.drop("k.toml", setup.task("killed", "tick: 0.2\nsleep: 1\ncrash"))
+    failing, attempts = _failing_manifest_writes(monkeypatch)
+
+    def helper(engine: Any) -> None:
+        pid = wait_for(lambda: next(setup.state.glob("tasks/*/pid"), None), timeout=20)
+        failing.set()
+        task = pid.parent.name
+        wait_for(lambda: "abandoned" in kinds(setup, task), timeout=20)
+        logged = len(attempts)
+        wait_for(lambda: len(attempts) >= logged + 2, timeout=20)  # re-decided while failing
+        failing.clear()
+
+    _run_engine_in_process(setup, helper)
+    m = setup.manifests()["killed"]
+    ended = [e for e in setup.events(m["task_id"]) if e["event"] == "abandoned"]
+    assert len(ended) == 1
+    assert (m["status"], m["abandon_reason"]) == ("abandoned", ended[0]["abandon_reason"])
+    assert m["abandon_reason"] == "max_retries"
+    assert m["verdict"] == ended[0]["verdict"] == "ABANDONED"
