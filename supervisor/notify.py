@@ -24,10 +24,16 @@ _FIELD_RE = re.compile(r"\{([a-z_]+)\}")
 
 
 def message_for(event: dict[str, Any]) -> str:
-    """One-line human summary, e.g. ``supervise: task fix-bug-1a2b3c failed (exit 3)``."""
+    """One-line human summary, e.g. ``supervise: task fix-bug-1a2b3c failed (exit 1, billing):
+    done-file with exit code 1 (billing)``."""
     text = f"supervise: task {event.get('task_id')} {event.get('status')}"
+    details = []
     if event.get("exit_code") is not None:
-        text += f" (exit {event['exit_code']})"
+        details.append(f"exit {event['exit_code']}")
+    if event.get("failure_reason"):
+        details.append(str(event["failure_reason"]))
+    if details:
+        text += f" ({', '.join(details)})"
     if event.get("reason"):
         text += f": {event['reason']}"
     return text
