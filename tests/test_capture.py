@@ -8,8 +8,12 @@ exited at once, leaving ``output.log`` empty (see /work/shared/notes: real-world
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -20,6 +24,7 @@ from hypothesis import strategies as st
 
 from supervisor.tmux import pipe_command
 
+REPO = Path(__file__).resolve().parent.parent
 LOCALES = ["C", "C.UTF-8", "en_US.UTF-8", "de_DE.UTF-8"]
 #: Each example uses its own file in tmp_path, so sharing the fixture is fine.
 TMP_PATH_OK = [HealthCheck.function_scoped_fixture]
@@ -187,3 +192,65 @@ def test_engine_under_en_us_captures_agent_output(
     assert "GREEN-LINE" in text and "plain line" in text
     assert "osc  title  c1 31m done" in text
     assert "cHduZWQ" not in text and "pwned" not in text
+
+
+def _readme_command_1() -> list[str]:
+    """README's command 1 split at ``&&``, without the venv and pip steps (the test's venv
+    stands in for them: installing again would need the network)."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    match = re.search(r"^# 1\..*\n(.+)$", text, re.MULTILINE)
+    assert match, "README.md lost its command 1"
+    steps = [step.strip() for step in match.group(1).split("&&")]
+    assert steps[0].startswith("python3 -m venv .venv"), steps
+    assert steps[1].startswith(".venv/bin/pip install"), steps
+    return steps[2:]
+
+
+def test_readme_demo_under_en_us_captures_every_agent_line(
+    tmp_path: Path, socket_name: str
+) -> None:
+    """README command 1 (the demo) in a copy of the repository under LC_ALL=en_US.UTF-8:
+    each task's output.log holds the demo agent's lines (it was empty before, and the
+    healthy demo tasks were taken for hung)."""
+    need_locale("en_US.UTF-8")
+    tracked = (
+        subprocess.run(
+            ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True, timeout=30
+        )
+        .stdout.decode()
+        .split("\0")
+    )
+    clone = tmp_path / "repo"
+    for name in filter(None, tracked):
+        source = REPO / name
+        if source.is_file():  # files deleted in the working tree are not copied
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, clone / name)
+    (clone / ".venv").symlink_to(Path(sys.prefix))
+    # The demo's fixed socket name could meet another run of the demo; the test's own
+    # socket (killed afterwards) keeps it apart.
+    demo = clone / "profiles" / "demo.toml"
+    text = demo.read_text(encoding="utf-8")
+    assert 'socket_name = "supervise-demo"' in text
+    demo.write_text(text.replace('"supervise-demo"', f'"{socket_name}"'), encoding="utf-8")
+    env = {**os.environ, "LC_ALL": "en_US.UTF-8", "LANG": "en_US.UTF-8"}
+    result = subprocess.run(
+        ["bash", "-c", " && ".join(_readme_command_1())],
+        cwd=clone, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    paths = clone.glob("examples/demo/state/tasks/*/manifest.json")
+    manifests = {m["task_name"]: m for m in (json.loads(p.read_text()) for p in paths)}
+    assert {name: m["status"] for name, m in manifests.items()} == {
+        "demo hello": "completed",
+        "demo fails": "failed",
+    }
+    assert manifests["demo hello"]["retry_count"] == 0
+    for name, steps in (("demo hello", 3), ("demo fails", 2)):
+        log = Path(manifests[name]["tmpdir"]) / "output.log"
+        lines = assert_terminal_safe(log.read_bytes()).splitlines()
+        assert lines, f"{name}: output.log is empty"
+        assert lines[0].startswith("demo agent (not a model) starting"), (name, lines)
+        for step in range(1, steps + 1):
+            assert f"working... step {step}/{steps}" in lines, (name, lines)
+        assert any(line.startswith("RESULT: wrote DEMO_RESULT.txt") for line in lines)
