@@ -55,6 +55,13 @@ def test_each_control_has_its_visible_form(ch: str) -> None:
     assert escape_controls(f"a{ch}b") == f"a{expected}b"
 
 
+def test_a_lone_surrogate_is_escaped() -> None:
+    """A byte that was not UTF-8, decoded with surrogateescape, would print as that raw
+    byte (0x9b is CSI on an 8-bit terminal)."""
+    raw = b"a\x9bb".decode("utf-8", "surrogateescape")
+    assert escape_controls(raw) == "a\\udc9bb"
+
+
 @given(st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(st.characters()),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
