@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -80,6 +79,14 @@ _ALIAS_RE = re.compile(r"^[a-z]+$")
 # --------------------------------------------------------------------------- models
 
 
+def error_message(item: Any) -> str:
+    """The text of one pydantic error (an ``ErrorDetails``) for a problem line; the
+    :data:`MAX_SECONDS` bound is said in words."""
+    if item["type"] == "less_than_equal" and (item.get("ctx") or {}).get("le") == MAX_SECONDS:
+        return f"at most {MAX_SECONDS:.0f} seconds (1 year) is allowed; give fewer"
+    return str(item["msg"]).removeprefix("Value error, ")
+
+
 def _argv_placeholders_ok(argv: list[str], allowed: tuple[str, ...] = PLACEHOLDERS) -> list[str]:
     for item in argv:
         for name in _PLACEHOLDER_RE.findall(item):
@@ -115,15 +122,10 @@ MAX_TASK_FILE_BYTES = MAX_PROMPT_BYTES + 1024 * 1024
 MAX_SECONDS = 365 * 24 * 3600.0
 
 
-def _at_most_a_year(value: float) -> float:
-    if value > MAX_SECONDS:
-        raise ValueError(f"at most {MAX_SECONDS:.0f} seconds (1 year) is allowed; give fewer")
-    return value
-
-
 #: A duration in seconds: finite (no ``inf``/``nan``) and at most :data:`MAX_SECONDS`. The one
-#: declaration of the bound; the TOML types below and the ``MONITOR_*`` env types build on it.
-Seconds = Annotated[float, Field(allow_inf_nan=False), AfterValidator(_at_most_a_year)]
+#: declaration of the bound; the TOML types below and the ``MONITOR_*`` env types build on it
+#: (plain ``Field`` constraints, so the JSON Schemas in ``schemas/`` show the bound too).
+Seconds = Annotated[float, Field(allow_inf_nan=False, le=MAX_SECONDS)]
 # TOML values are typed, so these are strict: ``deadline = true`` or ``deadline = "600"`` is a
 # wrong type (an int is still fine for a float). Env values are strings: _Env* types parse them.
 PositiveSeconds = Annotated[Seconds, Field(gt=0), Strict()]
@@ -648,7 +650,7 @@ def _format_errors(
         elif kind == "missing":
             problems.append(f"{where}: missing required key '{dotted}'")
         else:
-            message = item["msg"].removeprefix("Value error, ")
+            message = error_message(item)
             model = _model_at(root, loc[len(prefix) :]) if kind == "value_error" else None
             named = [
                 k
@@ -769,7 +771,7 @@ def read_env_overrides() -> dict[str, Any]:
         for item in exc.errors():
             field_name = str(item["loc"][0]) if item["loc"] else "?"
             var = f"MONITOR_{field_name.upper()}"
-            message = item["msg"].removeprefix("Value error, ")
+            message = error_message(item)
             actual = next((k for k in os.environ if k.upper() == var), var)
             problems.append(f"env {actual}={os.environ.get(actual, '')!r}: {message}")
     except ValueError as exc:  # JSON or shlex parse errors from _split_argv
@@ -809,7 +811,7 @@ def effective_policy(
     except ValidationError as exc:
         lines = []
         for item in exc.errors():
-            message = item["msg"].removeprefix("Value error, ")
+            message = error_message(item)
             keys = [k for k in ("base_interval", "max_interval") if k in message] or [
                 str(p) for p in item["loc"]
             ]
