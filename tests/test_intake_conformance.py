@@ -9,6 +9,7 @@ real files, FIFOs, sockets, symlinks and, as root, a real tmpfs mount.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -150,21 +151,25 @@ def test_interrupted_cross_filesystem_claims_are_recovered(setup: Setup) -> None
         assert _listing(setup.spool) == [".claim.other-dddddd.other.toml"]
 
 
-def test_failed_move_puts_the_file_back(setup: Setup, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A move into the task folder that fails (ENOSPC, EIO) leaves the file in the spool
-    under its own name and no task folder."""
-    setup.write_profile()
-    profile = load_profile(setup.profile)
-    path = setup.drop("full.toml", setup.task("full", "exit: 0"))
-
-    def no_space(source: Path, target: Path) -> None:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(spool, "move_file", no_space)
-    with pytest.raises(OSError):
-        spool.claim(path, profile)
-    assert _listing(setup.spool) == ["full.toml"]
-    assert _listing(setup.state / "tasks") == []
+def test_failed_move_puts_the_file_back(setup: Setup) -> None:
+    """A move into the task folder that fails (here a real ENOSPC: ``state_dir`` on a full
+    tmpfs, the spool elsewhere) leaves the file in the spool under its own name and no task
+    folder."""
+    with tmpfs(setup.state, size="256k"):
+        setup.write_profile()
+        profile = load_profile(setup.profile)
+        (setup.state / "tasks").mkdir()
+        with contextlib.suppress(OSError), open(setup.state / "filler", "wb", buffering=0) as fill:
+            while True:  # fill the filesystem to the last block
+                fill.write(b"x" * 4096)
+        text = tomli_w.dumps(setup.task("full", "p" * 65536))
+        path = setup.drop("full.toml", text)
+        with pytest.raises(OSError) as caught:
+            spool.claim(path, profile)
+        assert caught.value.errno == errno.ENOSPC
+        assert _listing(setup.spool) == ["full.toml"]
+        assert path.read_text() == text
+        assert _listing(setup.state / "tasks") == []
 
 
 # ------------------------------------------------------------------ 2. non-regular *.toml entries
