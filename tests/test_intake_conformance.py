@@ -13,6 +13,7 @@ import errno
 import json
 import math
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -238,7 +239,7 @@ def test_inline_prompt_over_10_mib_is_rejected(setup: Setup) -> None:
 
 def test_huge_spool_file_is_rejected_without_reading_it(setup: Setup) -> None:
     """A task file over the limit is refused on its size (``lstat``), not read: a 200 MB
-    file (sparse, so the test stays cheap) is rejected in well under a second."""
+    file (sparse, so the test stays cheap) is rejected without the peak RSS growing."""
     setup.write_profile()
     profile = load_profile(setup.profile)
     path = setup.spool / "huge.toml"
@@ -248,12 +249,15 @@ def test_huge_spool_file_is_rejected_without_reading_it(setup: Setup) -> None:
         handle.write(head)
         handle.truncate(200 * 1024 * 1024)
     os.utime(path, (time.time() - 10, time.time() - 10))
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     started = time.monotonic()
     claimed = spool.claim(path, profile)
     took = time.monotonic() - started
+    grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before
+    assert grew < 50 * 1024, f"peak RSS grew by {grew} KiB: the file was read"
     assert claimed is not None and claimed.error is not None
     assert f"at most {MAX_TASK_FILE_BYTES} bytes" in claimed.error and "shorten" in claimed.error
-    assert took < 0.5, f"took {took:.2f} s: the file was read"
+    assert took < 2, f"took {took:.2f} s"
     assert (setup.spool / "rejected" / "huge.toml").stat().st_size == 200 * 1024 * 1024
     validated = setup.supervise(
         "validate", "-c", str(setup.profile), str(setup.spool / "rejected" / "huge.toml")
