@@ -157,9 +157,10 @@ class Claimed:
 def pending(
     spool_dir: Path, now: float | None = None, complete: frozenset[str] = frozenset()
 ) -> list[Path]:
-    """Spool files ready to claim: ``*.toml``, not hidden, and either settled (mtime at least
-    :data:`SETTLE` s old) or named in ``complete`` (inotify saw it renamed in or closed by
-    its writer); oldest first."""
+    """Spool entries ready to claim: ``*.toml``, not hidden, and either settled (mtime at
+    least :data:`SETTLE` s old) or named in ``complete`` (inotify saw it renamed in or closed
+    by its writer); oldest first. Entries that are not regular files are listed too, so that
+    :func:`claim` moves them to ``rejected/`` (they never block ``--exit-when-idle``)."""
     now = time.time() if now is None else now
     ready = []
     try:
