@@ -123,9 +123,14 @@ def test_mid_turn_stall_is_hung_then_resumed_by_id(matrix) -> None:
 # ---------------------------------------------------------------------------- escalations
 
 
+LIVE_ON = 5
+"""Seconds the agent works on after an answer (a ``sleep`` step), so that several checks
+look at the answered run while it is alive: a false ``crashed`` shows within about 2 s."""
+
+
 def _escalating_task(h: Harness, name: str, project: Path) -> None:
-    """An escalated Bash step, then a 3 s step, so the agent lives on after the answer."""
-    h.submit(name, "[[bash: echo escalated > esc.txt]] [[bash: sleep 3]] go", project)
+    """An escalated Bash step, then a ``LIVE_ON`` s step approved by rule."""
+    h.submit(name, f"[[bash: echo escalated > esc.txt]] [[bash: sleep {LIVE_ON}]] go", project)
 
 
 ESCALATE_RULES = {
@@ -216,7 +221,7 @@ def test_breaker_continue_keeps_the_live_run(matrix, restart: bool) -> None:
             "rules": [{"tool": "Bash", "match": "^(false|sleep |echo ok)", "action": "approve"}]
         },
     )
-    prompt = "[[bash: false]] [[bash: false]] [[bash: sleep 3]] [[bash: echo ok > ok.txt]] go"
+    prompt = f"[[bash: false]] [[bash: false]] [[bash: sleep {LIVE_ON}]] [[bash: echo ok > ok.txt]]"
     h.submit("breaker", prompt, project)
     h.start()
     h.wait_for("the breaker", lambda: h.status("breaker") == "escalated", timeout=90)
