@@ -244,6 +244,23 @@ def _fill(folder: Path) -> Path:
     return filler
 
 
+def _captures(state: Path) -> set[str]:
+    """How the capture processes writing under ``state`` run: "stdbuf sed" or "sed -u"."""
+    import psutil
+
+    found = set()
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        try:
+            if proc.info["name"] != "sed" or not any(
+                str(state) in f.path for f in proc.open_files()
+            ):
+                continue
+            found.add("sed -u" if "-u" in proc.info["cmdline"] else "stdbuf sed")
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
     """A real 4 MiB tmpfs mounted for this test (root only), unmounted afterwards."""
@@ -276,10 +293,10 @@ def test_full_state_disk_never_turns_a_success_into_a_crash(
     ``sed -u`` (used where coreutils' stdbuf is missing) exits on its first failed write
     (measured here, GNU sed 4.9: "couldn't flush stdout", exit 4), so the engine must
     re-attach it once there is room."""
-    if capture == "sed -u":  # a PATH without stdbuf: tmux and sed only
+    if capture == "sed -u":  # a PATH without stdbuf: only what the capture command needs
         bin_dir = tmp_path / "bin"
         bin_dir.mkdir()
-        for tool in ("tmux", "sed"):
+        for tool in ("tmux", "sed", "env"):
             found = shutil.which(tool)
             assert found is not None
             (bin_dir / tool).symlink_to(found)
@@ -306,6 +323,7 @@ def test_full_state_disk_never_turns_a_success_into_a_crash(
         wait_for(lambda: len(list(setup.state.glob("tasks/*/pid"))) == 2, timeout=30)
         task = pid_file.parent
         wait_for(lambda: b"tick" in (task / "output.log").read_bytes(), timeout=20)
+        assert _captures(setup.state) == {capture}  # the capture this run is about
         filler = _fill(small_fs)
         agent = int(pid_file.read_text())
         wait_for(lambda: not Path(f"/proc/{agent}").exists(), timeout=20)
