@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import logging
 import os
@@ -449,6 +450,8 @@ class Engine:
 
     def _fill_slots(self) -> None:
         limit = self.profile.spec.max_concurrent
+        if self.queue and self.disk.full():
+            return  # a launch writes launch.json, events and the manifest: wait for room
         while self.queue and len(self.live) < limit:
             task = self.queue.popleft()
             try:
@@ -456,7 +459,14 @@ class Engine:
             except (OSError, ValueError, ConfigError):
                 log.exception("cannot load queued task %s; it stays queued on disk", task.task_id)
                 continue
-            self.launch(runtime)
+            try:
+                self.launch(runtime)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                log.error("%s: cannot launch: %s; it stays queued", task.task_id, exc)
+                self.queue.appendleft(task)
+                return
 
     def _submit_inline_tasks(self) -> None:
         """Materialize the profile's ``[[tasks]]`` once per state dir (marker file)."""
@@ -551,7 +561,8 @@ class Engine:
         )
         runtime = self._runtime(task, resolved, state, manifest)
         self.live[task.task_id] = runtime
-        task.append_event("adopted", status=state.status, retry_count=state.retry_count)
+        with contextlib.suppress(OSError):  # a full disk must not leave the task unwatched
+            task.append_event("adopted", status=state.status, retry_count=state.retry_count)
         log.info("adopted %s (%s)", task.task_id, state.status)
         if last is not None and last["event"] in TERMINAL:
             self._finish_logged(runtime, last, events)

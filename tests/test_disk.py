@@ -431,3 +431,44 @@ def test_abandon_reason_is_the_same_in_the_event_and_the_manifest(
     assert (m["status"], m["abandon_reason"]) == ("abandoned", ended[0]["abandon_reason"])
     assert m["abandon_reason"] == "max_retries"
     assert m["verdict"] == ended[0]["verdict"] == "ABANDONED"
+
+
+def test_engine_restarted_on_a_full_disk_adopts_and_waits(
+    setup: Setup, small_fs: Path, tmp_path: Path
+) -> None:
+    """``supervise run`` is stopped (the agents keep running in tmux), the state filesystem
+    fills up, and ``supervise run --exit-when-idle`` starts again: it must adopt the running
+    task although it cannot log the adoption, hold while full, and finish the task once
+    there is room (not call itself idle and leave the task ``running`` forever)."""
+    setup.spool, setup.state = small_fs / "spool", small_fs / "state"
+    setup.write_profile(
+        base_interval=0.3, max_interval=1, max_retries=3, stale_threshold=30,
+        extra={"paths": {"spool_dir": str(setup.spool), "state_dir": str(setup.state)}},
+    )  # fmt: skip
+    setup.spool.mkdir(mode=0o700)
+    setup.drop("a.toml", setup.task("adopted", "tick: 0.2\nsleep: 4\nexit: 0"))
+    first_log, second_log = tmp_path / "engine1.log", tmp_path / "engine2.log"
+    engine = start_engine(setup, first_log)
+    try:
+        pid_file = wait_for(lambda: next(setup.state.glob("tasks/*/pid"), None), timeout=30)
+        engine.terminate()
+        engine.wait(timeout=30)
+    finally:
+        end_engine(engine, first_log)
+    filler = _fill(small_fs)
+    second = start_engine(setup, second_log, "--exit-when-idle")
+    try:
+        agent = int(pid_file.read_text())
+        wait_for(lambda: not Path(f"/proc/{agent}").exists(), timeout=20)
+        time.sleep(2.5)  # longer than the crash settle time, while full
+        assert second.poll() is None, second_log.read_text(errors="replace")[-3000:]
+        filler.unlink()
+        second.wait(timeout=60)
+    finally:
+        end_engine(second, second_log)
+    text = second_log.read_text(errors="replace")
+    m = setup.manifests()["adopted"]
+    assert (m["status"], m["verdict"], m["retry_count"], m["exit_code"]) == (
+        "completed", "PASS", 0, 0), text[-3000:]  # fmt: skip
+    assert "crashed" not in kinds(setup, m["task_id"])
+    assert "Traceback" not in text and "cannot adopt" not in text, text[-3000:]
