@@ -315,7 +315,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     if _task_dir(profile, args.task_id) is None:
         return 1
     tmux = shutil.which("tmux") or "tmux"
-    socket = profile.spec.tmux.socket_name
+    socket = profile.socket_name
     argv = [tmux, "-L", socket, "attach-session", "-t", f"={args.task_id}"]
     if args.read_only:
         argv.insert(4, "-r")

@@ -158,7 +158,7 @@ class Engine:
     def __init__(self, profile: LoadedProfile, exit_when_idle: bool = False) -> None:
         self.profile = profile
         self.exit_when_idle = exit_when_idle
-        self.tmux = Tmux(profile.spec.tmux.socket_name)
+        self.tmux = Tmux(profile.socket_name, owner=str(profile.state_dir))
         self.live: dict[str, Runtime] = {}
         self.queue: deque[TaskDir] = deque()  # queued tasks, oldest first; loaded at launch
         self.stopping = threading.Event()
@@ -652,7 +652,7 @@ class Engine:
         try:
             self.tmux.launch(task.task_id, task.path, Path(runtime.manifest.project_dir))
         except TmuxError as exc:
-            if self.tmux.has_session(task.task_id):
+            if task.task_id in self.tmux.panes():  # ours only (the owner mark)
                 # A session of this name exists: launched by an engine that died before
                 # recording it. Watch it; never start the agent twice.
                 log.warning("%s already has a session; adopting it", task.task_id)

@@ -32,6 +32,10 @@ ANSI_STRIP_SED = (
 )
 PANE_WIDTH = 220
 PANE_HEIGHT = 50
+#: tmux user option set on each session at creation: the absolute ``state_dir`` of the
+#: engine that owns it. Engines sharing one server never adopt, respawn or kill a session
+#: whose mark is not their own (issue 10).
+OWNER_OPTION = "@supervise_state_dir"
 
 
 class TmuxError(RuntimeError):
@@ -40,11 +44,13 @@ class TmuxError(RuntimeError):
 
 @dataclass(frozen=True)
 class PaneInfo:
-    """One row of ``list-panes -a``: session name, the pane's first process, dead flag."""
+    """One row of ``list-panes -a``: session name, the pane's first process, dead flag, and
+    the session's owner mark (:data:`OWNER_OPTION`; ``""`` when unset)."""
 
     session: str
     pane_pid: int | None
     dead: bool
+    owner: str = ""
 
 
 def gate_channel(session: str) -> str:
@@ -69,10 +75,15 @@ class Tmux:
 
     Args:
         socket_name: the profile's ``[tmux] socket_name``; never the default server.
+        owner: the owner mark for sessions this object creates (the engine's absolute
+            ``state_dir``). When given, :meth:`panes` lists only sessions carrying it, and
+            :meth:`respawn`, :meth:`close` and :meth:`send_keys` leave other sessions alone.
+            ``None``: no ownership (every session counts as ours).
     """
 
-    def __init__(self, socket_name: str) -> None:
+    def __init__(self, socket_name: str, owner: str | None = None) -> None:
         self.socket_name = socket_name
+        self.owner = owner
         self.server = libtmux.Server(socket_name=socket_name)
 
     def _run(self, *args: str, check: bool = True) -> list[str]:
@@ -96,6 +107,7 @@ class Tmux:
             "new-session", "-d", "-s", session, "-x", str(PANE_WIDTH), "-y", str(PANE_HEIGHT),
             "-c", str(start_dir), "-e", f"SUPERVISE_TMUX={self.tmux_bin()}",
             wrapper_command(task_dir, gate),
+            *self._mark(session),
             ";", "set-option", "-w", "-t", f"={session}:", "remain-on-exit", "on",
             # Claude Code's TUI prints a notice over its screen when focus events are off.
             ";", "set-option", "-g", "focus-events", "on",
@@ -111,8 +123,11 @@ class Tmux:
         the gate opens.
 
         Raises:
-            TmuxError: the session is gone.
+            TmuxError: the session is gone, or another engine owns it (its agent is never
+                killed by ``-k``).
         """
+        if not self.owns(session):
+            raise TmuxError(f"tmux session {session} belongs to another state_dir")
         gate = gate_channel(session)
         self._run(
             "respawn-pane", "-k", "-t", f"={session}:", "-c", str(start_dir),
@@ -133,24 +148,56 @@ class Tmux:
 
         Two invocations: tmux refuses pipe-pane on a dead pane, and a failed command would
         stop a chain before ``kill-session``. Killing the session closes the pipe anyway,
-        so the capture process (sed) gets EOF and exits: none is left behind.
+        so the capture process (sed) gets EOF and exits: none is left behind. A session
+        another engine owns is left running.
         """
+        if not self.owns(session):
+            return
         self._run("pipe-pane", "-t", f"={session}:", check=False)
         self._run("kill-session", "-t", f"={session}", check=False)
 
-    def panes(self) -> dict[str, PaneInfo]:
-        """All panes of the server in one query, keyed by session name ({} if no server)."""
+    def panes(self, everyone: bool = False) -> dict[str, PaneInfo]:
+        """Panes of the server in one query, keyed by session name ({} if no server).
+
+        Only the sessions this engine owns (see ``owner``), unless ``everyone``.
+        """
         rows = self._run(
-            "list-panes", "-a", "-F", "#{session_name}\t#{pane_pid}\t#{pane_dead}", check=False
-        )
+            "list-panes", "-a", "-F",
+            f"#{{session_name}}\t#{{pane_pid}}\t#{{pane_dead}}\t#{{{OWNER_OPTION}}}",
+            check=False,
+        )  # fmt: skip
         out: dict[str, PaneInfo] = {}
         for row in rows:
-            parts = row.split("\t")
-            if len(parts) != 3:
+            parts = row.split("\t", 3)  # the mark (a path) comes last: it may hold a tab
+            if len(parts) != 4:
                 continue
             pid = int(parts[1]) if parts[1].isdigit() else None
-            out.setdefault(parts[0], PaneInfo(parts[0], pid, parts[2] == "1"))
+            info = PaneInfo(parts[0], pid, parts[2] == "1", parts[3])
+            if everyone or self.owner is None or info.owner == self.owner:
+                out.setdefault(parts[0], info)
         return out
+
+    def owns(self, session: str) -> bool:
+        """Whether ``session`` carries this engine's owner mark (always true without an
+        ``owner``, and for a session that does not exist: nothing of another's is at stake).
+
+        One ``display-message`` call; a session without a mark belongs to no one, so it is
+        not ours either.
+        """
+        if self.owner is None:
+            return True
+        result = self.server.cmd(
+            "display-message", "-p", "-t", f"={session}:", f"#{{{OWNER_OPTION}}}"
+        )
+        if result.returncode != 0:
+            return True
+        return "\n".join(result.stdout) == self.owner
+
+    def _mark(self, session: str) -> tuple[str, ...]:
+        """The chained ``set-option`` that puts the owner mark on a new session."""
+        if self.owner is None:
+            return ()
+        return (";", "set-option", "-t", f"={session}:", OWNER_OPTION, self.owner)
 
     def has_session(self, session: str) -> bool:
         return self.server.cmd("has-session", "-t", f"={session}").returncode == 0
@@ -162,6 +209,8 @@ class Tmux:
 
     def send_keys(self, session: str, *keys: str, literal: bool = False) -> None:
         """``send-keys`` to the session's pane (``-l``: the keys are text, not key names)."""
+        if not self.owns(session):
+            return
         flags = ("-l",) if literal else ()
         self._run("send-keys", "-t", f"={session}:", *flags, *keys, check=False)
 
