@@ -16,6 +16,9 @@ Commands::
     supervise config -c PROFILE [--task FILE]    every effective policy value and its source
 
 Exit codes: 0 success, 1 invalid input or unknown task, 2 usage error (argparse).
+``stop``, ``resume``, ``approve`` and ``deny`` also exit :data:`EXIT_QUEUED` (3) when no
+engine runs (the request waits for the next ``supervise run``) and :data:`EXIT_NOT_APPLIED`
+(4) when the running engine did not apply it within ``--wait`` seconds.
 Heavy imports (the engine, APScheduler, libtmux) happen only in the commands that need them.
 """
 
@@ -33,6 +36,13 @@ from supervisor.errors import ConfigError
 
 if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
+
+
+#: Exit status of a request left for an engine that is not running (issue 10: an operator
+#: script must not take "queued" for "done").
+EXIT_QUEUED = 3
+#: Exit status of a request the running engine has not applied within ``--wait`` seconds.
+EXIT_NOT_APPLIED = 4
 
 
 def _err(message: str) -> None:
@@ -237,7 +247,14 @@ def _request(args: argparse.Namespace, verb: str) -> int:
     if folder is None:
         return 1
     manifest_path = folder / "manifest.json"
-    before = json.loads(manifest_path.read_text(encoding="utf-8"))
+    try:
+        before = json.loads(manifest_path.read_text(encoding="utf-8"))
+        if not isinstance(before, dict) or not isinstance(before.get("status"), str):
+            raise ValueError("no 'status'")
+        before.setdefault("retry_count", 0)
+    except (OSError, ValueError) as exc:
+        _err(f"{manifest_path}: cannot read the manifest ({exc}); see 'supervise status'")
+        return 1
     if before["status"] in TERMINAL:
         _err(f"task {args.task_id} already ended: {before['status']}")
         return 1
@@ -246,12 +263,16 @@ def _request(args: argparse.Namespace, verb: str) -> int:
         return 1
     control.request(profile.state_dir, args.task_id, verb)
     if not _engine_running(profile):
-        print(f"queued '{verb}' for {args.task_id}; no engine runs on {profile.state_dir}, "
-              "so it happens when 'supervise run' starts")  # fmt: skip
-        return 0
+        _err(f"queued '{verb}' for {args.task_id}; no engine runs on {profile.state_dir}, "
+             "so it happens when 'supervise run' starts")  # fmt: skip
+        return EXIT_QUEUED
     deadline = time.time() + args.wait
     while time.time() < deadline:
-        after = json.loads(manifest_path.read_text(encoding="utf-8"))
+        try:
+            after = json.loads(manifest_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # replaced atomically; a damaged one is looked at again
+            time.sleep(0.1)
+            continue
         if verb == "stop":
             acted = after["status"] in TERMINAL
         elif verb in ("approve", "deny"):
@@ -262,8 +283,9 @@ def _request(args: argparse.Namespace, verb: str) -> int:
             print(f"{args.task_id}: {after['status']} (retry_count {after['retry_count']})")
             return 0
         time.sleep(0.1)
-    print(f"requested '{verb}' for {args.task_id}; the engine has not acted yet")
-    return 0
+    _err(f"requested '{verb}' for {args.task_id}; the engine has not applied it within "
+         f"{args.wait:g} s (the request stays in {profile.state_dir / 'control'})")  # fmt: skip
+    return EXIT_NOT_APPLIED
 
 
 def cmd_stop(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -139,5 +140,45 @@ def test_a_session_another_engine_owns_is_not_adopted(tmp_path: Path, socket_nam
         assert _alive(agent)
         engine.wait(timeout=60)
         assert a.manifests()["long"]["status"] == "completed"
+    finally:
+        _end(engine)
+
+
+# ---------------------------------------------------------------- request exit codes
+
+
+def test_requests_exit_non_zero_when_nothing_was_applied(setup: Setup, tmp_path: Path) -> None:
+    """``resume`` against a frozen engine: 4 (not applied within --wait); ``stop`` with no
+    engine: 3 (queued), applied by the next ``supervise run``; on an ended task: 1."""
+    from supervisor.cli import EXIT_NOT_APPLIED, EXIT_QUEUED
+
+    assert (EXIT_QUEUED, EXIT_NOT_APPLIED) == (3, 4)
+    setup.write_profile(base_interval=0.3)
+    setup.drop("long.toml", setup.task("long", "tick: 0.2\nsleep: 60\n"))
+    engine = _start(setup, tmp_path / "engine.log")
+    try:
+        wait_for(lambda: setup.manifests().get("long", {}).get("status") == "running")
+        task_id = setup.manifests()["long"]["task_id"]
+        conf = str(setup.profile)
+        engine.send_signal(signal.SIGSTOP)  # holds its lock, applies nothing
+        try:
+            late = setup.supervise("resume", "-c", conf, task_id, "--wait", "1")
+        finally:
+            engine.send_signal(signal.SIGCONT)
+        assert late.returncode == 4, late.stdout + late.stderr
+        assert "has not applied it within 1 s" in late.stderr
+        wait_for(lambda: setup.manifests()["long"]["retry_count"] == 1)  # applied later
+        engine.send_signal(signal.SIGTERM)  # the engine ends, the agent runs on in tmux
+        assert engine.wait(timeout=30) == 0
+
+        queued = setup.supervise("stop", "-c", conf, task_id)
+        assert queued.returncode == 3, queued.stdout + queued.stderr
+        assert "no engine runs" in queued.stderr
+        assert (setup.state / "control" / f"{task_id}.stop").exists()
+        assert setup.run().returncode == 0  # the next engine applies the queued stop
+        manifest = setup.manifests()["long"]
+        assert (manifest["status"], manifest["abandon_reason"]) == ("abandoned", "stopped")
+        ended = setup.supervise("stop", "-c", conf, task_id)
+        assert ended.returncode == 1 and "already ended" in ended.stderr
     finally:
         _end(engine)
