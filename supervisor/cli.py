@@ -154,14 +154,34 @@ def _manifests(profile: LoadedProfile) -> list[dict[str, Any]]:
         try:
             with open(os.path.join(entry.path, "manifest.json"), "rb") as handle:
                 manifest = json.loads(handle.read())
+            if not isinstance(manifest, dict) or not isinstance(manifest.get("status"), str):
+                raise ValueError("not a manifest")
         except (OSError, ValueError):
-            continue
+            manifest = _damaged_row(entry)
+            if manifest is None:
+                continue
         try:
             manifest["_output_mtime"] = os.stat(os.path.join(entry.path, "output.log")).st_mtime
         except OSError:
             manifest["_output_mtime"] = None
         out.append(manifest)
     return out
+
+
+def _damaged_row(entry: os.DirEntry[str]) -> dict[str, Any] | None:
+    """A ``damaged`` status row for a task folder whose manifest is missing or unreadable
+    (``None`` for anything else: not a folder, or a claim still to finish)."""
+    from supervisor import repair
+    from supervisor.taskdir import TaskDir
+
+    if not entry.is_dir():
+        return None
+    task = TaskDir(Path(entry.path))
+    reason = repair.damage(task)
+    if reason is None:
+        return None
+    return {"task_id": entry.name, "task_name": repair.spec_name(task),
+            "status": repair.DAMAGED, "damaged": reason}  # fmt: skip
 
 
 def _age(iso: str | None, now: float) -> float | None:
@@ -194,6 +214,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 "verdict": m.get("verdict"),
                 "age_s": _age(m.get("started_at") or m.get("created_at"), now),
                 "since_output_s": None if mtime is None else round(now - mtime, 1),
+                "damaged": m.get("damaged"),  # why the manifest cannot be read (repair.py)
             }
         )
     if args.json:

@@ -45,7 +45,7 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from filelock import FileLock, Timeout
 
-from supervisor import acceptance, claude, control, notify, policy, spool
+from supervisor import acceptance, claude, control, notify, policy, repair, spool
 from supervisor.agentwatch import AgentView, ClaudeWatch
 from supervisor.config import (
     ConfigError,
@@ -475,6 +475,10 @@ class Engine:
 
     def _adopt_one(self, task: TaskDir, sessions: dict[str, PaneInfo]) -> None:
         """Adopt one task folder (see :meth:`adopt`)."""
+        damaged = repair.damage(task)
+        if damaged is not None:
+            self._adopt_damaged(task, damaged)
+            return
         if not task.has_manifest():
             self._recover_claim(task)
             return
@@ -492,7 +496,8 @@ class Engine:
             return
         events = task.events()
         resumes = sum(1 for e in events if e.get("event") == "resumed")
-        if manifest.status == "queued" and task.task_id not in sessions:
+        ended = repair.last_terminal(events) is not None  # the log's last word is final
+        if manifest.status == "queued" and task.task_id not in sessions and not ended:
             self.queue.append(task)
             return
         started = parse_iso(manifest.started_at)
@@ -535,6 +540,33 @@ class Engine:
             self._finish_interrupted_resume(runtime, sessions.get(task.task_id))
         self._watch(runtime)
         self._schedule_check(runtime, delay=0.0)
+
+    def _adopt_damaged(self, task: TaskDir, why: str) -> None:
+        """A folder whose manifest is missing or unreadable: never run again on that account.
+        The manifest is rebuilt where the event log fixes it exactly (an ended task; a queued
+        one, queued again), the unreadable file kept beside it; otherwise nothing is touched
+        and ``supervise status`` shows the task ``damaged`` (see :mod:`supervisor.repair`)."""
+        events = task.events()
+        try:
+            resolved = self._reload(task)
+            spec = resolved.spec
+            manifest = repair.rebuild(
+                task, events, spec.name, resolved.model, str(spec.project_dir)
+            )
+        except (OSError, ValueError, ConfigError):
+            manifest = None
+        if manifest is None:
+            log.error("%s: %s, and its event log cannot restore it exactly; left as it is "
+                      "(not run again; 'supervise status' shows it damaged)",
+                      task.task_id, why)  # fmt: skip
+            return
+        kept = repair.set_aside(task.file("manifest.json"))
+        task.write_manifest(manifest)
+        task.append_event("manifest_repaired", status=manifest.status, damage=why,
+                          damaged_copy=str(kept) if kept else None)  # fmt: skip
+        log.warning("%s: %s; rebuilt from events.jsonl (%s)", task.task_id, why, manifest.status)
+        if manifest.status == "queued":
+            self.queue.append(task)
 
     def _finish_interrupted_resume(self, runtime: Runtime, pane: PaneInfo | None) -> None:
         """We died between a ``resumed`` event and the new agent's start (the event is
@@ -686,11 +718,12 @@ class Engine:
             m.pid = None
             m.launched_at = utc_iso(now)
 
-        task.append_event("launched", status="running", session_name=task.task_id)
+        # stamped with the manifest's started_at, so repair.rebuild restores it exactly
+        task.append_event("launched", at=now, status="running", session_name=task.task_id)
         self.stats["launched"] += 1
         self.live[task.task_id] = runtime  # watched from now on, whatever the write does
         try:
-            runtime.manifest = task.update_manifest(change)
+            runtime.manifest = task.update_manifest(change, fallback=runtime.manifest)
         except OSError as exc:
             log.error("%s: cannot write %s: %s; the next check writes it again",
                       task.task_id, task.file("manifest.json"), exc)  # fmt: skip
@@ -831,6 +864,8 @@ class Engine:
                 retry_count=state.retry_count,
                 exit_code=exit_code if finished else None,
                 abandon_reason=state.abandon_reason,
+                # the terminal record is final: repair.rebuild restores a lost manifest from it
+                **({"verdict": state.verdict} if finished else {}),
             )
         for action in decision.actions:
             if action is A.STOP_AGENT:
@@ -904,7 +939,9 @@ class Engine:
             return
         runtime.last_written = time.monotonic()
         try:
-            runtime.manifest = task.update_manifest(change, durable=not quiet)
+            runtime.manifest = task.update_manifest(
+                change, durable=not quiet, fallback=runtime.manifest
+            )
         except OSError as exc:
             log.error("%s: cannot write %s: %s; the previous manifest is intact",
                       task.task_id, task.file("manifest.json"), exc)  # fmt: skip

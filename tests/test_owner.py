@@ -182,3 +182,91 @@ def test_requests_exit_non_zero_when_nothing_was_applied(setup: Setup, tmp_path:
         assert ended.returncode == 1 and "already ended" in ended.stderr
     finally:
         _end(engine)
+
+
+# ---------------------------------------------------------------- damaged manifests
+
+
+def _status_rows(setup: Setup) -> dict[str, dict]:
+    listed = setup.supervise("status", "-c", str(setup.profile), "--json")
+    assert listed.returncode == 0, listed.stderr
+    return {row["task_id"]: row for row in json.loads(listed.stdout)}
+
+
+def test_a_deleted_manifest_never_runs_a_finished_task_again(setup: Setup) -> None:
+    """Deleted ``manifest.json`` of a completed task: ``status`` shows it ``damaged`` (it
+    vanished before), and the next engine rebuilds the manifest from the event log instead
+    of claiming ``task.toml`` again (which ran the agent a second time)."""
+    setup.write_profile(base_interval=0.3)
+    setup.drop("done.toml", setup.task("done", "print: hi\nexit: 0\n"))
+    assert setup.run().returncode == 0
+    before = setup.manifests()["done"]
+    assert before["status"] == "completed"
+    folder = setup.state / "tasks" / before["task_id"]
+    (folder / "manifest.json").unlink()
+
+    row = _status_rows(setup)[before["task_id"]]
+    assert row["status"] == "damaged" and "missing" in row["damaged"]
+    assert row["name"] == "done"
+
+    assert setup.run().returncode == 0
+    assert (setup.project / "fake_runs").read_text() == "1", "the finished task ran again"
+    after = setup.manifests()["done"]
+    for key in ("status", "exit_code", "verdict", "retry_count", "session_id", "task_id",
+                "model", "project_dir", "started_at", "finished_at"):  # fmt: skip
+        assert after[key] == before[key], key
+    assert "manifest_repaired" in [e["event"] for e in setup.events(before["task_id"])]
+    assert _status_rows(setup)[before["task_id"]]["damaged"] is None
+
+
+def test_a_garbage_manifest_is_reported_and_never_blocks_or_reruns(setup: Setup) -> None:
+    """Two folders with garbage manifests: one whose log ended the task (rebuilt, the garbage
+    kept aside) and one whose log shows a run begun (left byte for byte, ``damaged``). The
+    engine with ``--exit-when-idle`` still exits, and nothing runs again."""
+    setup.write_profile(base_interval=0.3)
+    setup.drop("done.toml", setup.task("done", "print: hi\nexit: 0\n"))
+    assert setup.run().returncode == 0
+    ended = setup.manifests()["done"]
+    folder = setup.state / "tasks" / ended["task_id"]
+    midway = setup.state / "tasks" / "midway-abcdef"
+    shutil.copytree(folder, midway)
+    lines = (midway / "events.jsonl").read_text().splitlines()
+    upto = next(i for i, line in enumerate(lines) if json.loads(line)["event"] == "launched")
+    (midway / "events.jsonl").write_text("\n".join(lines[: upto + 1]) + "\n")
+    for path in (folder / "manifest.json", midway / "manifest.json"):
+        path.write_bytes(b'{"status": "running", "task_id": ')
+
+    rows = _status_rows(setup)
+    assert rows[ended["task_id"]]["status"] == rows["midway-abcdef"]["status"] == "damaged"
+    assert "not a valid manifest" in rows["midway-abcdef"]["damaged"]
+
+    result = setup.run(timeout=30)
+    assert result.returncode == 0
+    assert "midway-abcdef" in result.stderr and "left as it is" in result.stderr
+    assert (setup.project / "fake_runs").read_text() == "1"
+    assert (midway / "manifest.json").read_bytes() == b'{"status": "running", "task_id": '
+    repaired = json.loads((folder / "manifest.json").read_text())
+    assert (repaired["status"], repaired["verdict"]) == ("completed", "PASS")
+    kept = list(folder.glob("manifest.json.damaged-*"))
+    assert len(kept) == 1 and kept[0].read_bytes() == b'{"status": "running", "task_id": '
+    rows = _status_rows(setup)
+    assert rows[ended["task_id"]]["status"] == "completed"
+    assert rows["midway-abcdef"]["status"] == "damaged"
+
+
+def test_a_manifest_garbled_under_a_running_engine_is_rewritten(setup: Setup) -> None:
+    """The engine's own copy replaces a manifest garbled while the task runs (each check
+    raised before, and the task never ended); the garbage is kept aside."""
+    setup.write_profile(base_interval=0.3)
+    setup.drop("t.toml", setup.task("t", "tick: 0.2\nsleep: 2\n"))
+    engine = _start(setup, setup.root / "engine.log")
+    try:
+        wait_for(lambda: setup.manifests().get("t", {}).get("status") == "running")
+        folder = next((setup.state / "tasks").iterdir())
+        (folder / "manifest.json").write_bytes(b"\x00garbage")
+        assert engine.wait(timeout=30) == 0
+    finally:
+        _end(engine)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert (manifest["status"], manifest["verdict"]) == ("completed", "PASS")
+    assert [p.read_bytes() for p in folder.glob("manifest.json.damaged-*")] == [b"\x00garbage"]
