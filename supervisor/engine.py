@@ -45,7 +45,7 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from filelock import FileLock, Timeout
 
-from supervisor import acceptance, claude, control, notify, policy, repair, spool
+from supervisor import acceptance, claude, control, notify, policy, processes, repair, spool
 from supervisor.agentwatch import AgentView, ClaudeWatch
 from supervisor.config import (
     ConfigError,
@@ -874,7 +874,7 @@ class Engine:
                 self.stats["resumed"] += 1
                 self._resume(runtime)
             elif action is A.CLEANUP:
-                self.tmux.close(task.task_id)
+                self._sweep(runtime, self.tmux.close(task.task_id))
                 self._sessions_cache = None
             elif action is A.PAUSE_AGENT:
                 self._signal_agent(task, signal.SIGSTOP)
@@ -1031,6 +1031,21 @@ class Engine:
                 runtime.accepting = False
                 self._kicked.add(runtime.task.task_id)
                 self._kick(f"check:{runtime.task.task_id}")
+
+        self.scheduler.add_job(body, executor="notify")
+
+    def _sweep(self, runtime: Runtime, session: int | None) -> None:
+        """End whatever the task left running (its tmux pane's session members and every
+        carrier of its ``SUPERVISE_TASK_DIR``, see :mod:`supervisor.processes`) on the
+        notify pool: SIGTERM, then SIGKILL after STOP_TIMEOUT s, never on this worker."""
+        task, started = runtime.task, runtime.state.started_at
+
+        def body() -> None:
+            found = processes.task_processes(task.path, [session] if session else [], started)
+            if found:
+                ended, killed = processes.reap(found, STOP_TIMEOUT)
+                task.append_event("processes_ended", pids=ended, killed=killed)
+                log.info("%s: ended %d leftover process(es) %s", task.task_id, len(ended), ended)
 
         self.scheduler.add_job(body, executor="notify")
 

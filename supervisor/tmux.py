@@ -143,18 +143,23 @@ class Tmux:
             "pipe-pane", "-t", f"={session}:", pipe_command(task_dir / "output.log"), check=False
         )
 
-    def close(self, session: str) -> None:
+    def close(self, session: str) -> int | None:
         """Turn pipe-pane off, then kill the session; a missing session is not an error.
 
         Two invocations: tmux refuses pipe-pane on a dead pane, and a failed command would
         stop a chain before ``kill-session``. Killing the session closes the pipe anyway,
         so the capture process (sed) gets EOF and exits: none is left behind. A session
         another engine owns is left running.
+
+        Returns the pane's first PID (the session id every process of its last run shares,
+        see :mod:`supervisor.processes`) when it closed a session, else ``None``.
         """
-        if not self.owns(session):
-            return
+        found = self._describe(session)
+        if found is None or (self.owner is not None and found[0] != self.owner):
+            return None
         self._run("pipe-pane", "-t", f"={session}:", check=False)
         self._run("kill-session", "-t", f"={session}", check=False)
+        return found[1]
 
     def panes(self, everyone: bool = False) -> dict[str, PaneInfo]:
         """Panes of the server in one query, keyed by session name ({} if no server).
@@ -186,12 +191,18 @@ class Tmux:
         """
         if self.owner is None:
             return True
+        found = self._describe(session)
+        return found is None or found[0] == self.owner
+
+    def _describe(self, session: str) -> tuple[str, int | None] | None:
+        """``(owner mark, pane_pid)`` of a session's pane, or ``None`` if there is none."""
         result = self.server.cmd(
-            "display-message", "-p", "-t", f"={session}:", f"#{{{OWNER_OPTION}}}"
+            "display-message", "-p", "-t", f"={session}:", f"#{{pane_pid}}\t#{{{OWNER_OPTION}}}"
         )
-        if result.returncode != 0:
-            return True
-        return "\n".join(result.stdout) == self.owner
+        if result.returncode != 0 or not result.stdout:
+            return None
+        pid, _, owner = "\n".join(result.stdout).partition("\t")
+        return owner, int(pid) if pid.isdigit() else None
 
     def _mark(self, session: str) -> tuple[str, ...]:
         """The chained ``set-option`` that puts the owner mark on a new session."""

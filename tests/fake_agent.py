@@ -19,6 +19,11 @@ into its working directory and exits. What it does is read from cue lines in the
                      xxx...`` (64 KiB writes), as fast as the terminal takes them or, with
                      S, spread evenly over S seconds; then ``flood done N bytes``. Appends
                      ``N SECONDS`` (how long the writes took) to ``flood_times``
+    spawn_orphan: S  start a child that leaves the agent's process group (setpgid),
+                     ignores SIGHUP and SIGTERM and sleeps S seconds, outliving the agent;
+                     its PID goes to ``orphan_pid`` before the agent goes on.
+                     ``spawn_orphan_noenv: S`` does the same with an empty environment
+                     (PID in ``orphan_noenv_pid``)
 
 Runs are counted in ``fake_runs`` in the working directory (a resume is a new run). With
 ``--resume ID`` it prints ``resumed session ID``, like a CLI continuing a conversation.
@@ -34,6 +39,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -60,6 +66,28 @@ def _flood(total: int, seconds: float = 0.0) -> None:
     with open("flood_times", "a", encoding="utf-8") as handle:
         handle.write(f"{total} {took:.6f}\n")
     print(f"\nflood done {total} bytes", flush=True)
+
+
+ORPHAN = (
+    "import os, signal, sys, time\n"
+    "signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "os.setpgid(0, 0)\n"
+    "open(sys.argv[2] + '.tmp', 'w').write(str(os.getpid()))\n"
+    "os.rename(sys.argv[2] + '.tmp', sys.argv[2])\n"
+    "time.sleep(float(sys.argv[1]))\n"
+)
+
+
+def _spawn_orphan(seconds: str, pid_file: str, env: dict[str, str] | None) -> None:
+    """Start an orphan-to-be (see ``spawn_orphan`` above) and wait for its PID file."""
+    subprocess.Popen(
+        [sys.executable, "-c", ORPHAN, seconds, os.path.abspath(pid_file)], env=env,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    end = time.time() + 10
+    while not os.path.exists(pid_file) and time.time() < end:
+        time.sleep(0.01)
 
 
 def main() -> int:
@@ -96,6 +124,10 @@ def main() -> int:
         print("thinking very hard...", flush=True)
         while True:
             time.sleep(3600)
+    for seconds in cues(prompt, "spawn_orphan"):
+        _spawn_orphan(seconds, "orphan_pid", None)
+    for seconds in cues(prompt, "spawn_orphan_noenv"):
+        _spawn_orphan(seconds, "orphan_noenv_pid", {})
     for text in cues(prompt, "color"):
         print(f"\x1b[1;32m{text}\x1b[0m", flush=True)
     for text in cues(prompt, "print"):

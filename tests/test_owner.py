@@ -5,6 +5,7 @@ and no agent descendant left running when a task ends. Real tmux, real processes
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import signal
@@ -270,3 +271,38 @@ def test_a_manifest_garbled_under_a_running_engine_is_rewritten(setup: Setup) ->
     manifest = json.loads((folder / "manifest.json").read_text())
     assert (manifest["status"], manifest["verdict"]) == ("completed", "PASS")
     assert [p.read_bytes() for p in folder.glob("manifest.json.damaged-*")] == [b"\x00garbage"]
+
+
+# ---------------------------------------------------------------- process cleanup
+
+
+def _kill_if_ours(pid_file: Path, since: float) -> None:
+    """Teardown: end a test orphan by PID (only if that PID is still the one we started)."""
+    with contextlib.suppress(OSError, ValueError, psutil.NoSuchProcess):
+        process = psutil.Process(int(pid_file.read_text()))
+        if process.create_time() >= since - 1:
+            process.kill()
+
+
+def test_no_descendant_of_the_agent_survives_the_task(setup: Setup) -> None:
+    """The agent starts two children that leave its process group, ignore SIGHUP and
+    SIGTERM and outlive it (one with an empty environment, found only as a member of the
+    pane's session). After the task ends ``completed``, neither runs (they survived before)."""
+    since = time.time()
+    setup.write_profile(base_interval=0.3)
+    prompt = "spawn_orphan: 120\nspawn_orphan_noenv: 120\nprint: started\nexit: 0\n"
+    setup.drop("t.toml", setup.task("t", prompt))
+    pid_files = [setup.project / "orphan_pid", setup.project / "orphan_noenv_pid"]
+    try:
+        assert setup.run(timeout=60).returncode == 0
+        manifest = setup.manifests()["t"]
+        assert (manifest["status"], manifest["exit_code"]) == ("completed", 0)
+        pids = [int(p.read_text()) for p in pid_files]
+        assert all(pid > 0 for pid in pids)
+        wait_for(lambda: not any(_alive(pid) for pid in pids), timeout=5)
+        swept = [e for e in setup.events(manifest["task_id"]) if e["event"] == "processes_ended"]
+        assert len(swept) == 1 and set(pids) <= set(swept[0]["pids"])
+        assert set(pids) <= set(swept[0]["killed"])  # they ignore SIGTERM: SIGKILL ended them
+    finally:
+        for pid_file in pid_files:
+            _kill_if_ours(pid_file, since)
