@@ -56,7 +56,9 @@ def task_processes(
     """The live processes of a task: members of ``sessions`` (session ids, each a pane's
     first PID) and carriers of ``SUPERVISE_TASK_DIR=task_dir``, created at or after
     ``not_before`` (epoch s, minus :data:`START_SLACK`); never this process or its own
-    children (notifiers, acceptance checks). Zombies are left out (already ended)."""
+    children (notifiers, acceptance checks), nor the session leader (the pane's wrapper,
+    which ends by itself once it has recorded the agent's end; tmux sends it SIGHUP).
+    Zombies are left out (already ended)."""
     marker = f"{TASK_DIR_ENV}={task_dir}".encode()
     wanted = {sid for sid in sessions if sid and sid > 1}
     me, uid = os.getpid(), os.getuid()
@@ -71,6 +73,8 @@ def task_processes(
             continue
         if not_before is not None and (info["create_time"] or 0) < not_before - START_SLACK:
             continue
+        if process.pid in wanted:
+            continue  # the pane's wrapper: it records the agent's end and exits by itself
         try:
             member = os.getsid(process.pid) in wanted
         except OSError:
