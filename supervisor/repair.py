@@ -7,8 +7,8 @@ manifest says or lacks, so a lost manifest is never a reason to run a task again
 a deleted manifest made a finished task run again on restart; a garbage one raised on every
 check and the task vanished from ``supervise status``).
 
-- :func:`damage` names what is wrong, or ``None`` (also ``None`` for a claim a crash cut
-  short: ``task.toml`` moved in, nothing logged yet; the engine finishes that claim).
+- :func:`damage` names what is wrong, or ``None`` (also ``None`` for a claim in progress or
+  cut short by a crash: no manifest and nothing logged yet; the engine finishes that claim).
 - :func:`rebuild` makes the manifest again from ``spec.json`` (the validated task), the
   ``queued`` event (``session_id``, ``created_at``), the ``launched`` and ``resumed``
   events and the terminal event (status, exit code, ``abandon_reason``, ``verdict``,
@@ -34,14 +34,14 @@ DAMAGED = "damaged"
 
 def damage(task: TaskDir) -> str | None:
     """Why ``task``'s manifest cannot be used, in one line, or ``None`` when it is fine (or
-    when the folder is a claim still to finish: ``task.toml`` and no event yet)."""
+    when the folder is a claim still to finish: no manifest and no event yet)."""
     path = task.file(MANIFEST)
     try:
         Manifest.model_validate_json(path.read_bytes())
         return None
     except FileNotFoundError:
-        if task.file("task.toml").exists() and not task.file("events.jsonl").exists():
-            return None  # a claim in progress, or cut short: not damage
+        if not task.file("events.jsonl").exists():
+            return None  # a claim in progress or cut short (the engine finishes it): no loss
         return f"{path} is missing"
     except OSError as exc:
         return f"{path} cannot be read: {exc.strerror or exc}"
