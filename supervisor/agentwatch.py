@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from supervisor import approval, claude, limits, screen
+from supervisor import approval, claude, failures, limits, screen
 from supervisor.config import AgentSpec, ResolvedTask
 from supervisor.streamjson import StreamState
 from supervisor.taskdir import Manifest, TaskDir, utc_iso
@@ -50,6 +50,7 @@ class AgentView:
     limit_resume_at: float | None = None
     limit_reason: str = ""
     turn_ended: bool = False
+    failure: str | None = None
 
 
 class ClaudeWatch:
@@ -77,15 +78,19 @@ class ClaudeWatch:
         self.default_message = default_message
         self.stream = StreamState()
         self.offset = 0
-        extra = manifest.model_extra or {}
-        self.denials: int = int(extra.get("denials") or 0)
-        escalation = extra.get("escalation") or {}
+        # After a restart, pick up what the manifest holds (its declared fields: the
+        # manifest is the one record of them between runs of the engine).
+        claude_facts = manifest.claude or {}
+        self.denials: int = manifest.denials
+        escalation = manifest.escalation or {}
         self.pending_answer: Path | None = (
             Path(escalation["answer"]) if escalation.get("answer") else None
         )
         self.escalation: dict[str, Any] | None = escalation or None
-        self.transcript_path: str | None = (extra.get("claude") or {}).get("transcript_path")
+        self.transcript_path: str | None = claude_facts.get("transcript_path")
         self.turn_ended = False
+        #: The class of the current run's error ending (:mod:`supervisor.failures`).
+        self.failure: str | None = None
         self.limit: tuple[float | None, str] | None = None
         self.screen_hash: str | None = None
         self.screen_changed_at: float | None = None
@@ -95,9 +100,7 @@ class ClaudeWatch:
         self.screen_pending: screen.PermissionPrompt | None = None
         self.exit_sent_at: float | None = None
         #: The latest Notification hook (interactive: waiting for input, idle, ...).
-        self.notification: dict[str, Any] | None = (extra.get("claude") or {}).get(
-            "last_notification"
-        )
+        self.notification: dict[str, Any] | None = claude_facts.get("last_notification")
 
     # ------------------------------------------------------------------ runs
     def new_run(self) -> None:
@@ -111,6 +114,7 @@ class ClaudeWatch:
         self.escalation = None
         self.turn_ended = False
         self.limit = None
+        self.failure = None
         self.screen_hash = None
         self.screen_changed_at = None
         self.prompt_seen = None
@@ -167,10 +171,12 @@ class ClaudeWatch:
                 error = str(data.get("error") or data.get("error_type") or "")
                 text = str(data.get("last_assistant_message") or "")[:300]
                 self.stream.record_error({"status": None, "error": error, "text": text})
+                keys = ("last_assistant_message", "error_details", "message")
+                detail = " ".join(str(data.get(k) or "") for k in keys).strip()
                 if error in LIMIT_ERRORS:
-                    keys = ("last_assistant_message", "error_details", "message")
-                    text = " ".join(str(data.get(k) or "") for k in keys).strip()
-                    self._set_limit(text or error, now, f"StopFailure hook: {error}")
+                    self._set_limit(detail or error, now, f"StopFailure hook: {error}")
+                else:
+                    self.failure = failures.classify_hook_error(error, detail)
         self._read_stream(now)
         resume_at, reason = self.limit if self.limit else (None, "")
         return AgentView(
@@ -180,6 +186,7 @@ class ClaudeWatch:
             limit_resume_at=resume_at,
             limit_reason=reason,
             turn_ended=self.turn_ended,
+            failure=self.failure,
         )
 
     def _record(self, signal: claude.HookSignal) -> None:
@@ -344,6 +351,10 @@ class ClaudeWatch:
             obj = self.stream.feed_line(line)
             if obj is not None and obj.get("type") == "supervise_launch":
                 self.new_run_stream()
+        if self.stream.run_ended and self.stream.is_error and not self.stream.limited:
+            self.failure = failures.classify(
+                self.stream.api_error_status, self.stream.result, self.stream.is_error
+            )
         if self.stream.limited and self.limit is None:
             status = self.stream.api_error_status
             source = f"API error {status}" if status else f"{self.stream.limit_type} limit"
@@ -353,8 +364,9 @@ class ClaudeWatch:
                 self.limit = (self.stream.limit_resets_at, self.limit[1])
 
     def new_run_stream(self) -> None:
-        """A new run started in the stream: a limit seen before it is history."""
+        """A new run started in the stream: a limit or failure seen before it is history."""
         self.limit = None
+        self.failure = None
 
     # ------------------------------------------------------------------ staleness
     def screen_changed(self, text: str, now: float) -> float:

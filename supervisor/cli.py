@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from supervisor.errors import ConfigError
+from supervisor.terminal import escape_controls
 
 if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
@@ -46,7 +47,8 @@ EXIT_NOT_APPLIED = 4
 
 
 def _err(message: str) -> None:
-    print(message, file=sys.stderr)
+    """One line to stderr; control characters from task files or names shown escaped."""
+    print(escape_controls(message), file=sys.stderr)
 
 
 def _profile(path: str) -> LoadedProfile:
@@ -62,11 +64,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     import logging  # only the engine logs; validate and status start faster without it
 
     from supervisor.engine import EngineBusy, run_profile
+    from supervisor.terminal import ControlEscapingFormatter
 
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    handler = logging.StreamHandler()
+    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    handler.setFormatter(ControlEscapingFormatter(fmt))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
     # "skipped: maximum number of running instances" is routine (an event asked for a check
     # while one was running; it runs right after) and is counted in engine-stats.json.
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
@@ -113,7 +116,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             for line in exc.problems:
                 _err(line)
             continue
-        print(f"ok: {path} ({kind})")
+        print(escape_controls(f"ok: {path} ({kind})"))
     return 1 if failures else 0
 
 
@@ -225,7 +228,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     from tabulate import tabulate
 
-    print(tabulate(rows, headers="keys", missingval="-"))
+    safe = [{k: escape_controls(v) if isinstance(v, str) else v for k, v in r.items()}
+            for r in rows]  # fmt: skip
+    print(tabulate(safe, headers="keys", missingval="-"))
     return 0
 
 
@@ -235,7 +240,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     if "/" in args.task_id or not path.exists():
         _err(f"no task {args.task_id!r} in {profile.tasks_dir}; see 'supervise status -c ...'")
         return 1
-    sys.stdout.write(path.read_text(encoding="utf-8"))
+    from supervisor.terminal import escape_json_text
+
+    sys.stdout.write(escape_json_text(path.read_text(encoding="utf-8", errors="replace")))
     return 0
 
 
@@ -333,9 +340,15 @@ def cmd_tail(args: argparse.Namespace) -> int:
     from supervisor.taskdir import TERMINAL, TaskDir
 
     task = TaskDir(folder)
-    sys.stdout.write(task.output_tail(args.lines) + "\n")
+    # output.log is filtered at capture, but a log from an older version or a file put
+    # there by hand is not: escape here as well.
+    sys.stdout.write(escape_controls(task.output_tail(args.lines), keep="\n\t") + "\n")
     if not args.follow:
         return 0
+    import codecs
+
+    # Incremental: a UTF-8 character split across two reads is decoded whole.
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     log_path = folder / "output.log"
     position = log_path.stat().st_size if log_path.exists() else 0
     while True:
@@ -344,7 +357,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
                 handle.seek(position)
                 chunk = handle.read()
             position += len(chunk)
-            sys.stdout.write(chunk.decode("utf-8", errors="replace"))
+            sys.stdout.write(escape_controls(decoder.decode(chunk), keep="\n\t"))
             sys.stdout.flush()
         elif task.read_manifest().status in TERMINAL:
             return 0

@@ -108,6 +108,20 @@ class Runtime:
         return self.resolved.policy
 
 
+#: Events that record why ``supervise`` stopped or left an agent before it acts on it.
+INTENTS = frozenset({"crashed", "hung", "waiting"})
+
+
+def escalation_state(manifest: Manifest, status: str) -> dict[str, Any]:
+    """The policy's escalation fields (``escalation`` reason, ``paused``) from the
+    manifest's declared ``escalation`` object, for adoption after a restart."""
+    record = manifest.escalation if status == "escalated" else None
+    if not record:
+        return {"escalation": None, "paused": False}
+    return {"escalation": str(record.get("reason") or "escalated"),
+            "paused": bool(record.get("paused"))}  # fmt: skip
+
+
 def expand_argv(template: list[str], values: dict[str, str]) -> list[str]:
     """Replace ``{name}`` placeholders in each argv element, in one pass.
 
@@ -511,23 +525,24 @@ class Engine:
         resume_at = parse_iso(manifest.resume_at)
         # The event log runs ahead of the manifest (write-ahead): trust its last word.
         last = next(
-            (e for e in reversed(events) if e.get("event") in {*TERMINAL, "crashed", "hung",
-                                                              "resumed"}),
+            (e for e in reversed(events) if e.get("event") in {*TERMINAL, *INTENTS, "resumed"}),
             None,
-        )  # fmt: skip
+        )
         if last is not None and last["event"] == "resumed":  # died after deciding to resume
             status, launched_at, resume_at = "running", parse_iso(last["ts"]), None
-        extra = manifest.model_extra or {}
-        escalation = extra.get("escalation") if status == "escalated" else None
+        elif last is not None and last["event"] in INTENTS and status != last["event"]:
+            # We died after recording a stop's intent, before the manifest said so: the
+            # agent's exit since then answers that stop; resume without more backoff.
+            status, resume_at = last["event"], None
         state = policy.TaskState(
             status=status,
             started_at=started,
             launched_at=launched_at,
             retry_count=max(manifest.retry_count, resumes),
             resume_at=resume_at,
-            escalation=(escalation or {}).get("reason") if escalation else None,
-            paused=bool((escalation or {}).get("paused")),
-            limit_waits=int(extra.get("limit_waits") or 0),
+            **escalation_state(manifest, status),
+            limit_waits=manifest.limit_waits,
+            transient_waits=manifest.transient_waits,
         )
         runtime = self._runtime(task, resolved, state, manifest)
         self.live[task.task_id] = runtime
@@ -701,7 +716,7 @@ class Engine:
         runtime.state = policy.TaskState(status="running", started_at=now, launched_at=now)
         self.live[runtime.task.task_id] = runtime
         decision = policy.Decision(
-            state=policy.TaskState(status="failed", started_at=now),
+            state=policy.TaskState(status="failed", started_at=now, failure_reason="launch"),
             actions=(policy.Action.FINISH, policy.Action.CLEANUP, policy.Action.NOTIFY),
             events=("failed",),
             reason=f"tmux could not start the session: {exc}",
@@ -773,7 +788,7 @@ class Engine:
         rotated = task.rotate_output(pol.max_log_bytes, pol.log_backups)
         if rotated and task.task_id in self._sessions():
             self.tmux.repipe(task.task_id, task.path)
-        signals = observe(task, runtime.state.launched_at)
+        signals = observe(task)
         signals = dataclasses.replace(
             signals,
             stop_requested="stop" in runtime.requests,
@@ -830,6 +845,7 @@ class Engine:
             limit_resume_at=view.limit_resume_at,
             limit_reason=view.limit_reason,
             turn_ended=view.turn_ended,
+            failure=view.failure,
         )
 
     def _apply(self, runtime: Runtime, decision: policy.Decision, now: float) -> None:
@@ -917,7 +933,9 @@ class Engine:
             for key, value in report.items():
                 setattr(m, key, value)
             m.limit_waits = state.limit_waits
+            m.transient_waits = state.transient_waits
             if finished:
+                m.failure_reason = state.failure_reason  # type: ignore[assignment]
                 m.finished_at = finished_at
                 m.exit_code = exit_code
                 m.signal = task.read_int("signal")
@@ -984,6 +1002,7 @@ class Engine:
             "task_name": manifest.task_name,
             "status": manifest.status,
             "reason": manifest.abandon_reason or why,
+            "failure_reason": manifest.failure_reason,
             "exit_code": manifest.exit_code,
             "retry_count": manifest.retry_count,
             "task_dir": manifest.tmpdir,

@@ -4,6 +4,8 @@ It receives the event as one JSON object on stdin and the same facts as ``SUPERV
 environment variables. Argv elements may use ``{message}``, ``{task_id}``, ``{task_name}``,
 ``{status}``, ``{reason}``, ``{exit_code}``, ``{retry_count}`` and ``{task_dir}``; each is
 substituted inside its own argv element, so values never become extra arguments or code.
+Values in argv and in the environment are for display: control characters from agent output
+or task files are escaped there (:mod:`supervisor.terminal`); the JSON on stdin is exact.
 The seed sent ``openclaw system event --text "..." --mode now`` fire-and-forget; here a
 failure or a timeout is logged and never blocks or undoes the task's cleanup.
 """
@@ -19,23 +21,40 @@ import signal
 import subprocess
 from typing import Any
 
+from supervisor.terminal import escape_controls
+
 log = logging.getLogger("supervise.notify")
 _FIELD_RE = re.compile(r"\{([a-z_]+)\}")
 
 
 def message_for(event: dict[str, Any]) -> str:
-    """One-line human summary, e.g. ``supervise: task fix-bug-1a2b3c failed (exit 3)``."""
+    """One-line human summary, e.g. ``supervise: task fix-bug-1a2b3c failed (exit 1, billing):
+    done-file with exit code 1 (billing)``, with control characters escaped (one line, safe
+    on a terminal)."""
     text = f"supervise: task {event.get('task_id')} {event.get('status')}"
+    details = []
     if event.get("exit_code") is not None:
-        text += f" (exit {event['exit_code']})"
+        details.append(f"exit {event['exit_code']}")
+    if event.get("failure_reason"):
+        details.append(str(event["failure_reason"]))
+    if details:
+        text += f" ({', '.join(details)})"
     if event.get("reason"):
         text += f": {event['reason']}"
-    return text
+    return escape_controls(text)
+
+
+def _display(key: str, value: Any) -> str:
+    """A field as shown to a person: ``""`` for None, controls escaped; ``last_lines``
+    keeps its newlines and tabs."""
+    if value is None:
+        return ""
+    return escape_controls(str(value), keep="\n\t" if key == "last_lines" else "")
 
 
 def expand(argv: list[str], event: dict[str, Any]) -> list[str]:
     """Substitute ``{field}`` placeholders from ``event`` in each argv element, once."""
-    values = {k: "" if v is None else str(v) for k, v in event.items()}
+    values = {k: _display(k, v) for k, v in event.items()}
     values["message"] = message_for(event)
     return [_FIELD_RE.sub(lambda m: values.get(m.group(1), m.group(0)), item) for item in argv]
 
@@ -55,7 +74,7 @@ def run_notifier(argv: list[str], event: dict[str, Any], timeout: float) -> int 
     command = expand(argv, event)
     env = dict(os.environ)
     for key, value in event.items():
-        env[f"SUPERVISE_{key.upper()}"] = "" if value is None else str(value)
+        env[f"SUPERVISE_{key.upper()}"] = _display(key, value)
     env["SUPERVISE_MESSAGE"] = message_for(event)
     payload = json.dumps({**event, "message": message_for(event)}).encode()
     try:

@@ -36,7 +36,10 @@ State table (like supervisord's process states; "stop" = stop the agent's proces
     running       done-file exit 0, [acceptance] declared   verifying   cleanup, accept
     verifying     acceptance result                         completed   end (verdict PASS/FAIL)
     running       usage/rate limit (429/529, limit text)    waiting     stop, wait resume_at
+    running       done-file, run ended on a transient API   waiting     wait backoff
+                  or network failure (5xx, refused, DNS)
     waiting       resume_at reached                         running     resume (retries unchanged)
+    hung          done-file (the agent answered our stop)   (ignored)   the stop's intent wins
     running       permission escalated / circuit breaker    escalated   notify (pause if no request)
     escalated     operator: supervise approve               running     answer allow / continue
     escalated     operator: supervise deny                  running     answer deny
@@ -45,6 +48,16 @@ State table (like supervisord's process states; "stop" = stop the agent's proces
 
 An escalated task is never judged stale (it waits for a human); a waiting task is neither
 stale nor crashed (its agent was stopped on purpose). The deadline applies to both.
+
+A stop that ``supervise`` causes is never the task's own ending: the intent (hung, crashed,
+waiting, an operator's resume) is recorded in the state, and in ``events.jsonl``, before the
+agent is signalled. Claude Code traps SIGTERM and exits 143 by itself, and exits 129 on
+SIGHUP (measured, ``../shared/notes/real-world-facts.md``), so its wrapper then writes a
+done-file: in those states the done-file is the answer to our stop, not a result.
+
+A ``failed`` ending carries a ``failure_reason`` (:mod:`supervisor.failures`): ``auth``,
+``billing``, ``invalid_request``, ``agent_error``, or ``exit_code`` when the agent said
+nothing more than its exit code.
 Every terminal state carries a ``verdict`` (seed 003): ``PASS`` (completed, acceptance
 passed or none declared), ``FAIL`` (failed, or acceptance failed), ``ESCALATE`` (ended
 while escalated), ``TIMEOUT`` (deadline) or ``ABANDONED``.
@@ -61,6 +74,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from supervisor.config import MonitorPolicy
+from supervisor.failures import TRANSIENT
 
 #: Seconds to wait, after the agent's PID is seen gone, for the wrapper to write the
 #: done-file before calling it a crash (the wrapper writes ``exit_code`` then ``done``
@@ -112,6 +126,12 @@ class TaskState:
         paused: the escalation paused the agent (SIGSTOP) rather than holding a request.
         limit_waits: usage/rate-limit waits so far (they never count as retries).
         verdict: set with a terminal status: PASS, FAIL, ESCALATE, TIMEOUT or ABANDONED.
+        active_since: when the agent last became active again without a new run (an
+            answered escalation); output age never counts from before it. The run itself
+            is the same, so ``launched_at`` does not move.
+        transient_waits: waits after transient API or network failures so far (never
+            retries; they set the backoff of the next such wait).
+        failure_reason: set with status ``failed``: a :data:`supervisor.failures.FAILURE_REASONS`.
     """
 
     status: str
@@ -128,6 +148,9 @@ class TaskState:
     paused: bool = False
     limit_waits: int = 0
     verdict: str | None = None
+    active_since: float | None = None
+    transient_waits: int = 0
+    failure_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -156,6 +179,9 @@ class Signals:
         acceptance: the acceptance result (``True`` pass, ``False`` fail), ``None`` if none.
         acceptance_running: the acceptance check is running now.
         turn_ended: an interactive agent finished its turn (Stop hook) and idles.
+        failure: the class of the run's error ending as the agent reported it
+            (:func:`supervisor.failures.classify`): ``transient`` or a failure reason;
+            ``None`` when it reported none.
     """
 
     now: float
@@ -178,6 +204,7 @@ class Signals:
     acceptance: bool | None = None
     acceptance_running: bool = False
     turn_ended: bool = False
+    failure: str | None = None
 
 
 @dataclass(frozen=True)
@@ -263,11 +290,16 @@ def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisi
     if state.status == "waiting":
         return _waiting(state, signals, policy)
 
-    # Layer 1: the done-file always wins (a run that ended on a usage limit is not an end:
-    # it waits, below, after the deadline and the operator have had their say).
+    # Layer 1: the done-file always wins (a run that ended on a usage limit or a transient
+    # failure is not an end: it waits, below, after the deadline and the operator have had
+    # their say). Once a task is hung, we stopped its agent, and a done-file is the agent's
+    # answer to that stop (the real CLI exits 143 on SIGTERM), whatever its code: the
+    # recorded intent (resume) wins. A crash is only declared when no done-file came.
     code = signals.exit_code if signals.exit_code is not None else -1
+    own_run = state.status != "hung"
     limited_end = code != 0 and signals.limit and state.status == "running"
-    if signals.done and not limited_end:
+    transient_end = code != 0 and signals.failure == TRANSIENT and state.status == "running"
+    if signals.done and own_run and not limited_end and not transient_end:
         if code == 0 and signals.has_acceptance:
             new = replace(
                 state, status="verifying", exit_code=0, stale_since=None, gone_since=None,
@@ -281,16 +313,18 @@ def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisi
                 reason="done-file with exit code 0; running the acceptance check",
             )
         status = "completed" if code == 0 else "failed"
+        failure = None if code == 0 else (signals.failure or "exit_code")
         new = replace(
             state, status=status, exit_code=code, stale_since=None, gone_since=None,
             resume_at=None, escalation=None, paused=False,
-            verdict="PASS" if code == 0 else "FAIL",
+            verdict="PASS" if code == 0 else "FAIL", failure_reason=failure,
         )  # fmt: skip
+        why = f"done-file with exit code {code}" + (f" ({failure})" if failure else "")
         return Decision(
             state=new,
             actions=(Action.FINISH, Action.CLEANUP, Action.NOTIFY),
             events=(status,),
-            reason=f"done-file with exit code {code}",
+            reason=why,
         )
 
     # Deadline, counted from the first launch; then the operator's requests.
@@ -317,6 +351,8 @@ def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisi
 
     if state.status == "running" and signals.limit:
         return _wait_limit(state, signals, policy)
+    if transient_end and signals.done:
+        return _wait_transient(state, signals, policy)
     if state.status == "running" and signals.escalate:
         new = replace(
             state, status="escalated", escalation=signals.escalate,
@@ -386,7 +422,7 @@ def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisi
         )
 
     # Layer 3: output staleness, with a grace period.
-    last_output = max(signals.output_mtime or launched, launched)
+    last_output = max(signals.output_mtime or launched, launched, state.active_since or launched)
     age = now - last_output
     if age > policy.stale_after:
         if state.stale_since is None:
@@ -440,6 +476,7 @@ def _resume(
         status="running",
         retry_count=state.retry_count + (1 if counts else 0),
         launched_at=now,
+        active_since=None,
         stale_since=None,
         gone_since=None,
         resume_at=None,
@@ -480,8 +517,9 @@ def _verifying(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Dec
 
 
 def _waiting(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decision:
-    """Waiting out a usage limit. The agent was stopped on purpose, so its exit, done-file
-    or silence mean nothing now; only the deadline and the operator count."""
+    """Waiting out a usage limit or a transient failure. The agent was stopped on purpose
+    (or had already ended), so its exit, done-file or silence mean nothing now; only the
+    deadline and the operator count."""
     now = signals.now
     if state.started_at is not None and now - state.started_at >= policy.deadline:
         return _abandon(state, "deadline", f"deadline of {policy.deadline:g} s passed")
@@ -493,9 +531,9 @@ def _waiting(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decis
         return Decision(
             state=state,
             next_check=_bounded(state.resume_at - now, state, now, policy),
-            reason=f"usage limit; resuming in {state.resume_at - now:.1f} s",
+            reason=f"waiting; resuming in {state.resume_at - now:.1f} s",
         )
-    return _resume(state, now, policy, stop_first=False, by="the usage-limit reset", counts=False)
+    return _resume(state, now, policy, stop_first=False, by="the end of the wait", counts=False)
 
 
 def _wait_limit(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decision:
@@ -524,13 +562,39 @@ def _wait_limit(state: TaskState, signals: Signals, policy: MonitorPolicy) -> De
     )
 
 
+def _wait_transient(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decision:
+    """The run ended on a transient API or network failure after the agent's own retries:
+    wait a backoff (``min(base * 2**n, max)`` over the transient waits so far), then resume
+    the same session. Never counts against ``max_retries``; the deadline still applies."""
+    now = signals.now
+    wait = backoff(state.transient_waits, policy)
+    new = dataclasses.replace(
+        state,
+        status="waiting",
+        resume_at=now + wait,
+        transient_waits=state.transient_waits + 1,
+        stale_since=None,
+        gone_since=None,
+    )
+    return Decision(
+        state=new,
+        actions=(Action.NOTIFY,),
+        events=("waiting",),
+        next_check=_bounded(wait, new, now, policy),
+        reason=f"transient API or network failure (exit {signals.exit_code}); resuming the "
+        f"same session after a {wait:g} s backoff",
+    )
+
+
 def _answered(state: TaskState, signals: Signals, now: float, policy: MonitorPolicy) -> Decision:
     """An operator answered an escalation with ``supervise approve`` or ``deny``."""
     approve = signals.approve_requested
     if state.paused and not approve:
         return _abandon(state, "denied", "the operator denied the paused escalation")
+    # The same run goes on: launched_at (and so the PID-reuse guard) stays; only output age
+    # counts afresh, since the agent was silent while it waited for the human.
     new = dataclasses.replace(
-        state, status="running", escalation=None, paused=False, launched_at=now, stale_since=None
+        state, status="running", escalation=None, paused=False, active_since=now, stale_since=None
     )
     if state.paused:
         actions: tuple[Action, ...] = (Action.CONTINUE_AGENT,)

@@ -1,8 +1,13 @@
 """Observing one task: the facts the policy needs, read from the task directory and /proc.
 
 Layer 1 is the done-file; layer 2 is PID liveness through psutil, guarded against PID reuse
-(a process created before our launch cannot be our agent) and counting a zombie as dead;
-layer 3 is the mtime of ``output.log``.
+by the process's own start time and counting a zombie as dead; layer 3 is the mtime of
+``output.log``.
+
+The PID-reuse guard: the wrapper forks the agent and then writes ``pid``, so our agent was
+created before that file's mtime. A process with that PID created later is another one that
+reused the number after ours ended. The guard depends on nothing the engine changes while
+the run goes on (an answered escalation keeps the same run), and survives an engine restart.
 """
 
 from __future__ import annotations
@@ -19,37 +24,41 @@ from supervisor.taskdir import TaskDir
 CREATE_TIME_SLACK = 1.0
 
 
-def pid_alive(pid: int, not_before: float | None = None) -> bool:
-    """True when ``pid`` runs and is not a zombie.
+def pid_alive(pid: int, written_at: float | None = None) -> bool:
+    """True when ``pid`` runs, is not a zombie, and is the process the ``pid`` file named.
 
     Args:
         pid: the process id.
-        not_before: epoch seconds; a process created earlier than this (minus
-            :data:`CREATE_TIME_SLACK`) is a reused PID, not ours, and counts as dead.
+        written_at: epoch seconds when the wrapper wrote the ``pid`` file. A process
+            created after it (plus :data:`CREATE_TIME_SLACK`) reused the PID and counts as
+            dead. ``None``: no guard.
     """
     try:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:
             return False
-        return not (
-            not_before is not None and process.create_time() < not_before - CREATE_TIME_SLACK
-        )
+        return written_at is None or process.create_time() <= written_at + CREATE_TIME_SLACK
     except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
         return False
 
 
-def observe(task: TaskDir, launched_at: float | None, now: float | None = None) -> Signals:
+def observe(task: TaskDir, now: float | None = None) -> Signals:
     """Read the three layers for ``task``.
 
     Args:
         task: the task directory.
-        launched_at: epoch seconds of the latest launch/resume (PID-reuse guard).
         now: epoch seconds to stamp the observation with (default: the clock).
     """
     done = task.done()
     exit_code = task.read_int("exit_code")
     pid = task.read_int("pid")
-    alive = None if pid is None else pid_alive(pid, launched_at)
+    alive = None
+    if pid is not None:
+        try:
+            written_at: float | None = task.file("pid").stat().st_mtime
+        except FileNotFoundError:  # cleared by a relaunch since the read
+            written_at = None
+        alive = pid_alive(pid, written_at)
     return Signals(
         now=time.time() if now is None else now,
         done=done,

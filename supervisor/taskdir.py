@@ -77,7 +77,10 @@ class Manifest(BaseModel):
     (the UUID passed as ``{session_id}``), ``abandon_reason``, ``created_at``, ``signal``
     (set when the agent was killed by a signal), ``launched_at`` (latest launch or resume),
     ``resume_at`` (when a crashed, hung or waiting task is due to resume), ``verdict`` and
-    ``summary`` (set at the end: seed 003's verdict and one paragraph on the outcome).
+    ``summary`` (set at the end: seed 003's verdict and one paragraph on the outcome),
+    ``failure_reason`` (with status ``failed``: ``auth``, ``billing``, ``invalid_request``,
+    ``agent_error``, ``exit_code`` or ``launch``; see :mod:`supervisor.failures`) and
+    ``transient_waits`` (waits after transient API or network failures, never retries).
     Claude Code tasks also carry ``claude`` (session id, final result text, is_error,
     num_turns, total_cost_usd, api_retries, api_errors, transcript_path), ``denials``
     (the circuit breaker's count), ``escalation`` (what waits for a human) and
@@ -114,6 +117,10 @@ class Manifest(BaseModel):
     escalation: dict[str, Any] | None = None
     denials: int = 0
     limit_waits: int = 0
+    transient_waits: int = 0
+    failure_reason: (
+        Literal["auth", "billing", "invalid_request", "agent_error", "exit_code", "launch"] | None
+    ) = None
     acceptance: dict[str, Any] | None = None
 
 

@@ -136,3 +136,8 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 20, every: float = 0
             return value
         time.sleep(every)
     raise AssertionError(f"condition not met within {timeout} s")
+
+
+def pytest_report_header() -> str:
+    """The locale the tests (and their tmux servers and capture filters) run under."""
+    return f"locale: LC_ALL={os.environ.get('LC_ALL', '')} LANG={os.environ.get('LANG', '')}"

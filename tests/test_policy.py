@@ -140,14 +140,6 @@ class TestDoneFile:
             TaskState("crashed", T0, T0, retry_count=1, resume_at=T0 + 50),
             dict(now=T0 + 100, agent_alive=False),
         ),
-        "hung, backoff pending": (
-            TaskState("hung", T0, T0, retry_count=2, resume_at=T0 + 1000),
-            dict(now=T0 + 100, agent_alive=True, output_mtime=T0),
-        ),
-        "hung, backoff elapsed": (
-            TaskState("hung", T0, T0, retry_count=2, resume_at=T0 + 50),
-            dict(now=T0 + 100, agent_alive=True, output_mtime=T0),
-        ),
         "crashed at max_retries": (
             TaskState("crashed", T0, T0, retry_count=3, resume_at=T0 + 50),
             dict(now=T0 + 100, agent_alive=False),
@@ -174,6 +166,33 @@ class TestDoneFile:
         assert decision.state.abandon_reason is None
         assert decision.actions == END
         assert decision.events == (decision.state.status,)
+
+    # A hung task's agent was stopped by us: the real CLI answers SIGTERM with exit 143
+    # (and a done-file), a generic agent may exit with any code. That is not the task's end.
+    HUNG: ClassVar[dict[str, tuple[TaskState, dict]]] = {
+        "hung, backoff pending": (
+            TaskState("hung", T0, T0, retry_count=2, resume_at=T0 + 1000),
+            dict(now=T0 + 100, agent_alive=False, output_mtime=T0),
+        ),
+        "hung, backoff elapsed": (
+            TaskState("hung", T0, T0, retry_count=2, resume_at=T0 + 50),
+            dict(now=T0 + 100, agent_alive=False, output_mtime=T0),
+        ),
+    }
+
+    @pytest.mark.parametrize("code", [0, 1, 129, 143])
+    @pytest.mark.parametrize("case", list(HUNG))
+    def test_a_hung_agent_answering_our_stop_is_resumed_not_ended(self, case, code):
+        state, signal_fields = self.HUNG[case]
+        decision = decide(state, Signals(done=True, exit_code=code, **signal_fields), P)
+        if state.resume_at > signal_fields["now"]:
+            assert decision.state == state
+            assert decision.actions == ()
+        else:
+            assert decision.state.status == "running"
+            assert decision.state.retry_count == state.retry_count + 1
+            assert decision.actions == (Action.RESUME,)
+            assert decision.events == ("resumed",)
 
 
 # ============================================================================ deadline
@@ -1297,8 +1316,9 @@ def check_decision(state: TaskState, sig: Signals, policy: MonitorPolicy, decisi
         return
     assert live
 
-    # (a) the done-file wins over everything.
-    if sig.done:
+    # (a) the done-file wins over everything, except in a hung task, where it is the
+    # agent's answer to our own stop.
+    if sig.done and state.status != "hung":
         assert new.status in ("completed", "failed")
         assert new.status == ("completed" if sig.exit_code == 0 else "failed")
         if sig.exit_code is not None:
@@ -1399,6 +1419,11 @@ def test_invariants_single_step(state, sig, policy):
 def test_done_never_resumes_or_stops(state, sig, policy):
     sig = dataclasses.replace(sig, done=True)
     decision = decide(state, sig, policy)
+    if state.status == "hung":  # we stopped it: its done-file answers that stop
+        assert decision.state.status in ("hung", "running", "abandoned")
+        stops_ok = decision.state.status == "abandoned" or sig.resume_requested
+        assert A.STOP_AGENT not in decision.actions or stops_ok
+        return
     if state.status in LIVE:
         assert decision.state.status in ("completed", "failed")
     elif state.status == "queued" and sig.stop_requested:
