@@ -1,10 +1,9 @@
 """What is left of a task's processes when it ends, and ending it (issue 10: a grandchild
 that left the agent's process group, or ignored SIGHUP, survived the task's end).
 
-A task's processes are found two ways, both cheap enough for once per task end (a scan of
-``/proc``: about 0.1 ms for the session ids and 2 ms for the environments of 120
-processes, measured here; ``psutil.Process.children(recursive=True)`` on every check would
-cost 7 ms per task and check instead):
+A task's processes are found two ways, in one scan of ``/proc`` per task end (no cost
+while the task runs; ``psutil.Process.children(recursive=True)`` on every check measured
+7 ms per task and check here):
 
 - members of the agent's **session**: tmux makes each pane's first process (our wrapper) a
   session leader (``setsid``), so the agent and everything it starts share the session id
@@ -31,6 +30,7 @@ import os
 import signal
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -61,31 +61,63 @@ def task_processes(
     Zombies are left out (already ended)."""
     marker = f"{TASK_DIR_ENV}={task_dir}".encode()
     wanted = {sid for sid in sessions if sid and sid > 1}
-    me, uid = os.getpid(), os.getuid()
-    table = list(psutil.process_iter(["ppid", "uids", "create_time", "status"]))
-    parents = {p.pid: p.info["ppid"] for p in table}
+    me = os.getpid()
+    table = _proc_table()
+    parents = {pid: row.ppid for pid, row in table.items()}
+    boot = psutil.boot_time()
     found = []
-    for process in table:
-        info = process.info
-        if info["uids"] is None or info["uids"].real != uid or _descends(process.pid, me, parents):
-            continue  # another user's, or the engine's own (a notifier carries the marker too)
-        if info["status"] == psutil.STATUS_ZOMBIE:
+    for pid, row in table.items():
+        if row.state == "Z" or pid in wanted or _descends(pid, me, parents):
+            continue  # ended; the pane's wrapper (it exits by itself); the engine's own
+        if not_before is not None and boot + row.started < not_before - START_SLACK:
             continue
-        if not_before is not None and (info["create_time"] or 0) < not_before - START_SLACK:
-            continue
-        if process.pid in wanted:
-            continue  # the pane's wrapper: it records the agent's end and exits by itself
-        try:
-            member = os.getsid(process.pid) in wanted
-        except OSError:
-            continue
+        if row.session in wanted:
+            member = True
+        else:
+            environ = _environ(pid)
+            member = environ.startswith(marker + b"\0") or b"\0" + marker + b"\0" in environ
         if member:
-            found.append(process)
-            continue
-        environ = _environ(process.pid)
-        if environ.startswith(marker + b"\0") or b"\0" + marker + b"\0" in environ:
-            found.append(process)
+            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+                found.append(psutil.Process(pid))
     return found
+
+
+@dataclass(frozen=True)
+class _Row:
+    """What ``/proc/PID/stat`` says about one process (proc(5)): state letter, parent,
+    session id, and start time in seconds after boot."""
+
+    state: str
+    ppid: int
+    session: int
+    started: float
+
+
+def _proc_table() -> dict[int, _Row]:
+    """This user's processes from ``/proc`` (one ``stat`` and one read each). With the
+    environment reads, a whole :func:`task_processes` took 2.9 ms for 72 processes here,
+    against 8.1 ms through ``psutil.process_iter``."""
+    uid, ticks = os.getuid(), os.sysconf("SC_CLK_TCK")
+    table = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid != uid:
+                continue
+            with open(f"/proc/{entry.name}/stat", "rb") as handle:
+                raw = handle.read()
+        except OSError:
+            continue  # ended meanwhile
+        # proc(5): "pid (comm) state ppid pgrp session ..."; comm may hold spaces and ")".
+        fields = raw[raw.rindex(b")") + 2 :].split()
+        table[int(entry.name)] = _Row(
+            state=fields[0].decode(),
+            ppid=int(fields[1]),
+            session=int(fields[3]),
+            started=int(fields[19]) / ticks,
+        )
+    return table
 
 
 def _descends(pid: int, ancestor: int, parents: dict[int, int | None]) -> bool:

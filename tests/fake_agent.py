@@ -23,7 +23,8 @@ into its working directory and exits. What it does is read from cue lines in the
                      ignores SIGHUP and SIGTERM and sleeps S seconds, outliving the agent;
                      its PID goes to ``orphan_pid`` before the agent goes on.
                      ``spawn_orphan_noenv: S`` does the same with an empty environment
-                     (PID in ``orphan_noenv_pid``)
+                     (PID in ``orphan_noenv_pid``); ``spawn_orphan_setsid: S`` leaves the
+                     session instead (``setsid``; PID in ``orphan_setsid_pid``)
 
 Runs are counted in ``fake_runs`` in the working directory (a resume is a new run). With
 ``--resume ID`` it prints ``resumed session ID``, like a CLI continuing a conversation.
@@ -72,17 +73,19 @@ ORPHAN = (
     "import os, signal, sys, time\n"
     "signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
     "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-    "os.setpgid(0, 0)\n"
+    "os.setsid() if sys.argv[3] == 'setsid' else os.setpgid(0, 0)\n"
     "open(sys.argv[2] + '.tmp', 'w').write(str(os.getpid()))\n"
     "os.rename(sys.argv[2] + '.tmp', sys.argv[2])\n"
     "time.sleep(float(sys.argv[1]))\n"
 )
 
 
-def _spawn_orphan(seconds: str, pid_file: str, env: dict[str, str] | None) -> None:
+def _spawn_orphan(
+    seconds: str, pid_file: str, env: dict[str, str] | None, how: str = "setpgid"
+) -> None:
     """Start an orphan-to-be (see ``spawn_orphan`` above) and wait for its PID file."""
     subprocess.Popen(
-        [sys.executable, "-c", ORPHAN, seconds, os.path.abspath(pid_file)], env=env,
+        [sys.executable, "-c", ORPHAN, seconds, os.path.abspath(pid_file), how], env=env,
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     end = time.time() + 10
@@ -128,6 +131,8 @@ def main() -> int:
         _spawn_orphan(seconds, "orphan_pid", None)
     for seconds in cues(prompt, "spawn_orphan_noenv"):
         _spawn_orphan(seconds, "orphan_noenv_pid", {})
+    for seconds in cues(prompt, "spawn_orphan_setsid"):
+        _spawn_orphan(seconds, "orphan_setsid_pid", None, "setsid")
     for text in cues(prompt, "color"):
         print(f"\x1b[1;32m{text}\x1b[0m", flush=True)
     for text in cues(prompt, "print"):

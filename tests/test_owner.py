@@ -285,14 +285,19 @@ def _kill_if_ours(pid_file: Path, since: float) -> None:
 
 
 def test_no_descendant_of_the_agent_survives_the_task(setup: Setup) -> None:
-    """The agent starts two children that leave its process group, ignore SIGHUP and
-    SIGTERM and outlive it (one with an empty environment, found only as a member of the
-    pane's session). After the task ends ``completed``, neither runs (they survived before)."""
+    """The agent starts three children that ignore SIGHUP and SIGTERM and outlive it: two
+    leave its process group (one with an empty environment, found only as a member of the
+    pane's session), one leaves the session (``setsid``, found by its inherited
+    ``SUPERVISE_TASK_DIR``). After the task ends ``completed``, none runs (all survived
+    before)."""
     since = time.time()
     setup.write_profile(base_interval=0.3)
-    prompt = "spawn_orphan: 120\nspawn_orphan_noenv: 120\nprint: started\nexit: 0\n"
+    prompt = (
+        "spawn_orphan: 120\nspawn_orphan_noenv: 120\nspawn_orphan_setsid: 120\n"
+        "print: started\nexit: 0\n"
+    )
     setup.drop("t.toml", setup.task("t", prompt))
-    pid_files = [setup.project / "orphan_pid", setup.project / "orphan_noenv_pid"]
+    pid_files = [setup.project / f"orphan{kind}_pid" for kind in ("", "_noenv", "_setsid")]
     try:
         assert setup.run(timeout=60).returncode == 0
         manifest = setup.manifests()["t"]
