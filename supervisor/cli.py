@@ -63,7 +63,7 @@ def _profile(path: str) -> LoadedProfile:
 def cmd_run(args: argparse.Namespace) -> int:
     import logging  # only the engine logs; validate and status start faster without it
 
-    from supervisor.engine import EngineBusy, run_profile
+    from supervisor.engine import EngineBusy, UnsafeSpool, run_profile
     from supervisor.terminal import ControlEscapingFormatter
 
     handler = logging.StreamHandler()
@@ -76,7 +76,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     profile = _profile(args.profile)
     try:
         return run_profile(profile, exit_when_idle=args.exit_when_idle)
-    except EngineBusy as exc:
+    except (EngineBusy, UnsafeSpool) as exc:
         _err(f"supervise run: {exc}")
         return 1
 

@@ -80,6 +80,14 @@ _ALIAS_RE = re.compile(r"^[a-z]+$")
 # --------------------------------------------------------------------------- models
 
 
+def error_message(item: Any) -> str:
+    """The text of one pydantic error (an ``ErrorDetails``) for a problem line; the
+    :data:`MAX_SECONDS` bound is said in words."""
+    if item["type"] == "less_than_equal" and (item.get("ctx") or {}).get("le") == MAX_SECONDS:
+        return f"at most {MAX_SECONDS:.0f} seconds (1 year) is allowed; give fewer"
+    return str(item["msg"]).removeprefix("Value error, ")
+
+
 def _argv_placeholders_ok(argv: list[str], allowed: tuple[str, ...] = PLACEHOLDERS) -> list[str]:
     for item in argv:
         for name in _PLACEHOLDER_RE.findall(item):
@@ -101,10 +109,28 @@ def _split_argv(value: Any) -> Any:
     return value
 
 
+#: Largest prompt in bytes of UTF-8, inline or in a file (a prompt is text for a model, not a
+#: data set).
+MAX_PROMPT_BYTES = 10 * 1024 * 1024
+#: Largest task file read, in bytes: a prompt at its limit plus room for the other keys. Checked
+#: with ``fstat`` before reading, so a 200 MB file costs nothing (it once blocked the engine
+#: for 23 s at 648 MB RSS).
+MAX_TASK_FILE_BYTES = MAX_PROMPT_BYTES + 1024 * 1024
+
+#: Longest interval, deadline or timeout accepted anywhere, in seconds (365 days). Beyond
+#: it a value is a typo or an attack, and APScheduler cannot schedule a run that far away
+#: (``base_interval = 1e12`` overflowed its datetime arithmetic and left the task ``running``).
+MAX_SECONDS = 365 * 24 * 3600.0
+
+
+#: A duration in seconds: finite (no ``inf``/``nan``) and at most :data:`MAX_SECONDS`. The one
+#: declaration of the bound; the TOML types below and the ``MONITOR_*`` env types build on it
+#: (plain ``Field`` constraints, so the JSON Schemas in ``schemas/`` show the bound too).
+Seconds = Annotated[float, Field(allow_inf_nan=False, le=MAX_SECONDS)]
 # TOML values are typed, so these are strict: ``deadline = true`` or ``deadline = "600"`` is a
 # wrong type (an int is still fine for a float). Env values are strings: _Env* types parse them.
-PositiveSeconds = Annotated[float, Field(gt=0), Strict()]
-NonNegativeSeconds = Annotated[float, Field(ge=0), Strict()]
+PositiveSeconds = Annotated[Seconds, Field(gt=0), Strict()]
+NonNegativeSeconds = Annotated[Seconds, Field(ge=0), Strict()]
 Count = Annotated[int, Field(ge=0), Strict()]
 ExitCode = Annotated[int, Field(ge=1, le=255), Strict()]
 #: Events the notifier can be asked to run for (``notify_on``).
@@ -405,6 +431,18 @@ class TaskSpec(BaseModel):
     approval: ApprovalSpec | None = None
     acceptance: AcceptanceSpec | None = None
 
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_size(cls, value: str | None) -> str | None:
+        if value is not None:
+            size = len(value.encode("utf-8", errors="surrogatepass"))
+            if size > MAX_PROMPT_BYTES:
+                raise ValueError(
+                    f"{size} bytes; a prompt may be at most {MAX_PROMPT_BYTES} bytes "
+                    "(10 MiB, the prompt_file limit too); shorten it"
+                )
+        return value
+
     @model_validator(mode="after")
     def _one_prompt(self) -> TaskSpec:
         if (self.prompt is None) == (self.prompt_file is None):
@@ -632,7 +670,7 @@ def _format_errors(
         elif kind == "missing":
             problems.append(f"{where}: missing required key '{dotted}'")
         else:
-            message = item["msg"].removeprefix("Value error, ")
+            message = error_message(item)
             model = _model_at(root, loc[len(prefix) :]) if kind == "value_error" else None
             named = [
                 k
@@ -650,11 +688,61 @@ def _format_errors(
     return problems
 
 
-def _read_toml(path: Path, shown: Path | None = None) -> tuple[str, dict[str, Any]]:
+def file_kind(mode: int) -> str:
+    """What a ``st_mode`` names, for error lines: ``a directory``, ``a FIFO``, ..."""
+    kinds = (
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    )
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def too_big(shown: Path, size: int, limit: int = MAX_TASK_FILE_BYTES) -> str:
+    """The error line for a task file of ``size`` bytes over ``limit``."""
+    return (
+        f"{shown}: {size} bytes; a task file may be at most {limit} bytes (its prompt at "
+        f"most {MAX_PROMPT_BYTES}); shorten the prompt"
+    )
+
+
+def read_bounded(path: Path, shown: Path, limit: int | None) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes (``None``: any size).
+
+    Opened non-blocking and checked with ``fstat`` before reading: a FIFO would block the
+    reader, ``/dev/zero`` never ends, and a huge file is refused without being read.
+
+    Raises:
+        ConfigError: unreadable, not a regular file, or too big.
+    """
     try:
-        raw = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from exc
+        raise ConfigError([f"{shown}: cannot read: {exc.strerror}"]) from exc
+    with open(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = file_kind(info.st_mode)
+            raise ConfigError([f"{shown}: {kind}, not a regular file; give a TOML file"])
+        if limit is not None and info.st_size > limit:
+            raise ConfigError([too_big(shown, info.st_size, limit)])
+        try:
+            raw = handle.read() if limit is None else handle.read(limit + 1)
+        except OSError as exc:
+            raise ConfigError([f"{shown}: cannot read: {exc.strerror}"]) from exc
+    if limit is not None and len(raw) > limit:  # it grew while we read
+        raise ConfigError([too_big(shown, len(raw), limit)])
+    return raw
+
+
+def _read_toml(
+    path: Path, shown: Path | None = None, limit: int | None = None
+) -> tuple[str, dict[str, Any]]:
+    raw = read_bounded(path, shown or path, limit)
     path = shown or path
     try:
         text = raw.decode("utf-8")
@@ -703,7 +791,7 @@ def read_env_overrides() -> dict[str, Any]:
         for item in exc.errors():
             field_name = str(item["loc"][0]) if item["loc"] else "?"
             var = f"MONITOR_{field_name.upper()}"
-            message = item["msg"].removeprefix("Value error, ")
+            message = error_message(item)
             actual = next((k for k in os.environ if k.upper() == var), var)
             problems.append(f"env {actual}={os.environ.get(actual, '')!r}: {message}")
     except ValueError as exc:  # JSON or shlex parse errors from _split_argv
@@ -743,7 +831,7 @@ def effective_policy(
     except ValidationError as exc:
         lines = []
         for item in exc.errors():
-            message = item["msg"].removeprefix("Value error, ")
+            message = error_message(item)
             keys = [k for k in ("base_interval", "max_interval") if k in message] or [
                 str(p) for p in item["loc"]
             ]
@@ -756,10 +844,6 @@ def effective_policy(
 
 
 # ------------------------------------------------------------------ loaders
-
-
-#: Largest prompt file read, in bytes (a prompt is text for a model, not a data set).
-MAX_PROMPT_BYTES = 10 * 1024 * 1024
 
 
 def _read_prompt_file(path: Path) -> str:
@@ -950,7 +1034,7 @@ def load_task(
     """
     path = Path(path).resolve()
     shown = shown_as or path
-    text, data = _read_toml(path, shown)
+    text, data = _read_toml(path, shown, limit=MAX_TASK_FILE_BYTES)
     try:
         spec = TaskSpec.model_validate(data)
     except ValidationError as exc:
@@ -985,9 +1069,15 @@ def looks_like_profile(path: Path | str) -> bool:
     top-level keys of (``paths``, ``tmux``, ``tasks``, ... versus ``name``, ``prompt``,
     ``project_dir``, ...); a tie means a task.
 
+    A file over :data:`MAX_TASK_FILE_BYTES` is taken as a task without being read (the task
+    loader then refuses it on its size).
+
     Raises:
         ConfigError: the file cannot be read or is not valid TOML.
     """
+    with contextlib.suppress(OSError):
+        if os.stat(path).st_size > MAX_TASK_FILE_BYTES:
+            return False
     _, data = _read_toml(Path(path).resolve())
     keys = set(data)
     profile_only = set(Profile.model_fields) - set(TaskSpec.model_fields)

@@ -143,18 +143,17 @@ class UnsafeSpool(RuntimeError):
 
 def check_spool_permissions(profile: LoadedProfile) -> None:
     """Refuse a spool that other users could write to: whoever writes there runs commands
-    as us. ``[security] allow_shared_spool = true`` accepts it.
+    as us. ``[security] allow_shared_spool = true`` accepts it. A group-writable spool
+    whose group is our user private group is not shared (see :func:`spool.sharing_problem`).
 
     Raises:
-        UnsafeSpool: naming the folder, its mode and owner, and the fix.
+        UnsafeSpool: one line naming the folder, its mode, owner and group, and the fix.
     """
     folder = profile.spool_dir
-    info = folder.stat()
-    shared = bool(info.st_mode & 0o022) or info.st_uid != os.getuid()
-    if shared and not profile.spec.security.allow_shared_spool:
+    problem = spool.sharing_problem(folder)
+    if problem is not None and not profile.spec.security.allow_shared_spool:
         raise UnsafeSpool(
-            f"spool {folder} is writable by others (mode {oct(info.st_mode & 0o777)}, owner "
-            f"uid {info.st_uid}); anyone who can write there runs commands as this user. "
+            f"{problem}; anyone who can write there runs commands as this user. "
             f"Fix: chmod 700 {folder}, or set [security] allow_shared_spool = true in "
             f"{profile.path}"
         )
@@ -265,6 +264,7 @@ class Engine:
 
     def _startup_body(self) -> None:
         try:
+            self._recover_claims()
             self.adopt()
             self._submit_inline_tasks()
         finally:  # whatever adoption met, intake must run
@@ -385,9 +385,17 @@ class Engine:
             log.info("idle: spool empty, nothing queued or running")
             self.stopping.set()
 
+    def _recover_claims(self) -> None:
+        """Finish or undo spool claims a crash cut short (see :func:`spool.recover_claims`)."""
+        try:
+            for path in spool.recover_claims(self.profile):
+                log.warning("claim of %s was cut short; put back into the spool", path)
+        except OSError:
+            log.exception("cannot recover interrupted spool claims")
+
     def _quarantine(self, path: Path, exc: BaseException) -> None:
         """Move a file that broke the claim aside with the reason (never delete it)."""
-        if not path.exists():
+        if not os.path.lexists(path):
             return  # already moved (its claim got that far); re-examined on restart
         try:
             spool.reject(path, self.profile.spool_dir, [f"{path}: cannot be processed: {exc!r}"])

@@ -15,13 +15,14 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from supervisor.config import (
     NOTIFIER_PLACEHOLDERS,
     NotifyEvent,
+    Seconds,
     StaleSignal,
     _argv_placeholders_ok,
     _split_argv,
 )
 
-_EnvPositiveSeconds = Annotated[float, Field(gt=0)]
-_EnvNonNegativeSeconds = Annotated[float, Field(ge=0)]
+_EnvPositiveSeconds = Annotated[Seconds, Field(gt=0)]
+_EnvNonNegativeSeconds = Annotated[Seconds, Field(ge=0)]
 
 
 class MonitorEnv(BaseSettings):

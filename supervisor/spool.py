@@ -1,28 +1,54 @@
 """Intake: claim task files from the spool, exactly once, and reject bad ones with a reason.
 
-Claiming is one ``rename(2)`` of ``spool/<file>.toml`` into a fresh task directory: the
-rename either happens once or not at all, so two engines (or two ticks) can never both take
-a file. Files are taken only once their mtime is :data:`SETTLE` seconds old, so a writer
-still filling the file in place is not read half-written (writers that can should write a
-hidden temp file and rename it in, as ``supervise submit`` does; hidden files are ignored).
-A rejected file goes to ``spool/rejected/`` with ``<name>.error`` beside it. Nothing is
-ever deleted.
+Claiming works the same whether the spool and ``state_dir`` share a filesystem or not:
+
+1. ``mkdir state/tasks/<id>`` (a fresh id);
+2. ``rename(2)`` ``spool/<file>.toml`` to the hidden ``spool/.claim.<id>.<file>.toml``. The
+   rename stays inside the spool folder, so it is atomic on every filesystem: it happens once
+   or not at all, and two engines (or two ticks) can never both take a file;
+3. move the claimed file to ``<task_dir>/task.toml``: one more rename on the same
+   filesystem, else (``EXDEV``) a copy that is fsynced and renamed into place, then the
+   claim is unlinked.
+
+If supervise dies between the steps, :func:`recover_claims` finishes or undoes each claim on
+the next start: a claim whose ``task.toml`` exists is done (the claim is unlinked), any other
+goes back to the spool under its own name; a task folder left empty is removed.
+
+Files are taken only once their mtime is :data:`SETTLE` seconds old, so a writer still
+filling the file in place is not read half-written (writers that can should write a hidden
+temp file and rename it in, as ``supervise submit`` does; hidden files are ignored).
+Anything named ``*.toml`` that is not a regular file (a directory, FIFO, socket, dangling
+symlink, symlink to a directory) is moved aside without being opened. A rejected file goes
+to ``spool/rejected/`` with ``<name>.error`` beside it. Nothing is ever deleted.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import grp
 import os
+import pwd
 import re
 import secrets
+import stat
 import time
 import tomllib
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from supervisor.config import ConfigError, LoadedProfile, ResolvedTask, load_task
-from supervisor.taskdir import Manifest, TaskDir, atomic_write, utc_iso
+from supervisor.config import (
+    MAX_TASK_FILE_BYTES,
+    ConfigError,
+    LoadedProfile,
+    ResolvedTask,
+    file_kind,
+    load_task,
+    read_bounded,
+    too_big,
+)
+from supervisor.taskdir import Manifest, TaskDir, _fsync_dir, atomic_write, utc_iso
 
 #: Seconds a spool file must be unchanged before it is claimed.
 SETTLE = 0.2
@@ -30,6 +56,73 @@ REJECTED = "rejected"
 #: Longest file name kept in ``rejected/`` (NAME_MAX is 255; ``.error`` and the temp
 #: file used to write it atomically need room).
 MAX_REJECTED_NAME = 200
+#: Prefix of a claimed spool file (``.claim.<task id>.<original name>``); hidden, so neither
+#: :func:`pending` nor ``--exit-when-idle`` counts it.
+CLAIM_PREFIX = ".claim."
+_CLAIM_RE = re.compile(r"\.claim\.([a-z0-9-]+)\.(.+)", re.DOTALL)
+
+
+def _name_of_user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return "?"
+
+
+def _name_of_group(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return "?"
+
+
+def is_private_group(gid: int, uid: int | None = None) -> bool:
+    """Whether ``gid`` is the user private group of ``uid`` (default: this process's user).
+
+    The user private group scheme (Debian, Ubuntu, Fedora, RHEL; the reason their default
+    umask is 002): a group named like the user, that is the user's primary group, and that
+    no other user belongs to, neither as a listed member nor by primary gid. Group write
+    permission on such a group grants nobody else anything.
+    """
+    uid = os.getuid() if uid is None else uid
+    try:
+        user = pwd.getpwuid(uid)
+        group = grp.getgrgid(gid)
+    except KeyError:
+        return False
+    if group.gr_name != user.pw_name or user.pw_gid != gid:
+        return False
+    if set(group.gr_mem) - {user.pw_name}:
+        return False
+    return not any(other.pw_gid == gid and other.pw_uid != uid for other in pwd.getpwall())
+
+
+def sharing_problem(folder: Path) -> str | None:
+    """Why other users could write task files into ``folder``, or ``None`` if only we can.
+
+    Unsafe: another owner, the world-write bit, or the group-write bit for a group other
+    than our user private group (see :func:`is_private_group`), which is what ``umask 002``
+    gives in a clone on Ubuntu or Fedora and grants nobody else anything.
+
+    Raises:
+        OSError: ``folder`` cannot be stat'ed.
+    """
+    info = folder.stat()
+    uid = os.getuid()
+    mode = info.st_mode & 0o7777
+    if info.st_uid != uid:
+        who = f"its owner uid {info.st_uid} ({_name_of_user(info.st_uid)}), not this user"
+    elif mode & 0o002:
+        who = "every user (the world-write bit)"
+    elif mode & 0o020 and not is_private_group(info.st_gid, uid):
+        who = f"the members of group {_name_of_group(info.st_gid)!r}"
+    else:
+        return None
+    return (
+        f"spool {folder} is writable by others: {who} (mode {oct(mode)}, owner uid "
+        f"{info.st_uid} ({_name_of_user(info.st_uid)}), group gid {info.st_gid} "
+        f"({_name_of_group(info.st_gid)}))"
+    )
 
 
 def slug(name: str, limit: int = 40) -> str:
@@ -64,9 +157,10 @@ class Claimed:
 def pending(
     spool_dir: Path, now: float | None = None, complete: frozenset[str] = frozenset()
 ) -> list[Path]:
-    """Spool files ready to claim: ``*.toml``, not hidden, and either settled (mtime at least
-    :data:`SETTLE` s old) or named in ``complete`` (inotify saw it renamed in or closed by
-    its writer); oldest first."""
+    """Spool entries ready to claim: ``*.toml``, not hidden, and either settled (mtime at
+    least :data:`SETTLE` s old) or named in ``complete`` (inotify saw it renamed in or closed
+    by its writer); oldest first. Entries that are not regular files are listed too, so that
+    :func:`claim` moves them to ``rejected/`` (they never block ``--exit-when-idle``)."""
     now = time.time() if now is None else now
     ready = []
     try:
@@ -76,12 +170,12 @@ def pending(
     for entry in entries:
         if entry.name.startswith(".") or not entry.name.endswith(".toml"):
             continue
-        try:
-            stat = entry.stat()
+        try:  # lstat: a dangling symlink or a FIFO is listed too (claim rejects it unopened)
+            info = entry.stat(follow_symlinks=False)
         except FileNotFoundError:
             continue
-        if entry.is_file() and (entry.name in complete or now - stat.st_mtime >= SETTLE):
-            ready.append((stat.st_mtime, entry.name, Path(entry.path)))
+        if entry.name in complete or now - info.st_mtime >= SETTLE:
+            ready.append((info.st_mtime, entry.name, Path(entry.path)))
     return [path for _, _, path in sorted(ready)]
 
 
@@ -96,12 +190,15 @@ def has_waiting_files(spool_dir: Path) -> bool:
 
 
 def _guess_name(path: Path) -> str:
+    """The task's ``name`` for its id, else the file's stem; never blocks on a FIFO."""
+    if not_a_task_file(path, path) is not None:
+        return path.stem
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(read_bounded(path, path, MAX_TASK_FILE_BYTES).decode("utf-8"))
         name = data.get("name")
         if isinstance(name, str) and name.strip():
             return name
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
+    except (ConfigError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
         pass
     return path.stem
 
@@ -120,45 +217,186 @@ def reject(source: Path, spool_dir: Path, problems: list[str], name: str | None 
     if len(raw) > MAX_REJECTED_NAME:  # leave room for ".error" and the temp name
         raw = raw[: MAX_REJECTED_NAME - 5] + b".toml"
     target = folder / os.fsdecode(raw)
-    if target.exists():
+    if os.path.lexists(target):
         stamp = f".{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(2)}.toml"
         stem = raw.removesuffix(b".toml")[: MAX_REJECTED_NAME - len(stamp)]
         target = folder / os.fsdecode(stem + stamp.encode())
-    os.rename(source, target)
+    move_file(source, target)
     text = "\n".join(problems) + "\n"
     error_file = target.with_name(target.name + ".error")
     atomic_write(error_file, text.encode("utf-8", errors="backslashreplace"))
     return target
 
 
-def claim(path: Path, profile: LoadedProfile) -> Claimed | None:
-    """Claim one spool file. Returns ``None`` when another claimer got it first.
+def not_a_task_file(path: Path, shown: Path) -> str | None:
+    """Why ``path`` cannot be a task file, or ``None`` if it may be read.
 
-    On success the file is ``<task_dir>/task.toml``, the prompt is in ``<task_dir>/prompt``
-    and ``manifest.json`` says ``queued``. On a validation error the file is rejected (see
-    :func:`reject`). Relative paths in the file resolve against the spool folder.
+    Uses ``lstat`` (and ``stat`` for a symlink's target) and never opens the file: opening a
+    FIFO for reading blocks. A symlink to a regular file is read like the file.
     """
-    name = _guess_name(path)
-    tasks_dir = profile.tasks_dir
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None  # gone: the caller sees that when it moves it
+    fix = "only regular TOML files are read; remove it from the spool"
+    if stat.S_ISLNK(info.st_mode):
+        try:
+            info = os.stat(path)
+        except OSError as exc:
+            what = "dangling" if exc.errno == errno.ENOENT else f"unusable ({exc.strerror})"
+            return f"{shown}: a {what} symbolic link to {os.readlink(path)!r}; {fix}"
+        if not stat.S_ISREG(info.st_mode):
+            return f"{shown}: a symbolic link to {file_kind(info.st_mode)}; {fix}"
+    elif not stat.S_ISREG(info.st_mode):
+        return f"{shown}: {file_kind(info.st_mode)}, not a regular file; {fix}"
+    if info.st_size > MAX_TASK_FILE_BYTES:
+        return too_big(shown, info.st_size)
+    return None
+
+
+def move_file(source: Path, target: Path) -> None:
+    """Move ``source`` to ``target`` on the same filesystem or across filesystems.
+
+    One ``rename(2)`` when it can; on ``EXDEV`` the bytes (of a regular file, or a symlink's
+    target) are copied to a temp file beside ``target``, fsynced and renamed into place, and
+    only then is ``source`` unlinked. So ``target`` is whole or absent, and a crash leaves the
+    file in one place or both, never in none.
+
+    Raises:
+        OSError: from the rename, the copy or the unlink (``target`` is then absent, unless
+            only the final unlink failed).
+    """
+    try:
+        os.rename(source, target)
+        return
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+    fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with open(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EXDEV, f"cannot copy {file_kind(info.st_mode)} across filesystems")
+        data = handle.read()
+    atomic_write(target, data)
+    os.unlink(source)
+    _fsync_dir(source.parent)
+
+
+def _claim_name(task_id: str, original: str) -> str:
+    """``.claim.<id>.<original>``, the original cut to fit NAME_MAX (255 bytes)."""
+    head = f"{CLAIM_PREFIX}{task_id}."
+    room = 255 - len(head.encode())
+    raw = os.fsencode(original)
+    return head + os.fsdecode(raw[:room]) if len(raw) > room else head + original
+
+
+def _new_task_folder(tasks_dir: Path, name: str, preferred: str | None) -> Path:
+    """A fresh ``tasks_dir/<id>`` (mode 0700), ``preferred`` as the id if still free."""
     tasks_dir.mkdir(parents=True, exist_ok=True)
-    # ``supervise submit`` names the file after the id it printed; keep that id.
-    preferred = path.stem if TASK_ID_RE.fullmatch(path.stem) else None
     while True:
         task_id = preferred or new_task_id(name)
         preferred = None
         folder = tasks_dir / task_id
         try:
             folder.mkdir(mode=0o700)
-            break
+            return folder
         except FileExistsError:
             continue
-    target = folder / "task.toml"
+
+
+def claim(path: Path, profile: LoadedProfile) -> Claimed | None:
+    """Claim one spool file. Returns ``None`` when another claimer got it first.
+
+    On success the file is ``<task_dir>/task.toml``, the prompt is in ``<task_dir>/prompt``
+    and ``manifest.json`` says ``queued``. On a validation error, or for an entry that is not
+    a regular file or is over :data:`~supervisor.config.MAX_TASK_FILE_BYTES`, the file is
+    rejected (see :func:`reject`) and no task folder remains. Relative paths in the file
+    resolve against the spool folder. Works across filesystems (see the module docstring).
+
+    Raises:
+        OSError: the file could not be moved into the task folder; it is then back in the
+            spool under its own name and the task folder is gone.
+    """
+    # ``supervise submit`` names the file after the id it printed; keep that id.
+    preferred = path.stem if TASK_ID_RE.fullmatch(path.stem) else None
+    folder = _new_task_folder(profile.tasks_dir, _guess_name(path), preferred)
+    claimed = path.with_name(_claim_name(folder.name, path.name))
     try:
-        os.rename(path, target)
+        os.rename(path, claimed)  # the claim: inside the spool folder, atomic everywhere
     except FileNotFoundError:
         folder.rmdir()
         return None
+    except BaseException:
+        folder.rmdir()
+        raise
+    problem = not_a_task_file(claimed, path)
+    if problem is not None:
+        folder.rmdir()
+        rejected = reject(claimed, profile.spool_dir, [problem], name=path.name)
+        return Claimed(source=path, error=problem, rejected_to=rejected)
+    try:
+        move_file(claimed, folder / "task.toml")
+    except BaseException:
+        _undo_claim(claimed, folder, path)
+        raise
     return finish_claim(TaskDir(folder), profile, original=path)
+
+
+def _undo_claim(claimed: Path, folder: Path, original: Path) -> Path:
+    """Put a claimed file back in the spool and remove its (unfinished) task folder.
+
+    Returns where the file is now: ``original``, or a stamped name if that is taken.
+    """
+    for leftover in folder.iterdir() if folder.is_dir() else ():
+        if leftover.name.startswith("."):  # atomic_write's temp file
+            leftover.unlink()
+    with contextlib.suppress(OSError):
+        folder.rmdir()
+    target = original
+    if os.path.lexists(claimed):
+        if os.path.lexists(target):  # a new file took the name meanwhile
+            stamp = f".{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(2)}.toml"
+            target = original.with_name(original.name.removesuffix(".toml")[:200] + stamp)
+        os.rename(claimed, target)
+    return target
+
+
+def recover_claims(profile: LoadedProfile) -> list[Path]:
+    """Finish or undo the claims a crash interrupted; run at start-up, before intake.
+
+    For each ``spool/.claim.<id>.<name>`` whose ``state/tasks/<id>`` exists (claims of
+    another engine sharing the spool have no folder here and are left alone): if
+    ``task.toml`` is in the folder the move finished and the claim is unlinked (adoption then
+    validates a task without a manifest); otherwise the file goes back to the spool as
+    ``<name>`` and the folder is removed. Empty task folders (a crash right after ``mkdir``)
+    are removed too.
+
+    Returns:
+        The spool files put back.
+    """
+    put_back: list[Path] = []
+    tasks_dir = profile.tasks_dir
+    try:
+        entries = sorted(os.scandir(profile.spool_dir), key=lambda e: e.name)
+    except FileNotFoundError:
+        entries = []
+    for entry in entries:
+        match = _CLAIM_RE.fullmatch(entry.name)
+        if match is None:
+            continue
+        folder = tasks_dir / match.group(1)
+        if not folder.is_dir():
+            continue
+        claimed = Path(entry.path)
+        if os.path.lexists(folder / "task.toml"):
+            claimed.unlink()
+            continue
+        put_back.append(_undo_claim(claimed, folder, claimed.with_name(match.group(2))))
+    for folder in tasks_dir.iterdir() if tasks_dir.is_dir() else ():
+        with contextlib.suppress(OSError):  # not empty, or not a folder: a task; keep it
+            folder.rmdir()
+    return put_back
 
 
 def finish_claim(task: TaskDir, profile: LoadedProfile, original: Path | None = None) -> Claimed:

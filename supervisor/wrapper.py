@@ -17,8 +17,9 @@ Protocol with the engine (files in ``TASK_DIR``, names from the seed skill):
 4. When the agent ends: ``exit_code`` (for a signal: 128 + N, as shells report it) and, only
    for a signal, ``signal``. ``done`` is written last, and only when the agent exited on its
    own with a code not in ``launch.json``'s ``resume_exit_codes``: an agent killed by a
-   signal, or one that asked to be resumed (supervisord's ``exitcodes`` idea inverted), has
-   not finished and must not look finished.
+   signal, one that asked to be resumed (supervisord's ``exitcodes`` idea inverted), or one
+   that exited after the wrapper passed it a SIGTERM or SIGHUP (Claude Code exits 143 or 129
+   then; measured) has not finished and must not look finished.
 
 Each file is written atomically (temp + rename). Exit status: the agent's.
 """
@@ -130,7 +131,10 @@ def main(args: list[str]) -> int:
 
     _write(task_dir, "pid", f"{child}\n")
 
+    forwarded: list[int] = []
+
     def forward(signum: int, _frame: object) -> None:
+        forwarded.append(signum)
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signum)
 
@@ -161,7 +165,10 @@ def main(args: list[str]) -> int:
     code = os.WEXITSTATUS(status)
     _say(f"\n{END_MARK} agent exited with code {code}")
     _write(task_dir, "exit_code", f"{code}\n")
-    if code not in launch.get("resume_exit_codes", []):
+    # An agent that exits because we passed it a SIGTERM or SIGHUP (the real Claude Code
+    # CLI exits 143 or 129 by itself) did not end on its own: its pane's terminal went away
+    # (tmux server killed) or somebody stopped the pane. No done-file, so it is resumed.
+    if code not in launch.get("resume_exit_codes", []) and not forwarded:
         _write(task_dir, "done", "")
     return code
 

@@ -127,6 +127,18 @@ def setup(tmp_path: Path, socket_name: str) -> Setup:
     return Setup(tmp_path, socket_name)
 
 
+SIGNAL_CUES = {"trap": "", "die": "die_on_signal\n"}
+"""The fake agent's two signal behaviours, as prompt cues: ``trap`` (the default, like the
+real Claude Code CLI: exits 143 on SIGTERM, 129 on SIGHUP) and ``die`` (killed by them)."""
+
+
+@pytest.fixture(params=sorted(SIGNAL_CUES))
+def signal_cue(request: pytest.FixtureRequest) -> str:
+    """Run a test with both fake-agent signal behaviours; returns the cue to put first in
+    the prompt (empty for ``trap``)."""
+    return SIGNAL_CUES[request.param]
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float = 20, every: float = 0.05) -> Any:
     """Poll ``predicate`` until it returns a truthy value; fail after ``timeout`` seconds."""
     end = time.time() + timeout

@@ -14,6 +14,7 @@ into its working directory and exits. What it does is read from cue lines in the
     crash_runs: N    on each of its first N runs in this folder: SIGKILL itself at once
     hang_runs: N     on each of its first N runs: print one line, then hang silently
     ignore_term      ignore SIGTERM (a stubborn agent)
+    die_on_signal    die from SIGTERM / SIGHUP (the default action) instead of trapping them
     flood: N [S]     on every run, right after the start line (before crash_runs and
                      hang_runs act): print N bytes in 100-byte lines ``flood NNNNNNNN
                      xxx...`` (64 KiB writes), as fast as the terminal takes them or, with
@@ -26,6 +27,12 @@ into its working directory and exits. What it does is read from cue lines in the
                      (PID in ``orphan_noenv_pid``); ``spawn_orphan_setsid: S`` leaves the
                      session instead (``setsid``; PID in ``orphan_setsid_pid``)
 
+Signals, as the real Claude Code CLI (2.1.328) behaves (measured, see
+``/work/shared/notes/real-world-facts.md``): by default it traps SIGTERM and exits 143, and
+exits 129 on SIGHUP, through a normal process exit, so its parent sees an exit code, not a
+death by signal. ``die_on_signal`` keeps the default actions (the older agent that dies from
+the signal); ``ignore_term`` ignores SIGTERM whatever else is set.
+
 Runs are counted in ``fake_runs`` in the working directory (a resume is a new run). With
 ``--resume ID`` it prints ``resumed session ID``, like a CLI continuing a conversation.
 
@@ -36,6 +43,7 @@ exactly as received), ``received_argv.json`` and ``agent_pid`` (its own PID).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -93,6 +101,24 @@ def _spawn_orphan(
         time.sleep(0.01)
 
 
+def _exit_like_claude(signum: int, _frame: object) -> None:
+    """Exit 128 + ``signum`` as a normal exit, as Claude Code does on SIGTERM and SIGHUP."""
+    code = 128 + signum
+    with contextlib.suppress(OSError):
+        os.write(1, f"fake-agent got signal {signum}, exit {code}\n".encode())
+    os._exit(code)
+
+
+def _set_signals(prompt: str) -> None:
+    """Trap SIGTERM/SIGHUP like the real CLI, or keep the default actions (``die_on_signal``);
+    ``ignore_term`` then ignores SIGTERM."""
+    if not re.search(r"^die_on_signal$", prompt, re.MULTILINE):
+        signal.signal(signal.SIGTERM, _exit_like_claude)
+        signal.signal(signal.SIGHUP, _exit_like_claude)
+    if re.search(r"^ignore_term$", prompt, re.MULTILINE):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("-p", dest="prompt")
@@ -112,8 +138,7 @@ def main() -> int:
     runs_file = Path("fake_runs")
     run = int(runs_file.read_text() or 0) + 1 if runs_file.exists() else 1
     runs_file.write_text(str(run))
-    if re.search(r"^ignore_term$", prompt, re.MULTILINE):
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _set_signals(prompt)
     session = args.resume or args.session_id
     print(f"fake-agent start session={session} model={args.model} run={run}", flush=True)
     if args.resume:

@@ -16,7 +16,8 @@ Default script (per conversation, so per Claude Code session):
 
 Directives
 ----------
-The prompt can change the script of its own conversation with directives ``[[name: args]]``.
+The prompt can change the script of its own conversation with directives ``[[name: args]]``
+(or ``[[name]]`` without args).
 They are read from the text of the *first* user turn of the conversation (every user message
 before the first assistant message), so they survive ``--resume``, whose history repeats that
 turn. Text after a directive is free; unknown names are ignored; ``args`` may not contain ``]]``.
@@ -45,6 +46,28 @@ turn. Text after a directive is free; unknown names are ignored; ``args`` may no
 ``[[overloaded: N]]``
     The next N main requests (after the rate-limited ones) get HTTP 529 ``overloaded_error``
     (without ``x-should-retry``, so the CLI retries with backoff).
+``[[server_error: N]]``
+    The next N main requests (after those above) get HTTP 500 ``api_error`` "Internal server
+    error" (the CLI retries it; with ``CLAUDE_CODE_MAX_RETRIES=R``, N > R outlasts its retries:
+    the run ends ``is_error`` with "API Error: 500 ...", exit 1).
+``[[billing: N]]`` / ``[[auth: N]]``
+    The next N main requests (N defaults to 1) get the real API's permanent errors: HTTP 400
+    ``invalid_request_error`` "Your credit balance is too low to access the Anthropic API. ..."
+    (:data:`BILLING_MESSAGE`), or HTTP 401 ``authentication_error`` "invalid x-api-key".
+``[[drop: N]]``
+    The next N main requests are answered by closing the connection with a TCP reset (no HTTP
+    response): the CLI sees a connection reset. For connection *refused*, see
+    :meth:`MockAnthropic.go_offline`.
+``[[stall_stream: N]]``
+    The next N main requests stall mid-turn: the SSE stream starts (``message_start``,
+    ``ping``, the first text block's start and delta), then goes silent until
+    :meth:`MockAnthropic.release_stalls` (the rest is sent) or :meth:`MockAnthropic.stop`
+    (the connection is closed). In ``-p --output-format stream-json`` mode the CLI prints
+    nothing meanwhile, as during a real API stall.
+
+The per-session count runs through the directives in the order listed: ``ratelimit``,
+``overloaded``, ``server_error``, ``billing``, ``auth``, ``drop``, ``stall_stream``; a
+resumed session keeps its count, so its later requests are answered normally.
 ``[[stall_final_once: S]]``
     The first time the final-answer turn is requested for this session id, the mock waits S
     seconds (float) before answering, so a test can kill the agent mid-run; later requests
@@ -57,7 +80,8 @@ tool still advances the script); once every step has a result the answer is the 
 One tool_use per turn.
 
 Every request is recorded (method, path, lower-cased headers, parsed JSON body, what was answered
-as ``reply_kind``: "tool_use", "final", "side", "error", "ratelimit", "overloaded" or "other",
+as ``reply_kind``: "tool_use", "final", "side", "error", "ratelimit", "overloaded",
+"server_error", "billing", "auth", "dropped", "stalled" or "other",
 and the HTTP ``status``) in :attr:`MockAnthropic.requests`, so tests can assert on session ids
 and on resumed histories.
 """
@@ -69,6 +93,8 @@ import contextlib
 import itertools
 import json
 import re
+import socket
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -79,7 +105,20 @@ SESSION_HEADER = "x-claude-code-session-id"
 """Header (lower-cased) in which Claude Code sends its session id."""
 
 _CWD_RE = re.compile(r"Primary working directory:\s*(\S[^\n]*)")
-_DIRECTIVE_RE = re.compile(r"\[\[\s*([A-Za-z_][A-Za-z0-9_]*)\s*:\s*(.*?)\s*\]\]", re.S)
+_DIRECTIVE_RE = re.compile(r"\[\[\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?::\s*(.*?))?\s*\]\]", re.S)
+
+_COUNTED = ("server_error", "billing", "auth", "drop", "stall_stream")
+"""Directives that take a count only (``[[name: N]]``, N defaults to 1)."""
+
+BILLING_MESSAGE = (
+    "Your credit balance is too low to access the Anthropic API. "
+    "Please go to Plans & Billing to upgrade or purchase credits."
+)
+"""The real API's 400 ``invalid_request_error`` message for an empty credit balance."""
+
+STALL_PREFIX_EVENTS = 4
+"""SSE events a stalled stream sends before going silent: message_start, ping, the first
+block's content_block_start and its first delta."""
 
 CLAIM_HEADERS = {
     "five_hour": ("5h", "session limit"),
@@ -98,8 +137,9 @@ class RecordedRequest:
     body: Any
     reply_kind: str = ""
     """What the mock answered: "tool_use", "final", "side", "error" (script could not run: no
-    cwd or tool not offered), "ratelimit" (429), "overloaded" (529) or "other" (not a
-    ``/v1/messages`` POST)."""
+    cwd or tool not offered), "ratelimit" (429), "overloaded" (529), "server_error" (500),
+    "billing" (400), "auth" (401), "dropped" (connection reset), "stalled" (stream started,
+    then silent) or "other" (not a ``/v1/messages`` POST)."""
     status: int = 200
     """The HTTP status of the answer."""
     tool_name: str | None = None
@@ -152,6 +192,11 @@ class Directives:
     claim: str | None = "five_hour"
     """``anthropic-ratelimit-unified-representative-claim`` sent with a reset (None: none)."""
     overloaded: int = 0
+    server_error: int = 0
+    billing: int = 0
+    auth: int = 0
+    drop: int = 0
+    stall_stream: int = 0
     stall_final_once: float = 0.0
 
 
@@ -159,7 +204,7 @@ def parse_directives(text: str) -> Directives:
     """Parse every ``[[name: args]]`` directive of ``text`` (unknown names are ignored)."""
     found = Directives()
     for match in _DIRECTIVE_RE.finditer(text):
-        name, args = match.group(1).lower(), match.group(2).strip()
+        name, args = match.group(1).lower(), (match.group(2) or "").strip()
         if name in ("bash", "write"):
             found.steps.append((name, args))
         elif name == "final":
@@ -177,6 +222,9 @@ def parse_directives(text: str) -> Directives:
                     found.reset = value
                 elif key == "claim":
                     found.claim = None if value in ("", "none") else value
+        elif name in _COUNTED:
+            words = args.split()
+            setattr(found, name, int(words[0]) if words and words[0].isdigit() else 1)
         elif name == "stall_final_once":
             with contextlib.suppress(ValueError):
                 found.stall_final_once = float(args)
@@ -305,6 +353,20 @@ def last_user_has_tool_result(messages: list[dict[str, Any]]) -> bool:
 
 def sse_events(message_id: str, model: str, reply: Reply, input_tokens: int) -> bytes:
     """Encode ``reply`` as the SSE stream of the real Messages API."""
+    return encode_sse(sse_event_list(message_id, model, reply, input_tokens))
+
+
+def encode_sse(events: list[tuple[str, dict[str, Any]]]) -> bytes:
+    """Encode ``(event name, data)`` pairs as SSE text."""
+    return b"".join(
+        f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events
+    )
+
+
+def sse_event_list(
+    message_id: str, model: str, reply: Reply, input_tokens: int
+) -> list[tuple[str, dict[str, Any]]]:
+    """The SSE events of ``reply`` as ``(event name, data)`` pairs, in order."""
     out: list[tuple[str, dict[str, Any]]] = [
         (
             "message_start",
@@ -361,7 +423,7 @@ def sse_events(message_id: str, model: str, reply: Reply, input_tokens: int) -> 
         )
     )
     out.append(("message_stop", {"type": "message_stop"}))
-    return b"".join(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in out)
+    return out
 
 
 def json_message(message_id: str, model: str, reply: Reply, input_tokens: int) -> dict[str, Any]:
@@ -381,6 +443,31 @@ def json_message(message_id: str, model: str, reply: Reply, input_tokens: int) -
             "output_tokens": 10,
         },
     }
+
+
+def later_failure(directives: Directives, number: int) -> ErrorReply | None:
+    """The failure for the ``number``-th main request counted after the 429s and 529s: 500s,
+    then 400 billing, 401 auth, dropped connections and stalled streams (None: answer)."""
+    plan: list[tuple[int, ErrorReply]] = [
+        (
+            directives.server_error,
+            _api_error(500, "api_error", "Internal server error", "server_error"),
+        ),
+        (directives.billing, _api_error(400, "invalid_request_error", BILLING_MESSAGE, "billing")),
+        (directives.auth, _api_error(401, "authentication_error", "invalid x-api-key", "auth")),
+        (directives.drop, ErrorReply(0, {}, {}, "dropped")),
+        (directives.stall_stream, ErrorReply(200, {}, {}, "stalled")),
+    ]
+    for count, reply in plan:
+        if number <= count:
+            return reply
+        number -= count
+    return None
+
+
+def _api_error(status: int, error_type: str, message: str, kind: str) -> ErrorReply:
+    body = {"type": "error", "error": {"type": error_type, "message": message}}
+    return ErrorReply(status, {}, body, kind)
 
 
 class MockAnthropic:
@@ -405,18 +492,21 @@ class MockAnthropic:
         self._main_counts: dict[str, int] = {}
         self._stalled: set[str] = set()
         self._stopping = threading.Event()
+        self._released = threading.Event()
+        self._port = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    def start(self) -> MockAnthropic:
-        """Bind 127.0.0.1 on an ephemeral port and serve in a daemon thread."""
+    def start(self, port: int = 0) -> MockAnthropic:
+        """Bind 127.0.0.1 on ``port`` (0: an ephemeral one) and serve in a daemon thread."""
         mock = self
         self._stopping.clear()
 
         class Handler(_Handler):
             server_mock = mock
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._port = self._server.server_address[1]
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever,
@@ -438,6 +528,26 @@ class MockAnthropic:
             self._thread.join(timeout=5)
             self._thread = None
 
+    def go_offline(self) -> None:
+        """Stop listening but keep the port: connections are refused (ECONNREFUSED) until
+        :meth:`go_online`. Ends stalled streams, like :meth:`stop`."""
+        self.stop()
+
+    def go_online(self) -> MockAnthropic:
+        """Listen again on the port used before :meth:`go_offline` (same ``base_url``)."""
+        return self.start(self._port)
+
+    def release_stalls(self) -> None:
+        """Let every stream stalled by ``stall_stream`` (now or later) send the rest."""
+        self._released.set()
+
+    def wait_released(self) -> bool:
+        """Block a stalled stream until :meth:`release_stalls` (True) or :meth:`stop` (False)."""
+        while not self._stopping.is_set():
+            if self._released.wait(0.1):
+                return True
+        return False
+
     def __enter__(self) -> MockAnthropic:
         return self.start()
 
@@ -446,9 +556,9 @@ class MockAnthropic:
 
     @property
     def port(self) -> int:
-        """The bound port (only valid while started)."""
-        assert self._server is not None, "mock not started"
-        return self._server.server_address[1]
+        """The bound port (also while offline after :meth:`go_offline`)."""
+        assert self._port, "mock never started"
+        return self._port
 
     @property
     def base_url(self) -> str:
@@ -520,14 +630,18 @@ class MockAnthropic:
     def error_for(
         self, body: dict[str, Any], session_id: str | None, now: float | None = None
     ) -> ErrorReply | None:
-        """The scripted HTTP error for this request (``ratelimit``/``overloaded``), or None.
+        """The scripted failure for this request, or None for a normal answer.
 
         Counts the main (tools-offering) requests of ``session_id``; call once per request.
+        The kinds ``dropped`` and ``stalled`` are not HTTP errors: the handler resets the
+        connection, or starts the stream and stalls it (their ``status`` is 0 and 200).
         """
         if not body.get("tools"):
             return None
         directives = parse_directives(first_user_text(body.get("messages") or []))
-        if not (directives.ratelimit or directives.overloaded):
+        counted = (directives.server_error, directives.billing, directives.auth)
+        counted += (directives.drop, directives.stall_stream)
+        if not (directives.ratelimit or directives.overloaded or any(counted)):
             return None
         key = session_id or ""
         with self._lock:
@@ -558,7 +672,7 @@ class MockAnthropic:
                 "error": {"type": "overloaded_error", "message": "Overloaded"},
             }
             return ErrorReply(529, {}, body_json, "overloaded")
-        return None
+        return later_failure(directives, number - directives.ratelimit - directives.overloaded)
 
     def stall_for(self, body: dict[str, Any], reply: Reply, session_id: str | None) -> float:
         """Seconds to wait before sending ``reply`` (``stall_final_once``); marks the stall used."""
@@ -627,6 +741,33 @@ class _Handler(BaseHTTPRequestHandler):
             # The client went away (e.g. a test killed the agent during a stall).
             self.close_connection = True
 
+    def _reset_connection(self) -> None:
+        """Close the connection with a TCP reset (SO_LINGER 0), sending no response."""
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            linger = struct.pack("ii", 1, 0)
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+            self.connection.close()
+
+    def _send_stalled(self, events: list[tuple[str, dict[str, Any]]]) -> None:
+        """Start the SSE stream, go silent until released (then send the rest) or stopped
+        (then close). The body ends with the connection (no Content-Length)."""
+        self.close_connection = True
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.send_header("request-id", self.server_mock.next_id("req"))
+            self.end_headers()
+            self.wfile.write(encode_sse(events[:STALL_PREFIX_EVENTS]))
+            self.wfile.flush()
+            if self.server_mock.wait_released():
+                self.wfile.write(encode_sse(events[STALL_PREFIX_EVENTS:]))
+                self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
     def _handle(self) -> None:
         mock = self.server_mock
         body = self._read_body() if self.command in ("POST", "PUT", "PATCH") else None
@@ -649,7 +790,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, b"{}", "application/json")
             return
         error = mock.error_for(body, recorded.session_id, recorded.received_at)
-        if error is not None:
+        if error is not None and error.kind == "dropped":
+            recorded.reply_kind, recorded.status = error.kind, 0
+            mock.record(recorded)
+            self._reset_connection()
+            return
+        stalled = error is not None and error.kind == "stalled"
+        if error is not None and not stalled:
             recorded.reply_kind = error.kind
             recorded.status = error.status
             mock.record(recorded)
@@ -658,7 +805,7 @@ class _Handler(BaseHTTPRequestHandler):
             )
             return
         reply = mock.reply_for(body)
-        recorded.reply_kind = reply.kind
+        recorded.reply_kind = "stalled" if stalled else reply.kind
         if reply.kind == "tool_use":
             recorded.tool_name = next(
                 (b["name"] for b in reply.content if b.get("type") == "tool_use"), None
@@ -670,7 +817,9 @@ class _Handler(BaseHTTPRequestHandler):
         model = str(body.get("model") or "claude-mock")
         message_id = mock.next_id("msg")
         input_tokens = max(1, len(json.dumps(body.get("messages", []))) // 4)
-        if body.get("stream"):
+        if stalled and body.get("stream"):
+            self._send_stalled(sse_event_list(message_id, model, reply, input_tokens))
+        elif body.get("stream"):
             payload = sse_events(message_id, model, reply, input_tokens)
             self._send(200, payload, "text/event-stream", {"Cache-Control": "no-cache"})
         else:

@@ -230,9 +230,15 @@ def test_chaos_sigkill_restarts_never_launch_twice(setup: Setup, tmp_path: Path)
 
     tasks_dir = setup.state / "tasks"
     folders = sorted(p for p in tasks_dir.iterdir() if p.is_dir())
-    # A kill between a claim's mkdir and its rename leaves an empty folder: not a task.
+    # A kill between a claim's mkdir and its rename leaves an empty folder, and one during a
+    # claim a hidden ``.claim.*`` file: the next start finishes or undoes both.
     empty = [p for p in folders if not any(p.iterdir())]
     folders = [p for p in folders if p not in empty]
+    if empty:
+        problems.append(f"empty task folders left behind: {[p.name for p in empty]}")
+    claims = sorted(p.name for p in setup.spool.glob(".claim.*"))
+    if claims:
+        problems.append(f"interrupted claims left in the spool: {claims}")
     by_name: dict[str, list[Path]] = {}
     manifests: dict[Path, dict] = {}
     for folder in folders:

@@ -62,6 +62,8 @@ class Harness:
         self.notified = root / "notified.jsonl"
         self.proc: subprocess.Popen[str] | None = None
         self.profile = root / "profile.toml"
+        self.cli_retries = 2
+        """``CLAUDE_CODE_MAX_RETRIES`` for the agent (the CLI's own API retries)."""
 
     def project(self, name: str = "project") -> Path:
         path = self.root / name
@@ -73,7 +75,7 @@ class Harness:
 
     def write_profile(self, **extra: Any) -> Path:
         make_home(self.home, self.projects)
-        env = agent_env(self.home, self.mock.base_url)
+        env = agent_env(self.home, self.mock.base_url, max_retries=self.cli_retries)
         if self.token:
             env["ANTHROPIC_AUTH_TOKEN"] = self.token
         notifier = [

@@ -104,11 +104,16 @@ def assert_clean_log(text: str) -> None:
 # --------------------------------------------------------------------------- tmux killed
 
 
-def test_tmux_server_killed_under_running_tasks_resumes_them(setup: Setup, tmp_path: Path) -> None:
+def test_tmux_server_killed_under_running_tasks_resumes_them(
+    setup: Setup, tmp_path: Path, signal_cue: str
+) -> None:
+    """The server's death hangs up every pane: Claude Code then exits 129 by itself (the
+    ``trap`` variant), an older agent dies from SIGHUP (``die``). Either way the session was
+    lost, not finished: each task is resumed."""
     setup.write_profile(base_interval=0.3, max_interval=1, max_retries=3, stale_threshold=30)
     names = ("k1", "k2", "k3")
     for name in names:
-        setup.drop(f"{name}.toml", setup.task(name, "tick: 0.3\nsleep: 2.5\nexit: 0",
+        setup.drop(f"{name}.toml", setup.task(name, f"{signal_cue}tick: 0.3\nsleep: 2.5\nexit: 0",
                                               setup.project / name))  # fmt: skip
     log = tmp_path / "engine.log"
     engine = start_engine(setup, log)
@@ -174,9 +179,9 @@ def test_tmux_server_killed_under_running_tasks_resumes_them(setup: Setup, tmp_p
     assert_clean_log(log.read_text(errors="replace"))
 
 
-def test_tmux_lost_for_good_is_abandoned_as_tmux_lost(setup: Setup) -> None:
+def test_tmux_lost_for_good_is_abandoned_as_tmux_lost(setup: Setup, signal_cue: str) -> None:
     setup.write_profile(base_interval=0.3, max_interval=1, max_retries=1, stale_threshold=30)
-    setup.drop("t.toml", setup.task("doomed-tmux", "tick: 0.3\nsleep: 30\nexit: 0"))
+    setup.drop("t.toml", setup.task("doomed-tmux", f"{signal_cue}tick: 0.3\nsleep: 30\nexit: 0"))
     kills: list[float] = []
     done = threading.Event()
 

@@ -196,13 +196,16 @@ def test_parse_directives() -> None:
     found = parse_directives(
         "x [[bash: a && [ -f b ] ]] [[write:  f.txt ]] [[final: multi word text]] "
         "[[ratelimit: 2 reset=+90 claim=seven_day]] [[overloaded: 1]] "
-        "[[stall_final_once: 2.5]] [[unknown: 1]]"
+        "[[stall_final_once: 2.5]] [[unknown: 1]] [[server_error: 3]] [[billing]] "
+        "[[stall_stream: 2]]"
     )
     assert found.steps == [("bash", "a && [ -f b ]"), ("write", "f.txt")]
     assert found.final == "multi word text"
     assert (found.ratelimit, found.reset, found.claim) == (2, "+90", "seven_day")
     assert found.overloaded == 1
     assert found.stall_final_once == 2.5
+    assert (found.server_error, found.billing, found.auth) == (3, 1, 0)
+    assert (found.drop, found.stall_stream) == (0, 2)
     assert parse_directives("[[ratelimit: 1 reset=5 claim=none]]").claim is None
     assert parse_directives("nothing here").steps == []
 
@@ -310,6 +313,103 @@ def test_stop_ends_a_stall() -> None:
     server.stop()
     assert done.wait(10)
     assert time.monotonic() - start < 8
+
+
+def test_server_error_billing_auth_in_order_then_success(mock: MockAnthropic) -> None:
+    history = [first_user("[[overloaded: 1]] [[server_error: 2]] [[billing]] [[auth: 1]]")]
+    answers = [post(mock, history) for _ in range(5)]
+    assert [a[0] for a in answers] == [529, 500, 500, 400, 401]
+    errors = [json.loads(a[2])["error"] for a in answers]
+    assert errors[1] == {"type": "api_error", "message": "Internal server error"}
+    assert errors[3]["type"] == "invalid_request_error"
+    assert errors[3]["message"].startswith("Your credit balance is too low")
+    assert errors[4] == {"type": "authentication_error", "message": "invalid x-api-key"}
+    assert all("x-should-retry" not in a[1] for a in answers)
+    assert tool_use_of(turn(mock, history))["name"] == "Write"
+    assert [r.reply_kind for r in mock.message_requests()] == [
+        "overloaded",
+        "server_error",
+        "server_error",
+        "billing",
+        "auth",
+        "tool_use",
+    ]
+    # A side call (no tools) is never counted or failed.
+    assert post(mock, history, session="sess-2", tools=None)[0] == 200
+    assert post(mock, history, session="sess-2")[0] == 529
+
+
+def test_drop_resets_the_connection(mock: MockAnthropic) -> None:
+    history = [first_user("[[drop: 1]]")]
+    with pytest.raises((ConnectionResetError, urllib.error.URLError, OSError)) as caught:
+        post(mock, history)
+    assert not isinstance(caught.value, urllib.error.HTTPError)
+    assert tool_use_of(turn(mock, history))["name"] == "Write"
+    assert [(r.reply_kind, r.status) for r in mock.message_requests()] == [
+        ("dropped", 0),
+        ("tool_use", 200),
+    ]
+
+
+def _stream_request(mock: MockAnthropic, history: list[dict[str, Any]]) -> Any:
+    body = {"model": "m", "messages": history, "stream": True, "tools": TOOLS}
+    request = urllib.request.Request(
+        f"{mock.base_url}/v1/messages",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "X-Claude-Code-Session-Id": "sess-1"},
+        method="POST",
+    )
+    return urllib.request.urlopen(request, timeout=30)
+
+
+def test_stall_stream_starts_then_goes_silent_until_released(mock: MockAnthropic) -> None:
+    history = [first_user("[[stall_stream: 1]]")]
+    with _stream_request(mock, history) as response:
+        assert response.status == 200
+        head = b""
+        while head.count(b"\n\n") < 4:
+            head += response.read1(65536)
+        assert head.startswith(b"event: message_start") and b"content_block_delta" in head
+        # Silent now: the rest arrives only once the stall is released.
+        rest: list[bytes] = []
+        reader = threading.Thread(target=lambda: rest.append(response.read()), daemon=True)
+        reader.start()
+        reader.join(timeout=0.8)
+        assert reader.is_alive() and not rest
+        mock.release_stalls()
+        reader.join(timeout=10)
+        assert rest, "the stream did not end after release_stalls()"
+    message = sse_message(head + rest[0])
+    assert tool_use_of(message)["name"] == "Write"
+    # The next request of the session is answered at once.
+    assert tool_use_of(turn(mock, history))["name"] == "Write"
+    assert [r.reply_kind for r in mock.message_requests()] == ["stalled", "tool_use"]
+
+
+def test_stop_ends_a_stalled_stream() -> None:
+    server = MockAnthropic().start()
+    response = _stream_request(server, [first_user("[[stall_stream: 1]]")])
+    start = time.monotonic()
+    server.stop()
+    try:
+        assert b"message_stop" not in response.read()
+    except OSError:
+        pass  # the connection closed mid-body: also a fine end
+    finally:
+        response.close()
+    assert time.monotonic() - start < 8
+
+
+def test_offline_refuses_connections_then_online_on_the_same_port(mock: MockAnthropic) -> None:
+    url, port = mock.base_url, mock.port
+    mock.go_offline()
+    assert mock.base_url == url
+    with pytest.raises(urllib.error.URLError) as caught:
+        post(mock, [first_user("hi")])
+    assert isinstance(caught.value.reason, ConnectionRefusedError)
+    mock.go_online()
+    assert mock.port == port
+    assert tool_use_of(turn(mock, [first_user("hi")]))["name"] == "Write"
 
 
 def test_non_streaming_reply(mock: MockAnthropic) -> None:

@@ -55,15 +55,19 @@ def test_crash_resume_completed(setup: Setup) -> None:
     assert 0.25 <= ts(resumed["ts"]) - ts(crashed["ts"]) < 2.0  # backoff base_interval * 2**0
 
 
-def test_hang_grace_resume_completed(setup: Setup) -> None:
+def test_hang_grace_resume_completed(setup: Setup, signal_cue: str) -> None:
+    """A hung agent is stopped and resumed, whether it exits 143 on the SIGTERM (as Claude
+    Code does) or dies from it: the stop supervise caused is never the task's own ending."""
     setup.write_profile(
         base_interval=0.3, max_interval=2, stale_threshold=1.0, grace_period=1.0, max_retries=2
     )
-    setup.drop("h.toml", setup.task("hangs", "hang_runs: 1\ntick: 0.2\nsleep: 1\nexit: 0"))
+    prompt = f"{signal_cue}hang_runs: 1\ntick: 0.2\nsleep: 1\nexit: 0"
+    setup.drop("h.toml", setup.task("hangs", prompt))
     assert setup.run().returncode == 0
     m = setup.manifests()["hangs"]
     report(setup, "hangs")
     assert (m["status"], m["retry_count"], m["exit_code"]) == ("completed", 1, 0)
+    assert m["verdict"] == "PASS", m
     events = setup.events(m["task_id"])
     stale, hung = named(events, "stale")[0], named(events, "hung")[0]
     # The first stale check never acts; the hang is declared only after the grace period.
@@ -127,6 +131,26 @@ def test_resume_exit_code_resumes_instead_of_failing(setup: Setup) -> None:
     assert m["exit_code"] == 75
 
 
+def test_deadline_stop_ends_abandoned_whatever_the_agent_exits_with(
+    setup: Setup, signal_cue: str
+) -> None:
+    """At the deadline the agent is stopped; an agent that then exits 143 by itself (as Claude
+    Code does on SIGTERM) is still ``abandoned``/``deadline``, never ``failed``."""
+    setup.write_profile(base_interval=0.3, deadline=1.5, stale_threshold=30)
+    setup.drop("d.toml", setup.task("overdue", f"{signal_cue}tick: 0.3\nsleep: 120"))
+    assert setup.run(timeout=60).returncode == 0
+    m = setup.manifests()["overdue"]
+    report(setup, "overdue")
+    assert (m["status"], m["abandon_reason"], m["verdict"]) == (
+        "abandoned",
+        "deadline",
+        "TIMEOUT",
+    ), m
+    kinds = [e["event"] for e in setup.events(m["task_id"])]
+    assert "failed" not in kinds and "completed" not in kinds, kinds
+    assert named(setup.events(m["task_id"]), "agent_stopped")[0]["killed"] is False
+
+
 def test_agent_that_ignores_sigterm_is_still_stopped(setup: Setup) -> None:
     setup.write_profile(base_interval=0.3, deadline=1.5, stale_threshold=30)
     setup.drop("s.toml", setup.task("stubborn", "ignore_term\ntick: 0.3\nsleep: 120"))
@@ -188,10 +212,15 @@ def test_notify_on_selects_events_and_failure_is_only_logged(setup: Setup, tmp_p
     assert manifests["bad"]["status"] == "failed" and manifests["ok"]["status"] == "completed"
 
 
-def test_operator_stop_resume_tail_and_config(setup: Setup, tmp_path: Path) -> None:
+def test_operator_stop_resume_tail_and_config(
+    setup: Setup, tmp_path: Path, signal_cue: str
+) -> None:
+    """``resume`` goes on to a new run and ``stop`` ends ``abandoned``/``stopped`` whether the
+    agent exits 143 on SIGTERM (as Claude Code does) or dies from it."""
     setup.write_profile(base_interval=0.3, stale_threshold=30)
-    setup.drop("a.toml", setup.task("long-a", "tick: 0.2\nsleep: 60", setup.project / "a"))
-    setup.drop("b.toml", setup.task("long-b", "tick: 0.2\nsleep: 60", setup.project / "b"))
+    work = f"{signal_cue}tick: 0.2\nsleep: 60"
+    setup.drop("a.toml", setup.task("long-a", work, setup.project / "a"))
+    setup.drop("b.toml", setup.task("long-b", work, setup.project / "b"))
     engine = subprocess.Popen(
         [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile), "--exit-when-idle"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -207,6 +236,7 @@ def test_operator_stop_resume_tail_and_config(setup: Setup, tmp_path: Path) -> N
         assert "running (retry_count 1)" in resumed.stdout
         wait_for(lambda: (setup.project / "a" / "fake_runs").read_text() == "2")
 
+        wait_for(lambda: setup.manifests()["long-a"]["status"] == "running")
         tail = setup.supervise("tail", "-c", conf, ids["long-a"], "-n", "50")
         assert f"resumed session {setup.manifests()['long-a']['session_id']}" in tail.stdout
 
