@@ -16,6 +16,9 @@ Commands::
     supervise config -c PROFILE [--task FILE]    every effective policy value and its source
 
 Exit codes: 0 success, 1 invalid input or unknown task, 2 usage error (argparse).
+``stop``, ``resume``, ``approve`` and ``deny`` also exit :data:`EXIT_QUEUED` (3) when no
+engine runs (the request waits for the next ``supervise run``) and :data:`EXIT_NOT_APPLIED`
+(4) when the running engine did not apply it within ``--wait`` seconds.
 Heavy imports (the engine, APScheduler, libtmux) happen only in the commands that need them.
 """
 
@@ -34,6 +37,13 @@ from supervisor.terminal import escape_controls
 
 if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
+
+
+#: Exit status of a request left for an engine that is not running (issue 10: an operator
+#: script must not take "queued" for "done").
+EXIT_QUEUED = 3
+#: Exit status of a request the running engine has not applied within ``--wait`` seconds.
+EXIT_NOT_APPLIED = 4
 
 
 def _err(message: str) -> None:
@@ -147,14 +157,34 @@ def _manifests(profile: LoadedProfile) -> list[dict[str, Any]]:
         try:
             with open(os.path.join(entry.path, "manifest.json"), "rb") as handle:
                 manifest = json.loads(handle.read())
+            if not isinstance(manifest, dict) or not isinstance(manifest.get("status"), str):
+                raise ValueError("not a manifest")
         except (OSError, ValueError):
-            continue
+            manifest = _damaged_row(entry)
+            if manifest is None:
+                continue
         try:
             manifest["_output_mtime"] = os.stat(os.path.join(entry.path, "output.log")).st_mtime
         except OSError:
             manifest["_output_mtime"] = None
         out.append(manifest)
     return out
+
+
+def _damaged_row(entry: os.DirEntry[str]) -> dict[str, Any] | None:
+    """A ``damaged`` status row for a task folder whose manifest is missing or unreadable
+    (``None`` for anything else: not a folder, or a claim still to finish)."""
+    from supervisor import repair
+    from supervisor.taskdir import TaskDir
+
+    if not entry.is_dir():
+        return None
+    task = TaskDir(Path(entry.path))
+    reason = repair.damage(task)
+    if reason is None:
+        return None
+    return {"task_id": entry.name, "task_name": repair.spec_name(task),
+            "status": repair.DAMAGED, "damaged": reason}  # fmt: skip
 
 
 def _age(iso: str | None, now: float) -> float | None:
@@ -187,6 +217,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 "verdict": m.get("verdict"),
                 "age_s": _age(m.get("started_at") or m.get("created_at"), now),
                 "since_output_s": None if mtime is None else round(now - mtime, 1),
+                "damaged": m.get("damaged"),  # why the manifest cannot be read (repair.py)
             }
         )
     if args.json:
@@ -244,7 +275,14 @@ def _request(args: argparse.Namespace, verb: str) -> int:
     if folder is None:
         return 1
     manifest_path = folder / "manifest.json"
-    before = json.loads(manifest_path.read_text(encoding="utf-8"))
+    try:
+        before = json.loads(manifest_path.read_text(encoding="utf-8"))
+        if not isinstance(before, dict) or not isinstance(before.get("status"), str):
+            raise ValueError("no 'status'")
+        before.setdefault("retry_count", 0)
+    except (OSError, ValueError) as exc:
+        _err(f"{manifest_path}: cannot read the manifest ({exc}); see 'supervise status'")
+        return 1
     if before["status"] in TERMINAL:
         _err(f"task {args.task_id} already ended: {before['status']}")
         return 1
@@ -253,12 +291,16 @@ def _request(args: argparse.Namespace, verb: str) -> int:
         return 1
     control.request(profile.state_dir, args.task_id, verb)
     if not _engine_running(profile):
-        print(f"queued '{verb}' for {args.task_id}; no engine runs on {profile.state_dir}, "
-              "so it happens when 'supervise run' starts")  # fmt: skip
-        return 0
+        _err(f"queued '{verb}' for {args.task_id}; no engine runs on {profile.state_dir}, "
+             "so it happens when 'supervise run' starts")  # fmt: skip
+        return EXIT_QUEUED
     deadline = time.time() + args.wait
     while time.time() < deadline:
-        after = json.loads(manifest_path.read_text(encoding="utf-8"))
+        try:
+            after = json.loads(manifest_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # replaced atomically; a damaged one is looked at again
+            time.sleep(0.1)
+            continue
         if verb == "stop":
             acted = after["status"] in TERMINAL
         elif verb in ("approve", "deny"):
@@ -269,8 +311,9 @@ def _request(args: argparse.Namespace, verb: str) -> int:
             print(f"{args.task_id}: {after['status']} (retry_count {after['retry_count']})")
             return 0
         time.sleep(0.1)
-    print(f"requested '{verb}' for {args.task_id}; the engine has not acted yet")
-    return 0
+    _err(f"requested '{verb}' for {args.task_id}; the engine has not applied it within "
+         f"{args.wait:g} s (the request stays in {profile.state_dir / 'control'})")  # fmt: skip
+    return EXIT_NOT_APPLIED
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
@@ -328,7 +371,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     if _task_dir(profile, args.task_id) is None:
         return 1
     tmux = shutil.which("tmux") or "tmux"
-    socket = profile.spec.tmux.socket_name
+    socket = profile.socket_name
     argv = [tmux, "-L", socket, "attach-session", "-t", f"={args.task_id}"]
     if args.read_only:
         argv.insert(4, "-r")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import hashlib
 import json
 import os
 import re
@@ -245,20 +246,34 @@ class PathsSpec(BaseModel):
 
 
 class TmuxSpec(BaseModel):
-    """``[tmux]``: the private tmux server (``tmux -L socket_name``), never the default one."""
+    """``[tmux]``: the private tmux server (``tmux -L socket_name``), never the default one.
+
+    ``socket_name`` left out (``None``) becomes :func:`default_socket_name` of the profile's
+    ``state_dir`` when the profile is loaded, so two profiles never share a server by
+    accident (issue 10: two engines on one socket killed each other's agents).
+    """
 
     model_config = ConfigDict(extra="forbid")
-    socket_name: str = "supervise"
+    socket_name: str | None = None
 
     @field_validator("socket_name")
     @classmethod
-    def _socket(cls, value: str) -> str:
+    def _socket(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         if value in ("", "default") or not re.fullmatch(r"[A-Za-z0-9_.-]+", value):
             raise ValueError(
                 "socket_name must be a non-empty name of letters, digits, '_', '.', '-' "
                 "and not 'default' (supervise never uses your default tmux server)"
             )
         return value
+
+
+def default_socket_name(state_dir: Path) -> str:
+    """``supervise-<8 hex>``: the default ``[tmux] socket_name``, a SHA-256 prefix of the
+    absolute ``state_dir``, so each state folder has its own tmux server."""
+    digest = hashlib.sha256(os.fsencode(str(state_dir))).hexdigest()
+    return f"supervise-{digest[:8]}"
 
 
 AgentKind = Literal["generic", "claude"]
@@ -536,6 +551,11 @@ class LoadedProfile:
     @property
     def tasks_dir(self) -> Path:
         return self.spec.paths.state_dir / "tasks"
+
+    @property
+    def socket_name(self) -> str:
+        """The tmux server's name: ``[tmux] socket_name`` or one derived from ``state_dir``."""
+        return self.spec.tmux.socket_name or default_socket_name(self.state_dir)
 
 
 @dataclass(frozen=True)
@@ -889,6 +909,8 @@ def load_profile(path: Path | str) -> LoadedProfile:
     base = path.parent
     spec.paths.spool_dir = _resolve(base, spec.paths.spool_dir)
     spec.paths.state_dir = _resolve(base, spec.paths.state_dir)
+    if spec.tmux.socket_name is None:
+        spec.tmux.socket_name = default_socket_name(spec.paths.state_dir)
     loaded = LoadedProfile(path=path, spec=spec)
     problems: list[str] = []
     try:

@@ -46,7 +46,17 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from filelock import FileLock, Timeout
 
-from supervisor import acceptance, claude, control, notify, policy, spool, statefs
+from supervisor import (
+    acceptance,
+    claude,
+    control,
+    notify,
+    policy,
+    processes,
+    repair,
+    spool,
+    statefs,
+)
 from supervisor.agentwatch import AgentView, ClaudeWatch
 from supervisor.config import (
     ConfigError,
@@ -172,7 +182,7 @@ class Engine:
     def __init__(self, profile: LoadedProfile, exit_when_idle: bool = False) -> None:
         self.profile = profile
         self.exit_when_idle = exit_when_idle
-        self.tmux = Tmux(profile.spec.tmux.socket_name)
+        self.tmux = Tmux(profile.socket_name, owner=str(profile.state_dir))
         self.live: dict[str, Runtime] = {}
         self.queue: deque[TaskDir] = deque()  # queued tasks, oldest first; loaded at launch
         self.stopping = threading.Event()
@@ -509,6 +519,10 @@ class Engine:
 
     def _adopt_one(self, task: TaskDir, sessions: dict[str, PaneInfo]) -> None:
         """Adopt one task folder (see :meth:`adopt`)."""
+        damaged = repair.damage(task)
+        if damaged is not None:
+            self._adopt_damaged(task, damaged)
+            return
         if not task.has_manifest():
             self._recover_claim(task)
             return
@@ -526,7 +540,8 @@ class Engine:
             return
         events = task.events()
         resumes = sum(1 for e in events if e.get("event") == "resumed")
-        if manifest.status == "queued" and task.task_id not in sessions:
+        ended = repair.last_terminal(events) is not None  # the log's last word is final
+        if manifest.status == "queued" and task.task_id not in sessions and not ended:
             self.queue.append(task)
             return
         started = parse_iso(manifest.started_at)
@@ -571,6 +586,33 @@ class Engine:
             self._finish_interrupted_resume(runtime, sessions.get(task.task_id))
         self._watch(runtime)
         self._schedule_check(runtime, delay=0.0)
+
+    def _adopt_damaged(self, task: TaskDir, why: str) -> None:
+        """A folder whose manifest is missing or unreadable: never run again on that account.
+        The manifest is rebuilt where the event log fixes it exactly (an ended task; a queued
+        one, queued again), the unreadable file kept beside it; otherwise nothing is touched
+        and ``supervise status`` shows the task ``damaged`` (see :mod:`supervisor.repair`)."""
+        events = task.events()
+        try:
+            resolved = self._reload(task)
+            spec = resolved.spec
+            manifest = repair.rebuild(
+                task, events, spec.name, resolved.model, str(spec.project_dir)
+            )
+        except (OSError, ValueError, ConfigError):
+            manifest = None
+        if manifest is None:
+            log.error("%s: %s, and its event log cannot restore it exactly; left as it is "
+                      "(not run again; 'supervise status' shows it damaged)",
+                      task.task_id, why)  # fmt: skip
+            return
+        kept = repair.set_aside(task.file("manifest.json"))
+        task.write_manifest(manifest)
+        task.append_event("manifest_repaired", status=manifest.status, damage=why,
+                          damaged_copy=str(kept) if kept else None)  # fmt: skip
+        log.warning("%s: %s; rebuilt from events.jsonl (%s)", task.task_id, why, manifest.status)
+        if manifest.status == "queued":
+            self.queue.append(task)
 
     def _finish_interrupted_resume(self, runtime: Runtime, pane: PaneInfo | None) -> None:
         """We died between a ``resumed`` event and the new agent's start (the event is
@@ -688,7 +730,7 @@ class Engine:
         try:
             self.tmux.launch(task.task_id, task.path, Path(runtime.manifest.project_dir))
         except TmuxError as exc:
-            if self.tmux.has_session(task.task_id):
+            if task.task_id in self.tmux.panes():  # ours only (the owner mark)
                 # A session of this name exists: launched by an engine that died before
                 # recording it. Watch it; never start the agent twice.
                 log.warning("%s already has a session; adopting it", task.task_id)
@@ -722,11 +764,12 @@ class Engine:
             m.pid = None
             m.launched_at = utc_iso(now)
 
-        task.append_event("launched", status="running", session_name=task.task_id)
+        # stamped with the manifest's started_at, so repair.rebuild restores it exactly
+        task.append_event("launched", at=now, status="running", session_name=task.task_id)
         self.stats["launched"] += 1
         self.live[task.task_id] = runtime  # watched from now on, whatever the write does
         try:
-            runtime.manifest = task.update_manifest(change)
+            runtime.manifest = task.update_manifest(change, fallback=runtime.manifest)
         except OSError as exc:
             log.error("%s: cannot write %s: %s; the next check writes it again",
                       task.task_id, task.file("manifest.json"), exc)  # fmt: skip
@@ -895,7 +938,9 @@ class Engine:
                     retry_count=state.retry_count,
                     exit_code=exit_code if finished else None,
                     abandon_reason=state.abandon_reason,
-                    verdict=state.verdict,
+                    # the terminal record is final: repair.rebuild restores a lost manifest
+                    # from it, and policy.logged_ending a decision taken again
+                    **({"verdict": state.verdict} if finished else {}),
                 )
         except OSError as exc:
             # No action without its write-ahead record: the decision is taken again, whole,
@@ -912,7 +957,7 @@ class Engine:
                 self.stats["resumed"] += 1
                 self._resume(runtime, launch_written=True)
             elif action is A.CLEANUP:
-                self.tmux.close(task.task_id)
+                self._sweep(runtime, self.tmux.close(task.task_id))
                 self._sessions_cache = None
             elif action is A.PAUSE_AGENT:
                 self._signal_agent(task, signal.SIGSTOP)
@@ -981,7 +1026,9 @@ class Engine:
             return
         runtime.last_written = time.monotonic()
         try:
-            runtime.manifest = task.update_manifest(change, durable=not quiet)
+            runtime.manifest = task.update_manifest(
+                change, durable=not quiet, fallback=runtime.manifest
+            )
         except OSError as exc:
             log.error("%s: cannot write %s: %s; the previous manifest is intact",
                       task.task_id, task.file("manifest.json"), exc)  # fmt: skip
@@ -1072,6 +1119,21 @@ class Engine:
                 runtime.accepting = False
                 self._kicked.add(runtime.task.task_id)
                 self._kick(f"check:{runtime.task.task_id}")
+
+        self.scheduler.add_job(body, executor="notify")
+
+    def _sweep(self, runtime: Runtime, session: int | None) -> None:
+        """End whatever the task left running (its tmux pane's session members and every
+        carrier of its ``SUPERVISE_TASK_DIR``, see :mod:`supervisor.processes`) on the
+        notify pool: SIGTERM, then SIGKILL after STOP_TIMEOUT s, never on this worker."""
+        task, started = runtime.task, runtime.state.started_at
+
+        def body() -> None:
+            found = processes.task_processes(task.path, [session] if session else [], started)
+            if found:
+                ended, killed = processes.reap(found, STOP_TIMEOUT)
+                task.append_event("processes_ended", pids=ended, killed=killed)
+                log.info("%s: ended %d leftover process(es) %s", task.task_id, len(ended), ended)
 
         self.scheduler.add_job(body, executor="notify")
 

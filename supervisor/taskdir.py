@@ -26,6 +26,7 @@ import json
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -213,14 +214,32 @@ class TaskDir:
         payload = manifest.model_dump_json(indent=2).encode() + b"\n"
         atomic_write(self.file(MANIFEST), payload, durable=durable)
 
-    def update_manifest(self, change: Callable[[Manifest], None], durable: bool = True) -> Manifest:
+    def update_manifest(
+        self,
+        change: Callable[[Manifest], None],
+        durable: bool = True,
+        fallback: Manifest | None = None,
+    ) -> Manifest:
         """Read, apply ``change`` in place, write back: one locked read-modify-write.
 
         Using the lock for the whole cycle means an operator command (``supervise stop``)
         and the engine never lose each other's updates.
+
+        ``fallback``: the writer's own last copy, used when the file is missing or not a
+        valid manifest (deleted or overwritten under a running engine); an unreadable file
+        is first renamed to ``manifest.json.damaged-<epoch s>``, never deleted. Without it
+        such a file raises ``OSError`` or ``ValueError`` (pydantic's ``ValidationError``).
         """
         with self._lock:
-            manifest = self.read_manifest()
+            try:
+                manifest = self.read_manifest()
+            except (FileNotFoundError, ValueError):
+                if fallback is None:
+                    raise
+                path = self.file(MANIFEST)
+                with contextlib.suppress(FileNotFoundError):
+                    os.rename(path, path.with_name(f"{MANIFEST}.damaged-{int(time.time())}"))
+                manifest = fallback.model_copy(deep=True)
             change(manifest)
             self._write(manifest, durable)
             return manifest

@@ -63,6 +63,10 @@ ANSI_STRIP_SED = (
 )
 PANE_WIDTH = 220
 PANE_HEIGHT = 50
+#: tmux user option set on each session at creation: the absolute ``state_dir`` of the
+#: engine that owns it. Engines sharing one server never adopt, respawn or kill a session
+#: whose mark is not their own (issue 10).
+OWNER_OPTION = "@supervise_state_dir"
 
 
 class TmuxError(RuntimeError):
@@ -76,12 +80,14 @@ RECORDED_FILES = ("pid", "exit_code", "signal", "done")
 @dataclass(frozen=True)
 class PaneInfo:
     """One row of ``list-panes -a``: session name, the pane's first process, dead flag, and
-    ``recorded``: the wrapper files it could not write, kept as pane options
+    the session's owner mark (:data:`OWNER_OPTION`; ``""`` when unset), and ``recorded``:
+    the wrapper files it could not write, kept as pane options
     (``{"exit_code": "0", "done": "1763850000.123456"}``; empty in the normal case)."""
 
     session: str
     pane_pid: int | None
     dead: bool
+    owner: str = ""
     recorded: dict[str, str] = field(default_factory=dict)
 
 
@@ -107,10 +113,15 @@ class Tmux:
 
     Args:
         socket_name: the profile's ``[tmux] socket_name``; never the default server.
+        owner: the owner mark for sessions this object creates (the engine's absolute
+            ``state_dir``). When given, :meth:`panes` lists only sessions carrying it, and
+            :meth:`respawn`, :meth:`close` and :meth:`send_keys` leave other sessions alone.
+            ``None``: no ownership (every session counts as ours).
     """
 
-    def __init__(self, socket_name: str) -> None:
+    def __init__(self, socket_name: str, owner: str | None = None) -> None:
         self.socket_name = socket_name
+        self.owner = owner
         self.server = libtmux.Server(socket_name=socket_name)
 
     def _run(self, *args: str, check: bool = True) -> list[str]:
@@ -134,6 +145,7 @@ class Tmux:
             "new-session", "-d", "-s", session, "-x", str(PANE_WIDTH), "-y", str(PANE_HEIGHT),
             "-c", str(start_dir), "-e", f"SUPERVISE_TMUX={self.tmux_bin()}",
             wrapper_command(task_dir, gate),
+            *self._mark(session),
             ";", "set-option", "-w", "-t", f"={session}:", "remain-on-exit", "on",
             # Claude Code's TUI prints a notice over its screen when focus events are off.
             ";", "set-option", "-g", "focus-events", "on",
@@ -149,8 +161,11 @@ class Tmux:
         the gate opens.
 
         Raises:
-            TmuxError: the session is gone.
+            TmuxError: the session is gone, or another engine owns it (its agent is never
+                killed by ``-k``).
         """
+        if not self.owns(session):
+            raise TmuxError(f"tmux session {session} belongs to another state_dir")
         gate = gate_channel(session)
         # The previous run's end, if a full disk sent it to pane options, is not this run's.
         unset = [
@@ -174,30 +189,74 @@ class Tmux:
             "pipe-pane", "-t", f"={session}:", pipe_command(task_dir / "output.log"), check=False
         )
 
-    def close(self, session: str) -> None:
+    def close(self, session: str) -> int | None:
         """Turn pipe-pane off, then kill the session; a missing session is not an error.
 
         Two invocations: tmux refuses pipe-pane on a dead pane, and a failed command would
         stop a chain before ``kill-session``. Killing the session closes the pipe anyway,
-        so the capture process (sed) gets EOF and exits: none is left behind.
+        so the capture process (sed) gets EOF and exits: none is left behind. A session
+        another engine owns is left running.
+
+        Returns the pane's first PID (the session id every process of its last run shares,
+        see :mod:`supervisor.processes`) when it closed a session, else ``None``.
         """
+        found = self._describe(session)
+        if found is None or (self.owner is not None and found[0] != self.owner):
+            return None
         self._run("pipe-pane", "-t", f"={session}:", check=False)
         self._run("kill-session", "-t", f"={session}", check=False)
+        return found[1]
 
-    def panes(self) -> dict[str, PaneInfo]:
-        """All panes of the server in one query, keyed by session name ({} if no server)."""
-        options = "".join(f"\t#{{{wrapper.PANE_OPTION_PREFIX}{name}}}" for name in RECORDED_FILES)
-        fmt = "#{session_name}\t#{pane_pid}\t#{pane_dead}" + options
+    def panes(self, everyone: bool = False) -> dict[str, PaneInfo]:
+        """Panes of the server in one query, keyed by session name ({} if no server).
+
+        Only the sessions this engine owns (see ``owner``), unless ``everyone``. Each row
+        also carries the wrapper files a full disk sent to pane options (``recorded``).
+        """
+        options = "".join(f"#{{{wrapper.PANE_OPTION_PREFIX}{name}}}\t" for name in RECORDED_FILES)
+        fmt = f"#{{session_name}}\t#{{pane_pid}}\t#{{pane_dead}}\t{options}#{{{OWNER_OPTION}}}"
         rows = self._run("list-panes", "-a", "-F", fmt, check=False)
         out: dict[str, PaneInfo] = {}
+        fields = 4 + len(RECORDED_FILES)
         for row in rows:
-            parts = row.split("\t")
-            if len(parts) != 3 + len(RECORDED_FILES):
+            parts = row.split("\t", fields - 1)  # the mark (a path) comes last: it may hold a tab
+            if len(parts) != fields:
                 continue
             pid = int(parts[1]) if parts[1].isdigit() else None
-            recorded = {n: v for n, v in zip(RECORDED_FILES, parts[3:], strict=True) if v}
-            out.setdefault(parts[0], PaneInfo(parts[0], pid, parts[2] == "1", recorded))
+            values = parts[3 : 3 + len(RECORDED_FILES)]
+            recorded = {n: v for n, v in zip(RECORDED_FILES, values, strict=True) if v}
+            info = PaneInfo(parts[0], pid, parts[2] == "1", parts[-1], recorded)
+            if everyone or self.owner is None or info.owner == self.owner:
+                out.setdefault(parts[0], info)
         return out
+
+    def owns(self, session: str) -> bool:
+        """Whether ``session`` carries this engine's owner mark (always true without an
+        ``owner``, and for a session that does not exist: nothing of another's is at stake).
+
+        One ``display-message`` call; a session without a mark belongs to no one, so it is
+        not ours either.
+        """
+        if self.owner is None:
+            return True
+        found = self._describe(session)
+        return found is None or found[0] == self.owner
+
+    def _describe(self, session: str) -> tuple[str, int | None] | None:
+        """``(owner mark, pane_pid)`` of a session's pane, or ``None`` if there is none."""
+        result = self.server.cmd(
+            "display-message", "-p", "-t", f"={session}:", f"#{{pane_pid}}\t#{{{OWNER_OPTION}}}"
+        )
+        if result.returncode != 0 or not result.stdout:
+            return None
+        pid, _, owner = "\n".join(result.stdout).partition("\t")
+        return owner, int(pid) if pid.isdigit() else None
+
+    def _mark(self, session: str) -> tuple[str, ...]:
+        """The chained ``set-option`` that puts the owner mark on a new session."""
+        if self.owner is None:
+            return ()
+        return (";", "set-option", "-t", f"={session}:", OWNER_OPTION, self.owner)
 
     def has_session(self, session: str) -> bool:
         return self.server.cmd("has-session", "-t", f"={session}").returncode == 0
@@ -209,6 +268,8 @@ class Tmux:
 
     def send_keys(self, session: str, *keys: str, literal: bool = False) -> None:
         """``send-keys`` to the session's pane (``-l``: the keys are text, not key names)."""
+        if not self.owns(session):
+            return
         flags = ("-l",) if literal else ()
         self._run("send-keys", "-t", f"={session}:", *flags, *keys, check=False)
 

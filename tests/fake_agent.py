@@ -20,6 +20,12 @@ into its working directory and exits. What it does is read from cue lines in the
                      xxx...`` (64 KiB writes), as fast as the terminal takes them or, with
                      S, spread evenly over S seconds; then ``flood done N bytes``. Appends
                      ``N SECONDS`` (how long the writes took) to ``flood_times``
+    spawn_orphan: S  start a child that leaves the agent's process group (setpgid),
+                     ignores SIGHUP and SIGTERM and sleeps S seconds, outliving the agent;
+                     its PID goes to ``orphan_pid`` before the agent goes on.
+                     ``spawn_orphan_noenv: S`` does the same with an empty environment
+                     (PID in ``orphan_noenv_pid``); ``spawn_orphan_setsid: S`` leaves the
+                     session instead (``setsid``; PID in ``orphan_setsid_pid``)
 
 Signals, as the real Claude Code CLI (2.1.328) behaves (measured, see
 ``/work/shared/notes/real-world-facts.md``): by default it traps SIGTERM and exits 143, and
@@ -42,6 +48,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -68,6 +75,30 @@ def _flood(total: int, seconds: float = 0.0) -> None:
     with open("flood_times", "a", encoding="utf-8") as handle:
         handle.write(f"{total} {took:.6f}\n")
     print(f"\nflood done {total} bytes", flush=True)
+
+
+ORPHAN = (
+    "import os, signal, sys, time\n"
+    "signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "os.setsid() if sys.argv[3] == 'setsid' else os.setpgid(0, 0)\n"
+    "open(sys.argv[2] + '.tmp', 'w').write(str(os.getpid()))\n"
+    "os.rename(sys.argv[2] + '.tmp', sys.argv[2])\n"
+    "time.sleep(float(sys.argv[1]))\n"
+)
+
+
+def _spawn_orphan(
+    seconds: str, pid_file: str, env: dict[str, str] | None, how: str = "setpgid"
+) -> None:
+    """Start an orphan-to-be (see ``spawn_orphan`` above) and wait for its PID file."""
+    subprocess.Popen(
+        [sys.executable, "-c", ORPHAN, seconds, os.path.abspath(pid_file), how], env=env,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    end = time.time() + 10
+    while not os.path.exists(pid_file) and time.time() < end:
+        time.sleep(0.01)
 
 
 def _exit_like_claude(signum: int, _frame: object) -> None:
@@ -121,6 +152,12 @@ def main() -> int:
         print("thinking very hard...", flush=True)
         while True:
             time.sleep(3600)
+    for seconds in cues(prompt, "spawn_orphan"):
+        _spawn_orphan(seconds, "orphan_pid", None)
+    for seconds in cues(prompt, "spawn_orphan_noenv"):
+        _spawn_orphan(seconds, "orphan_noenv_pid", {})
+    for seconds in cues(prompt, "spawn_orphan_setsid"):
+        _spawn_orphan(seconds, "orphan_setsid_pid", None, "setsid")
     for text in cues(prompt, "color"):
         print(f"\x1b[1;32m{text}\x1b[0m", flush=True)
     for text in cues(prompt, "print"):

@@ -169,6 +169,9 @@ def test_approve_keeps_the_live_run(matrix, restart: bool) -> None:
     if restart:
         stop_engine(h)
         h.start()
+        # answered once the new engine runs: before it holds its lock, the CLI reports the
+        # request as queued (exit 3), not applied
+        h.wait_for("adoption", lambda: "adopted" in kinds(h, "approve"), timeout=30)
     done = h.cli("approve", "-c", str(h.profile), m["task_id"])
     assert done.returncode == 0, done.stdout + done.stderr
     h.finish(FINISH_TIMEOUT)
@@ -195,6 +198,9 @@ def test_deny_keeps_the_live_run(matrix, restart: bool) -> None:
     if restart:
         stop_engine(h)
         h.start()
+        # answered once the new engine runs: before it holds its lock, the CLI reports the
+        # request as queued (exit 3), not applied
+        h.wait_for("adoption", lambda: "adopted" in kinds(h, "deny"), timeout=30)
     done = h.cli("deny", "-c", str(h.profile), m["task_id"])
     assert done.returncode == 0, done.stdout + done.stderr
     h.finish(FINISH_TIMEOUT)
