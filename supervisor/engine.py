@@ -363,7 +363,10 @@ class Engine:
         """Claim settled spool files, start queued tasks, and detect idleness."""
         self._intake_kicked = False
         ready = spool.pending(self.profile.spool_dir, complete=frozenset(self._complete))
-        for path in ready[:INTAKE_BATCH]:
+        # A claim writes the task's folder on the state filesystem: while it is full, files
+        # wait in the spool (a valid task must never be rejected for want of space).
+        claimable = [] if ready and self.disk.full() else ready
+        for path in claimable[:INTAKE_BATCH]:
             self._complete.discard(path.name)
             try:
                 claimed = spool.claim(path, self.profile)
@@ -409,6 +412,8 @@ class Engine:
         """Move a file that broke the claim aside with the reason (never delete it)."""
         if not os.path.lexists(path):
             return  # already moved (its claim got that far); re-examined on restart
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return  # no room to claim it now: it stays in the spool for a later run
         try:
             spool.reject(path, self.profile.spool_dir, [f"{path}: cannot be processed: {exc!r}"])
         except Exception:

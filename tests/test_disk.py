@@ -472,3 +472,34 @@ def test_engine_restarted_on_a_full_disk_adopts_and_waits(
         "completed", "PASS", 0, 0), text[-3000:]  # fmt: skip
     assert "crashed" not in kinds(setup, m["task_id"])
     assert "Traceback" not in text and "cannot adopt" not in text, text[-3000:]
+
+
+def test_a_task_dropped_while_the_state_disk_is_full_waits_in_the_spool(
+    setup: Setup, small_fs: Path, tmp_path: Path
+) -> None:
+    """A valid task file that lands while the state filesystem is full is never rejected
+    for want of space: it stays in the spool and is claimed (and completes) once there is
+    room. The spool is on another filesystem (tmp_path), the state on the full tmpfs."""
+    setup.state = small_fs / "state"
+    setup.write_profile(
+        base_interval=0.3, max_interval=1, stale_threshold=30,
+        extra={"paths": {"spool_dir": str(setup.spool), "state_dir": str(setup.state)}},
+    )  # fmt: skip
+    setup.spool.mkdir(mode=0o700, exist_ok=True)
+    (setup.state / "tasks").mkdir(parents=True, mode=0o700)
+    filler = _fill(small_fs)
+    log_path = tmp_path / "engine.log"
+    engine = start_engine(setup, log_path, "--exit-when-idle")
+    try:
+        setup.drop("late.toml", setup.task("late", "print: made it\nexit: 0"))
+        time.sleep(2.0)  # several intake runs while full
+        assert (setup.spool / "late.toml").exists(), log_path.read_text(errors="replace")
+        assert not (setup.spool / "rejected").exists() or not any(
+            (setup.spool / "rejected").iterdir()
+        )
+        filler.unlink()
+        engine.wait(timeout=60)
+    finally:
+        end_engine(engine, log_path)
+    m = setup.manifests()["late"]
+    assert (m["status"], m["verdict"], m["retry_count"]) == ("completed", "PASS", 0)

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from supervisor.config import DEFAULT_NOTIFY_ON, MonitorPolicy
+from supervisor.config import DEFAULT_NOTIFY_ON, MAX_SECONDS, MonitorPolicy
 from supervisor.policy import (
     EXIT_SETTLE,
     MIN_CHECK,
@@ -540,7 +540,8 @@ class TestBackoff:
         assert backoff(n, P) == P.max_interval
 
     def test_huge_retry_count_with_huge_max_is_finite(self):
-        policy = MonitorPolicy(base_interval=1e10, max_interval=1e300)
+        # The largest intervals a profile may declare (one year, config.MAX_SECONDS).
+        policy = MonitorPolicy(base_interval=MAX_SECONDS, max_interval=MAX_SECONDS)
         value = backoff(10**9, policy)
         assert math.isfinite(value)
         assert 0 < value <= policy.max_interval
@@ -552,7 +553,7 @@ class TestBackoff:
     )
     @settings(max_examples=300, deadline=None)
     def test_backoff_properties(self, base, factor, n):
-        policy = MonitorPolicy(base_interval=base, max_interval=base * factor)
+        policy = MonitorPolicy(base_interval=base, max_interval=min(base * factor, MAX_SECONDS))
         value = backoff(n, policy)
         assert math.isfinite(value)
         assert base <= value <= policy.max_interval
