@@ -291,7 +291,7 @@ class ClaudeAdapter(AgentAdapter):
 
     def screen_prompt(self, text: str, now: float, status: str) -> str | None:
         """The fallback for a TUI without hooks: rule on a permission dialog read from the
-        screen (:func:`supervisor.screen.find_permission_prompt`, last lines only) once the
+        screen (:func:`.screen.find_permission_prompt`, last lines only) once the
         same dialog has been seen on two checks in a row, and answer it with keys.
 
         Returns the escalation reason when a rule escalates, else ``None``.
@@ -435,7 +435,7 @@ class ClaudeAdapter(AgentAdapter):
     def screen_changed(self, text: str, now: float) -> float:
         """Feed a capture of the pane; returns when its normalized content last changed
         (epoch s). Spinner glyphs and timers do not count as change
-        (:func:`supervisor.screen.normalize`)."""
+        (:func:`.screen.normalize`)."""
         digest = screen.screen_hash(text)
         if digest != self.screen_hash or self.screen_changed_at is None:
             self.screen_hash, self.screen_changed_at = digest, now
