@@ -904,7 +904,7 @@ class Engine:
             limit_resume_at=view.limit_resume_at,
             limit_reason=view.limit_reason,
             turn_ended=view.turn_ended,
-            failure=view.failure,
+            failure=view.failure or signals.failure,
         )
 
     def _apply(self, runtime: Runtime, decision: policy.Decision, now: float) -> None:
