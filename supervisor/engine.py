@@ -372,7 +372,9 @@ class Engine:
                 continue
             if claimed.error:
                 self.stats["rejected"] += 1
-                log.warning("rejected %s -> %s:\n%s", path, claimed.rejected_to, claimed.error)
+                log.warning("rejected %s -> %s", path, claimed.rejected_to)
+                for problem in claimed.error.splitlines():  # one log line per problem
+                    log.warning("  %s", problem)
                 continue
             self.stats["claimed"] += 1
             assert claimed.task_dir is not None and claimed.resolved is not None
@@ -662,7 +664,9 @@ class Engine:
             return
         claimed = spool.finish_claim(task, self.profile)
         if claimed.error:
-            log.warning("rejected %s after restart:\n%s", task.file("task.toml"), claimed.error)
+            log.warning("rejected %s after restart", task.file("task.toml"))
+            for problem in claimed.error.splitlines():
+                log.warning("  %s", problem)
         elif claimed.resolved is not None:
             self._enqueue(task, claimed.resolved)
 
@@ -883,7 +887,7 @@ class Engine:
             limit_resume_at=view.limit_resume_at,
             limit_reason=view.limit_reason,
             turn_ended=view.turn_ended,
-            failure=view.failure,
+            failure=view.failure or signals.failure,
         )
 
     def _apply(self, runtime: Runtime, decision: policy.Decision, now: float) -> None:
