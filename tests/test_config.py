@@ -33,9 +33,10 @@ from supervisor.config import (
     resolve_task,
 )
 
+# ``true`` is on every PATH: ``validate`` warns about an agent program it cannot find.
 MINIMAL_PROFILE = """
 [agent]
-command = ["agent", "--prompt", "{prompt}"]
+command = ["true", "--prompt", "{prompt}"]
 """
 
 # The lists printed as "allowed" follow the models, so a new policy key needs no test edit.
