@@ -29,19 +29,7 @@ Claude Code hooks reference).
 from __future__ import annotations
 
 import re
-from typing import Literal
 
-FailureReason = Literal["auth", "billing", "invalid_request", "agent_error", "exit_code"]
-#: Every ``failure_reason`` a ``failed`` manifest may carry (``launch``: tmux could not
-#: start the session).
-FAILURE_REASONS: tuple[str, ...] = (
-    "auth",
-    "billing",
-    "invalid_request",
-    "agent_error",
-    "exit_code",
-    "launch",
-)
 TRANSIENT = "transient"
 
 #: HTTP statuses that pass by themselves: server errors and overload (Anthropic API errors

@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from supervisor.config import MonitorPolicy
-from supervisor.failures import FAILURE_REASONS, TRANSIENT, classify, classify_hook_error
+from supervisor.failures import TRANSIENT, classify, classify_hook_error
 from supervisor.policy import Action, Signals, TaskState, backoff, decide
+from supervisor.states import FailureReason
 
 T0 = 1_700_000_000.0
 P = MonitorPolicy(base_interval=10, max_interval=300, deadline=3600, grace_period=5)
@@ -69,7 +70,7 @@ def test_hook_errors_of_interactive_runs():
 @given(st.one_of(st.none(), st.integers(100, 599)), st.text(max_size=200), st.booleans())
 def test_classify_is_total(status, text, is_error):
     result = classify(status, text, is_error)
-    assert result is None or result == TRANSIENT or result in FAILURE_REASONS
+    assert result is None or result == TRANSIENT or result in set(FailureReason)
 
 
 def running(**changes) -> TaskState:
@@ -131,7 +132,7 @@ def test_exit_zero_is_completed_whatever_the_class():
 @given(
     retry_count=st.integers(0, 10),
     transient_waits=st.integers(0, 70),
-    failure=st.sampled_from([None, TRANSIENT, *FAILURE_REASONS]),
+    failure=st.sampled_from([None, TRANSIENT, *FailureReason]),
     code=st.integers(0, 255),
     offset=st.floats(0, 4000),
 )
