@@ -99,11 +99,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
             for line in exc.problems:
                 _err(line)
             return 1
+        warning = _missing_agent_binary(profile)
+        if warning:
+            _err(warning)
     for name in args.files:
         path = Path(name)
         try:
             if looks_like_profile(path):
-                load_profile(path)
+                warning = _missing_agent_binary(load_profile(path))
+                if warning:
+                    _err(warning)
                 kind = "profile"
             else:
                 base = profile or LoadedProfile(
@@ -118,6 +123,28 @@ def cmd_validate(args: argparse.Namespace) -> int:
             continue
         print(escape_controls(f"ok: {path} ({kind})"))
     return 1 if failures else 0
+
+
+def _missing_agent_binary(profile: LoadedProfile) -> str | None:
+    """A warning line when the agent's program is not found on the ``PATH`` the agent
+    will run with (the engine's, or ``[agent.env] PATH``); ``None`` when it is found or
+    cannot be known (a ``{placeholder}``). A missing program ends every task ``failed``
+    with exit 127 and ``failure_reason`` ``launch``."""
+    import shutil
+
+    agent = profile.spec.agent
+    program = agent.binary if agent.kind == "claude" else (agent.command or [""])[0]
+    key = "binary" if agent.kind == "claude" else "command[0]"
+    if not program or "{" in program:
+        return None
+    search = agent.env.get("PATH", os.environ.get("PATH", ""))
+    if shutil.which(program, path=search):
+        return None
+    return escape_controls(
+        f"warning: {profile.path}: [agent] {key} {program!r} is not found on PATH "
+        f"({search}); every task would fail with exit 127. Fix: set [agent] {key} to the "
+        "program's absolute path, or add its folder to [agent.env] PATH"
+    )
 
 
 def cmd_submit(args: argparse.Namespace) -> int:

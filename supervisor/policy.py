@@ -185,8 +185,8 @@ class Signals:
         acceptance_running: the acceptance check is running now.
         turn_ended: an interactive agent finished its turn (Stop hook) and idles.
         failure: the class of the run's error ending as the agent reported it
-            (:func:`supervisor.failures.classify`): ``transient`` or a failure reason;
-            ``None`` when it reported none.
+            (e.g. :func:`supervisor.agents.claude.failures.classify`): ``transient`` or a
+            failure reason; ``None`` when it reported none.
         state_disk_full: the state filesystem has no room (ENOSPC, see
             :mod:`supervisor.statefs`): run files may be missing or stale for want of space.
     """

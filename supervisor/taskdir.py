@@ -295,8 +295,9 @@ class TaskDir:
         return self.file("done").exists()
 
     def clear_run_files(self) -> None:
-        """Remove ``pid``/``exit_code``/``signal``/``done`` before a (re)launch."""
-        for name in ("pid", "exit_code", "signal", "done"):
+        """Remove ``pid``/``exit_code``/``signal``/``done``/``launch_error`` before a
+        (re)launch."""
+        for name in ("pid", "exit_code", "signal", "done", "launch_error"):
             with contextlib.suppress(FileNotFoundError):
                 self.file(name).unlink()
 

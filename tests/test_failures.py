@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from supervisor.agents.claude.failures import classify, classify_hook_error
 from supervisor.config import MonitorPolicy
-from supervisor.failures import TRANSIENT, classify, classify_hook_error
+from supervisor.failures import TRANSIENT
 from supervisor.policy import Action, Signals, TaskState, backoff, decide
 from supervisor.states import FailureReason
 

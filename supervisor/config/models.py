@@ -88,7 +88,7 @@ class AgentSpec(BaseModel):
     ``{model}``, ``{session_id}``, ``{project_dir}``, ``{task_id}``, ``{python}`` and
     ``{profile_dir}``, substituted once and never seen by a shell.
 
-    ``kind = "claude"`` builds the Claude Code argv itself (see :mod:`supervisor.claude`):
+    ``kind = "claude"`` builds the Claude Code argv itself (see :mod:`supervisor.agents.claude`):
     ``--session-id`` on the first run, ``--resume`` with ``resume_prompt`` after, hooks
     injected with a generated ``--settings`` file, ``--permission-mode permission_mode``.
     ``mode = "headless"`` runs ``-p --output-format stream-json --verbose``;
