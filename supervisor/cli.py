@@ -295,7 +295,7 @@ def _engine_running(profile: LoadedProfile) -> bool:
 
 def _request(args: argparse.Namespace, verb: str) -> int:
     from supervisor import control
-    from supervisor.taskdir import TERMINAL
+    from supervisor.states import TERMINAL, Status
 
     profile = _profile(args.config)
     folder = _task_dir(profile, args.task_id)
@@ -313,7 +313,7 @@ def _request(args: argparse.Namespace, verb: str) -> int:
     if before["status"] in TERMINAL:
         _err(f"task {args.task_id} already ended: {before['status']}")
         return 1
-    if verb in ("approve", "deny") and before["status"] != "escalated":
+    if verb in ("approve", "deny") and before["status"] != Status.ESCALATED:
         _err(f"task {args.task_id} is {before['status']}, not escalated: nothing to {verb}")
         return 1
     control.request(profile.state_dir, args.task_id, verb)
@@ -331,7 +331,7 @@ def _request(args: argparse.Namespace, verb: str) -> int:
         if verb == "stop":
             acted = after["status"] in TERMINAL
         elif verb in ("approve", "deny"):
-            acted = after["status"] != "escalated"
+            acted = after["status"] != Status.ESCALATED
         else:
             acted = after["retry_count"] > before["retry_count"] or after["status"] in TERMINAL
         if acted:
@@ -364,7 +364,8 @@ def cmd_tail(args: argparse.Namespace) -> int:
     folder = _task_dir(profile, args.task_id)
     if folder is None:
         return 1
-    from supervisor.taskdir import TERMINAL, TaskDir
+    from supervisor.states import TERMINAL
+    from supervisor.taskdir import TaskDir
 
     task = TaskDir(folder)
     # output.log is filtered at capture, but a log from an older version or a file put

@@ -66,7 +66,8 @@ from supervisor.config import (
     resolve_task,
 )
 from supervisor.signals import observe
-from supervisor.taskdir import TERMINAL, Manifest, TaskDir, atomic_write, parse_iso, utc_iso
+from supervisor.states import TERMINAL
+from supervisor.taskdir import Manifest, TaskDir, atomic_write, parse_iso, utc_iso
 from supervisor.tmux import PaneInfo, Tmux, TmuxError
 from supervisor.watch import Watcher
 from supervisor.wrapper import END_MARK

@@ -19,17 +19,4 @@ policy uses when no class is known.
 
 from __future__ import annotations
 
-from typing import Literal
-
-FailureReason = Literal["auth", "billing", "invalid_request", "agent_error", "exit_code"]
-#: Every ``failure_reason`` a ``failed`` manifest may carry (``launch``: tmux could not
-#: start the session).
-FAILURE_REASONS: tuple[str, ...] = (
-    "auth",
-    "billing",
-    "invalid_request",
-    "agent_error",
-    "exit_code",
-    "launch",
-)
 TRANSIENT = "transient"
