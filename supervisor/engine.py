@@ -67,7 +67,7 @@ from supervisor.config import (
 )
 from supervisor.signals import observe
 from supervisor.states import TERMINAL
-from supervisor.taskdir import Manifest, TaskDir, atomic_write, parse_iso, utc_iso
+from supervisor.taskdir import Manifest, TaskDir, atomic_write, utc_iso
 from supervisor.tmux import PaneInfo, Tmux, TmuxError
 from supervisor.watch import Watcher
 from supervisor.wrapper import END_MARK
@@ -112,20 +112,6 @@ class Runtime:
     @property
     def policy(self) -> MonitorPolicy:
         return self.resolved.policy
-
-
-#: Events that record why ``supervise`` stopped or left an agent before it acts on it.
-INTENTS = frozenset({"crashed", "hung", "waiting"})
-
-
-def escalation_state(manifest: Manifest, status: str) -> dict[str, Any]:
-    """The policy's escalation fields (``escalation`` reason, ``paused``) from the
-    manifest's declared ``escalation`` object, for adoption after a restart."""
-    record = manifest.escalation if status == "escalated" else None
-    if not record:
-        return {"escalation": None, "paused": False}
-    return {"escalation": str(record.get("reason") or "escalated"),
-            "paused": bool(record.get("paused"))}  # fmt: skip
 
 
 def expand_argv(template: list[str], values: dict[str, str]) -> list[str]:
@@ -544,41 +530,19 @@ class Engine:
             log.error("cannot re-adopt %s: %s", task.task_id, exc)
             return
         events = task.events()
-        resumes = sum(1 for e in events if e.get("event") == "resumed")
         ended = repair.last_terminal(events) is not None  # the log's last word is final
         if manifest.status == "queued" and task.task_id not in sessions and not ended:
             self.queue.append(task)
             return
-        started = parse_iso(manifest.started_at)
-        if manifest.status == "queued":  # launched, but we died before recording it
-            logged = [parse_iso(e["ts"]) for e in events if e.get("event") == "launched"]
-            started = logged[0] if logged else task.file("launch.json").stat().st_mtime
-            if not logged:
-                task.append_event("launched", status="running", recovered=True)
-        status = "running" if manifest.status == "queued" else manifest.status
-        launched_at = parse_iso(manifest.launched_at) or started
-        resume_at = parse_iso(manifest.resume_at)
+        launch_written = None
+        launch_logged = any(e.get("event") == "launched" for e in events)
+        if manifest.status == "queued" and not launch_logged:
+            # launched, but we died before recording it
+            launch_written = task.file("launch.json").stat().st_mtime
+            task.append_event("launched", status="running", recovered=True)
+        state = policy.adopted(manifest, events, launch_written)
         # The event log runs ahead of the manifest (write-ahead): trust its last word.
-        last = next(
-            (e for e in reversed(events) if e.get("event") in {*TERMINAL, *INTENTS, "resumed"}),
-            None,
-        )
-        if last is not None and last["event"] == "resumed":  # died after deciding to resume
-            status, launched_at, resume_at = "running", parse_iso(last["ts"]), None
-        elif last is not None and last["event"] in INTENTS and status != last["event"]:
-            # We died after recording a stop's intent, before the manifest said so: the
-            # agent's exit since then answers that stop; resume without more backoff.
-            status, resume_at = last["event"], None
-        state = policy.TaskState(
-            status=status,
-            started_at=started,
-            launched_at=launched_at,
-            retry_count=max(manifest.retry_count, resumes),
-            resume_at=resume_at,
-            **escalation_state(manifest, status),
-            limit_waits=manifest.limit_waits,
-            transient_waits=manifest.transient_waits,
-        )
+        last = policy.last_word(events)
         runtime = self._runtime(task, resolved, state, manifest)
         self.live[task.task_id] = runtime
         with contextlib.suppress(OSError):  # a full disk must not leave the task unwatched
@@ -639,24 +603,8 @@ class Engine:
 
     def _finish_logged(self, runtime: Runtime, last: dict[str, Any], events: list) -> None:
         """Complete an ending the log already holds (we died between the terminal event and
-        the manifest): same outcome, cleanup repeated, notifier run if it had not run."""
-        A = policy.Action
-        status = last["event"]
-        notified = any(
-            e.get("event") == "notified" and e.get("notified_event") == status for e in events
-        )
-        actions = (A.STOP_AGENT,) if status == "abandoned" else ()
-        actions += (A.FINISH, A.CLEANUP) + (() if notified else (A.NOTIFY,))
-        state = dataclasses.replace(
-            runtime.state,
-            status=status,
-            exit_code=last.get("exit_code"),
-            abandon_reason=last.get("abandon_reason"),
-            resume_at=None,
-        )
-        decision = policy.Decision(
-            state=state, actions=actions, events=(status,), reason=last.get("reason", "")
-        )
+        the manifest): :func:`supervisor.policy.recovered_ending` decides, as the log says."""
+        decision = policy.recovered_ending(runtime.state, last, events, runtime.policy)
         self._apply(runtime, decision, time.time())
 
     def _recover_claim(self, task: TaskDir) -> None:
@@ -721,6 +669,7 @@ class Engine:
         """Start a queued task: write ``launch.json``, create its tmux session, watch it."""
         task = runtime.task
         now = time.time()
+        started = policy.launched(runtime.state, now, runtime.policy)
         self._write_launch(runtime, resume=False)
         task.clear_run_files()
         if self.watcher is not None:  # before the agent starts, so no event is missed
@@ -734,26 +683,27 @@ class Engine:
                 log.warning("%s already has a session; adopting it", task.task_id)
                 self._sessions_cache = None
             else:
-                self._launch_failed(runtime, now, exc)
+                self._launch_failed(runtime, started, now, exc)
                 return
-        runtime.state = policy.TaskState(status="running", started_at=now, launched_at=now)
-        self._record_launch(runtime, now)
+        self._record_launch(runtime, started, now)
 
-    def _launch_failed(self, runtime: Runtime, now: float, exc: Exception) -> None:
-        """tmux refused to create the session: the task ends ``failed`` with the reason."""
+    def _launch_failed(
+        self, runtime: Runtime, started: policy.Decision, now: float, exc: Exception
+    ) -> None:
+        """tmux refused to create the session: the task ends ``failed`` with the reason
+        (:func:`supervisor.policy.launch_failed`). It counts as launched until then, so a
+        failed event write leaves it a live task that the next check decides again."""
         log.error("launch of %s failed: %s", runtime.task.task_id, exc)
-        runtime.state = policy.TaskState(status="running", started_at=now, launched_at=now)
+        runtime.state = started.state
         self.live[runtime.task.task_id] = runtime
-        decision = policy.Decision(
-            state=policy.TaskState(status="failed", started_at=now, failure_reason="launch"),
-            actions=(policy.Action.FINISH, policy.Action.CLEANUP, policy.Action.NOTIFY),
-            events=("failed",),
-            reason=f"tmux could not start the session: {exc}",
-        )
+        decision = policy.launch_failed(started.state, now, str(exc), runtime.policy)
         self._apply(runtime, decision, now)
 
-    def _record_launch(self, runtime: Runtime, now: float) -> None:
+    def _record_launch(self, runtime: Runtime, started: policy.Decision, now: float) -> None:
+        """Perform :func:`supervisor.policy.launched`'s decision ``started``: its events
+        (the write-ahead record), then the manifest; the task is watched from now on."""
         task = runtime.task
+        runtime.state = started.state
 
         def change(m: Manifest) -> None:
             m.status = "running"
@@ -763,7 +713,8 @@ class Engine:
             m.launched_at = utc_iso(now)
 
         # stamped with the manifest's started_at, so repair.rebuild restores it exactly
-        task.append_event("launched", at=now, status="running", session_name=task.task_id)
+        for event in started.events:
+            task.append_event(event, at=now, status=started.state.status, session_name=task.task_id)
         self.stats["launched"] += 1
         self.live[task.task_id] = runtime  # watched from now on, whatever the write does
         try:
@@ -772,7 +723,7 @@ class Engine:
             log.error("%s: cannot write %s: %s; the next check writes it again",
                       task.task_id, task.file("manifest.json"), exc)  # fmt: skip
         self._watch(runtime)
-        self._schedule_check(runtime, delay=policy.first_check(runtime.policy))
+        self._schedule_check(runtime, delay=started.next_check)
         log.info("launched %s in tmux session %s", task.task_id, task.task_id)
 
     # ------------------------------------------------------------------ checks

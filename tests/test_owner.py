@@ -137,7 +137,10 @@ def test_a_session_another_engine_owns_is_not_adopted(tmp_path: Path, socket_nam
         assert result.returncode == 0, result.stderr
         events = [e["event"] for e in b.events(source.name)]
         assert "adopted" not in events
-        assert json.loads((copy / "manifest.json").read_text())["status"] == "failed"
+        failed = json.loads((copy / "manifest.json").read_text())
+        assert failed["status"] == "failed"
+        # the refused launch is an ending like any other: a reason and a verdict
+        assert (failed["failure_reason"], failed["verdict"]) == ("launch", "FAIL")
         assert _alive(agent)
         engine.wait(timeout=60)
         assert a.manifests()["long"]["status"] == "completed"

@@ -21,6 +21,7 @@ from supervisor.policy import (
     MIN_CHECK,
     START_TIMEOUT,
     TERMINAL,
+    VERDICTS,
     Action,
     Decision,
     Signals,
@@ -1281,13 +1282,12 @@ def _is_ordered(actions: tuple[Action, ...]) -> bool:
     return positions == sorted(positions) and len(set(actions)) == len(actions)
 
 
-def check_decision(state: TaskState, sig: Signals, policy: MonitorPolicy, decision: Decision):
-    """Every invariant of one step (shared by the single-step and the life properties)."""
+def check_common(state: TaskState, policy: MonitorPolicy, decision: Decision, noop: bool):
+    """The invariants every transition shares (a check's, a launch's, a recovered ending's):
+    a positive, finite next_check (at least MIN_CHECK unless nothing happens), one line of
+    reason, actions in the engine's order, NOTIFY last exactly when an event is in
+    notify_on, and a verdict with every new ending. Returns the actions before NOTIFY."""
     new, actions = decision.state, decision.actions
-    queued_stop = state.status == "queued" and sig.stop_requested
-    noop = state.status in TERMINAL or (state.status == "queued" and not queued_stop)
-    live = state.status in LIVE
-
     # (b) next_check positive and finite; for a live task never below MIN_CHECK (a no-op
     # answers base_interval as is, which may be smaller).
     assert math.isfinite(decision.next_check)
@@ -1300,7 +1300,19 @@ def check_decision(state: TaskState, sig: Signals, policy: MonitorPolicy, decisi
     # NOTIFY: last, exactly when one of the events is in notify_on.
     notify = any(event in policy.notify_on for event in decision.events)
     assert (A.NOTIFY in actions) == notify
-    body = actions[:-1] if notify else actions
+    if new.status in TERMINAL and state.status not in TERMINAL:
+        assert new.verdict in VERDICTS
+        assert decision.events == (new.status,)
+    return actions[:-1] if notify else actions
+
+
+def check_decision(state: TaskState, sig: Signals, policy: MonitorPolicy, decision: Decision):
+    """Every invariant of one step (shared by the single-step and the life properties)."""
+    new, actions = decision.state, decision.actions
+    queued_stop = state.status == "queued" and sig.stop_requested
+    noop = state.status in TERMINAL or (state.status == "queued" and not queued_stop)
+    live = state.status in LIVE
+    body = check_common(state, policy, decision, noop)
 
     # (d) terminal (and queued, unless stopped) states never change.
     if noop:

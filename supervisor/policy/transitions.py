@@ -1,0 +1,184 @@
+"""The transitions that happen outside a check: a launch, a launch that tmux refused,
+adoption after a restart, and an ending the event log already holds.
+
+Pure functions of (state, facts read by the engine, policy); the engine performs the
+:class:`Decision` they answer as it performs :func:`supervisor.policy.decide`'s. Rows are
+in the state table of :mod:`supervisor.policy`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from supervisor.config import MonitorPolicy
+from supervisor.policy.model import (
+    TERMINAL,
+    Action,
+    Decision,
+    TaskState,
+    bounded,
+    first_check,
+    with_notify,
+)
+from supervisor.taskdir import Manifest, parse_iso
+
+#: Events that record why ``supervise`` stopped or left an agent before it acts on it.
+INTENTS = frozenset({"crashed", "hung", "waiting"})
+
+
+def launched(state: TaskState, now: float, policy: MonitorPolicy) -> Decision:
+    """``queued`` -> ``running``: the task's tmux session was created at ``now`` (epoch
+    s), which starts its deadline; the first check comes after :func:`first_check`.
+
+    Raises:
+        ValueError: ``state`` is not ``queued`` (only a queued task is launched; a live
+            one is resumed).
+    """
+    if state.status != "queued":
+        raise ValueError(f"only a queued task is launched, not a {state.status} one")
+    new = TaskState(status="running", started_at=now, launched_at=now)
+    decision = Decision(
+        state=new,
+        events=("launched",),
+        next_check=bounded(first_check(policy), new, now, policy),
+        reason="launched in its tmux session",
+    )
+    return with_notify(decision, policy)
+
+
+def launch_failed(state: TaskState, now: float, why: str, policy: MonitorPolicy) -> Decision:
+    """A task just :func:`launched` whose tmux session could not be created (``why``, one
+    line from tmux): it ends ``failed`` with ``failure_reason`` ``launch`` and the verdict
+    ``FAIL`` at ``now`` (its deadline counted from then); no agent ever ran, so there is
+    nothing to stop or retry, and no ``launched_at``."""
+    new = dataclasses.replace(
+        state, status="failed", failure_reason="launch", verdict="FAIL", exit_code=None,
+        launched_at=None, stale_since=None, gone_since=None, resume_at=None,
+        started_at=state.started_at if state.started_at is not None else now,
+    )  # fmt: skip
+    decision = Decision(
+        state=new,
+        actions=(Action.FINISH, Action.CLEANUP, Action.NOTIFY),
+        events=("failed",),
+        reason=" ".join(f"tmux could not start the session: {why}".split()),
+    )
+    return with_notify(decision, policy)
+
+
+def recovered_ending(
+    state: TaskState, last: dict[str, Any], events: list[dict[str, Any]], policy: MonitorPolicy
+) -> Decision:
+    """Complete an ending the event log already holds: ``supervise`` died between the
+    terminal event ``last`` (written first) and the manifest write. Same outcome as the
+    log says (:func:`logged_ending`); the agent is stopped again for ``abandoned``, the
+    cleanup repeated, and the notifier run only if ``events`` show it has not run for it.
+
+    Raises:
+        ValueError: ``last`` is not a terminal event.
+    """
+    status = last.get("event")
+    if status not in TERMINAL:
+        raise ValueError(f"not a terminal event: {status!r}")
+    new = dataclasses.replace(
+        state,
+        status=status,
+        exit_code=last.get("exit_code"),
+        abandon_reason=last.get("abandon_reason"),
+        resume_at=None,
+    )
+    new = logged_ending(new, [last])
+    notified = any(
+        e.get("event") == "notified" and e.get("notified_event") == status for e in events
+    )
+    actions = (Action.STOP_AGENT,) if status == "abandoned" else ()
+    actions += (Action.FINISH, Action.CLEANUP) + (() if notified else (Action.NOTIFY,))
+    decision = Decision(
+        state=new,
+        actions=actions,
+        events=(status,),
+        reason=str(last.get("reason") or f"{status}, as the event log records"),
+    )
+    if notified:
+        return decision
+    return with_notify(decision, policy)
+
+
+def last_word(events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The event log's last decision that the manifest may not show yet (the log is
+    written ahead): the last terminal event, intent (:data:`INTENTS`) or ``resumed``."""
+    wanted = {*TERMINAL, *INTENTS, "resumed"}
+    return next((e for e in reversed(events) if e.get("event") in wanted), None)
+
+
+def escalation_state(manifest: Manifest, status: str) -> dict[str, Any]:
+    """The policy's escalation fields (``escalation`` reason, ``paused``) from the
+    manifest's declared ``escalation`` object, for adoption after a restart."""
+    record = manifest.escalation if status == "escalated" else None
+    if not record:
+        return {"escalation": None, "paused": False}
+    return {"escalation": str(record.get("reason") or "escalated"),
+            "paused": bool(record.get("paused"))}  # fmt: skip
+
+
+def adopted(
+    manifest: Manifest, events: list[dict[str, Any]], launch_written: float | None = None
+) -> TaskState:
+    """The state of a non-terminal task found after a restart, from its manifest and its
+    event log (which runs ahead of the manifest: its last word is trusted).
+
+    - ``queued`` with a session: it was launched, and we died before recording it; it is
+      ``running`` since its ``launched`` event, else since ``launch_written`` (the mtime
+      of its ``launch.json``, epoch s).
+    - ``retry_count`` is the larger of the manifest's and the ``resumed`` events' count,
+      so a crash between the event and the manifest write neither loses nor invents one.
+    - a last ``resumed`` event: ``running`` since that event, no backoff left.
+    - a last intent (crashed, hung, waiting) the manifest does not show: that status,
+      resuming without more backoff (the agent's exit since answers our stop).
+    """
+    started = parse_iso(manifest.started_at)
+    if manifest.status == "queued":
+        logged = [parse_iso(e["ts"]) for e in events if e.get("event") == "launched"]
+        started = logged[0] if logged else launch_written
+    status: str = "running" if manifest.status == "queued" else manifest.status
+    launched_at = parse_iso(manifest.launched_at) or started
+    resume_at = parse_iso(manifest.resume_at)
+    last = last_word(events)
+    if last is not None and last["event"] == "resumed":  # died after deciding to resume
+        status, launched_at, resume_at = "running", parse_iso(last["ts"]), None
+    elif last is not None and last["event"] in INTENTS and status != last["event"]:
+        status, resume_at = last["event"], None
+    resumes = sum(1 for e in events if e.get("event") == "resumed")
+    return TaskState(
+        status=status,
+        started_at=started,
+        launched_at=launched_at,
+        retry_count=max(manifest.retry_count, resumes),
+        resume_at=resume_at,
+        **escalation_state(manifest, status),
+        limit_waits=manifest.limit_waits,
+        transient_waits=manifest.transient_waits,
+    )
+
+
+def logged_ending(state: TaskState, events: list[dict[str, Any]]) -> TaskState:
+    """A terminal ``state`` as the event log already records it: the log's terminal event is
+    final (written first, ahead of the manifest), so a decision taken again after a failed
+    manifest write never records another reason, exit code or verdict than the event."""
+    last = next((e for e in reversed(events) if e.get("event") in TERMINAL), None)
+    if last is None or state.status not in TERMINAL:
+        return state
+    status, reason = last["event"], last.get("abandon_reason")
+    verdict = last.get("verdict")  # absent in logs written before it was recorded
+    if verdict is None:
+        derived = {"completed": "PASS", "failed": "FAIL"}
+        verdict = state.verdict if status == state.status else derived.get(status, "ABANDONED")
+    same = status == state.status
+    return dataclasses.replace(
+        state,
+        status=status,
+        abandon_reason=reason,
+        exit_code=last.get("exit_code", state.exit_code),
+        verdict=verdict,
+        failure_reason=last.get("failure_reason", state.failure_reason if same else None),
+    )
