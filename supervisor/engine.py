@@ -112,6 +112,7 @@ class Runtime:
     agent: ClaudeWatch | None = None  # kind = "claude": hooks and stream-json
     accepting: bool = False  # the acceptance check runs on the notify pool
     stopping: StopInProgress | None = None  # its agent is being stopped (no decision meanwhile)
+    pending: Callable[[], None] | None = None  # a decision's rest, to retry (tmux did not answer)
 
     @property
     def policy(self) -> MonitorPolicy:
@@ -817,14 +818,20 @@ class Engine:
             self.scheduler.modify_job(job_id, next_run_time=when)
 
     def check(self, task_id: str) -> None:
-        """One monitor check of one task: observe, decide, act; while its agent is being
-        stopped, only a look at the stop (no decision until the last one is carried out).
-        tmux not answering is a logged fault: the task is looked at again later."""
+        """One monitor check of one task: observe, decide, act. While the last decision is
+        not carried out (its agent being stopped, or tmux not answering), the check carries
+        it on instead: one task's decisions never interleave. tmux not answering is a
+        logged fault: the task is looked at again ``base_interval`` seconds later."""
         runtime = self.live.get(task_id)
         if runtime is None:
             return
         if runtime.stopping is not None:
             self._advance_stop(runtime)
+            return
+        if runtime.pending is not None:  # the last decision is not carried out yet
+            pending, runtime.pending = runtime.pending, None
+            self._kicked.discard(task_id)
+            pending()
             return
         try:
             self._decide_and_apply(runtime)
@@ -884,8 +891,8 @@ class Engine:
             return
         self._apply(runtime, decision, signals.now)
         seen = runtime.agent is not None and runtime.agent.prompt_seen is not None
-        if seen and task.task_id in self.live:  # a dialog seen once: look again soon
-            self._schedule_check(runtime, PROMPT_RECHECK)
+        if seen and task.task_id in self.live and runtime.stopping is None:
+            self._schedule_check(runtime, PROMPT_RECHECK)  # a dialog seen once: look again soon
 
     def _restore_run_files(self, task: TaskDir, panes: dict[str, PaneInfo]) -> bool:
         """Write the wrapper files a full disk sent to tmux (:func:`statefs.restore_run_files`)."""
@@ -995,11 +1002,13 @@ class Engine:
 
         A stop that does not end at once keeps the rest (later actions, the manifest) on
         the runtime; :meth:`_advance_stop` runs it once the agent's process group is gone.
-        tmux not answering ends the actions with a logged fault; a terminal decision is
-        then taken again, whole, at the next check (its event is written only once).
+        tmux not answering is a logged fault: the rest, from the action that met it, is
+        kept in ``runtime.pending`` and tried again at the next check (no new decision
+        before this one is carried out).
         """
         task = runtime.task
         A = policy.Action
+        index = 0
         try:
             for index, action in enumerate(actions):
                 if action is A.STOP_AGENT:
@@ -1030,12 +1039,13 @@ class Engine:
                         self.tmux.send_keys(task.task_id, "/exit", literal=True)
                         self.tmux.send_keys(task.task_id, "Enter")
         except TmuxError as exc:
-            log.error("%s: %s; the rest of '%s' waits for the next check", task.task_id, exc,
-                      decision.reason)  # fmt: skip
-            if applied.state.status in TERMINAL:
-                runtime.state = applied.previous
-                self._schedule_check(runtime, runtime.policy.base_interval)
-                return
+            retry = runtime.policy.base_interval
+            log.error("%s: %s; '%s' carried on in %g s", task.task_id, exc, decision.reason,
+                      retry)  # fmt: skip
+            again = functools.partial(self._perform, runtime, decision, now, applied)
+            runtime.pending = functools.partial(again, actions[index:])
+            self._schedule_check(runtime, retry)
+            return
         self._conclude(runtime, decision, now, applied)
 
     def _conclude(

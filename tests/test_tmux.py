@@ -99,3 +99,49 @@ def test_engine_logs_a_hung_tmux_and_goes_on(setup: Setup, tmp_path: Path) -> No
     assert m["a"]["status"] == "completed" and m["b"]["status"] == "completed", m
     sessions = setup.tmux("list-sessions")
     assert sessions.returncode != 0 or not sessions.stdout.strip(), sessions.stdout
+
+
+def test_cleanup_waits_for_tmux_and_the_ending_is_recorded_once(
+    setup: Setup, tmp_path: Path
+) -> None:
+    """tmux hangs on the cleanup's query (``display-message``) after a task ended: the
+    ending's event is written once, the rest of the decision (cleanup, manifest) is tried
+    again at later checks, and carried out once tmux answers; no new decision meanwhile."""
+    hang = tmp_path / "hang"
+    fake = _fake_tmux(
+        tmp_path,
+        f'if [ -e {hang} ] && [ "$3" = display-message ]; then exec sleep 60; fi\n'
+        f'exec {REAL_TMUX} "$@"',
+    )
+    setup.write_profile(base_interval=0.3)
+    setup.drop("a.toml", setup.task("a", "tick: 0.2\nsleep: 0.5\nexit: 0"))
+    log = tmp_path / "engine.log"
+    env = {**os.environ, "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("SUPERVISE_TMUX", None)
+    hang.touch()
+    with open(log, "wb") as handle:
+        engine = subprocess.Popen(
+            [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile),
+             "--exit-when-idle"],
+            stdout=handle, stderr=subprocess.STDOUT, env=env,
+        )  # fmt: skip
+    try:
+        wait_for(lambda: log.read_text(errors="replace").count("did not answer") >= 2,
+                 timeout=3 * TMUX_TIMEOUT + 10)  # fmt: skip
+        m = setup.manifests()["a"]
+        assert m["status"] == "running", m  # the manifest waits for the cleanup
+        assert [e["event"] for e in setup.events(m["task_id"])].count("completed") == 1
+        hang.unlink()
+        assert engine.wait(timeout=60) == 0
+    finally:
+        hang.unlink(missing_ok=True)
+        if engine.poll() is None:
+            engine.kill()
+            engine.wait(timeout=10)
+            print(log.read_text(errors="replace")[-6000:])
+    m = setup.manifests()["a"]
+    assert (m["status"], m["exit_code"]) == ("completed", 0), m
+    assert [e["event"] for e in setup.events(m["task_id"])].count("completed") == 1
+    assert setup.tmux("has-session", "-t", f"={m['task_id']}").returncode != 0
+    text = log.read_text(errors="replace")
+    assert "Traceback" not in text and "raised an exception" not in text, text[-4000:]
