@@ -52,9 +52,10 @@ from typing import Any
 import psutil
 import tomli_w
 
+from supervisor.states import TERMINAL
+
 REPO = Path(__file__).resolve().parent.parent
 FAKE_AGENT = REPO / "tests" / "fake_agent.py"
-TERMINAL = {"completed", "failed", "abandoned"}
 FD_TOLERANCE = 2
 RSS_LIMIT_PCT = 10.0
 WARMUP_PREFIX = "soak-warmup-"

@@ -99,11 +99,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
             for line in exc.problems:
                 _err(line)
             return 1
+        warning = _missing_agent_binary(profile)
+        if warning:
+            _err(warning)
     for name in args.files:
         path = Path(name)
         try:
             if looks_like_profile(path):
-                load_profile(path)
+                warning = _missing_agent_binary(load_profile(path))
+                if warning:
+                    _err(warning)
                 kind = "profile"
             else:
                 base = profile or LoadedProfile(
@@ -118,6 +123,28 @@ def cmd_validate(args: argparse.Namespace) -> int:
             continue
         print(escape_controls(f"ok: {path} ({kind})"))
     return 1 if failures else 0
+
+
+def _missing_agent_binary(profile: LoadedProfile) -> str | None:
+    """A warning line when the agent's program is not found on the ``PATH`` the agent
+    will run with (the engine's, or ``[agent.env] PATH``); ``None`` when it is found or
+    cannot be known (a ``{placeholder}``). A missing program ends every task ``failed``
+    with exit 127 and ``failure_reason`` ``launch``."""
+    import shutil
+
+    agent = profile.spec.agent
+    program = agent.binary if agent.kind == "claude" else (agent.command or [""])[0]
+    key = "binary" if agent.kind == "claude" else "command[0]"
+    if not program or "{" in program:
+        return None
+    search = agent.env.get("PATH", os.environ.get("PATH", ""))
+    if shutil.which(program, path=search):
+        return None
+    return escape_controls(
+        f"warning: {profile.path}: [agent] {key} {program!r} is not found on PATH "
+        f"({search}); every task would fail with exit 127. Fix: set [agent] {key} to the "
+        "program's absolute path, or add its folder to [agent.env] PATH"
+    )
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -268,7 +295,7 @@ def _engine_running(profile: LoadedProfile) -> bool:
 
 def _request(args: argparse.Namespace, verb: str) -> int:
     from supervisor import control
-    from supervisor.taskdir import TERMINAL
+    from supervisor.states import TERMINAL, Status
 
     profile = _profile(args.config)
     folder = _task_dir(profile, args.task_id)
@@ -286,7 +313,7 @@ def _request(args: argparse.Namespace, verb: str) -> int:
     if before["status"] in TERMINAL:
         _err(f"task {args.task_id} already ended: {before['status']}")
         return 1
-    if verb in ("approve", "deny") and before["status"] != "escalated":
+    if verb in ("approve", "deny") and before["status"] != Status.ESCALATED:
         _err(f"task {args.task_id} is {before['status']}, not escalated: nothing to {verb}")
         return 1
     control.request(profile.state_dir, args.task_id, verb)
@@ -304,7 +331,7 @@ def _request(args: argparse.Namespace, verb: str) -> int:
         if verb == "stop":
             acted = after["status"] in TERMINAL
         elif verb in ("approve", "deny"):
-            acted = after["status"] != "escalated"
+            acted = after["status"] != Status.ESCALATED
         else:
             acted = after["retry_count"] > before["retry_count"] or after["status"] in TERMINAL
         if acted:
@@ -337,7 +364,8 @@ def cmd_tail(args: argparse.Namespace) -> int:
     folder = _task_dir(profile, args.task_id)
     if folder is None:
         return 1
-    from supervisor.taskdir import TERMINAL, TaskDir
+    from supervisor.states import TERMINAL
+    from supervisor.taskdir import TaskDir
 
     task = TaskDir(folder)
     # output.log is filtered at capture, but a log from an older version or a file put

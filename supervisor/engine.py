@@ -48,7 +48,6 @@ from filelock import FileLock, Timeout
 
 from supervisor import (
     acceptance,
-    claude,
     control,
     notify,
     policy,
@@ -58,7 +57,7 @@ from supervisor import (
     statefs,
     stopping,
 )
-from supervisor.agentwatch import AgentView, ClaudeWatch
+from supervisor.agents import AgentAdapter, Keys, adapter_for
 from supervisor.config import (
     ConfigError,
     LoadedProfile,
@@ -68,8 +67,9 @@ from supervisor.config import (
     resolve_task,
 )
 from supervisor.signals import observe
+from supervisor.states import TERMINAL
 from supervisor.stopping import STOP_TIMEOUT, StopInProgress
-from supervisor.taskdir import TERMINAL, Manifest, TaskDir, atomic_write, parse_iso, utc_iso
+from supervisor.taskdir import Manifest, TaskDir, atomic_write, parse_iso, utc_iso
 from supervisor.tmux import PaneInfo, Tmux, TmuxError, TmuxTimeout
 from supervisor.watch import Watcher
 from supervisor.wrapper import END_MARK
@@ -85,11 +85,6 @@ STATS_EVERY = 5.0
 INTAKE_BATCH = 25
 #: Files whose appearance in a task folder triggers an immediate check.
 WAKE_FILES = frozenset({"done", "exit_code", "signal", acceptance.RESULT})
-#: Seconds before ``/exit`` is typed again into an interactive agent that did not quit.
-END_SESSION_REPEAT = 10.0
-#: Seconds until the next look at a permission dialog first seen on screen (it must hold
-#: across two checks before it is answered).
-PROMPT_RECHECK = 1.0
 #: Seconds a ``list-panes`` snapshot is reused across the checks of one tick.
 SESSIONS_MAX_AGE = 0.25
 #: Seconds between looks for the wrapper's end line in output.log.
@@ -109,7 +104,7 @@ class Runtime:
     manifest: Manifest
     requests: set[str] = field(default_factory=set)
     last_written: float = 0.0  # when the manifest was last written (time.monotonic())
-    agent: ClaudeWatch | None = None  # kind = "claude": hooks and stream-json
+    agent: AgentAdapter | None = None  # the [agent] kind's hooks (supervisor.agents)
     accepting: bool = False  # the acceptance check runs on the notify pool
     stopping: StopInProgress | None = None  # its agent is being stopped (no decision meanwhile)
     pending: Callable[[], None] | None = None  # a decision's rest, to retry (tmux did not answer)
@@ -393,7 +388,9 @@ class Engine:
                 continue
             if claimed.error:
                 self.stats["rejected"] += 1
-                log.warning("rejected %s -> %s:\n%s", path, claimed.rejected_to, claimed.error)
+                log.warning("rejected %s -> %s", path, claimed.rejected_to)
+                for problem in claimed.error.splitlines():  # one log line per problem
+                    log.warning("  %s", problem)
                 continue
             self.stats["claimed"] += 1
             assert claimed.task_dir is not None and claimed.resolved is not None
@@ -468,14 +465,17 @@ class Engine:
         self, task: TaskDir, resolved: ResolvedTask, state: policy.TaskState, manifest: Manifest
     ) -> Runtime:
         runtime = Runtime(task, resolved, state, manifest)
-        agent = self.profile.spec.agent
-        if agent.kind == "claude":
-            message = self.profile.spec.approval.default_message
-            if resolved.spec.approval is not None:
-                message = resolved.spec.approval.default_message
-            runtime.agent = ClaudeWatch(task, resolved, agent, manifest, message)
-            session = task.task_id
-            runtime.agent.send_keys = lambda keys: self.tmux.send_keys(session, *keys)
+        message = self.profile.spec.approval.default_message
+        if resolved.spec.approval is not None:
+            message = resolved.spec.approval.default_message
+        session = task.task_id
+
+        def send_keys(keys: Keys) -> None:
+            self.tmux.send_keys(session, *keys.keys, literal=keys.literal)
+
+        runtime.agent = adapter_for(
+            self.profile.spec.agent, task, resolved, manifest, message, send_keys
+        )
         return runtime
 
     def _fill_slots(self) -> None:
@@ -680,7 +680,9 @@ class Engine:
             return
         claimed = spool.finish_claim(task, self.profile)
         if claimed.error:
-            log.warning("rejected %s after restart:\n%s", task.file("task.toml"), claimed.error)
+            log.warning("rejected %s after restart", task.file("task.toml"))
+            for problem in claimed.error.splitlines():
+                log.warning("  %s", problem)
         elif claimed.resolved is not None:
             self._enqueue(task, claimed.resolved)
 
@@ -708,19 +710,10 @@ class Engine:
 
     def _write_launch(self, runtime: Runtime, resume: bool) -> None:
         agent = self.profile.spec.agent
-        stream = None
-        if agent.kind == "claude":
-            settings = None
-            if agent.hooks:
-                settings = claude.write_settings(runtime.task.path, runtime.policy.deadline)
-            template = claude.argv(agent, resume, settings)
-            stream = claude.STREAM if agent.mode == "headless" else None
-            if runtime.agent is not None:
-                runtime.agent.new_run()
-        else:
-            assert agent.command is not None  # AgentSpec's validator
-            template = agent.resume_command if resume and agent.resume_command else agent.command
+        assert runtime.agent is not None  # set by _runtime
+        part = runtime.agent.launch(resume)
         env = {
+            **part.env,
             **agent.env,
             **runtime.resolved.spec.env,
             "SUPERVISE_TASK_ID": runtime.manifest.task_id,
@@ -728,13 +721,13 @@ class Engine:
             "SUPERVISE_SESSION_ID": runtime.manifest.session_id,
         }
         launch = {
-            "argv": expand_argv(template, self._argv_values(runtime)),
+            "argv": expand_argv(part.argv, self._argv_values(runtime)),
             "env": env,
             "cwd": runtime.manifest.project_dir,
             "resume_exit_codes": runtime.policy.resume_exit_codes,
         }
-        if stream:
-            launch["stream"] = stream
+        if part.stream:
+            launch["stream"] = part.stream
         data = json.dumps(launch, ensure_ascii=False, indent=1).encode()
         atomic_write(runtime.task.file("launch.json"), data)
         os.chmod(runtime.task.file("launch.json"), 0o600)
@@ -890,9 +883,9 @@ class Engine:
             self._schedule_check(runtime, TAIL_POLL)
             return
         self._apply(runtime, decision, signals.now)
-        seen = runtime.agent is not None and runtime.agent.prompt_seen is not None
-        if seen and task.task_id in self.live and runtime.stopping is None:
-            self._schedule_check(runtime, PROMPT_RECHECK)  # a dialog seen once: look again soon
+        recheck = runtime.agent.recheck_in() if runtime.agent is not None else None
+        if recheck is not None and task.task_id in self.live and runtime.stopping is None:
+            self._schedule_check(runtime, recheck)  # e.g. a dialog seen once
 
     def _restore_run_files(self, task: TaskDir, panes: dict[str, PaneInfo]) -> bool:
         """Write the wrapper files a full disk sent to tmux (:func:`statefs.restore_run_files`)."""
@@ -911,32 +904,23 @@ class Engine:
                 self.tmux.repipe(task_id, runtime.task.path)
 
     def _agent_signals(self, runtime: Runtime, signals: policy.Signals) -> policy.Signals:
-        """Add what Claude Code told us (hooks, stream) and the chosen staleness signal."""
+        """Add what the agent told its adapter (:meth:`AgentAdapter.observe`) and the
+        staleness signal it chose."""
         assert runtime.agent is not None
-        view: AgentView = runtime.agent.observe(signals.now, runtime.state.status)
-        mtime = signals.output_mtime
-        agent = self.profile.spec.agent
-        how = runtime.policy.stale_signal or ("screen" if agent.mode == "interactive" else "mtime")
-        fallback = agent.mode == "interactive" and not agent.hooks
-        escalate = view.escalate
-        if (how == "screen" or fallback) and signals.agent_alive:
-            text = self.tmux.capture(runtime.task.task_id, lines=0)
-            if how == "screen":
-                mtime = runtime.agent.screen_changed(text, signals.now)
-            if fallback and escalate is None:
-                escalate = runtime.agent.screen_prompt(text, signals.now, runtime.state.status)
-        elif how == "transcript":
-            mtime = runtime.agent.transcript_mtime() or mtime
+        session = runtime.task.task_id
+        screen = (lambda: self.tmux.capture(session, lines=0)) if signals.agent_alive else None
+        view = runtime.agent.observe(signals.now, runtime.state.status, screen)
+        mtime = view.output_mtime if view.output_mtime is not None else signals.output_mtime
         return dataclasses.replace(
             signals,
             output_mtime=mtime,
-            escalate=escalate,
+            escalate=view.escalate,
             escalate_pause=view.escalate_pause,
             limit=view.limit,
             limit_resume_at=view.limit_resume_at,
             limit_reason=view.limit_reason,
             turn_ended=view.turn_ended,
-            failure=view.failure,
+            failure=view.failure or signals.failure,
         )
 
     def _apply(self, runtime: Runtime, decision: policy.Decision, now: float) -> None:
@@ -1027,17 +1011,14 @@ class Engine:
                 elif action is A.CONTINUE_AGENT:
                     self._signal_agent(task, signal.SIGCONT)
                     if runtime.agent is not None:
-                        runtime.agent.answer_escalation(approve=True)
+                        runtime.agent.answer(approve=True)
                 elif action in (A.ANSWER_APPROVE, A.ANSWER_DENY) and runtime.agent is not None:
-                    runtime.agent.answer_escalation(approve=action is A.ANSWER_APPROVE)
+                    runtime.agent.answer(approve=action is A.ANSWER_APPROVE)
                 elif action is A.ACCEPT:
                     self._start_acceptance(runtime)
                 elif action is A.END_SESSION and runtime.agent is not None:
-                    sent = runtime.agent.exit_sent_at
-                    if sent is None or now - sent >= END_SESSION_REPEAT:
-                        runtime.agent.exit_sent_at = now
-                        self.tmux.send_keys(task.task_id, "/exit", literal=True)
-                        self.tmux.send_keys(task.task_id, "Enter")
+                    for keys in runtime.agent.end_turn(now):
+                        self.tmux.send_keys(task.task_id, *keys.keys, literal=keys.literal)
         except TmuxError as exc:
             retry = runtime.policy.base_interval
             log.error("%s: %s; '%s' carried on in %g s", task.task_id, exc, decision.reason,
@@ -1057,13 +1038,13 @@ class Engine:
         exit_code, finished_at, tail = applied.exit_code, applied.finished_at, applied.tail
         ended_escalated = previous.status == "escalated" and state.status in TERMINAL
         if runtime.agent is not None and ended_escalated:
-            runtime.agent.answer_escalation(approve=False)  # frees a waiting hook
+            runtime.agent.answer(approve=False)  # frees a waiting hook
         pid = task.read_int("pid")
         report = runtime.agent.report() if runtime.agent is not None else {}
         accepted = acceptance.read(task) if finished and runtime.resolved.acceptance else None
         summary = None
         if finished:
-            result_text = (report.get("claude") or {}).get("result")
+            result_text = runtime.agent.result_text() if runtime.agent is not None else None
             why = "" if state.status == "completed" else decision.reason
             summary = acceptance.summary(result_text, accepted, why)
 

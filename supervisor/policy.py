@@ -77,6 +77,7 @@ from typing import Any
 
 from supervisor.config import MonitorPolicy
 from supervisor.failures import TRANSIENT
+from supervisor.states import TERMINAL, Status
 
 #: Seconds to wait, after the agent's PID is seen gone, for the wrapper to write the
 #: done-file before calling it a crash (the wrapper writes ``exit_code`` then ``done``
@@ -113,7 +114,7 @@ class TaskState:
     """What the policy remembers about a task between checks (all times epoch seconds).
 
     Attributes:
-        status: a :data:`supervisor.taskdir.Status`.
+        status: a :class:`supervisor.states.Status`.
         started_at: first launch time; the deadline counts from here.
         launched_at: the latest launch or resume; output age is never older than this.
         retry_count: resumes so far, over the task's whole life.
@@ -135,10 +136,10 @@ class TaskState:
             is the same, so ``launched_at`` does not move.
         transient_waits: waits after transient API or network failures so far (never
             retries; they set the backoff of the next such wait).
-        failure_reason: set with status ``failed``: a :data:`supervisor.failures.FAILURE_REASONS`.
+        failure_reason: set with status ``failed``: a :class:`supervisor.states.FailureReason`.
     """
 
-    status: str
+    status: Status
     started_at: float | None = None
     launched_at: float | None = None
     retry_count: int = 0
@@ -184,8 +185,8 @@ class Signals:
         acceptance_running: the acceptance check is running now.
         turn_ended: an interactive agent finished its turn (Stop hook) and idles.
         failure: the class of the run's error ending as the agent reported it
-            (:func:`supervisor.failures.classify`): ``transient`` or a failure reason;
-            ``None`` when it reported none.
+            (e.g. :func:`supervisor.agents.claude.failures.classify`): ``transient`` or a
+            failure reason; ``None`` when it reported none.
         state_disk_full: the state filesystem has no room (ENOSPC, see
             :mod:`supervisor.statefs`): run files may be missing or stale for want of space.
     """
@@ -231,11 +232,6 @@ class Decision:
     events: tuple[str, ...] = ()
     next_check: float = 1.0
     reason: str = ""
-
-
-TERMINAL = frozenset({"completed", "failed", "abandoned"})
-#: Verdicts (seed 003), one per terminal state.
-VERDICTS = ("PASS", "FAIL", "ESCALATE", "TIMEOUT", "ABANDONED")
 
 
 def first_check(policy: MonitorPolicy) -> float:

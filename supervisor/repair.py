@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from supervisor.taskdir import MANIFEST, TERMINAL, Manifest, TaskDir, utc_iso
+from supervisor.states import TERMINAL, Status
+from supervisor.taskdir import MANIFEST, Manifest, TaskDir, utc_iso
 
 #: Status shown by ``supervise status`` for a folder whose manifest is missing or unreadable.
 DAMAGED = "damaged"
@@ -87,7 +88,7 @@ def rebuild(
     if end is None:
         return manifest  # queued, never launched
     runs = [e for e in events if e.get("event") in ("launched", "resumed")]
-    manifest.status = end["event"]
+    manifest.status = Status(end["event"])
     manifest.started_at = launched[0]["ts"] if launched else None
     manifest.launched_at = runs[-1]["ts"] if runs else None
     manifest.retry_count = int(end.get("retry_count") or 0)
@@ -97,9 +98,9 @@ def rebuild(
     manifest.last_checked_at = end["ts"]
     done = task.done_mtime()
     manifest.finished_at = (
-        utc_iso(done) if done is not None and end["event"] != "abandoned" else end["ts"]
+        utc_iso(done) if done is not None and manifest.status != Status.ABANDONED else end["ts"]
     )
-    if end["event"] == "abandoned":
+    if manifest.status == Status.ABANDONED:
         manifest.abandoned_at = end["ts"]
     manifest.signal = task.read_int("signal")
     manifest.output_tail = task.output_tail()

@@ -18,6 +18,7 @@ import psutil
 
 from supervisor.policy import Signals
 from supervisor.taskdir import TaskDir
+from supervisor.wrapper import LAUNCH_ERROR
 
 #: Slack in seconds when comparing a process's create_time with our launch time (clock
 #: granularity of /proc start times is 1/CLK_TCK, usually 10 ms).
@@ -66,4 +67,5 @@ def observe(task: TaskDir, now: float | None = None) -> Signals:
         agent_alive=alive,
         output_mtime=task.output_mtime(),
         signal=task.read_int("signal"),
+        failure="launch" if task.file(LAUNCH_ERROR).exists() else None,
     )

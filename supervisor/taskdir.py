@@ -29,26 +29,14 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any
 
 from filelock import FileLock
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
-Status = Literal[
-    "queued",
-    "running",
-    "crashed",
-    "hung",
-    "waiting",
-    "escalated",
-    "verifying",
-    "completed",
-    "failed",
-    "abandoned",
-]
-#: Statuses after which nothing more happens to a task (seed vocabulary).
-TERMINAL: frozenset[str] = frozenset({"completed", "failed", "abandoned"})
+from supervisor.states import FailureReason, Status, Verdict
 
 MANIFEST = "manifest.json"
 EVENTS = "events.jsonl"
@@ -67,6 +55,13 @@ def parse_iso(value: str | None) -> float | None:
     if not value:
         return None
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def _inline_enum(values: type[StrEnum]) -> WithJsonSchema:
+    """The JSON Schema of a :mod:`supervisor.states` enum written inline (``enum`` and
+    ``type`` on the property itself, no ``$defs``), so ``schemas/manifest.schema.json`` keeps
+    its plain shape while its values come from the one definition."""
+    return WithJsonSchema({"enum": [member.value for member in values], "type": "string"})
 
 
 class Manifest(BaseModel):
@@ -94,7 +89,7 @@ class Manifest(BaseModel):
 
     task_id: str
     task_name: str
-    status: Status = "queued"
+    status: Annotated[Status, _inline_enum(Status)] = Field(Status.QUEUED, title="Status")
     model: str
     project_dir: str
     session_name: str
@@ -113,16 +108,16 @@ class Manifest(BaseModel):
     abandon_reason: str | None = None
     launched_at: str | None = None
     resume_at: str | None = None
-    verdict: Literal["PASS", "FAIL", "ESCALATE", "TIMEOUT", "ABANDONED"] | None = None
+    verdict: Annotated[Verdict, _inline_enum(Verdict)] | None = Field(None, title="Verdict")
     summary: str | None = None
     claude: dict[str, Any] | None = None
     escalation: dict[str, Any] | None = None
     denials: int = 0
     limit_waits: int = 0
     transient_waits: int = 0
-    failure_reason: (
-        Literal["auth", "billing", "invalid_request", "agent_error", "exit_code", "launch"] | None
-    ) = None
+    failure_reason: Annotated[FailureReason, _inline_enum(FailureReason)] | None = Field(
+        None, title="Failure Reason"
+    )
     acceptance: dict[str, Any] | None = None
 
 
@@ -300,8 +295,9 @@ class TaskDir:
         return self.file("done").exists()
 
     def clear_run_files(self) -> None:
-        """Remove ``pid``/``exit_code``/``signal``/``done`` before a (re)launch."""
-        for name in ("pid", "exit_code", "signal", "done"):
+        """Remove ``pid``/``exit_code``/``signal``/``done``/``launch_error`` before a
+        (re)launch."""
+        for name in ("pid", "exit_code", "signal", "done", "launch_error"):
             with contextlib.suppress(FileNotFoundError):
                 self.file(name).unlink()
 

@@ -14,6 +14,8 @@ Protocol with the engine (files in ``TASK_DIR``, names from the seed skill):
    stdout is a pipe that the wrapper copies both to the pane and to ``TASK_DIR/NAME``
    (after a ``{"type": "supervise_launch"}`` marker line). That copy is complete when the
    files of step 4 appear, so the engine never reads a half-flushed result line.
+   If the agent's program cannot be executed, the child writes ``launch_error`` (the
+   reason) and exits 127, as a shell does for a missing command.
 4. When the agent ends: ``exit_code`` (for a signal: 128 + N, as shells report it) and, only
    for a signal, ``signal``. ``done`` is written last, and only when the agent exited on its
    own with a code not in ``launch.json``'s ``resume_exit_codes``: an agent killed by a
@@ -47,6 +49,8 @@ import time
 
 GATE_TIMEOUT = 30.0  # seconds to wait for the engine's pipe-pane gate
 END_MARK = "[supervise]"  # starts the last line the wrapper prints when the agent ends
+#: Written (before ``exit_code``) when the agent's program could not be executed at all.
+LAUNCH_ERROR = "launch_error"
 PANE_OPTION_PREFIX = "@supervise_"  # tmux user options holding files that could not be written
 TMUX_TIMEOUT = 5.0  # seconds for the tmux fallback command
 RETRY_FOR = 600.0  # seconds to keep retrying files that neither disk nor tmux took
@@ -194,7 +198,10 @@ def main(args: list[str]) -> int:
                 os.chdir(launch["cwd"])
             os.execvpe(argv[0], argv, env)
         except OSError as exc:
-            print(f"supervise: cannot run {argv[0]!r}: {exc.strerror}", file=sys.stderr)
+            message = f"supervise: cannot run {argv[0]!r}: {exc.strerror}"
+            print(message, file=sys.stderr)
+            with contextlib.suppress(OSError):
+                _write(task_dir, LAUNCH_ERROR, message + "\n")
         os._exit(127)
 
     _record(task_dir, [("pid", f"{child}\n")], time.time())

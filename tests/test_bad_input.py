@@ -48,7 +48,7 @@ from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
 from supervisor import spool
-from supervisor.config import LoadedProfile, load_profile
+from supervisor.config import LoadedProfile, MonitorPolicy, load_profile
 from supervisor.taskdir import TaskDir
 
 SAFE_ID = re.compile(r"[a-z0-9][a-z0-9-]*")
@@ -56,18 +56,8 @@ SAFE_ID = re.compile(r"[a-z0-9][a-z0-9-]*")
 STATS: Counter[str] = Counter()
 
 REAL_KEYS = ("name", "prompt", "prompt_file", "project_dir", "model", "env", "monitor")
-MONITOR_KEYS = (
-    "base_interval",
-    "max_interval",
-    "deadline",
-    "grace_period",
-    "stale_threshold",
-    "max_retries",
-    "notifier",
-    "notifier_timeout",
-    "notify_on",
-    "resume_exit_codes",
-)
+#: Every [monitor] key, from its one declaration.
+MONITOR_KEYS = tuple(MonitorPolicy.model_fields)
 HOSTILE = (
     "../../x",
     "../../../../../../tmp/x",

@@ -30,7 +30,8 @@ import psutil
 from conftest import Setup
 from pydantic import ValidationError
 
-from supervisor.taskdir import TERMINAL, Manifest
+from supervisor.states import TERMINAL
+from supervisor.taskdir import Manifest
 
 TASKS = 50
 MIN_KILLS = 10

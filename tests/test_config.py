@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from supervisor import cli
 from supervisor.config import (
@@ -24,6 +25,7 @@ from supervisor.config import (
     ConfigError,
     LoadedProfile,
     MonitorOverrides,
+    MonitorPolicy,
     ResolvedTask,
     effective_policy,
     load_profile,
@@ -33,9 +35,10 @@ from supervisor.config import (
     resolve_task,
 )
 
+# ``true`` is on every PATH: ``validate`` warns about an agent program it cannot find.
 MINIMAL_PROFILE = """
 [agent]
-command = ["agent", "--prompt", "{prompt}"]
+command = ["true", "--prompt", "{prompt}"]
 """
 
 # The lists printed as "allowed" follow the models, so a new policy key needs no test edit.
@@ -747,6 +750,66 @@ def test_env_values_are_parsed_from_strings(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("MONITOR_MAX_RETRIES", "7")
     monkeypatch.setenv("MONITOR_GRACE_PERIOD", "0")
     assert read_env_overrides() == {"base_interval": 12.5, "max_retries": 7, "grace_period": 0}
+
+
+def test_env_lists_as_comma_separated_or_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MONITOR_NOTIFY_ON", "failed, abandoned")
+    monkeypatch.setenv("MONITOR_RESUME_EXIT_CODES", "[75, 76]")
+    monkeypatch.setenv("MONITOR_STALE_SIGNAL", "screen")
+    monkeypatch.setenv("MONITOR_MAX_LOG_BYTES", "8192")
+    assert read_env_overrides() == {
+        "notify_on": ["failed", "abandoned"],
+        "resume_exit_codes": [75, 76],
+        "stale_signal": "screen",
+        "max_log_bytes": 8192,
+    }
+
+
+def test_env_list_items_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MONITOR_RESUME_EXIT_CODES", "75,0")
+    monkeypatch.setenv("MONITOR_NOTIFY_ON", "failed,done")
+    found = problems(read_env_overrides)
+    assert len(found) == 2, found
+    assert "env MONITOR_RESUME_EXIT_CODES='75,0': Input should be greater than or equal to 1" in (
+        found
+    )
+    assert any(
+        line.startswith("env MONITOR_NOTIFY_ON='failed,done': Input should be") for line in found
+    )
+
+
+def test_env_seconds_keep_the_one_year_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MONITOR_DEADLINE", "1e12")
+    assert one_problem(read_env_overrides) == (
+        "env MONITOR_DEADLINE='1e12': at most 31536000 seconds (1 year) is allowed; give fewer"
+    )
+
+
+def shapes(prop: dict) -> list[dict]:
+    """The non-null JSON Schema alternatives of one property: its types and bounds."""
+    plain = {k: v for k, v in prop.items() if k not in ("default", "title", "description")}
+    return [choice for choice in plain.get("anyOf", [plain]) if choice != {"type": "null"}]
+
+
+def test_monitor_keys_are_declared_once() -> None:
+    """The override and env models are derived from MonitorPolicy: same keys, in the same
+    order, with the same types and bounds (every key optional), and strict only for TOML."""
+    from supervisor.config.env import monitor_env
+
+    keys = list(MonitorPolicy.model_fields)
+    assert len(keys) == 14
+    assert list(MonitorOverrides.model_fields) == keys
+    assert list(monitor_env().model_fields) == keys
+    policy = MonitorPolicy.model_json_schema()["properties"]
+    overrides = MonitorOverrides.model_json_schema()["properties"]
+    for key in keys:
+        assert shapes(overrides[key]) == shapes(policy[key]), key
+        assert {"type": "null"} in overrides[key]["anyOf"]
+        assert overrides[key]["default"] is None
+        assert overrides[key]["description"] == policy[key]["description"]
+    with pytest.raises(ValidationError, match="valid number"):
+        MonitorOverrides(deadline="600")  # a TOML string is a wrong type
+    assert monitor_env()(deadline="600").deadline == 600.0  # an env value is always a string
 
 
 def test_several_env_problems_one_line_each(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -344,3 +344,27 @@ def test_state_and_spool_are_private(setup: Setup) -> None:
     assert setup.run().returncode == 0
     task_dir = Path(setup.manifests()["a"]["tmpdir"])
     assert oct(task_dir.stat().st_mode & 0o777) == "0o700"
+
+
+def test_a_missing_agent_program_fails_with_reason_launch_and_validate_warns(
+    setup: Setup,
+) -> None:
+    """The agent's program is not on PATH (a typo, or ``claude`` not installed): the task
+    ends ``failed`` with ``failure_reason`` ``launch`` and the wrapper's reason, and
+    ``supervise validate`` warns on one line naming the key and the fix."""
+    profile = setup.write_profile()
+    text = profile.read_text().replace(
+        f'command = [\n    "{sys.executable}",', 'command = [\n    "no-such-agent-program",', 1
+    )
+    assert "no-such-agent-program" in text, text
+    profile.write_text(text)
+    checked = setup.supervise("validate", str(profile))
+    assert checked.returncode == 0
+    lines = [line for line in checked.stderr.splitlines() if "no-such-agent-program" in line]
+    assert len(lines) == 1 and "[agent] command[0]" in lines[0] and "Fix:" in lines[0]
+    setup.drop("lost.toml", setup.task("lost", "print: never\nexit: 0"))
+    assert setup.run().returncode == 0
+    m = setup.manifests()["lost"]
+    assert (m["status"], m["verdict"], m["exit_code"]) == ("failed", "FAIL", 127)
+    assert m["failure_reason"] == "launch"
+    assert "cannot run 'no-such-agent-program'" in m["output_tail"]

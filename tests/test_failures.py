@@ -12,9 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from supervisor.agents.claude.failures import classify, classify_hook_error
 from supervisor.config import MonitorPolicy
-from supervisor.failures import FAILURE_REASONS, TRANSIENT, classify, classify_hook_error
+from supervisor.failures import TRANSIENT
 from supervisor.policy import Action, Signals, TaskState, backoff, decide
+from supervisor.states import TERMINAL, FailureReason
 
 T0 = 1_700_000_000.0
 P = MonitorPolicy(base_interval=10, max_interval=300, deadline=3600, grace_period=5)
@@ -69,7 +71,7 @@ def test_hook_errors_of_interactive_runs():
 @given(st.one_of(st.none(), st.integers(100, 599)), st.text(max_size=200), st.booleans())
 def test_classify_is_total(status, text, is_error):
     result = classify(status, text, is_error)
-    assert result is None or result == TRANSIENT or result in FAILURE_REASONS
+    assert result is None or result == TRANSIENT or result in set(FailureReason)
 
 
 def running(**changes) -> TaskState:
@@ -131,7 +133,7 @@ def test_exit_zero_is_completed_whatever_the_class():
 @given(
     retry_count=st.integers(0, 10),
     transient_waits=st.integers(0, 70),
-    failure=st.sampled_from([None, TRANSIENT, *FAILURE_REASONS]),
+    failure=st.sampled_from([None, TRANSIENT, *FailureReason]),
     code=st.integers(0, 255),
     offset=st.floats(0, 4000),
 )
@@ -144,7 +146,7 @@ def test_a_transient_ending_never_counts_and_never_ends_the_task(
     new = decision.state
     assert new.retry_count == retry_count
     if offset >= P.deadline:
-        assert new.status in ("abandoned", "completed", "failed")
+        assert new.status in TERMINAL
     elif code != 0 and failure == TRANSIENT:
         assert new.status == "waiting"
         assert new.transient_waits == transient_waits + 1

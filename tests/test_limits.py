@@ -1,4 +1,4 @@
-"""Tests for :mod:`supervisor.limits`.
+"""Tests for :mod:`supervisor.agents.claude.limits`.
 
 Templates: the strings of the Claude Code 2.1.328 binary, the captured screens in
 ``tests/fixtures/claude/screens/`` and the documented texts of older versions (see the README
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from supervisor.limits import LimitHit, parse_limit, parse_reset
+from supervisor.agents.claude.limits import LimitHit, parse_limit, parse_reset
 
 SCREENS = Path(__file__).resolve().parent / "fixtures" / "claude" / "screens"
 

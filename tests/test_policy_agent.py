@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import get_args
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -21,8 +20,6 @@ from supervisor.config import MonitorPolicy
 from supervisor.policy import (
     EXIT_SETTLE,
     MIN_CHECK,
-    TERMINAL,
-    VERDICTS,
     Action,
     Decision,
     Signals,
@@ -31,7 +28,7 @@ from supervisor.policy import (
     decide,
     first_check,
 )
-from supervisor.taskdir import Status
+from supervisor.states import TERMINAL, Status, Verdict
 
 A = Action
 END = (A.FINISH, A.CLEANUP, A.NOTIFY)
@@ -52,7 +49,7 @@ DEADLINE = T0 + P.deadline
 ASK = "Bash 'rm -rf build' (default said deny)"
 BREAKER = "circuit breaker: 3 consecutive denials or failed tool calls"
 
-ALL_STATUSES: tuple[str, ...] = get_args(Status)
+ALL_STATUSES: tuple[str, ...] = tuple(Status)
 #: Live statuses that layer 1 (the done-file) and the deadline apply to.
 LIVE = ("running", "crashed", "hung", "waiting", "escalated")
 
@@ -696,7 +693,7 @@ def test_verdict_of_every_terminal_state(case):
     decision = decide(state, sig, P)
     assert decision.state.status == status
     assert decision.state.verdict == verdict
-    assert verdict in VERDICTS
+    assert verdict in set(Verdict)
 
 
 def test_stopped_queued_task_has_a_verdict():
@@ -886,7 +883,7 @@ def check_common(state: TaskState, sig: Signals, policy: MonitorPolicy, decision
     assert (new.limit_waits == state.limit_waits + 1) == ("waiting" in decision.events)
     # (d) every terminal decision carries a verdict; PASS only when completed.
     if new.status in TERMINAL and state.status not in TERMINAL and state.status != "queued":
-        assert new.verdict in VERDICTS
+        assert new.verdict in set(Verdict)
         if new.verdict == "PASS":
             assert new.status == "completed"
         if new.status == "failed":
@@ -990,11 +987,11 @@ def test_escalated_never_goes_hung_however_stale(state, ages, step, policy):
 )
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_every_terminal_decision_has_a_verdict(state, sig, policy):
-    """(d) verdict in VERDICTS at every terminal decision; PASS only with completed."""
+    """(d) verdict is a Verdict at every terminal decision; PASS only with completed."""
     decision = decide(state, sig, policy)
     new = decision.state
     if new.status in TERMINAL:
-        assert new.verdict in VERDICTS
+        assert new.verdict in set(Verdict)
         assert new.verdict != "PASS" or new.status == "completed"
     else:
         assert new.verdict is None

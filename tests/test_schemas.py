@@ -10,6 +10,7 @@ import pytest
 
 from supervisor import schemas
 from supervisor.config import Profile, load_profile
+from supervisor.states import LIVE, TERMINAL, FailureReason, Status, Verdict
 from supervisor.taskdir import Manifest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -133,3 +134,37 @@ def test_shipped_profiles_load(path: Path) -> None:
 
 def test_there_are_shipped_profiles() -> None:
     assert any(p.name == "demo.toml" for p in PROFILES)
+
+
+def test_manifest_enums_come_from_states() -> None:
+    """status, verdict and failure_reason list exactly the members of supervisor.states."""
+    props = schemas.schemas()["manifest.schema.json"]["properties"]
+
+    def values(prop: dict) -> list[str]:
+        return next(p for p in prop.get("anyOf", [prop]) if "enum" in p)["enum"]
+
+    assert values(props["status"]) == [s.value for s in Status]
+    assert values(props["verdict"]) == [v.value for v in Verdict]
+    assert values(props["failure_reason"]) == [r.value for r in FailureReason]
+
+
+def test_terminal_and_live_partition_the_statuses() -> None:
+    """Every status is queued, live or terminal, and only one of them."""
+    assert {"completed", "failed", "abandoned"} == TERMINAL
+    assert not LIVE & TERMINAL and Status.QUEUED not in LIVE | TERMINAL
+    assert LIVE | TERMINAL | {Status.QUEUED} == set(Status)
+    assert Status.RUNNING == "running" and f"{Status.RUNNING}" == "running"
+    assert json.dumps({"status": Status.WAITING}) == '{"status": "waiting"}'
+
+
+def test_manifest_reads_and_writes_statuses_as_strings(tmp_path: Path) -> None:
+    manifest = Manifest.model_validate(
+        {"task_id": "t", "task_name": "t", "model": "m", "project_dir": "/", "session_name": "t",
+         "session_id": "s", "tmpdir": "/t", "created_at": "2026-01-01T00:00:00.000Z",
+         "status": "completed", "verdict": "PASS", "failure_reason": None}
+    )  # fmt: skip
+    assert manifest.status is Status.COMPLETED and manifest.verdict is Verdict.PASS
+    dumped = json.loads(manifest.model_dump_json())
+    assert (dumped["status"], dumped["verdict"]) == ("completed", "PASS")
+    with pytest.raises(ValueError, match="status"):
+        Manifest.model_validate({**dumped, "status": "done"})

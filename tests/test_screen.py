@@ -1,4 +1,4 @@
-"""Tests for :mod:`supervisor.screen` against real Claude Code 2.1.328 screens.
+"""Tests for :mod:`supervisor.agents.claude.screen` against real Claude Code 2.1.328 screens.
 
 The fixtures are in ``tests/fixtures/claude/screens/`` (see the README there for how each was
 captured).
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from supervisor.screen import (
+from supervisor.agents.claude.screen import (
     SPINNER_GLYPHS,
     PermissionPrompt,
     find_permission_prompt,

@@ -1,4 +1,4 @@
-"""Tests of the headless stream reader (:mod:`supervisor.streamjson`) on real captured
+"""Tests of the headless stream reader (:mod:`supervisor.agents.claude.stream`) on real captured
 ``--output-format stream-json --verbose`` output of Claude Code 2.1.328
 (tests/fixtures/claude/headless/*.jsonl, recorded against tests/mock_anthropic.py)."""
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from supervisor.streamjson import KEEP_ERRORS, MAX_RESULT, StreamState
+from supervisor.agents.claude.stream import KEEP_ERRORS, MAX_RESULT, StreamState
 
 HEADLESS = Path(__file__).parent / "fixtures" / "claude" / "headless"
 T0 = 1_700_000_000.0

@@ -1,8 +1,8 @@
 """The hook command Claude Code runs for a supervised task: a relay, not a decision maker.
 
-Run as ``python3 -I -S claude_hook.py TASK_DIR EVENT [WAIT_SECONDS]`` from the per-task
-``--settings`` file that :mod:`supervisor.claude` generates; standard library only, so it
-starts in a few tens of milliseconds.
+Run as ``python3 -I -S relay.py TASK_DIR EVENT [WAIT_SECONDS]`` (by file path, so no package
+is imported) from the per-task ``--settings`` file that :mod:`supervisor.agents.claude.hooks`
+generates; standard library only, so it starts in a few tens of milliseconds.
 
 1. The hook's JSON input (stdin; Claude Code hooks reference: ``session_id``,
    ``transcript_path``, ``hook_event_name`` and per-event fields) is written atomically to
@@ -42,7 +42,7 @@ def _write_atomic(path: str, data: bytes) -> None:
 def main(args: list[str]) -> int:
     """Entry point; ``args`` is ``[TASK_DIR, EVENT, WAIT_SECONDS?]``."""
     if len(args) < 2:
-        print("usage: claude_hook.py TASK_DIR EVENT [WAIT_SECONDS]", file=sys.stderr)
+        print("usage: relay.py TASK_DIR EVENT [WAIT_SECONDS]", file=sys.stderr)
         return 0
     task_dir, event = args[0], args[1]
     wait = float(args[2]) if len(args) > 2 else 600.0

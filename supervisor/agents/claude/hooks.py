@@ -1,16 +1,11 @@
-"""The Claude Code adapter: its command lines, its per-task hook settings, its signal files.
+"""Claude Code's hooks for one task: the generated ``--settings`` file and the signal files.
 
-Sources: Claude Code CLI reference (``--session-id``, ``--resume``, ``--settings``,
-``--permission-mode``, ``-p --output-format stream-json --verbose``) and hooks reference,
-checked against CLI 2.1.328 on this machine (docs/claude-code-e2e.md, docs/claude-hooks.md).
-
-* Every task gets its own session id; the first run passes ``--session-id ID`` and every
-  later run ``--resume ID``, so two tasks in one project folder never resume each other's
-  conversation (``claude -c`` takes the newest one in the folder; the seed's bug).
-  ``--session-id`` with an id already used fails at once, so a resume never reuses it.
-* Hooks are injected per task through a generated ``claude-settings.json`` in the task
-  folder, passed with ``--settings`` (merged by the CLI over the user's own settings, which
-  are never edited). Each hook runs :mod:`supervisor.claude_hook`.
+Hooks are injected per task through a generated ``claude-settings.json`` in the task folder,
+passed with ``--settings`` (merged by the CLI over the user's own settings, which are never
+edited). Each hook runs the relay :mod:`supervisor.agents.claude.relay` as a command, which
+records the hook's input as a signal file in the task folder (and, for a permission request,
+waits for the engine's answer). Sources: Claude Code hooks reference, checked against CLI
+2.1.328 on this machine (docs/claude-hooks.md).
 """
 
 from __future__ import annotations
@@ -25,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from supervisor.config import AgentSpec
 from supervisor.taskdir import atomic_write
 
 #: Hook events the adapter registers (Claude Code hooks reference). ``PermissionRequest``
@@ -51,28 +45,6 @@ MAX_PERMISSION_WAIT = 7 * 24 * 3600
 _HOOK_NAME = re.compile(r"^hook-(\d{20})-(\d+)-([A-Za-z]+)\.json$")
 
 
-def argv(agent: AgentSpec, resume: bool, settings: Path | None) -> list[str]:
-    """The Claude Code argv template (placeholders ``{prompt}``, ``{model}``,
-    ``{session_id}`` are filled by the engine; no shell ever sees it).
-
-    Headless: ``claude -p PROMPT ... --output-format stream-json --verbose``; interactive:
-    the prompt is the positional argument of the TUI. A resume replaces ``--session-id``
-    with ``--resume`` and the prompt with ``agent.resume_prompt``.
-    """
-    prompt = agent.resume_prompt if resume else "{prompt}"
-    line = [agent.binary]
-    if agent.mode == "headless":
-        line += ["-p", "--output-format", "stream-json", "--verbose"]
-    line += ["--model", "{model}"]
-    line += ["--resume", "{session_id}"] if resume else ["--session-id", "{session_id}"]
-    line += ["--permission-mode", agent.permission_mode]
-    if settings is not None:
-        line += ["--settings", str(settings)]
-    line += agent.extra_args
-    # "--" ends the options, so a prompt that starts with "-" is still the prompt.
-    return [*line, "--", prompt]
-
-
 def settings(task_dir: Path, permission_wait: float) -> dict[str, Any]:
     """The ``--settings`` JSON registering :data:`HOOK_EVENTS` for one task.
 
@@ -82,7 +54,7 @@ def settings(task_dir: Path, permission_wait: float) -> dict[str, Any]:
             escalation waits for a human); capped at :data:`MAX_PERMISSION_WAIT`.
     """
     wait = int(min(max(permission_wait, 60), MAX_PERMISSION_WAIT))
-    hook = str(Path(__file__).with_name("claude_hook.py"))
+    hook = str(Path(__file__).with_name("relay.py"))
     hooks: dict[str, Any] = {}
     for event in HOOK_EVENTS:
         blocking = event == "PermissionRequest"
@@ -116,7 +88,7 @@ def write_settings(task_dir: Path, permission_wait: float) -> Path:
 
 @dataclass(frozen=True)
 class HookSignal:
-    """One hook invocation recorded by :mod:`supervisor.claude_hook`.
+    """One hook invocation recorded by :mod:`supervisor.agents.claude.relay`.
 
     Attributes:
         path: the signal file (``hook-<time_ns>-<pid>-<event>.json``).

@@ -1,36 +1,52 @@
-"""What the engine learns from Claude Code itself: hook signal files and the stream-json log.
+"""``[agent] kind = "claude"``: the Claude Code adapter.
 
-One :class:`ClaudeWatch` per live task of ``[agent] kind = "claude"``. Each check calls
-:meth:`ClaudeWatch.observe`, which
+One :class:`ClaudeAdapter` per non-terminal task. It builds the command line
+(:func:`argv`) and the per-task hook settings (:mod:`.hooks`) of each run, and at each
+check (:meth:`ClaudeAdapter.observe`)
 
-1. reads the hook signal files (:mod:`supervisor.claude_hook`), logs each one to
-   ``events.jsonl`` with its hook input (``session_id``, ``transcript_path``,
-   ``hook_event_name`` and the event's fields) and moves it to ``hooks/``;
+1. reads the hook signal files (:mod:`.relay`), logs each one to ``events.jsonl`` with its
+   hook input (``session_id``, ``transcript_path``, ``hook_event_name`` and the event's
+   fields) and moves it to ``hooks/``;
 2. rules on permission requests with :func:`supervisor.approval.decide` and answers them
-   (every ruling is logged as a ``permission`` event naming the rule that decided);
-3. reads new lines of ``stream.jsonl`` (headless mode) into a
-   :class:`supervisor.streamjson.StreamState`;
-4. returns an :class:`AgentView`: the agent-specific facts the pure policy needs
-   (escalation, usage limit, interactive turn ended).
+   (every ruling is logged as a ``permission`` event naming the rule that decided); an
+   interactive TUI without hooks is ruled on from its screen (:mod:`.screen`);
+3. reads new lines of ``stream.jsonl`` (headless mode) into a :class:`.stream.StreamState`;
+4. returns an :class:`supervisor.agents.AgentView`: the facts the pure policy needs
+   (escalation, usage limit, interactive turn ended, failure class, staleness).
 
 Everything here is bookkeeping and I/O; the decisions stay in :mod:`supervisor.policy` and
 :mod:`supervisor.approval`.
+
+Sources: Claude Code CLI reference (``--session-id``, ``--resume``, ``--settings``,
+``--permission-mode``, ``-p --output-format stream-json --verbose``) and hooks reference,
+checked against CLI 2.1.328 on this machine (docs/claude-code-e2e.md, docs/claude-hooks.md).
+Every task gets its own session id; the first run passes ``--session-id ID`` and every later
+run ``--resume ID``, so two tasks in one project folder never resume each other's
+conversation (``claude -c`` takes the newest one in the folder). ``--session-id`` with an id
+already used fails at once, so a resume never reuses it.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from supervisor import approval, claude, failures, limits, screen
-from supervisor.config import AgentSpec, ResolvedTask
-from supervisor.streamjson import StreamState
-from supervisor.taskdir import Manifest, TaskDir, utc_iso
+from supervisor import approval
+from supervisor.agents import (
+    AgentAdapter,
+    AgentContext,
+    AgentView,
+    Keys,
+    LaunchPart,
+    ScreenCapture,
+)
+from supervisor.agents.claude import failures, hooks, limits, screen
+from supervisor.agents.claude.stream import StreamState
+from supervisor.config import AgentSpec
+from supervisor.taskdir import Manifest, utc_iso
 
 log = logging.getLogger(__name__)
 
@@ -38,69 +54,84 @@ log = logging.getLogger(__name__)
 READ_CHUNK = 8 * 1024 * 1024
 #: ``StopFailure`` errors that mean "come back later" (Claude Code hooks reference).
 LIMIT_ERRORS = frozenset({"rate_limit", "overloaded", "usage_limit"})
+#: Seconds until the next look at a permission dialog first seen on screen (it must hold
+#: across two checks before it is answered).
+PROMPT_RECHECK = 1.0
+#: Seconds before ``/exit`` is typed again into an interactive agent that did not quit.
+END_SESSION_REPEAT = 10.0
 
 
-@dataclass(frozen=True)
-class AgentView:
-    """Agent-specific facts for one check (see :class:`supervisor.policy.Signals`)."""
+def argv(agent: AgentSpec, resume: bool, settings: Path | None) -> list[str]:
+    """The Claude Code argv template (placeholders ``{prompt}``, ``{model}``,
+    ``{session_id}`` are filled by the engine; no shell ever sees it).
 
-    escalate: str | None = None
-    escalate_pause: bool = False
-    limit: bool = False
-    limit_resume_at: float | None = None
-    limit_reason: str = ""
-    turn_ended: bool = False
-    failure: str | None = None
-
-
-class ClaudeWatch:
-    """Per-task reader of Claude Code's hooks and stream (see the module docstring).
-
-    Args:
-        task: the task folder.
-        resolved: the task (approval rules, policy).
-        agent: the profile's ``[agent]``.
-        manifest: the task's manifest, to pick up counters after a restart.
-        default_message: the ``[approval] default_message``.
+    Headless: ``claude -p PROMPT ... --output-format stream-json --verbose``; interactive:
+    the prompt is the positional argument of the TUI. A resume replaces ``--session-id``
+    with ``--resume`` and the prompt with ``agent.resume_prompt``.
     """
+    prompt = agent.resume_prompt if resume else "{prompt}"
+    line = [agent.binary]
+    if agent.mode == "headless":
+        line += ["-p", "--output-format", "stream-json", "--verbose"]
+    line += ["--model", "{model}"]
+    line += ["--resume", "{session_id}"] if resume else ["--session-id", "{session_id}"]
+    line += ["--permission-mode", agent.permission_mode]
+    if settings is not None:
+        line += ["--settings", str(settings)]
+    line += agent.extra_args
+    # "--" ends the options, so a prompt that starts with "-" is still the prompt.
+    return [*line, "--", prompt]
 
-    def __init__(
-        self,
-        task: TaskDir,
-        resolved: ResolvedTask,
-        agent: AgentSpec,
-        manifest: Manifest,
-        default_message: str,
-    ) -> None:
-        self.task = task
-        self.resolved = resolved
-        self.agent = agent
-        self.default_message = default_message
+
+class ClaudeAdapter(AgentAdapter):
+    """Per-task reader of Claude Code's hooks and stream (see the module docstring)."""
+
+    kind = "claude"
+
+    def __init__(self, context: AgentContext) -> None:
+        super().__init__(context)
+        self.task = context.task
+        self.resolved = context.resolved
+        self.agent = context.agent
+        self.default_message = context.default_message
         self.stream = StreamState()
         self.offset = 0
-        # After a restart, pick up what the manifest holds (its declared fields: the
-        # manifest is the one record of them between runs of the engine).
-        claude_facts = manifest.claude or {}
-        self.denials: int = manifest.denials
-        escalation = manifest.escalation or {}
-        self.pending_answer: Path | None = (
-            Path(escalation["answer"]) if escalation.get("answer") else None
-        )
-        self.escalation: dict[str, Any] | None = escalation or None
-        self.transcript_path: str | None = claude_facts.get("transcript_path")
+        self.denials = 0
+        self.pending_answer: Path | None = None
+        self.escalation: dict[str, Any] | None = None
+        self.transcript_path: str | None = None
         self.turn_ended = False
         #: The class of the current run's error ending (:mod:`supervisor.failures`).
         self.failure: str | None = None
         self.limit: tuple[float | None, str] | None = None
         self.screen_hash: str | None = None
         self.screen_changed_at: float | None = None
-        #: Sends tmux keys to the task's pane (set by the engine; interactive fallback).
-        self.send_keys: Callable[[list[str]], None] | None = None
         self.prompt_seen: tuple[str | None, str, str] | None = None
         self.screen_pending: screen.PermissionPrompt | None = None
         self.exit_sent_at: float | None = None
         #: The latest Notification hook (interactive: waiting for input, idle, ...).
-        self.notification: dict[str, Any] | None = claude_facts.get("last_notification")
+        self.notification: dict[str, Any] | None = None
+
+    def restore(self, manifest: Manifest) -> None:
+        """Pick up the counters and the pending escalation after a restart (the manifest's
+        declared fields: the manifest is the one record of them between engine runs)."""
+        claude_facts = manifest.claude or {}
+        self.denials = manifest.denials
+        escalation = manifest.escalation or {}
+        self.pending_answer = Path(escalation["answer"]) if escalation.get("answer") else None
+        self.escalation = escalation or None
+        self.transcript_path = claude_facts.get("transcript_path")
+        self.notification = claude_facts.get("last_notification")
+
+    def launch(self, resume: bool) -> LaunchPart:
+        """Write the hook settings (``hooks = true``; a permission request may wait up to
+        the task's deadline) and return the argv; headless runs tee ``stream.jsonl``."""
+        settings = None
+        if self.agent.hooks:
+            settings = hooks.write_settings(self.task.path, self.resolved.policy.deadline)
+        stream = hooks.STREAM if self.agent.mode == "headless" else None
+        self.new_run()
+        return LaunchPart(argv=argv(self.agent, resume, settings), stream=stream)
 
     # ------------------------------------------------------------------ runs
     def new_run(self) -> None:
@@ -109,7 +140,7 @@ class ClaudeWatch:
         would block every request of the new run."""
         if self.pending_answer is not None:
             stale = self.pending_answer.with_suffix(".json")
-            claude.archive(claude.HookSignal(stale, "", 0.0, {}))
+            hooks.archive(hooks.HookSignal(stale, "", 0.0, {}))
         self.pending_answer = None
         self.escalation = None
         self.turn_ended = False
@@ -122,28 +153,58 @@ class ClaudeWatch:
         self.exit_sent_at = None
 
     # ------------------------------------------------------------------ observe
-    def observe(self, now: float, status: str) -> AgentView:
-        """Read new hook files and stream lines; rule on permission requests.
+    def observe(self, now: float, status: str, screen: ScreenCapture | None) -> AgentView:
+        """Read new hook files and stream lines; rule on permission requests; read the
+        screen when it is the staleness signal or the permission fallback.
 
         Args:
             now: epoch seconds of the check.
             status: the task's status before this check (requests are ruled on only
                 while ``running``; others wait in the folder).
+            screen: captures the pane; ``None`` when the agent is not alive.
         """
+        escalate, pause = self._read_hooks(now, status)
+        self._read_stream(now)
+        mtime = None
+        interactive = self.agent.mode == "interactive"
+        how = self.resolved.policy.stale_signal or ("screen" if interactive else "mtime")
+        fallback = interactive and not self.agent.hooks
+        if (how == "screen" or fallback) and screen is not None:
+            text = screen()
+            if how == "screen":
+                mtime = self.screen_changed(text, now)
+            if fallback and escalate is None:
+                escalate = self.screen_prompt(text, now, status)
+        elif how == "transcript":
+            mtime = self.transcript_mtime()
+        resume_at, reason = self.limit if self.limit else (None, "")
+        return AgentView(
+            escalate=escalate,
+            escalate_pause=pause,
+            limit=self.limit is not None,
+            limit_resume_at=resume_at,
+            limit_reason=reason,
+            turn_ended=self.turn_ended,
+            failure=self.failure,
+            output_mtime=mtime,
+        )
+
+    def _read_hooks(self, now: float, status: str) -> tuple[str | None, bool]:
+        """Process the hook signal files; returns (escalation reason, pause the agent)."""
         escalate: str | None = None
         pause = False
         policy = self.resolved.policy
-        for signal in claude.read_hooks(self.task.path):
+        for signal in hooks.read_hooks(self.task.path):
             data = signal.data
             if isinstance(data.get("transcript_path"), str):
                 self.transcript_path = data["transcript_path"]
             if signal.event == "PermissionRequest":
                 if status != "running" or self.pending_answer is not None or escalate:
                     continue  # one escalation at a time; the rest wait their turn
-                self.task.append_event("hook", at=signal.at, **claude.summary(data))
+                self.task.append_event("hook", at=signal.at, **hooks.summary(data))
                 escalate = self._rule(signal, now)
                 if escalate is None:  # answered: done with it. An escalated request stays
-                    claude.archive(signal)  # in place, so a restart rules on it again.
+                    hooks.archive(signal)  # in place, so a restart rules on it again.
                 continue
             self._record(signal)
             if signal.event == "PostToolUse":
@@ -177,21 +238,11 @@ class ClaudeWatch:
                     self._set_limit(detail or error, now, f"StopFailure hook: {error}")
                 else:
                     self.failure = failures.classify_hook_error(error, detail)
-        self._read_stream(now)
-        resume_at, reason = self.limit if self.limit else (None, "")
-        return AgentView(
-            escalate=escalate,
-            escalate_pause=pause,
-            limit=self.limit is not None,
-            limit_resume_at=resume_at,
-            limit_reason=reason,
-            turn_ended=self.turn_ended,
-            failure=self.failure,
-        )
+        return escalate, pause
 
-    def _record(self, signal: claude.HookSignal) -> None:
-        self.task.append_event("hook", at=signal.at, **claude.summary(signal.data))
-        claude.archive(signal)
+    def _record(self, signal: hooks.HookSignal) -> None:
+        self.task.append_event("hook", at=signal.at, **hooks.summary(signal.data))
+        hooks.archive(signal)
 
     def _decide(self, tool: str, tool_input: Any) -> approval.Ruling:
         """The task's rules on one request, with the circuit breaker's current count."""
@@ -204,7 +255,7 @@ class ClaudeWatch:
             self.default_message,
         )
 
-    def _rule(self, signal: claude.HookSignal, now: float) -> str | None:
+    def _rule(self, signal: hooks.HookSignal, now: float) -> str | None:
         """Rule on one permission request; returns the escalation reason, if any."""
         tool = str(signal.data.get("tool_name") or "")
         tool_input = signal.data.get("tool_input")
@@ -230,7 +281,7 @@ class ClaudeWatch:
             return f"{tool} {subject[:200]!r} ({ruling.by})"
         if ruling.action == "deny":
             self.denials += 1
-        claude.answer(signal, approval.hook_answer(ruling.action, ruling.message))
+        hooks.answer(signal, approval.hook_answer(ruling.action, ruling.message))
         return None
 
     def _breaker(self, now: float) -> str:
@@ -240,7 +291,7 @@ class ClaudeWatch:
 
     def screen_prompt(self, text: str, now: float, status: str) -> str | None:
         """The fallback for a TUI without hooks: rule on a permission dialog read from the
-        screen (:func:`supervisor.screen.find_permission_prompt`, last lines only) once the
+        screen (:func:`.screen.find_permission_prompt`, last lines only) once the
         same dialog has been seen on two checks in a row, and answer it with keys.
 
         Returns the escalation reason when a rule escalates, else ``None``.
@@ -282,19 +333,31 @@ class ClaudeWatch:
             return f"{tool} {prompt.detail[:200]!r} ({ruling.by}; on screen)"
         if ruling.action == "deny":
             self.denials += 1
-        if self.send_keys is not None:
-            approve = ruling.action == "approve"
-            self.send_keys(prompt.approve_keys() if approve else prompt.deny_keys())
+        keys = prompt.approve_keys() if ruling.action == "approve" else prompt.deny_keys()
+        self.context.send_keys(Keys(tuple(keys)))
         return None
 
-    def answer_escalation(self, approve: bool) -> None:
+    def recheck_in(self) -> float | None:
+        """:data:`PROMPT_RECHECK` while a dialog seen once on screen waits for its second
+        sighting, else ``None``."""
+        return PROMPT_RECHECK if self.prompt_seen is not None else None
+
+    def end_turn(self, now: float) -> list[Keys]:
+        """``/exit`` and Enter (the TUI's own way out), typed again every
+        :data:`END_SESSION_REPEAT` seconds while the session lives on."""
+        if self.exit_sent_at is not None and now - self.exit_sent_at < END_SESSION_REPEAT:
+            return []
+        self.exit_sent_at = now
+        return [Keys(("/exit",), literal=True), Keys(("Enter",))]
+
+    def answer(self, approve: bool) -> None:
         """Answer the request a human was asked about (``supervise approve|deny``); resets
         the circuit breaker's count."""
         self.denials = 0
         if self.screen_pending is not None:
             prompt, self.screen_pending = self.screen_pending, None
-            if self.send_keys is not None:
-                self.send_keys(prompt.approve_keys() if approve else prompt.deny_keys())
+            keys = prompt.approve_keys() if approve else prompt.deny_keys()
+            self.context.send_keys(Keys(tuple(keys)))
             self.task.append_event(
                 "permission",
                 tool=prompt.tool,
@@ -308,9 +371,9 @@ class ClaudeWatch:
             action = "approve" if approve else "deny"
             message = "denied by the operator (supervise deny)" if not approve else None
             ruling = approval.hook_answer(action, message)
-            signal = claude.HookSignal(self.pending_answer.with_suffix(".json"), "", 0.0, {})
-            claude.answer(signal, ruling)
-            claude.archive(signal)
+            signal = hooks.HookSignal(self.pending_answer.with_suffix(".json"), "", 0.0, {})
+            hooks.answer(signal, ruling)
+            hooks.archive(signal)
             self.task.append_event(
                 "permission",
                 tool=(self.escalation or {}).get("tool"),
@@ -329,7 +392,7 @@ class ClaudeWatch:
         self.limit = (resume_at, f"{source}: {matched}")
 
     def _read_stream(self, now: float) -> None:
-        path = self.task.file(claude.STREAM)
+        path = self.task.file(hooks.STREAM)
         try:
             size = os.stat(path).st_size
         except FileNotFoundError:
@@ -372,7 +435,7 @@ class ClaudeWatch:
     def screen_changed(self, text: str, now: float) -> float:
         """Feed a capture of the pane; returns when its normalized content last changed
         (epoch s). Spinner glyphs and timers do not count as change
-        (:func:`supervisor.screen.normalize`)."""
+        (:func:`.screen.normalize`)."""
         digest = screen.screen_hash(text)
         if digest != self.screen_hash or self.screen_changed_at is None:
             self.screen_hash, self.screen_changed_at = digest, now
@@ -395,3 +458,7 @@ class ClaudeWatch:
         facts["transcript_path"] = self.transcript_path
         facts["last_notification"] = self.notification
         return {"claude": facts, "denials": self.denials, "escalation": self.escalation}
+
+    def result_text(self) -> str | None:
+        """The ``result`` of the run's last stream-json ``result`` line."""
+        return self.stream.result

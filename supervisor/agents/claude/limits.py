@@ -33,7 +33,7 @@ from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from typing import Literal
 from zoneinfo import ZoneInfo
 
-from supervisor.screen import strip_ansi
+from supervisor.agents.claude.screen import strip_ansi
 
 __all__ = ["LimitHit", "LimitKind", "parse_limit", "parse_reset"]
 

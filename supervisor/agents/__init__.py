@@ -1,0 +1,173 @@
+"""The agent-adapter boundary: what an agent kind adds to the supervision core.
+
+The core (engine, policy, signals) never names an agent kind. Each ``[agent] kind`` is one
+module or package here, ``supervisor.agents.<kind>``, whose ``Adapter`` class subclasses
+:class:`AgentAdapter` and overrides the hooks its agent needs, the way a circus plugin or a
+supervisord event listener plugs named hooks into a fixed loop. Adding a kind means adding
+one folder (and its name to ``config.AgentKind``, which validates the profile).
+
+Hooks, in the order the engine calls them:
+
+* :meth:`AgentAdapter.restore`: on creation, pick up the adapter's own manifest fields
+  (after an engine restart the manifest is the one record of them).
+* :meth:`AgentAdapter.launch`: at each launch and resume, the :class:`LaunchPart`: argv
+  template, extra environment, the stream file; per-task files (Claude Code's hook
+  settings) are written here. A new run starts: per-run facts are forgotten.
+* :meth:`AgentAdapter.observe`: at each check, the agent's facts for
+  :class:`supervisor.policy.Signals` as an :class:`AgentView`.
+* :meth:`AgentAdapter.recheck_in`: after the check, an earlier next look, if the agent
+  wants one (a dialog seen once on screen must be seen again).
+* :meth:`AgentAdapter.answer`: carry out an operator's ruling on an escalation
+  (``supervise approve|deny``; a paused agent continued; an escalated task ending).
+* :meth:`AgentAdapter.end_turn`: the keys that end an interactive session whose turn ended.
+* :meth:`AgentAdapter.report` / :meth:`AgentAdapter.result_text`: the adapter's manifest
+  fields, and the agent's final answer for the task summary.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from supervisor.config import AgentSpec, ResolvedTask
+from supervisor.taskdir import Manifest, TaskDir
+
+
+@dataclass(frozen=True)
+class LaunchPart:
+    """What an adapter adds to ``launch.json`` for one run.
+
+    Attributes:
+        argv: the argv template; its ``{placeholder}`` elements are filled by the engine
+            (``{prompt}``, ``{model}``, ``{session_id}``, ...; see ``config.AgentSpec``).
+        env: environment variables the agent kind adds (the profile's and task's come on
+            top of them, then the ``SUPERVISE_*`` ones).
+        stream: name of a file in the task folder the wrapper copies the agent's stdout to
+            (Claude Code's ``stream.jsonl``), or ``None``.
+    """
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    stream: str | None = None
+
+
+@dataclass(frozen=True)
+class Keys:
+    """One ``tmux send-keys`` call: key names (``Enter``, ``Escape``), or text when
+    ``literal`` (``send-keys -l``)."""
+
+    keys: tuple[str, ...]
+    literal: bool = False
+
+
+@dataclass(frozen=True)
+class AgentView:
+    """The agent's facts for one check (the fields of :class:`supervisor.policy.Signals`
+    of the same names; see there). ``output_mtime`` (epoch s) replaces the output.log
+    mtime as the staleness signal when the agent chose another one (screen, transcript);
+    ``None`` keeps the output.log mtime."""
+
+    escalate: str | None = None
+    escalate_pause: bool = False
+    limit: bool = False
+    limit_resume_at: float | None = None
+    limit_reason: str = ""
+    turn_ended: bool = False
+    failure: str | None = None
+    output_mtime: float | None = None
+
+
+#: Captures the task's pane (visible text); called only when the agent runs.
+ScreenCapture = Callable[[], str]
+#: Sends keys to the task's pane.
+SendKeys = Callable[[Keys], None]
+
+
+@dataclass(frozen=True)
+class AgentContext:
+    """What an adapter is given about its task.
+
+    Attributes:
+        task: the task folder.
+        resolved: the task (approval rules, monitor policy, prompt).
+        agent: the profile's ``[agent]``.
+        default_message: the ``[approval] default_message`` that applies to the task.
+        send_keys: types into the task's tmux pane.
+    """
+
+    task: TaskDir
+    resolved: ResolvedTask
+    agent: AgentSpec
+    default_message: str
+    send_keys: SendKeys
+
+
+class AgentAdapter:
+    """The hooks an agent kind implements; every hook but :meth:`launch` has a default that
+    adds nothing. One instance per non-terminal task, used on the engine's worker only."""
+
+    #: The ``[agent] kind`` this adapter serves.
+    kind: ClassVar[str] = ""
+
+    def __init__(self, context: AgentContext) -> None:
+        self.context = context
+
+    def restore(self, manifest: Manifest) -> None:
+        """Pick up the adapter's own manifest fields (on creation, adoption included)."""
+
+    def launch(self, resume: bool) -> LaunchPart:
+        """The launch part of a new run (``resume``: the same session goes on); writes
+        the per-task files the run needs. Called once per launch and resume."""
+        raise NotImplementedError
+
+    def observe(self, now: float, status: str, screen: ScreenCapture | None) -> AgentView:
+        """The agent's facts for this check.
+
+        Args:
+            now: epoch seconds of the check.
+            status: the task's status before this check.
+            screen: captures the pane; ``None`` when the agent is not alive.
+        """
+        return AgentView()
+
+    def recheck_in(self) -> float | None:
+        """Seconds until the next check when the agent wants an earlier one, else ``None``."""
+        return None
+
+    def answer(self, approve: bool) -> None:
+        """Carry out the operator's ruling on the pending escalation, if any."""
+
+    def end_turn(self, now: float) -> list[Keys]:
+        """The keys that end an interactive session whose turn ended (``[]``: none now)."""
+        return []
+
+    def report(self) -> dict[str, Any]:
+        """The adapter's manifest fields (``Manifest`` attribute → value)."""
+        return {}
+
+    def result_text(self) -> str | None:
+        """The agent's final answer of the run, for the task summary, if it gave one."""
+        return None
+
+
+def adapter_for(
+    agent: AgentSpec,
+    task: TaskDir,
+    resolved: ResolvedTask,
+    manifest: Manifest,
+    default_message: str,
+    send_keys: SendKeys,
+) -> AgentAdapter:
+    """The adapter of ``agent.kind`` for one task, its manifest fields restored.
+
+    The kind names the module ``supervisor.agents.<kind>`` (a validated literal of
+    ``config.AgentKind``); its ``Adapter`` class is the adapter.
+    """
+    module = importlib.import_module(f"{__name__}.{agent.kind}")
+    adapter: AgentAdapter = module.Adapter(
+        AgentContext(task, resolved, agent, default_message, send_keys)
+    )
+    adapter.restore(manifest)
+    return adapter

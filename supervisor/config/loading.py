@@ -1,0 +1,319 @@
+"""Loading profiles and tasks: validation, paths, prompts, model aliases and the policy.
+
+Monitor policy precedence, highest first (issue 2):
+
+1. the task's own ``[monitor]`` table,
+2. ``MONITOR_*`` environment variables (:mod:`supervisor.config.env`),
+3. the profile's ``[monitor]`` table,
+4. built-in defaults (the seed monitor's: base 30 s, max 300 s, deadline 18000 s, grace 30 s).
+
+Every error is raised as :class:`ConfigError`, whose ``problems`` are one line each, naming
+the file, the TOML key (with its line where known), what is wrong and what is allowed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from supervisor.config.env import read_env_overrides
+from supervisor.config.models import (
+    ALIAS_RE,
+    MAX_PROMPT_BYTES,
+    MAX_TASK_FILE_BYTES,
+    LoadedProfile,
+    Profile,
+    ResolvedTask,
+    SecuritySpec,
+    TaskSpec,
+    default_socket_name,
+)
+from supervisor.config.monitor import MonitorOverrides, MonitorPolicy, error_message
+from supervisor.config.tomlfile import format_errors, key_line, policy_line, read_toml
+from supervisor.errors import ConfigError
+
+
+def effective_policy(
+    profile_monitor: MonitorOverrides,
+    task_monitor: MonitorOverrides | None = None,
+) -> tuple[MonitorPolicy, dict[str, str]]:
+    """Merge the four layers into one :class:`MonitorPolicy`.
+
+    Returns:
+        ``(policy, sources)`` where ``sources[key]`` is ``default``, ``profile``, ``env``
+        or ``task``.
+
+    Raises:
+        ConfigError: a bad env override, or a merged result that breaks a rule
+            (``max_interval < base_interval``).
+    """
+    layers = [
+        ("profile", profile_monitor.model_dump(exclude_none=True)),
+        ("env", read_env_overrides()),
+        ("task", (task_monitor or MonitorOverrides()).model_dump(exclude_none=True)),
+    ]
+    merged: dict[str, Any] = {}
+    sources = {name: "default" for name in MonitorPolicy.model_fields}
+    for source, values in layers:
+        for key, value in values.items():
+            merged[key] = value
+            sources[key] = source
+    try:
+        policy = MonitorPolicy(**merged)
+    except ValidationError as exc:
+        lines = []
+        for item in exc.errors():
+            message = error_message(item)
+            keys = [k for k in ("base_interval", "max_interval") if k in message] or [
+                str(p) for p in item["loc"]
+            ]
+            origin = ", ".join(f"{k} from {sources.get(k, 'default')}" for k in keys)
+            lines.append(f"monitor policy: {message} ({origin})")
+        raise ConfigError(lines) from exc
+    if "stale_threshold" not in merged:
+        sources["stale_threshold"] = "default (3 x base_interval)"
+    return policy, sources
+
+
+def _read_prompt_file(path: Path) -> str:
+    """Read a prompt file byte for byte (``\\r\\n`` kept). Only regular files up to
+    :data:`MAX_PROMPT_BYTES` are read: a FIFO would block the engine, ``/dev/zero`` never ends.
+
+    Raises:
+        ValueError: not a regular file, or too big. OSError, UnicodeDecodeError.
+    """
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError("not a regular file")
+    if info.st_size > MAX_PROMPT_BYTES:
+        raise ValueError(f"{info.st_size} bytes; at most {MAX_PROMPT_BYTES} are allowed")
+    with open(path, "rb") as handle:
+        data = handle.read(MAX_PROMPT_BYTES + 1)
+    if len(data) > MAX_PROMPT_BYTES:
+        raise ValueError(f"more than {MAX_PROMPT_BYTES} bytes")
+    return data.decode("utf-8")
+
+
+def _resolve(base: Path, value: Path) -> Path:
+    """``value`` made absolute against ``base`` (``~`` expanded).
+
+    Raises:
+        ValueError: the path cannot name a file (a NUL byte, a part over NAME_MAX).
+    """
+    with contextlib.suppress(RuntimeError):  # "~nosuchuser": keep it; it will not exist
+        value = value.expanduser()
+    if "\0" in str(value):
+        raise ValueError("a path cannot contain a NUL byte")
+    if any(len(os.fsencode(part)) > 255 for part in value.parts):
+        raise ValueError("a path component is longer than 255 bytes")
+    try:
+        return value if value.is_absolute() else (base / value).resolve()
+    except OSError as exc:
+        raise ValueError(str(exc)) from exc
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
+
+
+def load_profile(path: Path | str) -> LoadedProfile:
+    """Read and validate a profile file.
+
+    Relative ``[paths]`` resolve against the profile's folder. Inline ``[[tasks]]`` are
+    validated too, and the profile's policy is merged once with the environment so a bad
+    ``MONITOR_*`` value is reported at load time.
+
+    Raises:
+        ConfigError: with one line per problem.
+    """
+    path = Path(path).resolve()
+    text, data = read_toml(path)
+    try:
+        spec = Profile.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_errors(exc, path, text, Profile)) from exc
+    base = path.parent
+    spec.paths.spool_dir = _resolve(base, spec.paths.spool_dir)
+    spec.paths.state_dir = _resolve(base, spec.paths.state_dir)
+    if spec.tmux.socket_name is None:
+        spec.tmux.socket_name = default_socket_name(spec.paths.state_dir)
+    loaded = LoadedProfile(path=path, spec=spec)
+    problems: list[str] = []
+    try:
+        effective_policy(spec.monitor, None)
+    except ConfigError as exc:
+        line = policy_line(text, ())
+        at = f"{path}:{line}" if line else f"{path}"
+        problems.extend(f"{at}: {p}" if p.startswith("monitor") else p for p in exc.problems)
+    if spec.agent.default_model not in spec.agent.known_models() and ALIAS_RE.match(
+        spec.agent.default_model
+    ):
+        line = key_line(text, ("agent", "default_model"))
+        problems.append(
+            f"{path}:{line}: key 'agent.default_model': unknown model alias "
+            f"{spec.agent.default_model!r}; known aliases: "
+            + ", ".join(sorted(spec.agent.known_models()))
+        )
+    for index, task in enumerate(spec.tasks):
+        try:
+            resolve_task(task, loaded, base, path, text, loc_prefix=("tasks", index))
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise ConfigError(problems)
+    return loaded
+
+
+def resolve_task(
+    spec: TaskSpec,
+    profile: LoadedProfile,
+    base: Path,
+    file: Path,
+    text: str = "",
+    loc_prefix: tuple[Any, ...] = (),
+) -> ResolvedTask:
+    """Check a parsed task against its profile and compute what it needs to run.
+
+    Resolves relative ``project_dir`` / ``prompt_file`` against ``base``, reads the prompt,
+    looks up the model alias and merges the monitor policy.
+
+    Raises:
+        ConfigError: a missing ``project_dir``, unreadable ``prompt_file``, unknown model
+            alias (the known ones are listed) or a bad policy.
+    """
+    problems: list[str] = []
+
+    def where(key: str) -> str:
+        line = key_line(text, (*loc_prefix, key)) if text else None
+        dotted = ".".join(str(p) for p in (*loc_prefix, key))
+        return (f"{file}:{line}" if line else f"{file}") + f": key '{dotted}'"
+
+    try:
+        spec.project_dir = _resolve(base, spec.project_dir)
+    except ValueError as exc:
+        problems.append(f"{where('project_dir')}: not a usable path ({exc})")
+    else:
+        if not _is_dir(spec.project_dir):
+            problems.append(
+                f"{where('project_dir')}: folder {str(spec.project_dir)!r} does not exist; "
+                "give an existing project folder (absolute, or relative to this file)"
+            )
+    prompt = spec.prompt
+    if spec.prompt_file is not None:
+        try:
+            spec.prompt_file = _resolve(base, spec.prompt_file)
+            prompt = _read_prompt_file(spec.prompt_file)
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            problems.append(
+                f"{where('prompt_file')}: cannot read {str(spec.prompt_file)!r} as UTF-8 ({exc})"
+            )
+    models = profile.spec.agent.known_models()
+    wanted = spec.model or profile.spec.agent.default_model
+    model = wanted
+    if wanted in models:
+        model = models[wanted]
+    elif ALIAS_RE.match(wanted):
+        problems.append(
+            f"{where('model')}: unknown model alias {wanted!r}; known aliases: "
+            + ", ".join(f"{k} ({v})" for k, v in sorted(models.items()))
+            + "; or give a full model id such as claude-sonnet-4-6"
+        )
+    policy: MonitorPolicy | None = None
+    sources: dict[str, str] = {}
+    try:
+        policy, sources = effective_policy(profile.spec.monitor, spec.monitor)
+    except ConfigError as exc:
+        line = policy_line(text, loc_prefix) if text else None
+        at = f"{file}:{line}" if line else f"{file}"
+        problems.extend(f"{at if p.startswith('monitor') else file}: {p}" for p in exc.problems)
+    if problems or policy is None or prompt is None:
+        raise ConfigError(problems)
+    rules = (*(spec.approval.rules if spec.approval else ()), *profile.spec.approval.rules)
+    return ResolvedTask(
+        spec=spec,
+        prompt=prompt,
+        model=model,
+        policy=policy,
+        sources=sources,
+        rules=tuple(rules),
+        acceptance=spec.acceptance or profile.spec.acceptance,
+    )
+
+
+def load_task(
+    path: Path | str,
+    profile: LoadedProfile,
+    base: Path | None = None,
+    shown_as: Path | None = None,
+) -> ResolvedTask:
+    """Read and validate one task file against ``profile``.
+
+    Args:
+        path: the task file.
+        profile: the profile it will run under (model aliases, policy).
+        base: folder that relative paths resolve against (default: the file's folder).
+        shown_as: the name to use in error lines (default: ``path``); the spool names the
+            file where the user dropped it even after it was moved.
+
+    Raises:
+        ConfigError: with one line per problem, each naming the file.
+    """
+    path = Path(path).resolve()
+    shown = shown_as or path
+    text, data = read_toml(path, shown, limit=MAX_TASK_FILE_BYTES)
+    try:
+        spec = TaskSpec.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_errors(exc, shown, text, TaskSpec)) from exc
+    refused = _refused_keys(data, profile.spec.security)
+    if refused:
+        allowed = ", ".join(profile.spec.security.task_may_set) or "(none)"
+        raise ConfigError(
+            [
+                f"{shown}:{key_line(text, tuple(key.split('.'))) or '?'}: key '{key}': "
+                f"this profile does not let task files set it ({profile.path} "
+                f"[security] task_may_set = {allowed})"
+                for key in refused
+            ]
+        )
+    return resolve_task(spec, profile, base or path.parent, shown, text)
+
+
+def _refused_keys(data: dict[str, Any], security: SecuritySpec) -> list[str]:
+    """Optional keys in a task file that the profile's ``task_may_set`` does not allow."""
+    keys = [k for k in ("model", "env", "approval", "acceptance") if k in data]
+    monitor = data.get("monitor")
+    if isinstance(monitor, dict):
+        keys += [f"monitor.{k}" for k in monitor]
+    return [k for k in keys if not security.allows(k)]
+
+
+def looks_like_profile(path: Path | str) -> bool:
+    """Whether ``path`` holds a profile rather than a task (``supervise validate``).
+
+    A file with an ``agent`` key is a profile; otherwise it is whichever kind it has more
+    top-level keys of (``paths``, ``tmux``, ``tasks``, ... versus ``name``, ``prompt``,
+    ``project_dir``, ...); a tie means a task.
+
+    A file over :data:`MAX_TASK_FILE_BYTES` is taken as a task without being read (the task
+    loader then refuses it on its size).
+
+    Raises:
+        ConfigError: the file cannot be read or is not valid TOML.
+    """
+    with contextlib.suppress(OSError):
+        if os.stat(path).st_size > MAX_TASK_FILE_BYTES:
+            return False
+    _, data = read_toml(Path(path).resolve())
+    keys = set(data)
+    profile_only = set(Profile.model_fields) - set(TaskSpec.model_fields)
+    task_only = set(TaskSpec.model_fields) - set(Profile.model_fields)
+    return "agent" in keys or len(keys & profile_only) > len(keys & task_only)

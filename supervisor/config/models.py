@@ -1,0 +1,382 @@
+"""The models of profile and task files, and what loading them yields.
+
+A *profile* (``supervise run PROFILE``) says where the spool and state live, which private
+tmux server to use, how to launch the agent and the default monitor policy. A *task* file
+(dropped into the spool, or inline as ``[[tasks]]`` in a profile) names one unit of work.
+The ``[monitor]`` keys are declared in :mod:`supervisor.config.monitor`; reading files and
+reporting their errors is :mod:`supervisor.config.loading`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
+
+from supervisor.config.argv import argv_placeholders_ok
+from supervisor.config.monitor import MonitorOverrides, MonitorPolicy, PositiveSeconds
+
+#: Model aliases known to every profile; ``[agent.models]`` may add or override (issue 2).
+DEFAULT_MODELS: dict[str, str] = {"opus": "claude-opus-4-6", "sonnet": "claude-sonnet-4-6"}
+
+#: An alias is a bare lowercase word; anything else (a dash, digit, dot, slash, colon) is
+#: taken as a full model id and passed to the agent unchanged.
+ALIAS_RE = re.compile(r"^[a-z]+$")
+
+
+#: Largest prompt in bytes of UTF-8, inline or in a file (a prompt is text for a model, not a
+#: data set).
+MAX_PROMPT_BYTES = 10 * 1024 * 1024
+#: Largest task file read, in bytes: a prompt at its limit plus room for the other keys. Checked
+#: with ``fstat`` before reading, so refusing a huge file costs nothing.
+MAX_TASK_FILE_BYTES = MAX_PROMPT_BYTES + 1024 * 1024
+
+
+class PathsSpec(BaseModel):
+    """``[paths]``: the spool folder watched for task files and the state folder."""
+
+    model_config = ConfigDict(extra="forbid")
+    spool_dir: Path = Path("spool")
+    state_dir: Path = Path("state")
+
+
+class TmuxSpec(BaseModel):
+    """``[tmux]``: the private tmux server (``tmux -L socket_name``), never the default one.
+
+    ``socket_name`` left out (``None``) becomes :func:`default_socket_name` of the profile's
+    ``state_dir`` when the profile is loaded, so two profiles never share a server by
+    accident (issue 10: two engines on one socket killed each other's agents).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    socket_name: str | None = None
+
+    @field_validator("socket_name")
+    @classmethod
+    def _socket(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if value in ("", "default") or not re.fullmatch(r"[A-Za-z0-9_.-]+", value):
+            raise ValueError(
+                "socket_name must be a non-empty name of letters, digits, '_', '.', '-' "
+                "and not 'default' (supervise never uses your default tmux server)"
+            )
+        return value
+
+
+def default_socket_name(state_dir: Path) -> str:
+    """``supervise-<8 hex>``: the default ``[tmux] socket_name``, a SHA-256 prefix of the
+    absolute ``state_dir``, so each state folder has its own tmux server."""
+    digest = hashlib.sha256(os.fsencode(str(state_dir))).hexdigest()
+    return f"supervise-{digest[:8]}"
+
+
+AgentKind = Literal["generic", "claude"]
+AgentMode = Literal["headless", "interactive"]
+
+
+class AgentSpec(BaseModel):
+    """``[agent]``: how to launch and resume the agent.
+
+    ``kind = "generic"`` (the default) runs ``command`` / ``resume_command`` as written: argv
+    lists whose elements may hold the placeholders ``{prompt}``, ``{prompt_file}``,
+    ``{model}``, ``{session_id}``, ``{project_dir}``, ``{task_id}``, ``{python}`` and
+    ``{profile_dir}``, substituted once and never seen by a shell.
+
+    ``kind = "claude"`` builds the Claude Code argv itself (see :mod:`supervisor.agents.claude`):
+    ``--session-id`` on the first run, ``--resume`` with ``resume_prompt`` after, hooks
+    injected with a generated ``--settings`` file, ``--permission-mode permission_mode``.
+    ``mode = "headless"`` runs ``-p --output-format stream-json --verbose``;
+    ``"interactive"`` runs the TUI for a human to attach to. ``extra_args`` are appended.
+
+    Raises:
+        pydantic.ValidationError: ``command`` missing for ``generic`` or given for
+            ``claude``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    kind: AgentKind = "generic"
+    command: list[str] | None = Field(default=None, min_length=1)
+    resume_command: list[str] | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    models: dict[str, str] = Field(default_factory=dict)
+    default_model: str = "sonnet"
+    mode: AgentMode = "headless"
+    binary: str = Field(default="claude", min_length=1)
+    permission_mode: str = Field(default="manual", pattern=r"^[A-Za-z]+$")
+    resume_prompt: str = Field(default="continue the task", min_length=1)
+    extra_args: list[str] = Field(default_factory=list)
+    hooks: Annotated[bool, Strict()] = True
+
+    _check_argv = field_validator("command", "resume_command")(
+        classmethod(lambda cls, v: None if v is None else argv_placeholders_ok(v))
+    )
+
+    @model_validator(mode="after")
+    def _kind_fits(self) -> AgentSpec:
+        if self.kind == "generic" and self.command is None:
+            raise ValueError(
+                "kind 'generic' needs 'command' (an argv list); or set kind = \"claude\" "
+                "to let supervise build the Claude Code command line"
+            )
+        if self.kind == "claude" and (self.command or self.resume_command):
+            raise ValueError(
+                "kind 'claude' builds the command line itself; remove 'command' and "
+                "'resume_command' (add flags with 'extra_args'), or use kind = \"generic\""
+            )
+        if self.kind == "generic" and self.mode == "interactive":
+            raise ValueError("mode 'interactive' needs kind = \"claude\"")
+        if (
+            self.kind == "claude"
+            and self.mode == "headless"
+            and not self.hooks
+            and self.permission_mode in ("manual", "default")
+        ):
+            raise ValueError(
+                "with hooks = false nothing answers permission requests in headless mode, so "
+                "Claude Code would deny every tool call that needs one; set hooks = true (the "
+                "[approval] rules decide), or a permission_mode that does not ask"
+            )
+        return self
+
+    def known_models(self) -> dict[str, str]:
+        """Alias → model id: the built-in aliases overlaid with ``[agent.models]``."""
+        return {**DEFAULT_MODELS, **self.models}
+
+
+ApprovalAction = Literal["approve", "deny", "escalate"]
+
+
+class ApprovalRule(BaseModel):
+    """One ``[[approval.rules]]`` entry (seed 003's command-approval table).
+
+    ``tool`` is a Claude Code tool name (``Bash``, ``Write``, ``Edit``, ...; ``*`` for any);
+    ``match`` an optional Python regex searched in the request's subject (the Bash command,
+    the file path, the URL; see :func:`supervisor.approval.subject`); ``action`` what to do.
+    ``message`` is told to the agent on ``deny``.
+
+    Raises:
+        pydantic.ValidationError: a ``match`` that is not a valid regex.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    tool: str = Field(min_length=1)
+    match: str | None = None
+    action: ApprovalAction
+    message: str | None = None
+
+    @field_validator("match")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression ({exc})") from exc
+        return value
+
+
+class ApprovalSpec(BaseModel):
+    """``[approval]``: ordered ``rules``; the first match decides, and a request no rule
+    matches is denied with ``default_message`` (issue 4)."""
+
+    model_config = ConfigDict(extra="forbid")
+    rules: list[ApprovalRule] = Field(default_factory=list)
+    default_message: str = (
+        "supervise: this action is not allowed by the task's approval rules; "
+        "do the task another way, with the tools and commands it allows"
+    )
+
+
+class AcceptanceSpec(BaseModel):
+    """``[acceptance]``: how a finished task is judged (seed 003's verdict).
+
+    ``command`` is an argv run in the project folder after the agent exits 0 (exit 0 =
+    pass, at most ``timeout`` seconds); ``artifacts`` are paths (relative to the project
+    folder) that must exist. At least one is required.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    command: list[str] | None = Field(default=None, min_length=1)
+    artifacts: list[str] = Field(default_factory=list)
+    timeout: PositiveSeconds = 600.0
+
+    @model_validator(mode="after")
+    def _something(self) -> AcceptanceSpec:
+        if not self.command and not self.artifacts:
+            raise ValueError("give 'command' (an argv list) and/or 'artifacts' (paths)")
+        return self
+
+
+class TaskSpec(BaseModel):
+    """One task as written in a spool file or an inline ``[[tasks]]`` entry.
+
+    Exactly one of ``prompt`` / ``prompt_file`` is required; ``project_dir`` must be an
+    existing folder. Relative paths resolve against the folder of the file they appear in.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=200)
+    prompt: str | None = None
+    prompt_file: Path | None = None
+    project_dir: Path
+    model: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    monitor: MonitorOverrides = Field(default_factory=MonitorOverrides)
+    approval: ApprovalSpec | None = None
+    acceptance: AcceptanceSpec | None = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_size(cls, value: str | None) -> str | None:
+        if value is not None:
+            size = len(value.encode("utf-8", errors="surrogatepass"))
+            if size > MAX_PROMPT_BYTES:
+                raise ValueError(
+                    f"{size} bytes; a prompt may be at most {MAX_PROMPT_BYTES} bytes "
+                    "(10 MiB, the prompt_file limit too); shorten it"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _one_prompt(self) -> TaskSpec:
+        if (self.prompt is None) == (self.prompt_file is None):
+            which = "both are given" if self.prompt is not None else "neither is given"
+            raise ValueError(f"give exactly one of 'prompt' or 'prompt_file' ({which})")
+        return self
+
+
+#: Optional task-file keys a task may set unless the profile says otherwise: never the
+#: notifier (it runs commands), ``env`` (``PATH`` or ``LD_PRELOAD`` would change what
+#: the agent command runs) nor ``approval`` (rules that loosen what the agent may do).
+#: ``acceptance`` is allowed: it is the orchestrator's own check of its task.
+#: ``name``, ``prompt``, ``prompt_file`` and ``project_dir`` are always allowed.
+DEFAULT_TASK_MAY_SET: tuple[str, ...] = (
+    "model",
+    "acceptance",
+    "monitor.base_interval",
+    "monitor.max_interval",
+    "monitor.deadline",
+    "monitor.grace_period",
+    "monitor.stale_threshold",
+    "monitor.max_retries",
+    "monitor.resume_exit_codes",
+    "monitor.max_log_bytes",
+    "monitor.log_backups",
+)
+
+
+class SecuritySpec(BaseModel):
+    """``[security]``: what the spool (a security boundary) may do.
+
+    ``task_may_set`` lists the optional keys a task *file* may set: ``model``, ``env`` and
+    ``monitor.<key>`` (or ``monitor`` for all of them). Inline ``[[tasks]]`` in the profile
+    are the profile author's and are not limited. ``allow_shared_spool`` lets
+    ``supervise run`` accept a spool folder that other users can write to.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    task_may_set: list[str] = Field(default_factory=lambda: list(DEFAULT_TASK_MAY_SET))
+    allow_shared_spool: Annotated[bool, Strict()] = False
+
+    @field_validator("task_may_set")
+    @classmethod
+    def _known(cls, values: list[str]) -> list[str]:
+        known = {
+            "model",
+            "env",
+            "approval",
+            "acceptance",
+            "monitor",
+            *(f"monitor.{k}" for k in MonitorOverrides.model_fields),
+        }
+        for value in values:
+            if value not in known:
+                raise ValueError(
+                    f"unknown task key {value!r}; allowed: " + ", ".join(sorted(known))
+                )
+        return values
+
+    def allows(self, key: str) -> bool:
+        """Whether a task file may set ``key`` (``model``, ``env``, ``monitor.<key>``)."""
+        return key in self.task_may_set or (
+            key.startswith("monitor.") and "monitor" in self.task_may_set
+        )
+
+
+class Profile(BaseModel):
+    """A whole profile file: ``supervise run PROFILE``."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_concurrent: Annotated[int, Field(ge=1), Strict()] = 4
+    intake_interval: PositiveSeconds = 0.5
+    paths: PathsSpec = Field(default_factory=PathsSpec)
+    tmux: TmuxSpec = Field(default_factory=TmuxSpec)
+    agent: AgentSpec
+    monitor: MonitorOverrides = Field(default_factory=MonitorOverrides)
+    approval: ApprovalSpec = Field(default_factory=ApprovalSpec)
+    acceptance: AcceptanceSpec | None = None
+    security: SecuritySpec = Field(default_factory=SecuritySpec)
+    tasks: list[TaskSpec] = Field(default_factory=list)
+
+
+# ------------------------------------------------------------------ loaded results
+
+
+@dataclass(frozen=True)
+class LoadedProfile:
+    """A validated profile with its paths resolved.
+
+    Attributes:
+        path: the profile file.
+        spec: the validated model (paths inside it are absolute).
+    """
+
+    path: Path
+    spec: Profile
+
+    @property
+    def spool_dir(self) -> Path:
+        return self.spec.paths.spool_dir
+
+    @property
+    def state_dir(self) -> Path:
+        return self.spec.paths.state_dir
+
+    @property
+    def tasks_dir(self) -> Path:
+        return self.spec.paths.state_dir / "tasks"
+
+    @property
+    def socket_name(self) -> str:
+        """The tmux server's name: ``[tmux] socket_name`` or one derived from ``state_dir``."""
+        return self.spec.tmux.socket_name or default_socket_name(self.state_dir)
+
+
+@dataclass(frozen=True)
+class ResolvedTask:
+    """A validated task, ready to run.
+
+    Attributes:
+        spec: the task as written (paths absolute).
+        prompt: the prompt text (read from ``prompt_file`` if that was given).
+        model: the resolved model id (alias looked up).
+        policy: the effective monitor policy.
+        sources: for each policy key, where its value came from:
+            ``default``, ``profile``, ``env`` or ``task``.
+        rules: the approval rules in force, the task's first, then the profile's.
+        acceptance: the task's ``[acceptance]``, else the profile's, else ``None``.
+    """
+
+    spec: TaskSpec
+    prompt: str
+    model: str
+    policy: MonitorPolicy
+    sources: dict[str, str] = field(default_factory=dict)
+    rules: tuple[ApprovalRule, ...] = ()
+    acceptance: AcceptanceSpec | None = None

@@ -1,0 +1,175 @@
+"""The monitor policy: its 14 keys, declared once, and the models derived from them.
+
+:class:`MonitorPolicy` is the one declaration of every ``[monitor]`` key: its type, its
+bounds, its default and its description. The other two shapes of the same keys are
+derived from it, so they cannot drift:
+
+* :class:`MonitorOverrides`: a ``[monitor]`` table as written in a profile or task file,
+  every key optional (``None``: not given), strict like the policy (TOML values are typed:
+  ``deadline = "600"`` is a wrong type, an int is still fine for a float);
+* the ``MONITOR_*`` environment model (:mod:`supervisor.config.env`), lax because every
+  environment value is a string.
+
+Strictness is a property of the model (``ConfigDict(strict=True)``), not of the key types,
+which is what lets the environment model reuse the same types lax.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    create_model,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+
+from supervisor.config.argv import notifier_ok
+
+#: Longest interval, deadline or timeout accepted anywhere, in seconds (365 days). Beyond
+#: it a value is a typo or an attack, and APScheduler cannot schedule a run that far away
+#: (``base_interval = 1e12`` overflowed its datetime arithmetic and left the task ``running``).
+MAX_SECONDS = 365 * 24 * 3600.0
+
+#: A duration in seconds: finite (no ``inf``/``nan``) and at most :data:`MAX_SECONDS`. The one
+#: declaration of the bound; every duration type builds on it (plain ``Field`` constraints,
+#: so the JSON Schemas in ``schemas/`` show the bound too).
+Seconds = Annotated[float, Field(allow_inf_nan=False, le=MAX_SECONDS)]
+_Positive = Annotated[Seconds, Field(gt=0)]
+_NonNegative = Annotated[Seconds, Field(ge=0)]
+#: A strict duration for keys outside ``[monitor]`` (``intake_interval``, acceptance
+#: ``timeout``): a TOML string or boolean is a wrong type there too.
+PositiveSeconds = Annotated[_Positive, Strict()]
+_Count = Annotated[int, Field(ge=0)]
+_ExitCode = Annotated[int, Field(ge=1, le=255)]
+#: Events the notifier can be asked to run for (``notify_on``).
+NotifyEvent = Literal[
+    "completed",
+    "failed",
+    "abandoned",
+    "crashed",
+    "hung",
+    "resumed",
+    "stale",
+    "escalated",
+    "waiting",
+]
+#: Events that run the notifier by default: the terminal ones, plus the two that need a
+#: human or explain a long pause (issue 4: escalation, usage-limit waits).
+DEFAULT_NOTIFY_ON: tuple[str, ...] = ("abandoned", "failed", "completed", "escalated", "waiting")
+#: How output staleness is measured (issue 4): the output file's mtime, a hash of the
+#: visible tmux screen (for a TUI that redraws a spinner), or the agent's transcript file.
+StaleSignal = Literal["mtime", "screen", "transcript"]
+
+
+def error_message(item: Any) -> str:
+    """The text of one pydantic error (an ``ErrorDetails``) for a problem line; the
+    :data:`MAX_SECONDS` bound is said in words."""
+    if item["type"] == "less_than_equal" and (item.get("ctx") or {}).get("le") == MAX_SECONDS:
+        return f"at most {MAX_SECONDS:.0f} seconds (1 year) is allowed; give fewer"
+    return str(item["msg"]).removeprefix("Value error, ")
+
+
+class MonitorPolicy(BaseModel):
+    """The effective monitor policy of one task (all times in seconds).
+
+    Defaults come from the seed monitor (``MONITOR_BASE_INTERVAL=30``,
+    ``MONITOR_MAX_INTERVAL=300``, ``MONITOR_DEADLINE=18000``, ``MONITOR_GRACE_PERIOD=30``).
+    Log rotation follows supervisord's ``stdout_logfile_maxbytes`` /
+    ``stdout_logfile_backups``; ``resume_exit_codes`` is its ``exitcodes``, inverted. Each
+    key's meaning is its field's ``description`` (shown in ``schemas/``).
+
+    Raises:
+        pydantic.ValidationError: on a non-positive interval, a value of the wrong type, or
+            ``max_interval`` smaller than ``base_interval``.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    base_interval: _Positive = Field(30.0, description="Seconds between checks at first.")
+    max_interval: _Positive = Field(
+        300.0, description="Longest interval between checks and backoff (s); >= base_interval."
+    )
+    deadline: _Positive = Field(
+        18000.0, description="Seconds from the first launch after which the task is abandoned."
+    )
+    grace_period: _NonNegative = Field(
+        30.0, description="Seconds output may stay stale before the agent counts as hung."
+    )
+    stale_threshold: _Positive | None = Field(
+        None, description="Seconds without output that make it stale; default 3 x base_interval."
+    )
+    max_retries: _Count = Field(3, description="Resumes over the task's whole life.")
+    notifier: Annotated[list[str], AfterValidator(notifier_ok)] = Field(
+        default_factory=list, description="Argv run on the notify_on events ({message}, ...)."
+    )
+    notifier_timeout: _Positive = Field(10.0, description="Seconds the notifier may run.")
+    notify_on: list[NotifyEvent] = Field(
+        default_factory=lambda: list(DEFAULT_NOTIFY_ON),
+        description="Events that run the notifier.",
+    )
+    resume_exit_codes: list[_ExitCode] = Field(
+        default_factory=list, description="Exit codes that mean 'resume me', not 'failed'."
+    )
+    max_log_bytes: Annotated[int, Field(ge=4096)] = Field(
+        50 * 1024 * 1024, description="Bytes of output.log before it is rotated."
+    )
+    log_backups: _Count = Field(3, description="Rotated output.log files kept.")
+    stale_signal: StaleSignal | None = Field(
+        None,
+        description="What output means for staleness; default screen for an interactive "
+        "Claude Code TUI, else mtime.",
+    )
+    max_denials: Annotated[int, Field(ge=1)] = Field(
+        3, description="Consecutive denials or failed tool calls that escalate the task."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> MonitorPolicy:
+        if self.max_interval < self.base_interval:
+            raise ValueError(
+                f"max_interval ({self.max_interval:g}) is smaller than base_interval "
+                f"({self.base_interval:g}); it must be >= base_interval"
+            )
+        if self.stale_threshold is None:
+            self.stale_threshold = 3 * self.base_interval
+        return self
+
+    @property
+    def stale_after(self) -> float:
+        """``stale_threshold`` in seconds, resolved (never ``None``)."""
+        return self.stale_threshold if self.stale_threshold is not None else 3 * self.base_interval
+
+
+def optional_fields(model: type[BaseModel]) -> dict[str, Any]:
+    """Each field of ``model`` as ``(annotation | None, Field(None, ...))`` for
+    :func:`pydantic.create_model`: the same type and constraints, every key optional, the
+    description kept."""
+    fields: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        fields[name] = (field_type(info) | None, Field(None, description=info.description))
+    return fields
+
+
+def field_type(info: FieldInfo) -> Any:
+    """The annotation of a declared field with its constraints (``info.metadata``) put back."""
+    if not info.metadata:
+        return info.annotation
+    return Annotated[(info.annotation, *info.metadata)]
+
+
+MonitorOverrides = create_model(
+    "MonitorOverrides",
+    __config__=ConfigDict(extra="forbid", strict=True),
+    __doc__="""A ``[monitor]`` table as written in a profile or task: every key optional.
+
+    Units: seconds for every interval. See :class:`MonitorPolicy` for the meaning of each key.
+    """,
+    __module__=__name__,
+    **optional_fields(MonitorPolicy),
+)

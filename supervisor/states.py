@@ -1,0 +1,76 @@
+"""The one definition of a task's statuses, verdicts and failure reasons.
+
+Every module that names a status or a verdict imports it from here: the policy, the task
+directory, the manifest model (so ``schemas/manifest.schema.json`` lists exactly these
+values), the CLI and ``supervise repair``. The members are :class:`enum.StrEnum`, so a
+member equals its string (``Status.RUNNING == "running"``), hashes like it and is written
+to JSON as it; code that compares with plain strings keeps working.
+
+The vocabulary is the seed skill's (``queued`` ... ``abandoned``; seed 003's verdicts),
+extended by the issues that added ``waiting``, ``escalated`` and ``verifying``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Status(StrEnum):
+    """A task's status, as ``manifest.json`` reports it.
+
+    ``queued``: claimed, not launched yet. ``running``: the agent runs. ``crashed`` /
+    ``hung``: the agent ended without a result or stopped producing output, a resume is
+    due. ``waiting``: a usage limit or a transient API failure, resumes at ``resume_at``.
+    ``escalated``: waits for a human (a permission request, the circuit breaker).
+    ``verifying``: the acceptance check runs. ``completed`` / ``failed`` / ``abandoned``:
+    the end (:data:`TERMINAL`).
+    """
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    CRASHED = "crashed"
+    HUNG = "hung"
+    WAITING = "waiting"
+    ESCALATED = "escalated"
+    VERIFYING = "verifying"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    ABANDONED = "abandoned"
+
+
+#: Statuses after which nothing more happens to a task (seed vocabulary).
+TERMINAL: frozenset[Status] = frozenset({Status.COMPLETED, Status.FAILED, Status.ABANDONED})
+#: Statuses of a task that has been launched and has not ended: it holds one of the
+#: profile's ``max_concurrent`` slots (supervisord's RUNNING/BACKOFF/STOPPING, together).
+LIVE: frozenset[Status] = frozenset(Status) - TERMINAL - {Status.QUEUED}
+
+
+class Verdict(StrEnum):
+    """The verdict every terminal state carries (seed 003).
+
+    ``PASS``: completed, acceptance passed or none declared. ``FAIL``: failed, or the
+    acceptance check failed. ``ESCALATE``: ended while escalated. ``TIMEOUT``: the deadline
+    passed. ``ABANDONED``: given up otherwise (retries spent, stopped, denied).
+    """
+
+    PASS = "PASS"
+    FAIL = "FAIL"
+    ESCALATE = "ESCALATE"
+    TIMEOUT = "TIMEOUT"
+    ABANDONED = "ABANDONED"
+
+
+class FailureReason(StrEnum):
+    """Why a ``failed`` task failed (``failure_reason``; see :mod:`supervisor.failures`).
+
+    ``auth``, ``billing``, ``invalid_request``, ``agent_error``: what the agent itself
+    reported (Claude Code's ``result`` line or ``StopFailure`` hook). ``exit_code``: a
+    non-zero exit and nothing more said. ``launch``: tmux could not start the session.
+    """
+
+    AUTH = "auth"
+    BILLING = "billing"
+    INVALID_REQUEST = "invalid_request"
+    AGENT_ERROR = "agent_error"
+    EXIT_CODE = "exit_code"
+    LAUNCH = "launch"

@@ -1,0 +1,116 @@
+"""Tests of the agent-adapter boundary (:mod:`supervisor.agents`): the registry, the generic
+argv templates, the Claude Code launch part and its hook command (run as a real process),
+and the engine's ignorance of agent kinds."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import get_args
+
+import pytest
+
+import supervisor
+from supervisor.agents import AgentAdapter, Keys, adapter_for
+from supervisor.agents.claude import hooks
+from supervisor.config import AgentKind, AgentSpec, MonitorPolicy, ResolvedTask, TaskSpec
+from supervisor.taskdir import Manifest, TaskDir, utc_iso
+
+
+def _adapter(tmp_path: Path, agent: AgentSpec, sent: list[Keys] | None = None) -> AgentAdapter:
+    folder = tmp_path / "task"
+    folder.mkdir(exist_ok=True)
+    spec = TaskSpec(name="t", prompt="p", project_dir=tmp_path)
+    resolved = ResolvedTask(spec, "p", "claude-sonnet-4-5", MonitorPolicy(deadline=120.0))
+    manifest = Manifest(
+        task_id="t1",
+        task_name="t",
+        model="claude-sonnet-4-5",
+        project_dir=str(tmp_path),
+        session_name="t1",
+        session_id="00000000-0000-4000-8000-000000000000",
+        tmpdir=str(folder),
+        created_at=utc_iso(),
+    )
+    keys = sent if sent is not None else []
+    return adapter_for(agent, TaskDir(folder), resolved, manifest, "denied", keys.append)
+
+
+def _agent(kind: str, **extra: object) -> AgentSpec:
+    if kind == "generic":
+        extra.setdefault("command", ["agent", "{prompt}"])
+    return AgentSpec(kind=kind, **extra)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", get_args(AgentKind))
+def test_every_agent_kind_has_an_adapter(tmp_path: Path, kind: str) -> None:
+    adapter = _adapter(tmp_path, _agent(kind))
+    assert isinstance(adapter, AgentAdapter)
+    assert adapter.kind == kind
+
+
+def test_generic_runs_command_then_resume_command(tmp_path: Path) -> None:
+    agent = _agent("generic", resume_command=["agent", "--resume", "{session_id}"])
+    adapter = _adapter(tmp_path, agent)
+    assert adapter.launch(resume=False).argv == ["agent", "{prompt}"]
+    assert adapter.launch(resume=True).argv == ["agent", "--resume", "{session_id}"]
+    assert adapter.launch(resume=True).stream is None
+    # without resume_command a resume runs command again
+    assert _adapter(tmp_path, _agent("generic")).launch(resume=True).argv == ["agent", "{prompt}"]
+
+
+def test_claude_launch_writes_its_settings_and_resumes_by_session_id(tmp_path: Path) -> None:
+    adapter = _adapter(tmp_path, _agent("claude"))
+    first = adapter.launch(resume=False)
+    settings = tmp_path / "task" / hooks.SETTINGS
+    assert settings.is_file() and settings.stat().st_mode & 0o777 == 0o600
+    assert first.stream == hooks.STREAM
+    assert first.argv[first.argv.index("--session-id") + 1] == "{session_id}"
+    assert first.argv[first.argv.index("--settings") + 1] == str(settings)
+    assert first.argv[-2:] == ["--", "{prompt}"]
+    again = adapter.launch(resume=True)
+    assert "--session-id" not in again.argv
+    assert again.argv[again.argv.index("--resume") + 1] == "{session_id}"
+    assert again.argv[-1] == "continue the task"
+
+
+def test_claude_interactive_ends_its_turn_with_exit_not_more_often_than_every_10_s(
+    tmp_path: Path,
+) -> None:
+    adapter = _adapter(tmp_path, _agent("claude", mode="interactive"))
+    assert adapter.launch(resume=False).stream is None
+    exit_keys = [Keys(("/exit",), literal=True), Keys(("Enter",))]
+    assert adapter.end_turn(100.0) == exit_keys
+    assert adapter.end_turn(105.0) == []
+    assert adapter.end_turn(110.0) == exit_keys
+
+
+def test_the_generated_hook_command_runs_the_relay(tmp_path: Path) -> None:
+    """The command line in ``--settings`` is what Claude Code runs (through a shell): it must
+    find the relay at its path inside the package and record the hook's input."""
+    task = tmp_path / "task"
+    task.mkdir()
+    command = hooks.settings(task, 60)["hooks"]["Stop"][0]["hooks"][0]["command"]
+    hook_input = {"session_id": "s", "hook_event_name": "Stop", "transcript_path": "/t"}
+    done = subprocess.run(
+        ["bash", "-c", command], input=json.dumps(hook_input).encode(), timeout=30, check=False
+    )
+    assert done.returncode == 0
+    [signal] = hooks.read_hooks(task)
+    assert signal.event == "Stop"
+    assert signal.data == hook_input
+
+
+def test_the_engine_names_no_agent_kind() -> None:
+    root = Path(supervisor.__file__).parent
+    sources = [root / "engine.py", *(root / "engine").rglob("*.py")]
+    found = [
+        f"{path.name}:{number}"
+        for path in sources
+        if path.is_file()
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if "claude" in line.lower()
+    ]
+    assert any(path.is_file() for path in sources)
+    assert found == []
