@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import functools
 import json
 import logging
 import os
@@ -34,7 +35,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import psutil
 from apscheduler.events import (
     EVENT_JOB_ERROR,
     EVENT_JOB_MAX_INSTANCES,
@@ -55,6 +55,7 @@ from supervisor import (
     repair,
     spool,
     statefs,
+    stopping,
 )
 from supervisor.agents import AgentAdapter, Keys, adapter_for
 from supervisor.config import (
@@ -67,15 +68,14 @@ from supervisor.config import (
 )
 from supervisor.signals import observe
 from supervisor.states import TERMINAL
+from supervisor.stopping import STOP_TIMEOUT, StopInProgress
 from supervisor.taskdir import Manifest, TaskDir, atomic_write, utc_iso
-from supervisor.tmux import PaneInfo, Tmux, TmuxError
+from supervisor.tmux import PaneInfo, Tmux, TmuxError, TmuxTimeout
 from supervisor.watch import Watcher
 from supervisor.wrapper import END_MARK
 
 log = logging.getLogger("supervise.engine")
 
-#: Seconds between SIGTERM and SIGKILL when stopping an agent's process group.
-STOP_TIMEOUT = 5.0
 #: Seconds between manifest writes of checks that change nothing but ``last_checked_at``.
 QUIET_WRITE = 5.0
 #: Seconds between writes of ``state_dir/engine-stats.json``.
@@ -87,8 +87,6 @@ INTAKE_BATCH = 25
 WAKE_FILES = frozenset({"done", "exit_code", "signal", acceptance.RESULT})
 #: Seconds a ``list-panes`` snapshot is reused across the checks of one tick.
 SESSIONS_MAX_AGE = 0.25
-#: Seconds to wait for a resumed agent's ``pid`` file.
-PID_WAIT = 2.0
 #: Seconds between looks for the wrapper's end line in output.log.
 TAIL_POLL = 0.05
 #: Seconds to wait for the wrapper's last line to reach output.log before taking the tail.
@@ -108,6 +106,8 @@ class Runtime:
     last_written: float = 0.0  # when the manifest was last written (time.monotonic())
     agent: AgentAdapter | None = None  # the [agent] kind's hooks (supervisor.agents)
     accepting: bool = False  # the acceptance check runs on the notify pool
+    stopping: StopInProgress | None = None  # its agent is being stopped (no decision meanwhile)
+    pending: Callable[[], None] | None = None  # a decision's rest, to retry (tmux did not answer)
 
     @property
     def policy(self) -> MonitorPolicy:
@@ -123,6 +123,19 @@ def expand_argv(template: list[str], values: dict[str, str]) -> list[str]:
     return [
         _PLACEHOLDER_RE.sub(lambda m: values.get(m.group(1), m.group(0)), item) for item in template
     ]
+
+
+@dataclass(frozen=True)
+class _Applied:
+    """What :meth:`Engine._apply` fixed before the actions ran, for the manifest write
+    that follows them (perhaps after a stop, see :mod:`supervisor.stopping`)."""
+
+    previous: policy.TaskState
+    state: policy.TaskState
+    finished: bool
+    exit_code: int | None
+    finished_at: str | None
+    tail: str | None
 
 
 class EngineBusy(RuntimeError):
@@ -237,7 +250,7 @@ class Engine:
         finally:
             self.stopping.set()
             with self._job_lock:  # let the job in progress finish; later ones return at once
-                pass
+                self._finish_stops()
             self.scheduler.shutdown(wait=True)
             self.watcher.stop()
             self.write_stats()
@@ -322,6 +335,8 @@ class Engine:
             pid = task.read_int("pid")
             if pid is not None and self.watcher is not None:
                 self.watcher.watch_pid(task_id, pid)
+            self._kicked.add(task_id)  # a new run: its check records the PID
+            self._kick(f"check:{task_id}")
         elif name in WAKE_FILES or (name.startswith("hook-") and name.endswith(".json")):
             self._kicked.add(task_id)
             self._kick(f"check:{task_id}")
@@ -747,11 +762,28 @@ class Engine:
             self.scheduler.modify_job(job_id, next_run_time=when)
 
     def check(self, task_id: str) -> None:
-        """One monitor check of one task: observe, decide, act."""
+        """One monitor check of one task: observe, decide, act. While the last decision is
+        not carried out (its agent being stopped, or tmux not answering), the check carries
+        it on instead: one task's decisions never interleave. tmux not answering is a
+        logged fault: the task is looked at again ``base_interval`` seconds later."""
         runtime = self.live.get(task_id)
         if runtime is None:
             return
-        self._decide_and_apply(runtime)
+        if runtime.stopping is not None:
+            self._advance_stop(runtime)
+            return
+        if runtime.pending is not None:  # the last decision is not carried out yet
+            pending, runtime.pending = runtime.pending, None
+            self._kicked.discard(task_id)
+            pending()
+            return
+        try:
+            self._decide_and_apply(runtime)
+        except TmuxError as exc:
+            log.error("%s: check cut short: %s; looked at again in %g s", task_id, exc,
+                      runtime.policy.base_interval)  # fmt: skip
+            if task_id in self.live and runtime.stopping is None:
+                self._schedule_check(runtime, runtime.policy.base_interval)
 
     def _sessions(self, max_age: float = SESSIONS_MAX_AGE) -> dict[str, PaneInfo]:
         """Live tmux sessions by name: one ``list-panes -a`` shared by all checks of a tick."""
@@ -803,8 +835,8 @@ class Engine:
             return
         self._apply(runtime, decision, signals.now)
         recheck = runtime.agent.recheck_in() if runtime.agent is not None else None
-        if recheck is not None and task.task_id in self.live:  # e.g. a dialog seen once
-            self._schedule_check(runtime, recheck)
+        if recheck is not None and task.task_id in self.live and runtime.stopping is None:
+            self._schedule_check(runtime, recheck)  # e.g. a dialog seen once
 
     def _restore_run_files(self, task: TaskDir, panes: dict[str, PaneInfo]) -> bool:
         """Write the wrapper files a full disk sent to tmux (:func:`statefs.restore_run_files`)."""
@@ -890,28 +922,71 @@ class Engine:
             runtime.state = previous
             self._schedule_check(runtime, runtime.policy.base_interval)
             return
-        for action in decision.actions:
-            if action is A.STOP_AGENT:
-                self._stop_agent(task)
-            elif action is A.RESUME:
-                self.stats["resumed"] += 1
-                self._resume(runtime, launch_written=True)
-            elif action is A.CLEANUP:
-                self._sweep(runtime, self.tmux.close(task.task_id))
-                self._sessions_cache = None
-            elif action is A.PAUSE_AGENT:
-                self._signal_agent(task, signal.SIGSTOP)
-            elif action is A.CONTINUE_AGENT:
-                self._signal_agent(task, signal.SIGCONT)
-                if runtime.agent is not None:
-                    runtime.agent.answer(approve=True)
-            elif action in (A.ANSWER_APPROVE, A.ANSWER_DENY) and runtime.agent is not None:
-                runtime.agent.answer(approve=action is A.ANSWER_APPROVE)
-            elif action is A.ACCEPT:
-                self._start_acceptance(runtime)
-            elif action is A.END_SESSION and runtime.agent is not None:
-                for keys in runtime.agent.end_turn(now):
-                    self.tmux.send_keys(task.task_id, *keys.keys, literal=keys.literal)
+        applied = _Applied(previous, state, finished, exit_code, finished_at, tail)
+        self._perform(runtime, decision, now, applied, decision.actions)
+
+    def _perform(
+        self,
+        runtime: Runtime,
+        decision: policy.Decision,
+        now: float,
+        applied: _Applied,
+        actions: tuple[policy.Action, ...],
+    ) -> None:
+        """Carry out ``actions`` in order, then :meth:`_conclude` (the manifest write).
+
+        A stop that does not end at once keeps the rest (later actions, the manifest) on
+        the runtime; :meth:`_advance_stop` runs it once the agent's process group is gone.
+        tmux not answering is a logged fault: the rest, from the action that met it, is
+        kept in ``runtime.pending`` and tried again at the next check (no new decision
+        before this one is carried out).
+        """
+        task = runtime.task
+        A = policy.Action
+        index = 0
+        try:
+            for index, action in enumerate(actions):
+                if action is A.STOP_AGENT:
+                    rest = actions[index + 1 :]
+                    then = functools.partial(self._perform, runtime, decision, now, applied, rest)
+                    if self._stop_agent(runtime, then):
+                        return
+                elif action is A.RESUME:
+                    self.stats["resumed"] += 1
+                    self._resume(runtime, launch_written=True)
+                elif action is A.CLEANUP:
+                    self._sweep(runtime, self.tmux.close(task.task_id))
+                    self._sessions_cache = None
+                elif action is A.PAUSE_AGENT:
+                    self._signal_agent(task, signal.SIGSTOP)
+                elif action is A.CONTINUE_AGENT:
+                    self._signal_agent(task, signal.SIGCONT)
+                    if runtime.agent is not None:
+                        runtime.agent.answer(approve=True)
+                elif action in (A.ANSWER_APPROVE, A.ANSWER_DENY) and runtime.agent is not None:
+                    runtime.agent.answer(approve=action is A.ANSWER_APPROVE)
+                elif action is A.ACCEPT:
+                    self._start_acceptance(runtime)
+                elif action is A.END_SESSION and runtime.agent is not None:
+                    for keys in runtime.agent.end_turn(now):
+                        self.tmux.send_keys(task.task_id, *keys.keys, literal=keys.literal)
+        except TmuxError as exc:
+            retry = runtime.policy.base_interval
+            log.error("%s: %s; '%s' carried on in %g s", task.task_id, exc, decision.reason,
+                      retry)  # fmt: skip
+            again = functools.partial(self._perform, runtime, decision, now, applied)
+            runtime.pending = functools.partial(again, actions[index:])
+            self._schedule_check(runtime, retry)
+            return
+        self._conclude(runtime, decision, now, applied)
+
+    def _conclude(
+        self, runtime: Runtime, decision: policy.Decision, now: float, applied: _Applied
+    ) -> None:
+        """Step 3 of :meth:`_apply`: write the manifest, notify, retire or schedule."""
+        task, A = runtime.task, policy.Action
+        previous, state, finished = applied.previous, applied.state, applied.finished
+        exit_code, finished_at, tail = applied.exit_code, applied.finished_at, applied.tail
         ended_escalated = previous.status == "escalated" and state.status in TERMINAL
         if runtime.agent is not None and ended_escalated:
             runtime.agent.answer(approve=False)  # frees a waiting hook
@@ -930,7 +1005,7 @@ class Engine:
             m.last_checked_at = utc_iso(now)
             if m.started_at is None and state.started_at is not None:  # a lost launch write
                 m.started_at = utc_iso(state.started_at)
-            m.pid = pid if pid is not None else m.pid
+            m.pid = pid if pid is not None or A.RESUME in decision.actions else m.pid
             m.resume_at = utc_iso(state.resume_at) if state.resume_at else None
             if state.launched_at:
                 m.launched_at = utc_iso(state.launched_at)
@@ -956,6 +1031,7 @@ class Engine:
         # and is written at most every QUIET_WRITE seconds (200 agents with 1 s checks
         # would otherwise rewrite 200 manifests a second).
         quiet = not decision.events and not decision.actions and previous == state
+        quiet = quiet and pid in (None, runtime.manifest.pid)  # a new run's PID is news
         # While the disk is full a held decision has nothing worth a write that must fail.
         held = self.disk.is_full and not decision.events and not decision.actions
         if held or (quiet and time.monotonic() - runtime.last_written < QUIET_WRITE):
@@ -977,17 +1053,21 @@ class Engine:
             log.info("%s: %s -> %s (%s)", task.task_id, previous.status, state.status,
                      decision.reason)  # fmt: skip
         if A.NOTIFY in decision.actions and runtime.policy.notifier:
-            for event in decision.events:
-                if event in runtime.policy.notify_on:
-                    self.scheduler.add_job(
-                        self._notify,
-                        executor="notify",
-                        args=[runtime, runtime.manifest.model_copy(), event, decision.reason],
-                    )
+            self._start_notifier(runtime, decision)
         if state.status in TERMINAL:
             self._retire(runtime)
         else:
             self._schedule_check(runtime, decision.next_check)
+
+    def _start_notifier(self, runtime: Runtime, decision: policy.Decision) -> None:
+        """Run the notifier on the notify pool for each of the decision's events it wants."""
+        for event in decision.events:
+            if event in runtime.policy.notify_on:
+                self.scheduler.add_job(
+                    self._notify,
+                    executor="notify",
+                    args=[runtime, runtime.manifest.model_copy(), event, decision.reason],
+                )
 
     def _retire(self, runtime: Runtime) -> None:
         task_id = runtime.task.task_id
@@ -1078,31 +1158,58 @@ class Engine:
     def _signal_agent(task: TaskDir, signum: int) -> None:
         """Send ``signum`` to the agent's process group (pause/continue an escalation)."""
         pid = task.read_int("pid")
-        pgid = _pgid(pid) if pid is not None else None
+        pgid = stopping.group_of(pid) if pid is not None else None
         if pgid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signum)
             task.append_event("agent_signalled", pid=pid, signal=signal.Signals(signum).name)
 
-    def _stop_agent(self, task: TaskDir) -> None:
-        """SIGTERM the agent's process group, wait up to STOP_TIMEOUT s, then SIGKILL."""
-        pid = task.read_int("pid")
-        if pid is None:
+    def _stop_agent(self, runtime: Runtime, then: Callable[[], None]) -> bool:
+        """SIGTERM the agent's process group now (:func:`stopping.begin`).
+
+        Returns False when it is already gone (or there was none): the caller goes on.
+        True: the stop is in progress on ``runtime.stopping``; ``then`` runs from
+        :meth:`_advance_stop` once the group is gone (SIGKILL after STOP_TIMEOUT s).
+        """
+        stop = stopping.begin(runtime.task.read_int("pid"), then)
+        if stop is None:
+            return False
+        if stop.advance():
+            self._record_stop(runtime.task, stop)
+            return False
+        runtime.stopping = stop
+        self._schedule_check(runtime, stop.next_look())
+        return True
+
+    def _advance_stop(self, runtime: Runtime) -> None:
+        """A check while the agent is being stopped: look at its process group; once it is
+        gone, record ``agent_stopped`` and run the rest of the decision, else look again."""
+        stop = runtime.stopping
+        assert stop is not None
+        self._kicked.discard(runtime.task.task_id)
+        if not stop.advance():
+            self._schedule_check(runtime, stop.next_look())
             return
+        runtime.stopping = None
+        self._record_stop(runtime.task, stop)
+        stop.then()
+
+    def _finish_stops(self) -> None:
+        """At shutdown: see every stop in progress through (up to 2 x STOP_TIMEOUT s), so no
+        agent is left half-stopped and each decision's manifest is written."""
+        for runtime in list(self.live.values()):
+            while runtime.stopping is not None:
+                if runtime.stopping.advance():
+                    self._advance_stop(runtime)
+                else:
+                    time.sleep(runtime.stopping.next_look())
+
+    @staticmethod
+    def _record_stop(task: TaskDir, stop: StopInProgress) -> None:
         try:
-            pgid = os.getpgid(pid)
-        except ProcessLookupError:
-            return
-        members = [p for p in psutil.process_iter(["pid"]) if _pgid(p.pid) == pgid]
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGTERM)
-            os.killpg(pgid, signal.SIGCONT)  # a paused (SIGSTOPped) agent must see it
-        alive = _wait_gone(members, STOP_TIMEOUT)
-        if alive:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, signal.SIGKILL)
-            _wait_gone(alive, STOP_TIMEOUT)
-        task.append_event("agent_stopped", pid=pid, killed=bool(alive))
+            task.append_event("agent_stopped", pid=stop.pid, killed=stop.killed)
+        except OSError as exc:  # the stop happened; its record is informational
+            log.error("%s: cannot record the agent's stop: %s", task.task_id, exc)
 
     def _prepare_resume(self, runtime: Runtime, previous: policy.TaskState) -> bool:
         """Write the resume's ``launch.json`` before the decision is recorded. If it cannot
@@ -1127,44 +1234,17 @@ class Engine:
         self._sessions_cache = None
         try:
             self.tmux.respawn(task.task_id, task.path, project)
+        except TmuxTimeout as exc:  # tmux may yet carry it out: no second session now
+            log.error("%s: cannot resume in tmux: %s", task.task_id, exc)
+            return
         except TmuxError:
             try:  # the session (or the whole tmux server) is gone: start a new one
                 self.tmux.launch(task.task_id, task.path, project)
             except TmuxError as exc:
                 log.error("%s: cannot resume in tmux: %s", task.task_id, exc)
                 return
-        # Record the new agent's PID at once (the seed's Pitfall 3: a stale PID caused a
-        # resume loop). The wrapper writes it within milliseconds; wait a bounded moment.
-        deadline = time.time() + PID_WAIT
-        while task.read_int("pid") is None and time.time() < deadline:
-            time.sleep(0.01)
-
-
-def _wait_gone(processes: list[psutil.Process], timeout: float) -> list[psutil.Process]:
-    """Wait up to ``timeout`` s for ``processes`` to end; return those still running.
-
-    A zombie counts as gone: an exited wrapper is tmux's child, not ours, and tmux may reap
-    it seconds later (seen with tmux 3.3a), which made psutil.wait_procs wait the full time.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        alive = []
-        for process in processes:
-            try:
-                if process.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(process)
-            except psutil.NoSuchProcess:
-                pass
-        if not alive or time.monotonic() >= deadline:
-            return alive
-        time.sleep(0.02)
-
-
-def _pgid(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except (ProcessLookupError, PermissionError):
-        return None
+        # No wait for the new agent's pid file here: its inotify event wakes a check, and
+        # until it exists the policy counts the agent as starting (START_TIMEOUT).
 
 
 def run_profile(profile: LoadedProfile, exit_when_idle: bool = False) -> int:

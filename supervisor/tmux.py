@@ -1,7 +1,11 @@
-"""The only module that talks to tmux, through libtmux, on the profile's private socket.
+"""The only module that talks to tmux, on the profile's private socket (``tmux -L NAME``).
 
 Every call forks one ``tmux`` client (measured 2.5–17 ms here, see DESIGN.md), so related
-commands are chained with tmux's ``;`` separator into one invocation.
+commands are chained with tmux's ``;`` separator into one invocation. Each client runs under
+a timeout (:data:`TMUX_TIMEOUT`): a tmux server that does not answer (stopped, wedged on a
+full pipe, swapped out) raises :class:`TmuxTimeout`, which the engine logs as a fault and
+looks at again later, instead of waiting for ever in ``communicate()`` as libtmux's
+``Server.cmd`` does (it passes no timeout).
 
 Output capture uses ``pipe-pane`` into a small ``sed`` process (GNU sed, line-buffered)
 that strips terminal escapes and carriage returns before appending to ``output.log``: no
@@ -17,13 +21,13 @@ whatever locale the engine was started with, so the filter sets its own.
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import libtmux
 
 from supervisor import wrapper
 
@@ -69,8 +73,36 @@ PANE_HEIGHT = 50
 OWNER_OPTION = "@supervise_state_dir"
 
 
+#: Seconds one tmux client may take before it is killed and :class:`TmuxTimeout` raised.
+#: A healthy client answers in 2.5–17 ms here (DESIGN.md), ``new-session`` with its chained
+#: commands in under 100 ms on a loaded 2-core machine; 5 s leaves room for a machine under
+#: heavy swap while bounding how long one check can wait on tmux.
+TMUX_TIMEOUT = 5.0
+
+
 class TmuxError(RuntimeError):
     """A tmux command failed; the message carries tmux's stderr."""
+
+
+class TmuxTimeout(TmuxError):
+    """A tmux client did not answer within its timeout (:data:`TMUX_TIMEOUT`) and was
+    killed. Whether the command took effect is unknown: callers look again later."""
+
+
+@dataclass(frozen=True)
+class TmuxResult:
+    """What one tmux client returned: exit status and output lines (trailing empty lines
+    dropped; bytes that are not UTF-8 shown as backslash escapes)."""
+
+    returncode: int
+    stdout: list[str]
+    stderr: list[str]
+
+
+def tmux_binary() -> str:
+    """The tmux executable: ``$SUPERVISE_TMUX`` when set (the wrapper reads the same
+    variable), else ``tmux`` found on ``PATH``."""
+    return os.environ.get("SUPERVISE_TMUX") or shutil.which("tmux") or "tmux"
 
 
 #: Wrapper files that a full disk may send to pane options instead (wrapper.py, step 5).
@@ -117,15 +149,46 @@ class Tmux:
             ``state_dir``). When given, :meth:`panes` lists only sessions carrying it, and
             :meth:`respawn`, :meth:`close` and :meth:`send_keys` leave other sessions alone.
             ``None``: no ownership (every session counts as ours).
+        timeout: seconds each tmux client may take (:data:`TMUX_TIMEOUT`).
+
+    Every method may raise :class:`TmuxTimeout` (even those that otherwise ignore tmux's
+    errors): an unanswered query must never read as "no such session".
     """
 
-    def __init__(self, socket_name: str, owner: str | None = None) -> None:
+    def __init__(
+        self, socket_name: str, owner: str | None = None, timeout: float = TMUX_TIMEOUT
+    ) -> None:
         self.socket_name = socket_name
         self.owner = owner
-        self.server = libtmux.Server(socket_name=socket_name)
+        self.timeout = timeout
+        self.binary = tmux_binary()
+
+    def cmd(self, *args: str) -> TmuxResult:
+        """Run one tmux client ``tmux -L socket_name ARGS...`` with the timeout.
+
+        Raises:
+            TmuxTimeout: no answer within ``timeout`` seconds (the client is killed).
+            TmuxError: the tmux executable cannot be run.
+        """
+        argv = [self.binary, "-L", self.socket_name, *args]
+        try:
+            done = subprocess.run(
+                argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=self.timeout
+            )
+        except subprocess.TimeoutExpired:
+            raise TmuxTimeout(
+                f"tmux {args[0]} on socket {self.socket_name} did not answer within "
+                f"{self.timeout:g} s"
+            ) from None
+        except OSError as exc:
+            raise TmuxError(f"cannot run {self.binary}: {exc.strerror}") from None
+        stdout = _lines(done.stdout)
+        while stdout and stdout[-1] == "":
+            stdout.pop()
+        return TmuxResult(done.returncode, stdout, [line for line in _lines(done.stderr) if line])
 
     def _run(self, *args: str, check: bool = True) -> list[str]:
-        result = self.server.cmd(*args)
+        result = self.cmd(*args)
         if check and result.returncode != 0:
             raise TmuxError(f"tmux {args[0]} failed: {' '.join(result.stderr).strip()}")
         return list(result.stdout)
@@ -244,7 +307,7 @@ class Tmux:
 
     def _describe(self, session: str) -> tuple[str, int | None] | None:
         """``(owner mark, pane_pid)`` of a session's pane, or ``None`` if there is none."""
-        result = self.server.cmd(
+        result = self.cmd(
             "display-message", "-p", "-t", f"={session}:", f"#{{pane_pid}}\t#{{{OWNER_OPTION}}}"
         )
         if result.returncode != 0 or not result.stdout:
@@ -259,7 +322,8 @@ class Tmux:
         return (";", "set-option", "-t", f"={session}:", OWNER_OPTION, self.owner)
 
     def has_session(self, session: str) -> bool:
-        return self.server.cmd("has-session", "-t", f"={session}").returncode == 0
+        """Whether the server has a session of that name (any owner)."""
+        return self.cmd("has-session", "-t", f"={session}").returncode == 0
 
     def capture(self, session: str, lines: int = 50) -> str:
         """The last ``lines`` lines visible in the session's pane (for humans)."""
@@ -275,11 +339,15 @@ class Tmux:
 
     def kill_server(self) -> None:
         """End the private server (tests and ``--kill-server`` only)."""
-        self.server.cmd("kill-server")
+        self.cmd("kill-server")
 
     def tmux_bin(self) -> str:
-        """Path of the tmux binary libtmux uses."""
-        return shutil.which("tmux") or "tmux"
+        """Path of the tmux executable this object runs (passed on to the wrapper)."""
+        return self.binary
+
+
+def _lines(data: bytes) -> list[str]:
+    return data.decode("utf-8", "backslashreplace").split("\n")
 
 
 def pipe_command(output_log: Path) -> str:
