@@ -25,8 +25,8 @@ import pytest
 from conftest import Setup, wait_for
 from test_faults import END_LINE, _run_engine_in_process, end_engine, kinds, start_engine
 
-from supervisor import engine as engine_module
 from supervisor.config import MonitorPolicy
+from supervisor.engine import launch as engine_launch
 from supervisor.policy import Signals, TaskState, decide, logged_ending
 from supervisor.taskdir import TaskDir, parse_iso
 
@@ -206,7 +206,7 @@ def test_resume_that_cannot_write_launch_json_is_not_counted(
     setup.write_profile(base_interval=0.3, max_interval=0.3, max_retries=2, stale_threshold=30)
     setup.drop("c.toml", setup.task("crash-once", "crash_runs: 1\ntick: 0.2\nsleep: 0.5\nexit: 0"))
     failures: list[float] = []
-    real = engine_module.atomic_write
+    real = engine_launch.atomic_write
 
     def write(path: Path, data: bytes, *args: Any, **kwargs: Any) -> None:
         if path.name == "launch.json" and path.exists() and len(failures) < 5:
@@ -214,7 +214,7 @@ def test_resume_that_cannot_write_launch_json_is_not_counted(
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real(path, data, *args, **kwargs)
 
-    monkeypatch.setattr(engine_module, "atomic_write", write)
+    monkeypatch.setattr(engine_launch, "atomic_write", write)
     _run_engine_in_process(setup, lambda engine: None)
     m = setup.manifests()["crash-once"]
     assert len(failures) == 5

@@ -1,0 +1,450 @@
+"""Performing a :class:`supervisor.policy.Decision`: its events, its actions (stop, resume,
+cleanup, pause/continue, answers, acceptance, end of turn), the manifest projection and the
+notifier payload.
+
+Nothing here schedules: each entry returns an :class:`Outcome` (a check wanted in so many
+seconds, the task retired, a resume done) and the scheduler acts on it. Work that may take
+seconds (acceptance, notifiers, the sweep of leftover processes) goes to
+``submit_background``, never the engine's check worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from supervisor import acceptance, notify, policy, processes, statefs, stopping
+from supervisor.config import LoadedProfile
+from supervisor.engine import launch
+from supervisor.engine.panes import Sessions
+from supervisor.engine.runtime import Runtime
+from supervisor.states import TERMINAL
+from supervisor.stopping import STOP_TIMEOUT, StopInProgress
+from supervisor.taskdir import Manifest, TaskDir, utc_iso
+from supervisor.tmux import Tmux, TmuxError
+
+log = logging.getLogger("supervise.engine")
+
+#: Seconds between manifest writes of checks that change nothing but ``last_checked_at``.
+QUIET_WRITE = 5.0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What performing (part of) a decision changed, for the scheduler to act on.
+
+    ``next_check``: seconds until the task's next check (``None``: no new time);
+    ``retired``: the task ended (no more checks, its slot is free); ``resumed``: its agent
+    was resumed (counted in the engine's stats).
+    """
+
+    next_check: float | None = None
+    retired: bool = False
+    resumed: bool = False
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What :meth:`Actions.apply` fixed before the actions ran, for the manifest write
+    that follows them (perhaps after a stop, see :mod:`supervisor.stopping`)."""
+
+    previous: policy.TaskState
+    state: policy.TaskState
+    finished: bool
+    exit_code: int | None
+    finished_at: str | None
+    tail: str | None
+
+
+def notify_payload(manifest: Manifest, event_name: str, why: str) -> dict[str, Any]:
+    """The JSON object a notifier gets on stdin for one event of ``manifest``'s task."""
+    return {
+        "event": event_name,
+        "task_id": manifest.task_id,
+        "task_name": manifest.task_name,
+        "status": manifest.status,
+        "reason": manifest.abandon_reason or why,
+        "failure_reason": manifest.failure_reason,
+        "exit_code": manifest.exit_code,
+        "retry_count": manifest.retry_count,
+        "task_dir": manifest.tmpdir,
+        "session_id": manifest.session_id,
+        "last_lines": "\n".join((manifest.output_tail or "").splitlines()[-10:]),
+    }
+
+
+class Actions:
+    """Carries out decisions for the engine.
+
+    Args:
+        profile: the validated profile (``launch.json`` of a resume).
+        tmux: the profile's tmux server.
+        sessions: the shared ``list-panes`` snapshot (forgotten when a session changes).
+        disk: the state filesystem's fullness.
+        submit_background: runs a callable off the check worker (the engine's notify pool).
+        wake: asks for a check of the task id now (e.g. when an acceptance run ends).
+    """
+
+    def __init__(
+        self,
+        profile: LoadedProfile,
+        tmux: Tmux,
+        sessions: Sessions,
+        disk: statefs.StateDisk,
+        submit_background: Callable[[Callable[[], None]], None],
+        wake: Callable[[str], None],
+    ) -> None:
+        self.profile = profile
+        self.tmux = tmux
+        self.sessions = sessions
+        self.disk = disk
+        self.submit_background = submit_background
+        self.wake = wake
+
+    # ------------------------------------------------------------------ a decision
+    def apply(self, runtime: Runtime, decision: policy.Decision, now: float) -> Outcome:
+        """Perform a decision. Order, chosen so a crash of ``supervise`` loses nothing:
+
+        1. events are appended (the write-ahead record; a terminal event is never written
+           twice, and ``retry_count`` is reconciled with ``resumed`` events on adoption);
+        2. the actions run (stop, resume, cleanup);
+        3. the manifest is replaced atomically. If that write fails (disk full, read-only)
+           the error is logged, the old manifest stays intact, and the next check retries.
+        """
+        task, previous, A = runtime.task, runtime.state, policy.Action
+        events = task.events() if decision.state.status in TERMINAL else []
+        state = policy.logged_ending(decision.state, events)
+        if A.RESUME in decision.actions and not self._prepare_resume(runtime):
+            return Outcome(next_check=runtime.policy.base_interval)
+        runtime.state = state
+        applied = self._fix(runtime, decision, now, state, previous)
+        if not self._record_events(runtime, decision, now, applied, events):
+            runtime.state = previous
+            return Outcome(next_check=runtime.policy.base_interval)
+        return self._perform(runtime, decision, now, applied, decision.actions)
+
+    @staticmethod
+    def _fix(
+        runtime: Runtime,
+        decision: policy.Decision,
+        now: float,
+        state: policy.TaskState,
+        previous: policy.TaskState,
+    ) -> Applied:
+        """Read what an ending records (exit code, end time, output tail) before acting."""
+        task = runtime.task
+        finished = policy.Action.FINISH in decision.actions
+        exit_code = state.exit_code if state.exit_code is not None else task.read_int("exit_code")
+        done_at = task.done_mtime()
+        finished_at = utc_iso(done_at if done_at is not None and state.status != "abandoned"
+                              else now) if finished else None  # fmt: skip
+        tail = task.output_tail() if finished else None
+        return Applied(previous, state, finished, exit_code, finished_at, tail)
+
+    @staticmethod
+    def _record_events(
+        runtime: Runtime,
+        decision: policy.Decision,
+        now: float,
+        applied: Applied,
+        logged: list[dict[str, Any]],
+    ) -> bool:
+        """Step 1: append the decision's events. False when the log cannot be written: no
+        action without its write-ahead record, the decision is taken again, whole, at the
+        next check (a full disk is held by the policy before it gets here)."""
+        task, state, finished = runtime.task, applied.state, applied.finished
+        already = {e.get("event") for e in logged}
+        try:
+            for event in decision.events:
+                if event in TERMINAL and (event in already or already & TERMINAL):
+                    continue
+                task.append_event(
+                    event,
+                    at=now,
+                    status=state.status,
+                    reason=decision.reason,
+                    retry_count=state.retry_count,
+                    exit_code=applied.exit_code if finished else None,
+                    abandon_reason=state.abandon_reason,
+                    # the terminal record is final: repair.rebuild restores a lost manifest
+                    # from it, and policy.logged_ending a decision taken again
+                    **({"verdict": state.verdict} if finished else {}),
+                )
+        except OSError as exc:
+            log.error("%s: cannot append to %s: %s; decision held", task.task_id,
+                      task.file("events.jsonl"), exc)  # fmt: skip
+            return False
+        return True
+
+    def _perform(
+        self,
+        runtime: Runtime,
+        decision: policy.Decision,
+        now: float,
+        applied: Applied,
+        actions: tuple[policy.Action, ...],
+    ) -> Outcome:
+        """Step 2: carry out ``actions`` in order, then :meth:`_conclude` (the manifest).
+
+        A stop that does not end at once keeps the rest (later actions, the manifest) on
+        the runtime; :meth:`advance_stop` runs it once the agent's process group is gone.
+        tmux not answering is a logged fault: the rest, from the action that met it, is
+        kept in ``runtime.pending`` and tried again at the next check (no new decision
+        before this one is carried out).
+        """
+        A = policy.Action
+        index, resumed = 0, False
+        try:
+            for index, action in enumerate(actions):
+                if action is A.STOP_AGENT:
+                    rest = actions[index + 1 :]
+                    then = functools.partial(self._perform, runtime, decision, now, applied, rest)
+                    wait = self._stop_agent(runtime, then)
+                    if wait is not None:
+                        return Outcome(next_check=wait, resumed=resumed)
+                elif action is A.RESUME:
+                    resumed = True
+                    launch.respawn(self.profile, self.tmux, self.sessions, runtime, True)
+                else:
+                    self._act(runtime, action, now)
+        except TmuxError as exc:
+            retry = runtime.policy.base_interval
+            log.error("%s: %s; '%s' carried on in %g s", runtime.task.task_id, exc,
+                      decision.reason, retry)  # fmt: skip
+            again = functools.partial(self._perform, runtime, decision, now, applied)
+            runtime.pending = functools.partial(again, actions[index:])
+            return Outcome(next_check=retry, resumed=resumed)
+        outcome = self._conclude(runtime, decision, now, applied)
+        return Outcome(outcome.next_check, outcome.retired, outcome.resumed or resumed)
+
+    def _act(self, runtime: Runtime, action: policy.Action, now: float) -> None:
+        """One action other than stop and resume (they hold the rest of the decision)."""
+        task, agent, A = runtime.task, runtime.agent, policy.Action
+        if action is A.CLEANUP:
+            self._sweep(runtime, self.tmux.close(task.task_id))
+            self.sessions.forget()
+        elif action is A.PAUSE_AGENT:
+            self._signal_agent(task, signal.SIGSTOP)
+        elif action is A.CONTINUE_AGENT:
+            self._signal_agent(task, signal.SIGCONT)
+            if agent is not None:
+                agent.answer(approve=True)
+        elif action in (A.ANSWER_APPROVE, A.ANSWER_DENY) and agent is not None:
+            agent.answer(approve=action is A.ANSWER_APPROVE)
+        elif action is A.ACCEPT:
+            self._start_acceptance(runtime)
+        elif action is A.END_SESSION and agent is not None:
+            for keys in agent.end_turn(now):
+                self.tmux.send_keys(task.task_id, *keys.keys, literal=keys.literal)
+
+    def _conclude(
+        self, runtime: Runtime, decision: policy.Decision, now: float, applied: Applied
+    ) -> Outcome:
+        """Step 3: write the manifest, start the notifier, retire or look again."""
+        task, state, previous = runtime.task, applied.state, applied.previous
+        ended_escalated = previous.status == "escalated" and state.status in TERMINAL
+        if runtime.agent is not None and ended_escalated:
+            runtime.agent.answer(approve=False)  # frees a waiting hook
+        pid = task.read_int("pid")
+        change = self._projection(runtime, decision, now, applied, pid)
+        # A check that changed nothing but last_checked_at need not survive a power cut,
+        # and is written at most every QUIET_WRITE seconds (200 agents with 1 s checks
+        # would otherwise rewrite 200 manifests a second).
+        quiet = not decision.events and not decision.actions and previous == state
+        quiet = quiet and pid in (None, runtime.manifest.pid)  # a new run's PID is news
+        # While the disk is full a held decision has nothing worth a write that must fail.
+        held = self.disk.is_full and not decision.events and not decision.actions
+        if held or (quiet and time.monotonic() - runtime.last_written < QUIET_WRITE):
+            return Outcome(next_check=decision.next_check)
+        runtime.last_written = time.monotonic()
+        try:
+            runtime.manifest = task.update_manifest(
+                change, durable=not quiet, fallback=runtime.manifest
+            )
+        except OSError as exc:
+            log.error("%s: cannot write %s: %s; the previous manifest is intact",
+                      task.task_id, task.file("manifest.json"), exc)  # fmt: skip
+            if state.status in TERMINAL:  # keep watching so the final write is retried
+                runtime.state = previous
+                return Outcome(next_check=runtime.policy.base_interval)
+        if previous.status != state.status:
+            log.info("%s: %s -> %s (%s)", task.task_id, previous.status, state.status,
+                     decision.reason)  # fmt: skip
+        if policy.Action.NOTIFY in decision.actions and runtime.policy.notifier:
+            self._start_notifier(runtime, decision)
+        if state.status in TERMINAL:
+            return Outcome(retired=True)
+        return Outcome(next_check=decision.next_check)
+
+    @staticmethod
+    def _projection(
+        runtime: Runtime,
+        decision: policy.Decision,
+        now: float,
+        applied: Applied,
+        pid: int | None,
+    ) -> Callable[[Manifest], None]:
+        """The manifest projection of ``applied.state``: a change for
+        :meth:`TaskDir.update_manifest` (the adapter's report and, on an ending, the exit
+        code, tail, verdict, acceptance result and summary)."""
+        task, state, finished = runtime.task, applied.state, applied.finished
+        report = runtime.agent.report() if runtime.agent is not None else {}
+        accepted = acceptance.read(task) if finished and runtime.resolved.acceptance else None
+        summary = None
+        if finished:
+            result_text = runtime.agent.result_text() if runtime.agent is not None else None
+            why = "" if state.status == "completed" else decision.reason
+            summary = acceptance.summary(result_text, accepted, why)
+        resumed = policy.Action.RESUME in decision.actions
+
+        def change(m: Manifest) -> None:
+            m.status = state.status  # type: ignore[assignment]
+            m.retry_count = state.retry_count
+            m.last_checked_at = utc_iso(now)
+            if m.started_at is None and state.started_at is not None:  # a lost launch write
+                m.started_at = utc_iso(state.started_at)
+            m.pid = pid if pid is not None or resumed else m.pid
+            m.resume_at = utc_iso(state.resume_at) if state.resume_at else None
+            if state.launched_at:
+                m.launched_at = utc_iso(state.launched_at)
+            for key, value in report.items():
+                setattr(m, key, value)
+            m.limit_waits = state.limit_waits
+            m.transient_waits = state.transient_waits
+            if finished:
+                m.failure_reason = state.failure_reason  # type: ignore[assignment]
+                m.finished_at = applied.finished_at
+                m.exit_code = applied.exit_code
+                m.signal = task.read_int("signal")
+                m.output_tail = applied.tail
+                m.verdict = state.verdict  # type: ignore[assignment]
+                m.summary = summary
+                if accepted is not None:
+                    m.acceptance = accepted
+            if state.status == "abandoned":
+                m.abandoned_at = utc_iso(now)
+                m.abandon_reason = state.abandon_reason
+
+        return change
+
+    # ------------------------------------------------------------------ background work
+    def _start_notifier(self, runtime: Runtime, decision: policy.Decision) -> None:
+        """Run the notifier in the background for each of the decision's events it wants."""
+        for event in decision.events:
+            if event in runtime.policy.notify_on:
+                manifest = runtime.manifest.model_copy()
+                body = functools.partial(self._notify, runtime, manifest, event, decision.reason)
+                self.submit_background(body)
+
+    @staticmethod
+    def _notify(runtime: Runtime, manifest: Manifest, event_name: str, why: str) -> None:
+        """Run the notifier for one event (in the background; bounded by its timeout)."""
+        event = notify_payload(manifest, event_name, why)
+        code = notify.run_notifier(
+            runtime.policy.notifier, event, timeout=runtime.policy.notifier_timeout
+        )
+        runtime.task.append_event(
+            "notified", status=manifest.status, notified_event=event_name, notifier_exit_code=code
+        )
+
+    def _start_acceptance(self, runtime: Runtime) -> None:
+        """Run ``[acceptance]`` in the background; when it ends the task's check is woken."""
+        spec = runtime.resolved.acceptance
+        if spec is None or runtime.accepting:
+            return
+        runtime.accepting = True
+        runtime.task.file(acceptance.RESULT).unlink(missing_ok=True)
+
+        def body() -> None:
+            try:
+                result = acceptance.run(runtime.task, Path(runtime.manifest.project_dir), spec)
+                runtime.task.append_event("acceptance", **result)
+            except Exception:
+                log.exception("%s: acceptance check failed to run", runtime.task.task_id)
+            finally:
+                runtime.accepting = False
+                self.wake(runtime.task.task_id)
+
+        self.submit_background(body)
+
+    def _sweep(self, runtime: Runtime, session: int | None) -> None:
+        """End whatever the task left running (its tmux pane's session members and every
+        carrier of its ``SUPERVISE_TASK_DIR``, see :mod:`supervisor.processes`) in the
+        background: SIGTERM, then SIGKILL after STOP_TIMEOUT s, never on the check worker."""
+        task, started = runtime.task, runtime.state.started_at
+
+        def body() -> None:
+            found = processes.task_processes(task.path, [session] if session else [], started)
+            if found:
+                ended, killed = processes.reap(found, STOP_TIMEOUT)
+                task.append_event("processes_ended", pids=ended, killed=killed)
+                log.info("%s: ended %d leftover process(es) %s", task.task_id, len(ended), ended)
+
+        self.submit_background(body)
+
+    @staticmethod
+    def _signal_agent(task: TaskDir, signum: int) -> None:
+        """Send ``signum`` to the agent's process group (pause/continue an escalation)."""
+        pid = task.read_int("pid")
+        pgid = stopping.group_of(pid) if pid is not None else None
+        if pgid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signum)
+            task.append_event("agent_signalled", pid=pid, signal=signal.Signals(signum).name)
+
+    # ------------------------------------------------------------------ stop and resume
+    def _stop_agent(self, runtime: Runtime, then: Callable[[], Outcome]) -> float | None:
+        """SIGTERM the agent's process group now (:func:`stopping.begin`).
+
+        Returns ``None`` when it is already gone (or there was none): the caller goes on.
+        Otherwise the stop is in progress on ``runtime.stopping`` and the result is the
+        seconds until the next look; ``then`` runs from :meth:`advance_stop` once the group
+        is gone (SIGKILL after STOP_TIMEOUT s).
+        """
+        stop = stopping.begin(runtime.task.read_int("pid"), then)
+        if stop is None:
+            return None
+        if stop.advance():
+            self._record_stop(runtime.task, stop)
+            return None
+        runtime.stopping = stop
+        return stop.next_look()
+
+    def advance_stop(self, runtime: Runtime) -> Outcome:
+        """A check while the agent is being stopped: look at its process group; once it is
+        gone, record ``agent_stopped`` and run the rest of the decision, else look again."""
+        stop = runtime.stopping
+        assert stop is not None
+        if not stop.advance():
+            return Outcome(next_check=stop.next_look())
+        runtime.stopping = None
+        self._record_stop(runtime.task, stop)
+        # ``then`` is the rest of the decision (:meth:`_perform`), which returns its Outcome.
+        return cast(Outcome, stop.then())
+
+    @staticmethod
+    def _record_stop(task: TaskDir, stop: StopInProgress) -> None:
+        try:
+            task.append_event("agent_stopped", pid=stop.pid, killed=stop.killed)
+        except OSError as exc:  # the stop happened; its record is informational
+            log.error("%s: cannot record the agent's stop: %s", task.task_id, exc)
+
+    def _prepare_resume(self, runtime: Runtime) -> bool:
+        """Write the resume's ``launch.json`` before the decision is recorded. If it cannot
+        be written (a full disk, EIO), the decision is held: nothing recorded, no retry
+        counted, the task unchanged and looked at again in ``base_interval`` seconds."""
+        try:
+            launch.write_launch(self.profile, runtime, resume=True)
+            return True
+        except OSError as exc:
+            log.error("%s: cannot write %s: %s; the resume waits for the next check",
+                      runtime.task.task_id, runtime.task.file("launch.json"), exc)  # fmt: skip
+            return False

@@ -1,0 +1,174 @@
+"""Where new tasks come from: the :class:`Intake` protocol the scheduler needs, and
+:class:`SpoolIntake`, its first implementation (task files dropped in the spool folder,
+plus the profile's inline ``[[tasks]]``).
+
+An intake claims work into task folders and reports it; it never launches anything. The
+scheduler queues what it takes and starts it while slots are free.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from supervisor import spool, statefs
+from supervisor.config import LoadedProfile, ResolvedTask, resolve_task
+from supervisor.taskdir import TaskDir, atomic_write, utc_iso
+
+log = logging.getLogger("supervise.engine")
+
+#: Spool files claimed per intake run; more are taken on the next run, right after the
+#: checks that are due, so a burst of files never starves the checks.
+INTAKE_BATCH = 25
+
+
+@dataclass
+class Taken:
+    """What one :meth:`Intake.take` claimed: ``tasks`` (task folder and resolved spec, in
+    order), how many were ``claimed`` and ``rejected``, and whether ``more`` work is ready
+    now (the scheduler runs intake again right after the checks that are due)."""
+
+    tasks: list[tuple[TaskDir, ResolvedTask]] = field(default_factory=list)
+    claimed: int = 0
+    rejected: int = 0
+    more: bool = False
+
+
+class Intake(Protocol):
+    """A source of tasks for one engine."""
+
+    def recover(self) -> None:
+        """At start, before adoption: finish or undo claims a crash cut short."""
+
+    def submit_initial(self) -> list[tuple[TaskDir, ResolvedTask]]:
+        """At start, after adoption: tasks the source holds from the outset."""
+
+    def take(self) -> Taken:
+        """Claim ready work (a bounded batch) into task folders."""
+
+    def waiting(self) -> bool:
+        """True while work is waiting that :meth:`take` has not claimed yet."""
+
+
+class UnsafeSpool(RuntimeError):
+    """The spool folder can be written by other users and the profile does not allow it."""
+
+
+def check_spool_permissions(profile: LoadedProfile) -> None:
+    """Refuse a spool that other users could write to: whoever writes there runs commands
+    as us. ``[security] allow_shared_spool = true`` accepts it. A group-writable spool
+    whose group is our user private group is not shared (see :func:`spool.sharing_problem`).
+
+    Raises:
+        UnsafeSpool: one line naming the folder, its mode, owner and group, and the fix.
+    """
+    folder = profile.spool_dir
+    problem = spool.sharing_problem(folder)
+    if problem is not None and not profile.spec.security.allow_shared_spool:
+        raise UnsafeSpool(
+            f"{problem}; anyone who can write there runs commands as this user. "
+            f"Fix: chmod 700 {folder}, or set [security] allow_shared_spool = true in "
+            f"{profile.path}"
+        )
+
+
+class SpoolIntake:
+    """The spool folder as an :class:`Intake` (see :mod:`supervisor.spool`).
+
+    Args:
+        profile: the validated profile (its ``spool_dir``, ``tasks_dir`` and ``[[tasks]]``).
+        disk: the state filesystem; while it is full, files wait in the spool (a valid task
+            must never be rejected for want of space).
+    """
+
+    def __init__(self, profile: LoadedProfile, disk: statefs.StateDisk) -> None:
+        self.profile = profile
+        self.disk = disk
+        self._complete: set[str] = set()  # spool names inotify saw finished by their writer
+        self._kicked = False  # a spool event arrived since take() last started
+
+    def notice(self, name: str) -> bool:
+        """A file event in the spool folder (the watcher thread). True: a task file was
+        finished by its writer, intake should run now."""
+        if name.endswith(".toml") and not name.startswith("."):
+            self._complete.add(name)
+            self._kicked = True  # seen by a running take(), which then asks for more
+            return True
+        return False
+
+    def recover(self) -> None:
+        """Finish or undo spool claims a crash cut short (see :func:`spool.recover_claims`)."""
+        try:
+            for path in spool.recover_claims(self.profile):
+                log.warning("claim of %s was cut short; put back into the spool", path)
+        except OSError:
+            log.exception("cannot recover interrupted spool claims")
+
+    def submit_initial(self) -> list[tuple[TaskDir, ResolvedTask]]:
+        """Materialize the profile's ``[[tasks]]`` once per state dir (marker file)."""
+        marker = self.profile.state_dir / "inline-tasks.submitted"
+        if not self.profile.spec.tasks or marker.exists():
+            return []
+        base = self.profile.path.parent
+        made = []
+        for spec in self.profile.spec.tasks:
+            task_id = spool.new_task_id(spec.name)
+            folder = self.profile.tasks_dir / task_id
+            folder.mkdir(mode=0o700)
+            copy = spec.model_copy(deep=True)
+            resolved = resolve_task(copy, self.profile, base, self.profile.path)
+            task = TaskDir(folder)
+            spool.materialize(task, resolved, source=f"{self.profile.path} [[tasks]]")
+            made.append((task, resolved))
+        atomic_write(marker, utc_iso().encode())
+        return made
+
+    def take(self) -> Taken:
+        """Claim up to :data:`INTAKE_BATCH` settled spool files. A bad file is rejected or
+        quarantined with the reason, never lost, and never stops the engine."""
+        self._kicked = False
+        ready = spool.pending(self.profile.spool_dir, complete=frozenset(self._complete))
+        claimable = [] if ready and self.disk.full() else ready
+        taken = Taken()
+        for path in claimable[:INTAKE_BATCH]:
+            self._complete.discard(path.name)
+            try:
+                claimed = spool.claim(path, self.profile)
+            except Exception as exc:  # a bad file must never stop the engine
+                log.exception("cannot claim %s", path)
+                self._quarantine(path, exc)
+                continue
+            if claimed is None:
+                continue
+            if claimed.error:
+                taken.rejected += 1
+                log.warning("rejected %s -> %s", path, claimed.rejected_to)
+                for problem in claimed.error.splitlines():  # one log line per problem
+                    log.warning("  %s", problem)
+                continue
+            taken.claimed += 1
+            assert claimed.task_dir is not None and claimed.resolved is not None
+            taken.tasks.append((claimed.task_dir, claimed.resolved))
+        # More files than one batch, or a file dropped while this run was busy (APScheduler
+        # skips a kick that lands on a running job): run again right after the due checks.
+        taken.more = len(ready) > INTAKE_BATCH or self._kicked
+        return taken
+
+    def waiting(self) -> bool:
+        """True while task files wait in the spool folder."""
+        return spool.has_waiting_files(self.profile.spool_dir)
+
+    def _quarantine(self, path: Path, exc: BaseException) -> None:
+        """Move a file that broke the claim aside with the reason (never delete it)."""
+        if not os.path.lexists(path):
+            return  # already moved (its claim got that far); re-examined on restart
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return  # no room to claim it now: it stays in the spool for a later run
+        try:
+            spool.reject(path, self.profile.spool_dir, [f"{path}: cannot be processed: {exc!r}"])
+        except Exception:
+            log.exception("cannot move %s aside either; it stays in the spool", path)

@@ -1,0 +1,217 @@
+"""Starting an agent: argv values, ``launch.json`` (a :class:`LaunchSpec`), and creating or
+respawning the task's tmux session.
+
+The wrapper (:mod:`supervisor.wrapper`) reads ``launch.json`` inside the pane and runs the
+agent; this module only writes it and asks tmux for the pane. It returns what happened
+(:class:`Started`) and records :func:`supervisor.policy.launched`'s decision; the scheduler
+decides what follows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from supervisor import policy
+from supervisor.config import LoadedProfile
+from supervisor.engine.panes import Sessions
+from supervisor.engine.runtime import Runtime
+from supervisor.taskdir import Manifest, atomic_write, utc_iso
+from supervisor.tmux import Tmux, TmuxError, TmuxTimeout
+
+log = logging.getLogger("supervise.engine")
+
+_PLACEHOLDER_RE = re.compile(r"\{([a-z_]+)\}")
+
+
+def expand_argv(template: list[str], values: dict[str, str]) -> list[str]:
+    """Replace ``{name}`` placeholders in each argv element, in one pass.
+
+    A value that itself contains ``{model}`` is not expanded again, and a prompt is always
+    exactly one argv element: no shell ever sees it.
+    """
+    return [
+        _PLACEHOLDER_RE.sub(lambda m: values.get(m.group(1), m.group(0)), item) for item in template
+    ]
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """The content of a task's ``launch.json``, read by the wrapper in the pane.
+
+    ``argv`` is expanded, ``env`` goes on top of the supervisor's own environment, ``cwd``
+    is the project dir, ``resume_exit_codes`` are the exit codes the wrapper reports as a
+    resumable stop, ``stream`` (optional) names the file in the task folder the wrapper
+    copies the agent's stdout to.
+    """
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    resume_exit_codes: list[int]
+    stream: str | None = None
+
+    def to_json(self) -> bytes:
+        """UTF-8 JSON, one key per line; ``stream`` only when the agent has one."""
+        data: dict[str, object] = {
+            "argv": self.argv,
+            "env": self.env,
+            "cwd": self.cwd,
+            "resume_exit_codes": self.resume_exit_codes,
+        }
+        if self.stream:
+            data["stream"] = self.stream
+        return json.dumps(data, ensure_ascii=False, indent=1).encode()
+
+
+def argv_values(profile: LoadedProfile, runtime: Runtime) -> dict[str, str]:
+    """The values of the ``{placeholder}`` names an argv template may use."""
+    manifest = runtime.manifest
+    return {
+        "prompt": runtime.resolved.prompt,
+        "prompt_file": str(runtime.task.file("prompt")),
+        "model": runtime.resolved.model,
+        "session_id": manifest.session_id,
+        "project_dir": manifest.project_dir,
+        "task_id": manifest.task_id,
+        "python": sys.executable,
+        "profile_dir": str(profile.path.parent),
+    }
+
+
+def launch_spec(profile: LoadedProfile, runtime: Runtime, resume: bool) -> LaunchSpec:
+    """What the wrapper runs for this task: the agent adapter's argv and env (a first run
+    or a resume), then the profile's ``[agent] env`` and the task's ``env`` on top."""
+    assert runtime.agent is not None  # set by runtime.build
+    part = runtime.agent.launch(resume)
+    env = {
+        **part.env,
+        **profile.spec.agent.env,
+        **runtime.resolved.spec.env,
+        "SUPERVISE_TASK_ID": runtime.manifest.task_id,
+        "SUPERVISE_TASK_DIR": str(runtime.task.path),
+        "SUPERVISE_SESSION_ID": runtime.manifest.session_id,
+    }
+    argv = expand_argv(part.argv, argv_values(profile, runtime))
+    codes = list(runtime.policy.resume_exit_codes)
+    return LaunchSpec(argv, env, runtime.manifest.project_dir, codes, part.stream or None)
+
+
+def write_launch(profile: LoadedProfile, runtime: Runtime, resume: bool) -> None:
+    """Write the task's ``launch.json`` atomically, mode 0600 (it holds the prompt and env).
+
+    Raises:
+        OSError: the write failed (a full disk, EIO); the previous file is intact.
+    """
+    path = runtime.task.file("launch.json")
+    atomic_write(path, launch_spec(profile, runtime, resume).to_json())
+    os.chmod(path, 0o600)
+
+
+@dataclass(frozen=True)
+class Started:
+    """What :func:`start` did: ``decision`` is :func:`supervisor.policy.launched`'s, taken at
+    ``now`` (seconds since the epoch); ``error`` is why tmux refused the session (then the
+    task failed to launch), else ``None`` (launched, or its existing session adopted)."""
+
+    decision: policy.Decision
+    now: float
+    error: TmuxError | None = None
+
+
+def start(
+    profile: LoadedProfile,
+    tmux: Tmux,
+    sessions: Sessions,
+    runtime: Runtime,
+    watch: Callable[[Runtime], None],
+) -> Started:
+    """Start a queued task: write ``launch.json``, create its tmux session.
+
+    ``watch`` is called with the runtime before the agent starts, so no file event of the
+    new run is missed.
+
+    Raises:
+        OSError: ``launch.json`` cannot be written (ENOSPC, EDQUOT: the task stays queued).
+    """
+    task = runtime.task
+    now = time.time()
+    started = policy.launched(runtime.state, now, runtime.policy)
+    write_launch(profile, runtime, resume=False)
+    task.clear_run_files()
+    watch(runtime)
+    try:
+        tmux.launch(task.task_id, task.path, Path(runtime.manifest.project_dir))
+    except TmuxError as exc:
+        if task.task_id not in tmux.panes():  # ours only (the owner mark)
+            return Started(started, now, exc)
+        # A session of this name exists: launched by an engine that died before recording
+        # it. Watch it; never start the agent twice.
+        log.warning("%s already has a session; adopting it", task.task_id)
+        sessions.forget()
+    return Started(started, now)
+
+
+def record_launch(runtime: Runtime, started: policy.Decision, now: float) -> None:
+    """Perform :func:`supervisor.policy.launched`'s decision ``started``: its events (the
+    write-ahead record), then the manifest. A failed manifest write is logged; the next
+    check writes it again."""
+    task = runtime.task
+    runtime.state = started.state
+
+    def change(m: Manifest) -> None:
+        m.status = "running"
+        m.started_at = utc_iso(now)
+        m.last_checked_at = utc_iso(now)
+        m.pid = None
+        m.launched_at = utc_iso(now)
+
+    # stamped with the manifest's started_at, so repair.rebuild restores it exactly
+    for event in started.events:
+        task.append_event(event, at=now, status=started.state.status, session_name=task.task_id)
+    try:
+        runtime.manifest = task.update_manifest(change, fallback=runtime.manifest)
+    except OSError as exc:
+        log.error("%s: cannot write %s: %s; the next check writes it again",
+                  task.task_id, task.file("manifest.json"), exc)  # fmt: skip
+
+
+def respawn(
+    profile: LoadedProfile,
+    tmux: Tmux,
+    sessions: Sessions,
+    runtime: Runtime,
+    launch_written: bool = False,
+) -> None:
+    """Resume a task: its ``launch.json`` for a resume (unless written already), then the
+    agent again in its pane, or in a new session when the pane or the tmux server is gone.
+
+    Raises:
+        OSError: ``launch.json`` cannot be written (only when ``launch_written`` is false).
+    """
+    task = runtime.task
+    if not launch_written:
+        write_launch(profile, runtime, resume=True)
+    task.clear_run_files()
+    project = Path(runtime.manifest.project_dir)
+    sessions.forget()
+    try:
+        tmux.respawn(task.task_id, task.path, project)
+    except TmuxTimeout as exc:  # tmux may yet carry it out: no second session now
+        log.error("%s: cannot resume in tmux: %s", task.task_id, exc)
+        return
+    except TmuxError:
+        try:  # the session (or the whole tmux server) is gone: start a new one
+            tmux.launch(task.task_id, task.path, project)
+        except TmuxError as exc:
+            log.error("%s: cannot resume in tmux: %s", task.task_id, exc)
+            return
+    # No wait for the new agent's pid file here: its inotify event wakes a check, and
+    # until it exists the policy counts the agent as starting (START_TIMEOUT).

@@ -1,0 +1,190 @@
+"""Adoption after a restart or crash: what each task folder in ``state_dir`` holds.
+
+:func:`adopt` reads the folders one by one and yields what it found (a task to queue again,
+a live task to watch, an ending the event log already holds, a resume that was cut short);
+it writes only the records of adoption itself (events, a repaired manifest). The scheduler
+acts on each finding before the next folder is read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from supervisor import policy, repair, spool
+from supervisor.config import ConfigError, LoadedProfile, ResolvedTask
+from supervisor.engine import runtime as runtimes
+from supervisor.engine.runtime import Runtime
+from supervisor.states import TERMINAL
+from supervisor.taskdir import TaskDir
+from supervisor.tmux import PaneInfo, Tmux
+
+log = logging.getLogger("supervise.engine")
+
+
+@dataclass(frozen=True)
+class Requeued:
+    """A task to queue again (queued when we stopped, or a claim finished now).
+    ``resolved`` is set when the claim was finished now (the scheduler logs it queued)."""
+
+    task: TaskDir
+    resolved: ResolvedTask | None = None
+
+
+@dataclass(frozen=True)
+class Adopted:
+    """A live task, watched again. ``ending``: the policy's decision completing an ending
+    the log already holds (to perform at ``now``); ``resume``: its resume was interrupted
+    and must be performed now (it was already counted)."""
+
+    runtime: Runtime
+    ending: policy.Decision | None = None
+    now: float = 0.0
+    resume: bool = False
+
+
+Found = Requeued | Adopted
+
+
+def adopt(profile: LoadedProfile, tmux: Tmux) -> Iterator[Found]:
+    """Every non-terminal task found in ``state_dir`` (after a restart or crash).
+
+    - a claim interrupted before its manifest was written is validated again (queued or
+      rejected);
+    - a queued task is queued again, unless its tmux session exists (we died right after
+      launching it): then it is watched, never launched twice;
+    - a live task is watched (its session is not relaunched); the policy then sees
+      whatever happened while we were away (done-file, dead agent, deadline);
+    - ``retry_count`` is reconciled with the ``resumed`` events, so a crash between
+      the event and the manifest write does not lose or invent a retry.
+
+    Raises:
+        TmuxError: tmux did not answer the first ``list-panes``.
+    """
+    sessions = tmux.panes()
+    for folder in sorted(profile.tasks_dir.iterdir()):
+        if not folder.is_dir():
+            continue
+        try:
+            found = _adopt_one(profile, tmux, TaskDir(folder), sessions)
+        except Exception:  # one broken folder must not keep the others unwatched
+            log.exception("cannot adopt %s", folder)
+            continue
+        if found is not None:
+            yield found
+
+
+def _adopt_one(
+    profile: LoadedProfile, tmux: Tmux, task: TaskDir, sessions: dict[str, PaneInfo]
+) -> Found | None:
+    """Adopt one task folder (see :func:`adopt`)."""
+    damaged = repair.damage(task)
+    if damaged is not None:
+        return _adopt_damaged(profile, task, damaged)
+    if not task.has_manifest():
+        return _recover_claim(profile, task)
+    try:
+        manifest = task.read_manifest()
+    except (OSError, ValueError) as exc:
+        log.error("cannot read %s: %s", task.file("manifest.json"), exc)
+        return None
+    if manifest.status in TERMINAL:
+        return None
+    try:
+        resolved = runtimes.reload(profile, task)
+    except (OSError, ValueError, ConfigError) as exc:
+        log.error("cannot re-adopt %s: %s", task.task_id, exc)
+        return None
+    events = task.events()
+    ended = repair.last_terminal(events) is not None  # the log's last word is final
+    if manifest.status == "queued" and task.task_id not in sessions and not ended:
+        return Requeued(task)
+    launch_written = None
+    launch_logged = any(e.get("event") == "launched" for e in events)
+    if manifest.status == "queued" and not launch_logged:
+        # launched, but we died before recording it
+        launch_written = task.file("launch.json").stat().st_mtime
+        task.append_event("launched", status="running", recovered=True)
+    state = policy.adopted(manifest, events, launch_written)
+    # The event log runs ahead of the manifest (write-ahead): trust its last word.
+    last = policy.last_word(events)
+    runtime = runtimes.build(profile, tmux, task, resolved, state, manifest)
+    with contextlib.suppress(OSError):  # a full disk must not leave the task unwatched
+        task.append_event("adopted", status=state.status, retry_count=state.retry_count)
+    log.info("adopted %s (%s)", task.task_id, state.status)
+    if last is not None and last["event"] in TERMINAL:
+        return Adopted(runtime, ending=_logged_ending(runtime, last, events), now=time.time())
+    resume = last is not None and last["event"] == "resumed"
+    return Adopted(runtime, resume=resume and _resume_cut_short(runtime, sessions))
+
+
+def _adopt_damaged(profile: LoadedProfile, task: TaskDir, why: str) -> Found | None:
+    """A folder whose manifest is missing or unreadable: never run again on that account.
+    The manifest is rebuilt where the event log fixes it exactly (an ended task; a queued
+    one, queued again), the unreadable file kept beside it; otherwise nothing is touched
+    and ``supervise status`` shows the task ``damaged`` (see :mod:`supervisor.repair`)."""
+    events = task.events()
+    try:
+        resolved = runtimes.reload(profile, task)
+        spec = resolved.spec
+        manifest = repair.rebuild(task, events, spec.name, resolved.model, str(spec.project_dir))
+    except (OSError, ValueError, ConfigError):
+        manifest = None
+    if manifest is None:
+        log.error("%s: %s, and its event log cannot restore it exactly; left as it is "
+                  "(not run again; 'supervise status' shows it damaged)",
+                  task.task_id, why)  # fmt: skip
+        return None
+    kept = repair.set_aside(task.file("manifest.json"))
+    task.write_manifest(manifest)
+    task.append_event("manifest_repaired", status=manifest.status, damage=why,
+                      damaged_copy=str(kept) if kept else None)  # fmt: skip
+    log.warning("%s: %s; rebuilt from events.jsonl (%s)", task.task_id, why, manifest.status)
+    return Requeued(task) if manifest.status == "queued" else None
+
+
+def _resume_cut_short(runtime: Runtime, sessions: dict[str, PaneInfo]) -> bool:
+    """We died between a ``resumed`` event and the new agent's start (the event is written
+    first): its pane is dead or gone and no ``pid`` newer than the resume exists. Then the
+    resume is performed now; it was already counted, so it is not counted again. Records
+    ``resume_redone`` and returns True in that case."""
+    task = runtime.task
+    pane = sessions.get(task.task_id)
+    launched = runtime.state.launched_at or 0.0
+    try:
+        pid_written = task.file("pid").stat().st_mtime
+    except FileNotFoundError:
+        pid_written = None
+    started = pid_written is not None and pid_written >= launched - 1.0
+    if (pane is not None and not pane.dead) or started or task.done():
+        return False
+    task.append_event("resume_redone", status="running", retry_count=runtime.state.retry_count)
+    log.warning("%s: its resume was interrupted; resuming it now", task.task_id)
+    return True
+
+
+def _logged_ending(
+    runtime: Runtime, last: dict[str, Any], events: list[dict[str, Any]]
+) -> policy.Decision:
+    """Complete an ending the log already holds (we died between the terminal event and
+    the manifest): :func:`supervisor.policy.recovered_ending` decides, as the log says."""
+    return policy.recovered_ending(runtime.state, last, events, runtime.policy)
+
+
+def _recover_claim(profile: LoadedProfile, task: TaskDir) -> Found | None:
+    """Finish a claim that a crash interrupted (task.toml moved in, no manifest yet)."""
+    if not task.file("task.toml").exists():
+        return None
+    claimed = spool.finish_claim(task, profile)
+    if claimed.error:
+        log.warning("rejected %s after restart", task.file("task.toml"))
+        for problem in claimed.error.splitlines():
+            log.warning("  %s", problem)
+        return None
+    if claimed.resolved is not None:
+        return Requeued(task, claimed.resolved)
+    return None

@@ -1,0 +1,93 @@
+"""What the engine holds in memory for one non-terminal task, and how it is read back from
+its folder (``spec.json``, ``prompt``, ``manifest.json``).
+
+A leaf of :mod:`supervisor.engine`: every other module of the package may import it, it
+imports none of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from supervisor import policy
+from supervisor.agents import AgentAdapter, Keys, adapter_for
+from supervisor.config import LoadedProfile, MonitorPolicy, ResolvedTask, TaskSpec, resolve_task
+from supervisor.stopping import StopInProgress
+from supervisor.taskdir import Manifest, TaskDir
+from supervisor.tmux import Tmux
+
+if TYPE_CHECKING:
+    from supervisor.engine.actions import Outcome
+
+
+@dataclass
+class Runtime:
+    """What the engine holds in memory for one non-terminal task."""
+
+    task: TaskDir
+    resolved: ResolvedTask
+    state: policy.TaskState
+    manifest: Manifest
+    requests: set[str] = field(default_factory=set)
+    last_written: float = 0.0  # when the manifest was last written (time.monotonic())
+    agent: AgentAdapter | None = None  # the [agent] kind's hooks (supervisor.agents)
+    accepting: bool = False  # the acceptance check runs on the background pool
+    stopping: StopInProgress | None = None  # its agent is being stopped (no decision meanwhile)
+    pending: Callable[[], Outcome] | None = None  # a decision's rest, to retry (tmux silent)
+
+    @property
+    def policy(self) -> MonitorPolicy:
+        return self.resolved.policy
+
+
+def reload(profile: LoadedProfile, task: TaskDir) -> ResolvedTask:
+    """The task as validated at claim time (``spec.json``), with its stored prompt.
+
+    Raises:
+        OSError: a file of the task folder cannot be read.
+        ValueError: ``spec.json`` is not a valid spec (pydantic's ValidationError).
+        ConfigError: the spec no longer resolves against the profile.
+    """
+    spec = TaskSpec.model_validate_json(task.file("spec.json").read_bytes())
+    spec.prompt, spec.prompt_file = "-", None
+    resolved = resolve_task(spec, profile, task.path, task.file("spec.json"))
+    prompt = task.file("prompt").read_bytes().decode("utf-8")
+    return dataclasses.replace(resolved, prompt=prompt)
+
+
+def build(
+    profile: LoadedProfile,
+    tmux: Tmux,
+    task: TaskDir,
+    resolved: ResolvedTask,
+    state: policy.TaskState,
+    manifest: Manifest,
+) -> Runtime:
+    """A task's runtime with its agent adapter (:func:`supervisor.agents.adapter_for`),
+    whose keystrokes go to the task's tmux session."""
+    runtime = Runtime(task, resolved, state, manifest)
+    message = profile.spec.approval.default_message
+    if resolved.spec.approval is not None:
+        message = resolved.spec.approval.default_message
+    session = task.task_id
+
+    def send_keys(keys: Keys) -> None:
+        tmux.send_keys(session, *keys.keys, literal=keys.literal)
+
+    runtime.agent = adapter_for(profile.spec.agent, task, resolved, manifest, message, send_keys)
+    return runtime
+
+
+def load_queued(profile: LoadedProfile, tmux: Tmux, task: TaskDir) -> Runtime:
+    """A queued task's runtime, read back from its folder (queued tasks are kept on disk,
+    not in memory, so a burst of thousands of files costs almost no RAM).
+
+    Raises:
+        OSError, ValueError, ConfigError: as :func:`reload`, or an unreadable manifest.
+    """
+    manifest = task.read_manifest()
+    state = policy.TaskState(status="queued")
+    return build(profile, tmux, task, reload(profile, task), state, manifest)

@@ -1,0 +1,497 @@
+"""The engine: APScheduler 3.11 jobs that take tasks from the intake and run the policy.
+
+Jobs (all state changes run on one worker thread, so the engine needs no locks of its own;
+notifiers, acceptance runs and sweeps run on a separate pool so a slow one never delays a
+check):
+
+- ``intake``: every ``intake_interval`` seconds, claims settled spool files and launches
+  queued tasks while fewer than ``max_concurrent`` are live.
+- ``check:<task_id>``: one interval job per live task (``base_interval`` seconds); each run
+  observes the task (:mod:`supervisor.engine.observe`), asks
+  :func:`supervisor.policy.decide`, and performs the returned actions
+  (:mod:`supervisor.engine.actions`). The policy also says when to look next (grace
+  periods, backoff, deadline), which moves the job's ``next_run_time``.
+
+This module is the only one of the package that calls the others; they return what they did
+(launched or not, what a decision changed, what adoption found) and the scheduler acts on it.
+
+tmux outlives the engine: SIGINT/SIGTERM stop the scheduler and leave every session
+running; the next ``supervise run`` re-adopts live tasks from their manifests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from apscheduler.events import (
+    EVENT_JOB_ERROR,
+    EVENT_JOB_MAX_INSTANCES,
+    EVENT_JOB_MISSED,
+    JobEvent,
+)
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.jobstores.base import JobLookupError
+from apscheduler.schedulers.background import BackgroundScheduler
+from filelock import FileLock, Timeout
+
+from supervisor import acceptance, control, policy, statefs
+from supervisor.config import ConfigError, LoadedProfile, ResolvedTask
+from supervisor.engine import launch, recovery
+from supervisor.engine import runtime as runtimes
+from supervisor.engine.actions import Actions, Outcome
+from supervisor.engine.intake import SpoolIntake, check_spool_permissions
+from supervisor.engine.observe import Observer, tail_pending
+from supervisor.engine.panes import Sessions
+from supervisor.engine.runtime import Runtime
+from supervisor.taskdir import TaskDir, atomic_write, utc_iso
+from supervisor.tmux import Tmux, TmuxError
+from supervisor.watch import Watcher
+
+log = logging.getLogger("supervise.engine")
+
+#: Seconds between writes of ``state_dir/engine-stats.json``.
+STATS_EVERY = 5.0
+#: Files whose appearance in a task folder triggers an immediate check.
+WAKE_FILES = frozenset({"done", "exit_code", "signal", acceptance.RESULT})
+#: Seconds between looks for the wrapper's end line in output.log.
+TAIL_POLL = 0.05
+
+
+class EngineBusy(RuntimeError):
+    """Another engine holds the state directory's lock (one engine per ``state_dir``)."""
+
+
+class Engine:
+    """Runs one profile: ``Engine(profile).run()``.
+
+    Args:
+        profile: the validated profile.
+        exit_when_idle: return from :meth:`run` once the spool is empty and no task is
+            queued or live.
+    """
+
+    def __init__(self, profile: LoadedProfile, exit_when_idle: bool = False) -> None:
+        self.profile = profile
+        self.exit_when_idle = exit_when_idle
+        self.tmux = Tmux(profile.socket_name, owner=str(profile.state_dir))
+        self.live: dict[str, Runtime] = {}
+        self.queue: deque[TaskDir] = deque()  # queued tasks, oldest first; loaded at launch
+        self.stopping = threading.Event()
+        self.sessions = Sessions(self.tmux)
+        self.disk = statefs.StateDisk(profile.state_dir, log)
+        self.source = SpoolIntake(profile, self.disk)
+        self.observer = Observer(self.tmux, self.sessions)
+        self.actions = Actions(
+            profile, self.tmux, self.sessions, self.disk, self._submit_background, self._wake
+        )
+        self.watcher: Watcher | None = None
+        self._kicked: set[str] = set()  # task ids with an event since their last check
+        # Held by every job body. Stopping takes it once before shutting the scheduler down,
+        # so no job is inside a scheduler call then (shutdown(wait=True) holds APScheduler's
+        # job-store lock while it waits: a job calling modify_job at that moment deadlocks).
+        self._job_lock = threading.Lock()
+        self.stats: dict[str, int] = dict.fromkeys(
+            ("checks", "claimed", "rejected", "launched", "resumed", "finished",
+             "jobs_missed", "jobs_max_instances", "jobs_failed"), 0
+        )  # fmt: skip
+        self._stats_written = 0.0
+        self._started = time.time()
+        self.scheduler = BackgroundScheduler(
+            executors={
+                "default": ThreadPoolExecutor(max_workers=1),
+                "notify": ThreadPoolExecutor(max_workers=4),
+            },
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
+            timezone=UTC,
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+    def run(self) -> int:
+        """Start, block until SIGINT/SIGTERM (or idle with ``exit_when_idle``), stop.
+
+        Returns the process exit status (0).
+
+        Raises:
+            EngineBusy: another engine runs on the same ``state_dir`` (an OS file lock,
+                released by the kernel if that engine dies, so it never goes stale).
+        """
+        for folder in (self.profile.state_dir, self.profile.spool_dir, self.profile.tasks_dir):
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        check_spool_permissions(self.profile)
+        lock = FileLock(str(self.profile.state_dir / "engine.lock"), timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise EngineBusy(
+                f"another 'supervise run' already owns {self.profile.state_dir} "
+                f"(lock {self.profile.state_dir / 'engine.lock'}); stop it first"
+            ) from None
+        try:
+            return self._run_locked()
+        finally:
+            lock.release()
+
+    def _run_locked(self) -> int:
+        self.scheduler.add_listener(
+            self._on_job_event, EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES | EVENT_JOB_ERROR
+        )
+        self.watcher = Watcher(self._on_spool, self._on_task, self._on_exit)
+        self.watcher.watch_spool(self.profile.spool_dir)
+        self.watcher.start()
+        previous = {
+            sig: signal.signal(sig, lambda *_: self.stopping.set())
+            for sig in (signal.SIGINT, signal.SIGTERM)
+        }
+        try:
+            self.scheduler.start()
+            self.scheduler.add_job(self._startup, id="startup")
+            while not self.stopping.wait(0.1):
+                pass
+        finally:
+            self.stopping.set()
+            with self._job_lock:  # let the job in progress finish; later ones return at once
+                self._finish_stops()
+            self.scheduler.shutdown(wait=True)
+            self.watcher.stop()
+            self.write_stats()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        log.info("engine stopped; %d task(s) left running in tmux", len(self.live))
+        return 0
+
+    def _guarded(self, body: Callable[..., None], *args: str) -> None:
+        """Run a job body under the job lock, unless the engine is stopping."""
+        with self._job_lock:
+            if not self.stopping.is_set():
+                body(*args)
+
+    def _startup(self) -> None:
+        self._guarded(self._startup_body)
+
+    def _startup_body(self) -> None:
+        try:
+            self.source.recover()
+            self.adopt()
+            for task, resolved in self.source.submit_initial():
+                self._enqueue(task, resolved)
+        finally:  # whatever adoption met, intake must run
+            self.scheduler.add_job(
+                self._guarded,
+                "interval",
+                args=[self.intake],
+                seconds=self.profile.spec.intake_interval,
+                id="intake",
+                next_run_time=datetime.now(UTC),
+                # APScheduler 3.11 counts a job as running until its function returns, so a
+                # kick (a spool event) that lands on a running intake would be skipped until
+                # the next interval. A second instance instead waits on the single worker
+                # and runs as soon as this one returns.
+                max_instances=2,
+            )
+
+    def _submit_background(self, body: Callable[[], None]) -> None:
+        """Run ``body`` on the notify pool, never on the check worker."""
+        self.scheduler.add_job(body, executor="notify")
+
+    # ------------------------------------------------------------------ stats
+    def _on_job_event(self, event: JobEvent) -> None:
+        """Count APScheduler's missed, skipped (max instances) and failed runs."""
+        key = {
+            EVENT_JOB_MISSED: "jobs_missed",
+            EVENT_JOB_MAX_INSTANCES: "jobs_max_instances",
+            EVENT_JOB_ERROR: "jobs_failed",
+        }.get(event.code)
+        if key:
+            self.stats[key] += 1
+
+    def write_stats(self) -> None:
+        """``state_dir/engine-stats.json``: counters since start, for operators and benchmarks."""
+        data = {
+            "pid": os.getpid(),
+            "started_at": utc_iso(self._started),
+            "written_at": utc_iso(),
+            "live": len(self.live),
+            "queued": len(self.queue),
+            **self.stats,
+        }
+        with contextlib.suppress(OSError):
+            path = self.profile.state_dir / "engine-stats.json"
+            atomic_write(path, json.dumps(data, indent=1).encode(), durable=False)
+        self._stats_written = time.monotonic()
+
+    # ------------------------------------------------------------------ events
+    def _kick(self, job_id: str) -> None:
+        """Run a job now (from the watcher thread); polling remains the safety net."""
+        if self.stopping.is_set():
+            return
+        with contextlib.suppress(JobLookupError):
+            self.scheduler.modify_job(job_id, next_run_time=datetime.now(UTC))
+
+    def _wake(self, task_id: str) -> None:
+        """Check ``task_id`` now, and again right after a check already running."""
+        self._kicked.add(task_id)
+        self._kick(f"check:{task_id}")
+
+    def _on_spool(self, name: str) -> None:
+        if self.source.notice(name):
+            self._kick("intake")
+
+    def _on_task(self, task_id: str, name: str) -> None:
+        if name == "pid":
+            task = TaskDir(self.profile.tasks_dir / task_id)
+            pid = task.read_int("pid")
+            if pid is not None and self.watcher is not None:
+                self.watcher.watch_pid(task_id, pid)
+            self._wake(task_id)  # a new run: its check records the PID
+        elif name in WAKE_FILES or (name.startswith("hook-") and name.endswith(".json")):
+            self._wake(task_id)
+
+    def _on_exit(self, task_id: str) -> None:
+        self._wake(task_id)
+
+    def _watch(self, runtime: Runtime) -> None:
+        if self.watcher is None:
+            return
+        task = runtime.task
+        self.watcher.watch_task(task.task_id, task.path)
+        pid = task.read_int("pid")
+        if pid is not None:
+            self.watcher.watch_pid(task.task_id, pid)
+
+    def _watch_folder(self, runtime: Runtime) -> None:
+        """Watch a task's folder before its agent starts, so no event is missed."""
+        if self.watcher is not None:
+            self.watcher.watch_task(runtime.task.task_id, runtime.task.path)
+
+    # ------------------------------------------------------------------ intake
+    def intake(self) -> None:
+        """Claim ready work, apply operator requests, start queued tasks, detect idleness."""
+        taken = self.source.take()
+        self.stats["claimed"] += taken.claimed
+        self.stats["rejected"] += taken.rejected
+        for task, resolved in taken.tasks:
+            self._enqueue(task, resolved)
+        if time.monotonic() - self._stats_written >= STATS_EVERY:
+            self.write_stats()
+        if taken.more:
+            self._kick("intake")
+        self._take_requests()
+        self._fill_slots()
+        if self.exit_when_idle and not self.live and not self.queue and not self.source.waiting():
+            log.info("idle: spool empty, nothing queued or running")
+            self.stopping.set()
+
+    def _take_requests(self) -> None:
+        """Apply operator requests (``supervise stop|resume ID``) found in ``control/``."""
+        for task_id, verb, path in control.pending(self.profile.state_dir):
+            path.unlink(missing_ok=True)
+            queued = next((t for t in self.queue if t.task_id == task_id), None)
+            runtime = self.live.get(task_id)
+            if runtime is None and queued is not None and verb == "stop":
+                self.queue.remove(queued)
+                runtime = runtimes.load_queued(self.profile, self.tmux, queued)
+            if runtime is None:
+                log.warning("ignored '%s' for %s: no such live task", verb, task_id)
+                continue
+            with contextlib.suppress(OSError):  # a full disk: the request is still applied
+                runtime.task.append_event(f"{verb}_requested", status=runtime.state.status)
+            runtime.requests.add(verb)
+            if task_id in self.live:
+                self._schedule_check(runtime, delay=0.0)
+            else:
+                self._decide_and_apply(runtime)
+
+    def _enqueue(self, task: TaskDir, resolved: ResolvedTask) -> None:
+        self.queue.append(task)
+        log.info("queued %s (%s)", task.task_id, resolved.spec.name)
+
+    def _fill_slots(self) -> None:
+        limit = self.profile.spec.max_concurrent
+        if self.queue and self.disk.full():
+            return  # a launch writes launch.json, events and the manifest: wait for room
+        while self.queue and len(self.live) < limit:
+            task = self.queue.popleft()
+            try:
+                runtime = runtimes.load_queued(self.profile, self.tmux, task)
+            except (OSError, ValueError, ConfigError):
+                log.exception("cannot load queued task %s; it stays queued on disk", task.task_id)
+                continue
+            try:
+                self.launch(runtime)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                log.error("%s: cannot launch: %s; it stays queued", task.task_id, exc)
+                self.queue.appendleft(task)
+                return
+
+    # ------------------------------------------------------------------ launch
+    def launch(self, runtime: Runtime) -> None:
+        """Start a queued task (:func:`launch.start`) and watch it from then on.
+
+        Raises:
+            OSError: its ``launch.json`` cannot be written; nothing was started.
+        """
+        task = runtime.task
+        started = launch.start(self.profile, self.tmux, self.sessions, runtime, self._watch_folder)
+        if started.error is not None:
+            # tmux refused to create the session: the task ends ``failed`` with the reason
+            # (policy.launch_failed). It counts as launched until then, so a failed event
+            # write leaves it a live task that the next check decides again.
+            log.error("launch of %s failed: %s", task.task_id, started.error)
+            runtime.state = started.decision.state
+            self.live[task.task_id] = runtime
+            decision = policy.launch_failed(
+                started.decision.state, started.now, str(started.error), runtime.policy
+            )
+            self._settle(runtime, self.actions.apply(runtime, decision, started.now))
+            return
+        self.stats["launched"] += 1
+        self.live[task.task_id] = runtime  # watched from now on, whatever the writes do
+        launch.record_launch(runtime, started.decision, started.now)
+        self._watch(runtime)
+        self._schedule_check(runtime, delay=started.decision.next_check)
+        log.info("launched %s in tmux session %s", task.task_id, task.task_id)
+
+    # ------------------------------------------------------------------ adoption
+    def adopt(self) -> None:
+        """Pick up every non-terminal task found in ``state_dir`` (see
+        :func:`recovery.adopt`): queue again, watch, or complete what each one needs."""
+        for found in recovery.adopt(self.profile, self.tmux):
+            if isinstance(found, recovery.Requeued):
+                if found.resolved is not None:
+                    self._enqueue(found.task, found.resolved)
+                else:
+                    self.queue.append(found.task)
+                continue
+            runtime = found.runtime
+            self.live[runtime.task.task_id] = runtime
+            try:
+                self._resume_adopted(found)
+            except Exception:  # one broken folder must not keep the others unwatched
+                log.exception("cannot adopt %s", runtime.task.path)
+
+    def _resume_adopted(self, found: recovery.Adopted) -> None:
+        """Complete a logged ending, or redo a resume cut short; then watch and check."""
+        runtime = found.runtime
+        if found.ending is not None:
+            self._settle(runtime, self.actions.apply(runtime, found.ending, found.now))
+            return
+        if found.resume:
+            launch.respawn(self.profile, self.tmux, self.sessions, runtime)
+        self._watch(runtime)
+        self._schedule_check(runtime, delay=0.0)
+
+    # ------------------------------------------------------------------ checks
+    def _schedule_check(self, runtime: Runtime, delay: float) -> None:
+        job_id = f"check:{runtime.task.task_id}"
+        if runtime.task.task_id in self._kicked:  # an event arrived during this check
+            delay = 0.0
+        when = datetime.fromtimestamp(time.time() + max(delay, 0.0), UTC)
+        if self.scheduler.get_job(job_id) is None:
+            self.scheduler.add_job(
+                self._guarded,
+                "interval",
+                seconds=runtime.policy.base_interval,
+                args=[self.check, runtime.task.task_id],
+                id=job_id,
+                next_run_time=when,
+                max_instances=2,  # a kick during a running check runs right after it
+                # (not one base_interval later); see the intake job
+            )
+        else:
+            self.scheduler.modify_job(job_id, next_run_time=when)
+
+    def check(self, task_id: str) -> None:
+        """One monitor check of one task: observe, decide, act. While the last decision is
+        not carried out (its agent being stopped, or tmux not answering), the check carries
+        it on instead: one task's decisions never interleave. tmux not answering is a
+        logged fault: the task is looked at again ``base_interval`` seconds later."""
+        runtime = self.live.get(task_id)
+        if runtime is None:
+            return
+        if runtime.stopping is not None:
+            self._kicked.discard(task_id)
+            self._settle(runtime, self.actions.advance_stop(runtime))
+            return
+        if runtime.pending is not None:  # the last decision is not carried out yet
+            pending, runtime.pending = runtime.pending, None
+            self._kicked.discard(task_id)
+            self._settle(runtime, pending())
+            return
+        try:
+            self._decide_and_apply(runtime)
+        except TmuxError as exc:
+            log.error("%s: check cut short: %s; looked at again in %g s", task_id, exc,
+                      runtime.policy.base_interval)  # fmt: skip
+            if task_id in self.live and runtime.stopping is None:
+                self._schedule_check(runtime, runtime.policy.base_interval)
+
+    def _decide_and_apply(self, runtime: Runtime) -> None:
+        """Observe (:class:`Observer`), decide (:func:`policy.decide`), act (:class:`Actions`)."""
+        task = runtime.task
+        self.stats["checks"] += 1
+        self._kicked.discard(task.task_id)
+        disk_full = self.disk.full()
+        if self.disk.take_cleared():
+            self.observer.repipe_live(self.live)
+        signals = self.observer.signals(runtime, disk_full)
+        if not disk_full:  # a held decision keeps the operator's requests for later
+            runtime.requests.clear()
+        decision = policy.decide(runtime.state, signals, runtime.policy)
+        if policy.Action.FINISH in decision.actions and tail_pending(task, signals.now):
+            # The agent's last lines are still on their way through tmux and sed: look
+            # again in a moment instead of blocking the engine's one worker thread.
+            self._schedule_check(runtime, TAIL_POLL)
+            return
+        self._settle(runtime, self.actions.apply(runtime, decision, signals.now))
+        recheck = runtime.agent.recheck_in() if runtime.agent is not None else None
+        if recheck is not None and task.task_id in self.live and runtime.stopping is None:
+            self._schedule_check(runtime, recheck)  # e.g. a dialog seen once
+
+    def _settle(self, runtime: Runtime, outcome: Outcome) -> None:
+        """Act on what performing a decision changed: count a resume, retire the task, or
+        schedule its next check."""
+        if outcome.resumed:
+            self.stats["resumed"] += 1
+        if outcome.retired:
+            self._retire(runtime)
+        elif outcome.next_check is not None:
+            self._schedule_check(runtime, outcome.next_check)
+
+    def _retire(self, runtime: Runtime) -> None:
+        task_id = runtime.task.task_id
+        self.live.pop(task_id, None)
+        self.stats["finished"] += 1
+        self._kicked.discard(task_id)
+        if self.watcher is not None:
+            self.watcher.forget_task(task_id)
+        with contextlib.suppress(JobLookupError):
+            self.scheduler.remove_job(f"check:{task_id}")
+        self._fill_slots()
+
+    def _finish_stops(self) -> None:
+        """At shutdown: see every stop in progress through (up to 2 x STOP_TIMEOUT s), so no
+        agent is left half-stopped and each decision's manifest is written."""
+        for runtime in list(self.live.values()):
+            while runtime.stopping is not None:
+                if runtime.stopping.advance():
+                    self._kicked.discard(runtime.task.task_id)
+                    self._settle(runtime, self.actions.advance_stop(runtime))
+                else:
+                    time.sleep(runtime.stopping.next_look())
+
+
+def run_profile(profile: LoadedProfile, exit_when_idle: bool = False) -> int:
+    """Convenience for the CLI: build an :class:`Engine` and run it."""
+    return Engine(profile, exit_when_idle=exit_when_idle).run()
