@@ -38,7 +38,8 @@ import psutil
 #: Seconds of slack when comparing a process's start time with the task's (``/proc`` start
 #: times have a granularity of 1/CLK_TCK, usually 10 ms).
 START_SLACK = 1.0
-#: The environment variable the engine sets for every agent (see ``Engine._write_launch``).
+#: The environment variable the engine sets for every agent
+#: (see :func:`supervisor.engine.launch.launch_spec`).
 TASK_DIR_ENV = "SUPERVISE_TASK_DIR"
 
 

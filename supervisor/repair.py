@@ -1,10 +1,11 @@
 """A task folder whose ``manifest.json`` is missing or unreadable: what it is, and the one
 repair that is exact.
 
-The event log is the write-ahead record (see ``Engine._apply``): a terminal event
-(``completed``, ``failed``, ``abandoned``) in ``events.jsonl`` is final, whatever the
-manifest says or lacks, so a lost manifest is never a reason to run a task again (issue 10:
-a deleted manifest made a finished task run again on restart; a garbage one raised on every
+The event log is the write-ahead record (see
+:meth:`supervisor.engine.actions.Actions.apply`): a terminal event (``completed``,
+``failed``, ``abandoned``) in ``events.jsonl`` is final, whatever the manifest says or
+lacks, so a lost manifest is never a reason to run a task again (issue 10: a deleted
+manifest made a finished task run again on restart; a garbage one raised on every
 check and the task vanished from ``supervise status``).
 
 - :func:`damage` names what is wrong, or ``None`` (also ``None`` for a claim in progress or

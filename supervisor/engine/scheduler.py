@@ -195,7 +195,7 @@ class Engine:
                 # APScheduler 3.11 counts a job as running until its function returns, so a
                 # kick (a spool event) that lands on a running intake would be skipped until
                 # the next interval. A second instance instead waits on the single worker
-                # and runs as soon as this one returns.
+                # and runs as soon as this one returns (benchmarks/perf-notes.md, section 1.3).
                 max_instances=2,
             )
 
