@@ -25,7 +25,7 @@ from supervisor import acceptance, notify, policy, processes, statefs, stopping
 from supervisor.config import LoadedProfile
 from supervisor.engine import launch
 from supervisor.engine.panes import Sessions
-from supervisor.engine.runtime import Runtime
+from supervisor.engine.runtime import Outcome, Runtime
 from supervisor.states import TERMINAL
 from supervisor.stopping import STOP_TIMEOUT, StopInProgress
 from supervisor.taskdir import Manifest, TaskDir, utc_iso
@@ -35,20 +35,6 @@ log = logging.getLogger("supervise.engine")
 
 #: Seconds between manifest writes of checks that change nothing but ``last_checked_at``.
 QUIET_WRITE = 5.0
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What performing (part of) a decision changed, for the scheduler to act on.
-
-    ``next_check``: seconds until the task's next check (``None``: no new time);
-    ``retired``: the task ended (no more checks, its slot is free); ``resumed``: its agent
-    was resumed (counted in the engine's stats).
-    """
-
-    next_check: float | None = None
-    retired: bool = False
-    resumed: bool = False
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from supervisor import policy
 from supervisor.agents import AgentAdapter, Keys, adapter_for
@@ -19,8 +18,19 @@ from supervisor.stopping import StopInProgress
 from supervisor.taskdir import Manifest, TaskDir
 from supervisor.tmux import Tmux
 
-if TYPE_CHECKING:
-    from supervisor.engine.actions import Outcome
+
+@dataclass(frozen=True)
+class Outcome:
+    """What performing (part of) a decision changed, for the scheduler to act on.
+
+    ``next_check``: seconds until the task's next check (``None``: no new time);
+    ``retired``: the task ended (no more checks, its slot is free); ``resumed``: its agent
+    was resumed (counted in the engine's stats).
+    """
+
+    next_check: float | None = None
+    retired: bool = False
+    resumed: bool = False
 
 
 @dataclass

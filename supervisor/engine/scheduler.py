@@ -48,11 +48,11 @@ from supervisor import acceptance, control, policy, statefs
 from supervisor.config import ConfigError, LoadedProfile, ResolvedTask
 from supervisor.engine import launch, recovery
 from supervisor.engine import runtime as runtimes
-from supervisor.engine.actions import Actions, Outcome
+from supervisor.engine.actions import Actions
 from supervisor.engine.intake import SpoolIntake, check_spool_permissions
 from supervisor.engine.observe import Observer, tail_pending
 from supervisor.engine.panes import Sessions
-from supervisor.engine.runtime import Runtime
+from supervisor.engine.runtime import Outcome, Runtime
 from supervisor.taskdir import TaskDir, atomic_write, utc_iso
 from supervisor.tmux import Tmux, TmuxError
 from supervisor.watch import Watcher
