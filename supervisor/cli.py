@@ -174,79 +174,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _manifests(profile: LoadedProfile) -> list[dict[str, Any]]:
-    out = []
-    try:
-        entries = sorted(os.scandir(profile.tasks_dir), key=lambda e: e.name)
-    except FileNotFoundError:
-        return []
-    for entry in entries:  # plain strings and os calls: this loop runs 1,000s of times
-        try:
-            with open(os.path.join(entry.path, "manifest.json"), "rb") as handle:
-                manifest = json.loads(handle.read())
-            if not isinstance(manifest, dict) or not isinstance(manifest.get("status"), str):
-                raise ValueError("not a manifest")
-        except (OSError, ValueError):
-            manifest = _damaged_row(entry)
-            if manifest is None:
-                continue
-        try:
-            manifest["_output_mtime"] = os.stat(os.path.join(entry.path, "output.log")).st_mtime
-        except OSError:
-            manifest["_output_mtime"] = None
-        out.append(manifest)
-    return out
-
-
-def _damaged_row(entry: os.DirEntry[str]) -> dict[str, Any] | None:
-    """A ``damaged`` status row for a task folder whose manifest is missing or unreadable
-    (``None`` for anything else: not a folder, or a claim still to finish)."""
-    from supervisor import repair
-    from supervisor.taskdir import TaskDir
-
-    if not entry.is_dir():
-        return None
-    task = TaskDir(Path(entry.path))
-    reason = repair.damage(task)
-    if reason is None:
-        return None
-    return {"task_id": entry.name, "task_name": repair.spec_name(task),
-            "status": repair.DAMAGED, "damaged": reason}  # fmt: skip
-
-
-def _age(iso: str | None, now: float) -> float | None:
-    """Seconds from an ISO-8601 UTC time (``...Z``, as the manifest writes it) to ``now``."""
-    if not iso:
-        return None
-    from datetime import datetime
-
-    try:
-        moment = datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-    return round(now - moment, 1)
-
-
 def cmd_status(args: argparse.Namespace) -> int:
+    from supervisor import tasklist
+
     profile = _profile(args.config)
-    now = time.time()
-    rows = []
-    for m in _manifests(profile):
-        mtime = m.pop("_output_mtime")
-        rows.append(
-            {
-                "task_id": m.get("task_id"),
-                "name": m.get("task_name"),
-                "status": m.get("status"),
-                "model": m.get("model"),
-                "retries": m.get("retry_count", 0),
-                "exit_code": m.get("exit_code"),
-                "verdict": m.get("verdict"),
-                "age_s": _age(m.get("started_at") or m.get("created_at"), now),
-                "since_output_s": None if mtime is None else round(now - mtime, 1),
-                "damaged": m.get("damaged"),  # why the manifest cannot be read (repair.py)
-            }
-        )
+    rows = tasklist.status_rows(profile.tasks_dir, time.time())
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0

@@ -137,7 +137,8 @@ def _layer_done(state: TaskState, signals: Signals, policy: MonitorPolicy) -> De
         resume_at=None, escalation=None, paused=False,
         verdict="PASS" if code == 0 else "FAIL", failure_reason=failure,
     )  # fmt: skip
-    why = f"done-file with exit code {code}" + (f" ({failure})" if failure else "")
+    named = failure is not None and failure != "exit_code"
+    why = f"done-file with exit code {code}" + (f"; failure reason: {failure}" if named else "")
     return Decision(
         state=new,
         actions=(Action.FINISH, Action.CLEANUP, Action.NOTIFY),
