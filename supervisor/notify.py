@@ -16,15 +16,14 @@ import contextlib
 import json
 import logging
 import os
-import re
 import signal
 import subprocess
 from typing import Any
 
+from supervisor.config.argv import expand_placeholders
 from supervisor.terminal import escape_controls
 
 log = logging.getLogger("supervise.notify")
-_FIELD_RE = re.compile(r"\{([a-z_]+)\}")
 
 
 def message_for(event: dict[str, Any]) -> str:
@@ -56,7 +55,7 @@ def expand(argv: list[str], event: dict[str, Any]) -> list[str]:
     """Substitute ``{field}`` placeholders from ``event`` in each argv element, once."""
     values = {k: _display(k, v) for k, v in event.items()}
     values["message"] = message_for(event)
-    return [_FIELD_RE.sub(lambda m: values.get(m.group(1), m.group(0)), item) for item in argv]
+    return expand_placeholders(argv, values)
 
 
 def run_notifier(argv: list[str], event: dict[str, Any], timeout: float) -> int | None:

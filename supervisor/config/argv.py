@@ -41,6 +41,19 @@ NOTIFIER_PLACEHOLDERS: tuple[str, ...] = (
 _PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
+def expand_placeholders(template: list[str], values: dict[str, str]) -> list[str]:
+    """Replace ``{name}`` placeholders in each argv element, in one pass, from ``values``
+    (an unknown name stays as written).
+
+    One pass: a value that itself contains ``{model}`` is not expanded again, and each
+    value lands inside its own argv element, so a prompt is always exactly one element and
+    no shell ever sees it. Used for the agent's argv and the notifier's.
+    """
+    return [
+        _PLACEHOLDER_RE.sub(lambda m: values.get(m.group(1), m.group(0)), item) for item in template
+    ]
+
+
 def argv_placeholders_ok(argv: list[str], allowed: tuple[str, ...] = PLACEHOLDERS) -> list[str]:
     """``argv`` unchanged when every ``{name}`` in it is one of ``allowed``.
 

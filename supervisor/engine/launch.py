@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from supervisor import policy
 from supervisor.config import LoadedProfile
+from supervisor.config.argv import expand_placeholders
 from supervisor.engine.panes import Sessions
 from supervisor.engine.runtime import Runtime
 from supervisor.taskdir import Manifest, atomic_write, utc_iso
@@ -28,18 +28,8 @@ from supervisor.tmux import Tmux, TmuxError, TmuxTimeout
 
 log = logging.getLogger("supervise.engine")
 
-_PLACEHOLDER_RE = re.compile(r"\{([a-z_]+)\}")
-
-
-def expand_argv(template: list[str], values: dict[str, str]) -> list[str]:
-    """Replace ``{name}`` placeholders in each argv element, in one pass.
-
-    A value that itself contains ``{model}`` is not expanded again, and a prompt is always
-    exactly one argv element: no shell ever sees it.
-    """
-    return [
-        _PLACEHOLDER_RE.sub(lambda m: values.get(m.group(1), m.group(0)), item) for item in template
-    ]
+#: ``{placeholder}`` expansion of the agent's argv (one definition, with the notifier's).
+expand_argv = expand_placeholders
 
 
 @dataclass(frozen=True)
