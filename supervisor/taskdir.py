@@ -85,7 +85,9 @@ class Manifest(BaseModel):
     All timestamps are ISO-8601 UTC strings.
     """
 
-    model_config = ConfigDict(extra="allow")
+    # validate_assignment: the engine assigns statuses as plain strings (the policy's);
+    # they become the enum members the schema declares, and a wrong one raises at once.
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
 
     task_id: str
     task_name: str
