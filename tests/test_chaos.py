@@ -43,7 +43,9 @@ FINAL_RUN_TIMEOUT = 90.0
 
 def _prompt(kind: str, rng: random.Random) -> tuple[str, int | None]:
     """The fake agent's cues for ``kind`` and the exit code a ``fail`` task must end with."""
-    work = f"tick: 0.2\nsleep: {rng.uniform(0.3, 3.0):.2f}\n"
+    # Long enough that the kills land on live work: with stops that no longer wait on the
+    # engine's worker, shorter tasks all ended before the last kills (only 8 of 8 hit).
+    work = f"tick: 0.2\nsleep: {rng.uniform(1.0, 6.0):.2f}\n"
     if kind == "complete":
         return f"print: complete\n{work}exit: 0", 0
     if kind == "fail":

@@ -23,22 +23,15 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import logging
-import os
 import signal
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent import futures
 from datetime import UTC, datetime
 
-from apscheduler.events import (
-    EVENT_JOB_ERROR,
-    EVENT_JOB_MAX_INSTANCES,
-    EVENT_JOB_MISSED,
-    JobEvent,
-)
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -46,14 +39,14 @@ from filelock import FileLock, Timeout
 
 from supervisor import acceptance, control, policy, statefs
 from supervisor.config import ConfigError, LoadedProfile, ResolvedTask
-from supervisor.engine import launch, recovery
+from supervisor.engine import launch, recovery, stats
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.actions import Actions
 from supervisor.engine.intake import SpoolIntake, check_spool_permissions
 from supervisor.engine.observe import Observer, tail_pending
 from supervisor.engine.panes import Sessions
 from supervisor.engine.runtime import Outcome, Runtime
-from supervisor.taskdir import TaskDir, atomic_write, utc_iso
+from supervisor.taskdir import TaskDir
 from supervisor.tmux import Tmux, TmuxError
 from supervisor.watch import Watcher
 
@@ -100,17 +93,14 @@ class Engine:
         # so no job is inside a scheduler call then (shutdown(wait=True) holds APScheduler's
         # job-store lock while it waits: a job calling modify_job at that moment deadlocks).
         self._job_lock = threading.Lock()
-        self.stats: dict[str, int] = dict.fromkeys(
-            ("checks", "claimed", "rejected", "launched", "resumed", "finished",
-             "jobs_missed", "jobs_max_instances", "jobs_failed"), 0
-        )  # fmt: skip
+        self.stats = stats.new_counters()
         self._stats_written = 0.0
         self._started = time.time()
+        # Notifiers, acceptance checks and sweeps: a plain pool, not one-off APScheduler jobs
+        # (removing a finished one-off job races with shutdown: JobLookupError in its thread).
+        self._background = futures.ThreadPoolExecutor(4, thread_name_prefix="supervise-bg")
         self.scheduler = BackgroundScheduler(
-            executors={
-                "default": ThreadPoolExecutor(max_workers=1),
-                "notify": ThreadPoolExecutor(max_workers=4),
-            },
+            executors={"default": ThreadPoolExecutor(max_workers=1)},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
             timezone=UTC,
         )
@@ -143,7 +133,7 @@ class Engine:
 
     def _run_locked(self) -> int:
         self.scheduler.add_listener(
-            self._on_job_event, EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES | EVENT_JOB_ERROR
+            lambda event: stats.count_job_event(self.stats, event), stats.JOB_EVENTS
         )
         self.watcher = Watcher(self._on_spool, self._on_task, self._on_exit)
         self.watcher.watch_spool(self.profile.spool_dir)
@@ -162,6 +152,7 @@ class Engine:
             with self._job_lock:  # let the job in progress finish; later ones return at once
                 self._finish_stops()
             self.scheduler.shutdown(wait=True)
+            self._background.shutdown(wait=True)  # each job is bounded by its own timeout
             self.watcher.stop()
             self.write_stats()
             for sig, handler in previous.items():
@@ -200,33 +191,21 @@ class Engine:
             )
 
     def _submit_background(self, body: Callable[[], None]) -> None:
-        """Run ``body`` on the notify pool, never on the check worker."""
-        self.scheduler.add_job(body, executor="notify")
+        """Run ``body`` on the background pool, never on the check worker."""
+        self._background.submit(self._logged, body)
+
+    def _logged(self, body: Callable[[], None]) -> None:
+        try:
+            body()
+        except Exception:
+            self.stats["jobs_failed"] += 1
+            log.exception("background job %r failed", body)
 
     # ------------------------------------------------------------------ stats
-    def _on_job_event(self, event: JobEvent) -> None:
-        """Count APScheduler's missed, skipped (max instances) and failed runs."""
-        key = {
-            EVENT_JOB_MISSED: "jobs_missed",
-            EVENT_JOB_MAX_INSTANCES: "jobs_max_instances",
-            EVENT_JOB_ERROR: "jobs_failed",
-        }.get(event.code)
-        if key:
-            self.stats[key] += 1
-
     def write_stats(self) -> None:
-        """``state_dir/engine-stats.json``: counters since start, for operators and benchmarks."""
-        data = {
-            "pid": os.getpid(),
-            "started_at": utc_iso(self._started),
-            "written_at": utc_iso(),
-            "live": len(self.live),
-            "queued": len(self.queue),
-            **self.stats,
-        }
-        with contextlib.suppress(OSError):
-            path = self.profile.state_dir / "engine-stats.json"
-            atomic_write(path, json.dumps(data, indent=1).encode(), durable=False)
+        """``state_dir/engine-stats.json`` (:mod:`supervisor.engine.stats`)."""
+        stats.write(self.profile.state_dir, self._started, len(self.live), len(self.queue),
+                    self.stats)  # fmt: skip
         self._stats_written = time.monotonic()
 
     # ------------------------------------------------------------------ events

@@ -1,0 +1,62 @@
+"""The engine's counters and ``state_dir/engine-stats.json``, for operators and benchmarks.
+
+Counters since the engine started: checks, claims, rejections, launches, resumes, endings,
+and APScheduler's missed, skipped (``max_instances``) and failed job runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+
+from apscheduler.events import (
+    EVENT_JOB_ERROR,
+    EVENT_JOB_MAX_INSTANCES,
+    EVENT_JOB_MISSED,
+    JobEvent,
+)
+
+from supervisor.taskdir import atomic_write, utc_iso
+
+#: Counter names, in the order ``engine-stats.json`` lists them.
+COUNTERS = ("checks", "claimed", "rejected", "launched", "resumed", "finished",
+            "jobs_missed", "jobs_max_instances", "jobs_failed")  # fmt: skip
+#: The APScheduler events :func:`count_job_event` listens to.
+JOB_EVENTS = EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES | EVENT_JOB_ERROR
+_JOB_EVENT_KEYS = {
+    EVENT_JOB_MISSED: "jobs_missed",
+    EVENT_JOB_MAX_INSTANCES: "jobs_max_instances",
+    EVENT_JOB_ERROR: "jobs_failed",
+}
+
+
+def new_counters() -> dict[str, int]:
+    """Every counter at 0."""
+    return dict.fromkeys(COUNTERS, 0)
+
+
+def count_job_event(counters: dict[str, int], event: JobEvent) -> None:
+    """Count one of APScheduler's missed, skipped or failed runs (an event listener)."""
+    key = _JOB_EVENT_KEYS.get(event.code)
+    if key:
+        counters[key] += 1
+
+
+def write(
+    state_dir: Path, started: float, live: int, queued: int, counters: dict[str, int]
+) -> None:
+    """Replace ``state_dir/engine-stats.json`` (``started`` in epoch s); a failed write is
+    ignored (the file is informative, and a full disk must not stop the engine)."""
+    data = {
+        "pid": os.getpid(),
+        "started_at": utc_iso(started),
+        "written_at": utc_iso(),
+        "live": live,
+        "queued": queued,
+        **counters,
+    }
+    with contextlib.suppress(OSError):
+        path = state_dir / "engine-stats.json"
+        atomic_write(path, json.dumps(data, indent=1).encode(), durable=False)
