@@ -145,3 +145,48 @@ def test_cleanup_waits_for_tmux_and_the_ending_is_recorded_once(
     assert setup.tmux("has-session", "-t", f"={m['task_id']}").returncode != 0
     text = log.read_text(errors="replace")
     assert "Traceback" not in text and "raised an exception" not in text, text[-4000:]
+
+
+def test_adoption_waits_for_a_hung_tmux_and_never_starts_a_task_twice(
+    setup: Setup, tmp_path: Path
+) -> None:
+    """``supervise run`` restarts while tmux does not answer: adoption cannot see the
+    sessions, so nothing is launched or judged; it is tried again, and once tmux answers
+    the running task is adopted (not started a second time) and completes."""
+    hang = tmp_path / "hang"
+    fake = _fake_tmux(tmp_path, f'while [ -e {hang} ]; do sleep 0.05; done\nexec {REAL_TMUX} "$@"')
+    setup.write_profile(base_interval=0.3)
+    project = tmp_path / "p"
+    setup.drop("a.toml", setup.task("a", "tick: 0.2\nsleep: 12\nexit: 0", project))
+    log = tmp_path / "engine.log"
+    env = {**os.environ, "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("SUPERVISE_TMUX", None)
+    command = [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile)]
+    with open(log, "ab") as handle:
+        first = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env)
+    try:
+        wait_for(lambda: (setup.manifests().get("a") or {}).get("pid"), timeout=20)
+    finally:
+        first.terminate()
+        first.wait(timeout=30)
+    hang.touch()
+    with open(log, "ab") as handle:
+        second = subprocess.Popen([*command, "--exit-when-idle"], stdout=handle,
+                                  stderr=subprocess.STDOUT, env=env)  # fmt: skip
+    try:
+        wait_for(lambda: "while adopting" in log.read_text(errors="replace"),
+                 timeout=TMUX_TIMEOUT + 15)  # fmt: skip
+        assert second.poll() is None, "the engine died"
+        hang.unlink()
+        assert second.wait(timeout=60) == 0
+    finally:
+        hang.unlink(missing_ok=True)
+        if second.poll() is None:
+            second.kill()
+            second.wait(timeout=10)
+            print(log.read_text(errors="replace")[-6000:])
+    text = log.read_text(errors="replace")
+    assert "Traceback" not in text, text[-4000:]
+    m = setup.manifests()["a"]
+    assert (m["status"], m["verdict"], m["retry_count"]) == ("completed", "PASS", 0), text[-3000:]
+    assert (project / "fake_runs").read_text().strip() == "1"

@@ -139,8 +139,18 @@ def start(
     watch(runtime)
     try:
         tmux.launch(task.task_id, task.path, Path(runtime.manifest.project_dir))
+    except TmuxTimeout:
+        # tmux may still create the session: watch the task (the policy calls a session
+        # that never shows up lost and resumes it), never start the agent twice.
+        log.warning("%s: tmux did not answer while creating the session; watching it",
+                    task.task_id)  # fmt: skip
+        sessions.forget()
     except TmuxError as exc:
-        if task.task_id not in tmux.panes():  # ours only (the owner mark)
+        try:
+            exists = task.task_id in tmux.panes()  # ours only (the owner mark)
+        except TmuxError:
+            exists = True  # cannot tell: watch it, as above
+        if not exists:
             return Started(started, now, exc)
         # A session of this name exists: launched by an engine that died before recording
         # it. Watch it; never start the agent twice.

@@ -51,6 +51,8 @@ from supervisor.tmux import Tmux, TmuxError
 from supervisor.watch import Watcher
 
 log = logging.getLogger("supervise.engine")
+#: Seconds before adoption is tried again when tmux did not answer at startup.
+ADOPT_RETRY = 5.0
 
 #: Seconds between writes of ``state_dir/engine-stats.json``.
 STATS_EVERY = 5.0
@@ -173,9 +175,18 @@ class Engine:
         try:
             self.source.recover()
             self.adopt()
+        except TmuxError as exc:  # nothing adopted yet: launching now could start twice
+            log.error("tmux did not answer while adopting (%s); trying again in %g s",
+                      exc, ADOPT_RETRY)  # fmt: skip
+            when = datetime.fromtimestamp(time.time() + ADOPT_RETRY, UTC)
+            self.scheduler.add_job(self._startup, id="startup", next_run_time=when)
+            return
+        except Exception:  # whatever else adoption met, intake must run
+            log.exception("adoption failed; intake starts anyway")
+        try:
             for task, resolved in self.source.submit_initial():
                 self._enqueue(task, resolved)
-        finally:  # whatever adoption met, intake must run
+        finally:
             self.scheduler.add_job(
                 self._guarded,
                 "interval",
