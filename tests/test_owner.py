@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 from conftest import Setup, wait_for
+from filelock import FileLock
 
 from supervisor.config import load_profile
 from supervisor.taskdir import utc_iso
@@ -267,7 +268,10 @@ def test_a_manifest_garbled_under_a_running_engine_is_rewritten(setup: Setup) ->
     try:
         wait_for(lambda: setup.manifests().get("t", {}).get("status") == "running")
         folder = next((setup.state / "tasks").iterdir())
-        (folder / "manifest.json").write_bytes(b"\x00garbage")
+        # Under the engine's own manifest lock: a read-modify-write the engine has under way
+        # would otherwise replace the garbage before any read of it (nothing to keep aside).
+        with FileLock(str(folder / ".manifest.lock"), timeout=30):
+            (folder / "manifest.json").write_bytes(b"\x00garbage")
         assert engine.wait(timeout=30) == 0
     finally:
         _end(engine)
