@@ -12,6 +12,7 @@ the run goes on (an answered escalation keeps the same run), and survives an eng
 
 from __future__ import annotations
 
+import os
 import time
 
 import psutil
@@ -52,20 +53,26 @@ def observe(task: TaskDir, now: float | None = None) -> Signals:
     """
     done = task.done()
     exit_code = task.read_int("exit_code")
-    pid = task.read_int("pid")
-    alive = None
-    if pid is not None:
-        try:
-            written_at: float | None = task.file("pid").stat().st_mtime
-        except FileNotFoundError:  # cleared by a relaunch since the read
-            written_at = None
-        alive = pid_alive(pid, written_at)
+    pid, written_at = _pid_file(task)
+    # The wrapper exits 127 when the agent's program could not run; only then is there a
+    # reason file to look for (no extra stat on every healthy check).
+    unlaunched = exit_code == 127 and task.file(LAUNCH_ERROR).exists()
     return Signals(
         now=time.time() if now is None else now,
         done=done,
         exit_code=exit_code,
-        agent_alive=alive,
+        agent_alive=None if pid is None else pid_alive(pid, written_at),
         output_mtime=task.output_mtime(),
         signal=task.read_int("signal"),
-        failure="launch" if task.file(LAUNCH_ERROR).exists() else None,
+        failure="launch" if unlaunched else None,
     )
+
+
+def _pid_file(task: TaskDir) -> tuple[int | None, float | None]:
+    """The ``pid`` file's PID and mtime (epoch s), from one open: ``(None, None)`` when it
+    is missing or not yet a number."""
+    try:
+        with open(task.file("pid"), "rb") as handle:
+            return int(handle.read().strip()), os.fstat(handle.fileno()).st_mtime
+    except (FileNotFoundError, ValueError):
+        return None, None
