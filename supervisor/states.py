@@ -66,6 +66,8 @@ class FailureReason(StrEnum):
     ``auth``, ``billing``, ``invalid_request``, ``agent_error``: what the agent itself
     reported (Claude Code's ``result`` line or ``StopFailure`` hook). ``exit_code``: a
     non-zero exit and nothing more said. ``launch``: tmux could not start the session.
+    ``workspace``: the task's worktree could not be made (base missing, branch taken,
+    ``setup`` failed, disk full).
     """
 
     AUTH = "auth"
@@ -74,3 +76,4 @@ class FailureReason(StrEnum):
     AGENT_ERROR = "agent_error"
     EXIT_CODE = "exit_code"
     LAUNCH = "launch"
+    WORKSPACE = "workspace"

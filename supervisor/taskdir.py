@@ -37,6 +37,7 @@ from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from supervisor.states import FailureReason, Status, Verdict
+from supervisor.workspace.model import WorkspaceReport
 
 MANIFEST = "manifest.json"
 EVENTS = "events.jsonl"
@@ -81,7 +82,8 @@ class Manifest(BaseModel):
     Claude Code tasks also carry ``claude`` (session id, final result text, is_error,
     num_turns, total_cost_usd, api_retries, api_errors, transcript_path), ``denials``
     (the circuit breaker's count), ``escalation`` (what waits for a human) and
-    ``limit_waits``; an acceptance check adds ``acceptance``.
+    ``limit_waits``; an acceptance check adds ``acceptance``; ``workspace``
+    (:class:`~supervisor.workspace.model.WorkspaceReport`) says where the task worked.
     All timestamps are ISO-8601 UTC strings.
     """
 
@@ -121,6 +123,7 @@ class Manifest(BaseModel):
         None, title="Failure Reason"
     )
     acceptance: dict[str, Any] | None = None
+    workspace: WorkspaceReport | None = None
 
 
 #: Serializes appends to event logs within the engine, so a short write can be truncated

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, mode
 
 from supervisor.config.argv import argv_placeholders_ok
 from supervisor.config.monitor import MonitorOverrides, MonitorPolicy, PositiveSeconds
+from supervisor.config.workspace import WorkspaceSpec
 
 #: Model aliases known to every profile; ``[agent.models]`` may add or override (issue 2).
 DEFAULT_MODELS: dict[str, str] = {"opus": "claude-opus-4-6", "sonnet": "claude-sonnet-4-6"}
@@ -230,6 +231,7 @@ class TaskSpec(BaseModel):
     monitor: MonitorOverrides = Field(default_factory=MonitorOverrides)
     approval: ApprovalSpec | None = None
     acceptance: AcceptanceSpec | None = None
+    workspace: WorkspaceSpec | None = None
 
     @field_validator("prompt")
     @classmethod
@@ -292,6 +294,7 @@ class SecuritySpec(BaseModel):
             "env",
             "approval",
             "acceptance",
+            "workspace",
             "monitor",
             *(f"monitor.{k}" for k in MonitorOverrides.model_fields),
         }
@@ -321,6 +324,7 @@ class Profile(BaseModel):
     monitor: MonitorOverrides = Field(default_factory=MonitorOverrides)
     approval: ApprovalSpec = Field(default_factory=ApprovalSpec)
     acceptance: AcceptanceSpec | None = None
+    workspace: WorkspaceSpec = Field(default_factory=WorkspaceSpec)
     security: SecuritySpec = Field(default_factory=SecuritySpec)
     tasks: list[TaskSpec] = Field(default_factory=list)
 

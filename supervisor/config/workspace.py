@@ -1,0 +1,55 @@
+"""``[workspace]``: what a task works in (the report of what it did is
+:class:`supervisor.workspace.model.WorkspaceReport`).
+
+A task runs either in a git worktree of its own (``mode = "worktree"``: ``git worktree add
+-b BRANCH PATH BASE``, git-worktree(1)) or directly in ``project_dir`` (``mode =
+"shared"``). Every tmux agent manager that runs several agents on one repository
+(claude-squad, ccmanager, agent-deck, Crystal) gives each agent a worktree; their trackers
+list what goes wrong (worktrees left behind, submodules checked out empty, ignored files
+such as ``.env`` missing), which the keys below answer.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, Strict
+
+from supervisor.config.monitor import PositiveSeconds
+
+#: The default task branch; ``{task_id}`` is the only placeholder.
+DEFAULT_BRANCH = "supervise/{task_id}"
+
+
+class WorkspaceSpec(BaseModel):
+    """``[workspace]`` in a profile, or in a task file when ``task_may_set`` has
+    ``workspace``. Every key is optional; a task's table is laid over the profile's key by key.
+
+    Attributes:
+        mode: ``worktree`` or ``shared``; ``None`` means ``worktree`` when ``project_dir``
+            is inside a git repository and ``shared`` otherwise.
+        base: the ref the task branch starts from; ``None`` means the branch checked out in
+            ``project_dir`` when the task is claimed (its commit is recorded then).
+        branch: the task branch's name template (``{task_id}``).
+        root: where worktrees live; ``None`` means ``state_dir/worktrees``.
+        setup: an argv run in the new worktree before the agent starts (e.g. ``["npm",
+            "ci"]``), at most ``setup_timeout`` seconds; its output goes to the task's
+            ``output.log``. A non-zero exit fails the task (``failure_reason = "workspace"``).
+        setup_timeout: seconds.
+        copy: paths relative to ``project_dir`` (usually gitignored, such as ``.env``)
+            copied into the worktree before ``setup``.
+        submodules: run ``git submodule update --init --recursive`` in the worktree.
+        commit: when the task ends, commit what the agent left uncommitted to the task
+            branch (the message names the task and its session id).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    mode: Literal["worktree", "shared"] | None = None
+    base: str | None = Field(default=None, min_length=1)
+    branch: str = Field(default=DEFAULT_BRANCH, min_length=1)
+    root: str | None = Field(default=None, min_length=1)
+    setup: list[str] | None = Field(default=None, min_length=1)
+    setup_timeout: PositiveSeconds = 600.0
+    copy_paths: list[str] = Field(default_factory=list, alias="copy")
+    submodules: Annotated[bool, Strict()] = True
+    commit: Annotated[bool, Strict()] = True
