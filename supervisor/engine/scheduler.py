@@ -4,8 +4,10 @@ Jobs (all state changes run on one worker thread, so the engine needs no locks o
 notifiers, acceptance runs and sweeps run on a separate pool so a slow one never delays a
 check):
 
-- ``intake``: every ``intake_interval`` seconds, claims settled spool files and launches
-  queued tasks while fewer than ``max_concurrent`` are live.
+- ``intake``: every ``intake_interval`` seconds (and at once when a claim batch holds
+  work), queues what the claim thread took (:class:`~supervisor.engine.intake.Claims`),
+  starts its next batch and launches queued tasks while fewer than ``max_concurrent`` are
+  live.
 - ``check:<task_id>``: one interval job per live task (``base_interval`` seconds); each run
   observes the task (:mod:`supervisor.engine.observe`), asks
   :func:`supervisor.policy.decide`, and performs the returned actions
@@ -42,7 +44,7 @@ from supervisor.config import ConfigError, LoadedProfile, ResolvedTask
 from supervisor.engine import launch, recovery, stats
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.actions import Actions
-from supervisor.engine.intake import SpoolIntake, check_spool_permissions
+from supervisor.engine.intake import Claims, SpoolIntake, check_spool_permissions
 from supervisor.engine.observe import Observer, tail_pending
 from supervisor.engine.panes import Sessions
 from supervisor.engine.runtime import Outcome, Runtime
@@ -101,6 +103,7 @@ class Engine:
         # Notifiers, acceptance checks and sweeps: a plain pool, not one-off APScheduler jobs
         # (removing a finished one-off job races with shutdown: JobLookupError in its thread).
         self._background = futures.ThreadPoolExecutor(4, thread_name_prefix="supervise-bg")
+        self.claims = Claims(self.source, lambda: self._kick("intake"))
         self.scheduler = BackgroundScheduler(
             executors={"default": ThreadPoolExecutor(max_workers=1)},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
@@ -154,6 +157,7 @@ class Engine:
             with self._job_lock:  # let the job in progress finish; later ones return at once
                 self._finish_stops()
             self.scheduler.shutdown(wait=True)
+            self.claims.shutdown()
             self._background.shutdown(wait=True)  # each job is bounded by its own timeout
             self.watcher.stop()
             self.write_stats()
@@ -265,21 +269,27 @@ class Engine:
 
     # ------------------------------------------------------------------ intake
     def intake(self) -> None:
-        """Claim ready work, apply operator requests, start queued tasks, detect idleness."""
-        taken = self.source.take()
-        self.stats["claimed"] += taken.claimed
-        self.stats["rejected"] += taken.rejected
-        for task, resolved in taken.tasks:
-            self._enqueue(task, resolved)
+        """Queue what the claim thread took and start its next batch, apply operator
+        requests, start queued tasks, detect idleness."""
+        taken = self.claims.collect()
+        if taken is not None:
+            self.stats["claimed"] += taken.claimed
+            self.stats["rejected"] += taken.rejected
+            for task, resolved in taken.tasks:
+                self._enqueue(task, resolved)
         if time.monotonic() - self._stats_written >= STATS_EVERY:
             self.write_stats()
-        if taken.more:
-            self._kick("intake")
         self._take_requests()
         self._fill_slots()
-        if self.exit_when_idle and not self.live and not self.queue and not self.source.waiting():
+        # Idle is judged between batches: one in flight may have moved a file out of the
+        # spool that is not queued yet.
+        found_nothing = taken is not None and not (taken.tasks or taken.more)
+        idle = found_nothing and not self.live and not self.queue
+        if self.exit_when_idle and idle and not self.source.waiting():
             log.info("idle: spool empty, nothing queued or running")
             self.stopping.set()
+            return
+        self.claims.start()
 
     def _take_requests(self) -> None:
         """Apply operator requests (``supervise stop|resume ID``) found in ``control/``."""
