@@ -507,6 +507,39 @@ class TestEscalation:
 # ============================================================================ verifying
 
 
+class TestRulings:
+    """Permission requests are answered only when the policy says so (RULE_REQUESTS): the
+    task was running and stays running, or one of them escalates it."""
+
+    def test_requests_of_a_running_agent_are_ruled_on_first(self):
+        decision = decide(running(), alive(T0 + 5, requests=2), P)
+        assert decision.actions == (A.RULE_REQUESTS,)
+        assert decision.state.status == "running"
+
+    def test_an_escalating_request_is_ruled_on_then_notified(self):
+        decision = decide(running(), alive(T0 + 5, requests=1, escalate=ASK), P)
+        assert decision.state.status == "escalated"
+        assert decision.actions == (A.RULE_REQUESTS, A.NOTIFY)
+
+    def test_no_requests_no_ruling(self):
+        assert A.RULE_REQUESTS not in decide(running(), alive(T0 + 5), P).actions
+
+    @pytest.mark.parametrize(
+        ("state", "sig"),
+        [
+            (escalated(), alive(T0 + 5, requests=1)),  # one escalation at a time
+            (waiting(), alive(T0 + 5, requests=1)),  # stopped for a limit
+            (running(), alive(T0 + 5, requests=1, state_disk_full=True)),  # held
+            (running(), alive(T0 + 5, requests=1, stop_requested=True)),  # being stopped
+            (running(), alive(T0 + 5, requests=1, done=True, exit_code=0)),  # the run ended
+            (running(), alive(T0 + 5, requests=1, limit=True)),  # a limit stops the run
+            (running(stale_since=T0), alive(T0 + 100, output_age=90, requests=1)),  # hung
+        ],
+    )
+    def test_requests_wait_while_the_run_is_not_going_on(self, state, sig):
+        assert A.RULE_REQUESTS not in decide(state, sig, P).actions
+
+
 class TestVerifying:
     """running + done exit 0 + [acceptance] -> verifying -> completed (PASS/FAIL)."""
 
@@ -856,6 +889,7 @@ def signal_sets(**fixed):
         acceptance=st.none() | st.booleans(),
         acceptance_running=st.booleans(),
         turn_ended=st.booleans(),
+        requests=st.sampled_from((0, 0, 1, 3)),
     )
     fields.update({k: st.just(v) if not isinstance(v, st.SearchStrategy) else v
                    for k, v in fixed.items()})  # fmt: skip
@@ -1181,3 +1215,22 @@ def test_life_of_limits_never_counts_retries(policy, steps):
             assert new.verdict == "TIMEOUT"
             break
         state = new
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(state=task_states(), sig=signal_sets(state_disk_full=rare), policy=policies())
+def test_rulings_exactly_when_the_run_goes_on(state, sig, policy):
+    decision = decide(state, sig, policy)
+    goes_on = decision.state.status in ("running", "escalated") and not {
+        A.STOP_AGENT,
+        A.RESUME,
+        A.FINISH,
+        A.CLEANUP,
+    }.intersection(decision.actions)
+    expected = (
+        sig.requests > 0 and state.status == "running" and not sig.state_disk_full
+        and goes_on
+    )  # fmt: skip
+    assert (A.RULE_REQUESTS in decision.actions) == expected
+    if expected:
+        assert decision.actions[0] is A.RULE_REQUESTS

@@ -15,6 +15,9 @@ Hooks, in the order the engine calls them:
   settings) are written here. A new run starts: per-run facts are forgotten.
 * :meth:`AgentAdapter.observe`: at each check, the agent's facts for
   :class:`supervisor.policy.Signals` as an :class:`AgentView`.
+* :meth:`AgentAdapter.rule`: carry out the rulings on permission requests the last
+  :meth:`AgentAdapter.observe` proposed, when the policy's decision holds
+  ``RULE_REQUESTS`` (the task is ``running``).
 * :meth:`AgentAdapter.recheck_in`: after the check, an earlier next look, if the agent
   wants one (a dialog seen once on screen must be seen again).
 * :meth:`AgentAdapter.answer`: carry out an operator's ruling on an escalation
@@ -67,7 +70,9 @@ class AgentView:
     """The agent's facts for one check (the fields of :class:`supervisor.policy.Signals`
     of the same names; see there). ``output_mtime`` (epoch s) replaces the output.log
     mtime as the staleness signal when the agent chose another one (screen, transcript);
-    ``None`` keeps the output.log mtime."""
+    ``None`` keeps the output.log mtime. ``requests``: permission requests the agent waits
+    on, each with a proposed ruling that :meth:`AgentAdapter.rule` carries out when the
+    policy says so."""
 
     escalate: str | None = None
     escalate_pause: bool = False
@@ -77,6 +82,7 @@ class AgentView:
     turn_ended: bool = False
     failure: str | None = None
     output_mtime: float | None = None
+    requests: int = 0
 
 
 #: Captures the task's pane (visible text); called only when the agent runs.
@@ -131,6 +137,10 @@ class AgentAdapter:
             screen: captures the pane; ``None`` when the agent is not alive.
         """
         return AgentView()
+
+    def rule(self, now: float) -> None:
+        """Carry out the rulings the last :meth:`observe` proposed (``AgentView.requests``),
+        at ``now`` (epoch s)."""
 
     def recheck_in(self) -> float | None:
         """Seconds until the next check when the agent wants an earlier one, else ``None``."""

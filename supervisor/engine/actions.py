@@ -225,6 +225,8 @@ class Actions:
                 agent.answer(approve=True)
         elif action in (A.ANSWER_APPROVE, A.ANSWER_DENY) and agent is not None:
             agent.answer(approve=action is A.ANSWER_APPROVE)
+        elif action is A.RULE_REQUESTS and agent is not None:
+            agent.rule(now)
         elif action is A.ACCEPT:
             self._start_acceptance(runtime)
         elif action is A.END_SESSION and agent is not None:

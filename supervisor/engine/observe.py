@@ -89,6 +89,7 @@ class Observer:
             limit_reason=view.limit_reason,
             turn_ended=view.turn_ended,
             failure=view.failure or seen.failure,
+            requests=view.requests,
         )
 
     @staticmethod

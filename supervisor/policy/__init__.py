@@ -53,7 +53,8 @@ State table (like supervisord's process states; "stop" = stop the agent's proces
                   or network failure (5xx, refused, DNS)
     waiting       resume_at reached                         running     resume (retries unchanged)
     hung          done-file (the agent answered our stop)   (ignored)   the stop's intent wins
-    running       permission escalated / circuit breaker    escalated   notify (pause if no request)
+    running       permission requests wait (rules ruled)    running     rule: answer or log each
+    running       permission escalated / circuit breaker    escalated   rule, notify (or pause)
     escalated     operator: supervise approve               running     answer allow / continue
     escalated     operator: supervise deny                  running     answer deny
                   (a paused breaker escalation: abandoned, reason denied)

@@ -43,6 +43,7 @@ class Action(StrEnum):
     ANSWER_DENY = "answer_deny"  # deny it
     ACCEPT = "accept"  # run the [acceptance] check (off the engine's worker thread)
     END_SESSION = "end_session"  # ask an interactive agent to exit (/exit)
+    RULE_REQUESTS = "rule_requests"  # carry out the rulings on waiting permission requests
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,9 @@ class Signals:
             failure reason; ``None`` when it reported none.
         state_disk_full: the state filesystem has no room (ENOSPC, see
             :mod:`supervisor.statefs`): run files may be missing or stale for want of space.
+        requests: permission requests the agent waits on, each with the ruling the task's
+            rules give it (:func:`supervisor.approval.decide`); one that escalates is also
+            in ``escalate``.
     """
 
     now: float
@@ -149,6 +153,7 @@ class Signals:
     turn_ended: bool = False
     failure: str | None = None
     state_disk_full: bool = False
+    requests: int = 0
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,26 @@ def decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisio
         A :class:`Decision`. For a terminal ``state`` it is a no-op. ``Action.NOTIFY`` is
         last in ``actions`` exactly when one of its ``events`` is in ``policy.notify_on``.
     """
-    return with_notify(_decide(state, signals, policy), policy)
+    return with_notify(with_rulings(state, signals, _decide(state, signals, policy)), policy)
+
+
+#: Decisions after which a waiting permission request can no longer be answered now.
+_ENDS_THE_RUN = frozenset({Action.STOP_AGENT, Action.RESUME, Action.FINISH, Action.CLEANUP})
+
+
+def with_rulings(state: TaskState, signals: Signals, decision: Decision) -> Decision:
+    """``decision`` with :attr:`Action.RULE_REQUESTS` first when the agent waits on
+    permission requests and their rulings are to be carried out: the task was ``running``
+    and stays ``running`` (or one of the requests escalates it), and the decision neither
+    ends nor stops the run. Otherwise the requests stay where they are, for a later check
+    (a stop, a limit, a hold while the state filesystem is full)."""
+    if not signals.requests or state.status != "running" or signals.state_disk_full:
+        return decision
+    if decision.state.status not in ("running", "escalated"):
+        return decision
+    if _ENDS_THE_RUN.intersection(decision.actions):
+        return decision
+    return dataclasses.replace(decision, actions=(Action.RULE_REQUESTS, *decision.actions))
 
 
 def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decision:

@@ -7,9 +7,9 @@ check (:meth:`ClaudeAdapter.observe`)
 1. reads the hook signal files (:mod:`.relay`), logs each one to ``events.jsonl`` with its
    hook input (``session_id``, ``transcript_path``, ``hook_event_name`` and the event's
    fields) and moves it to ``hooks/``;
-2. rules on permission requests with :func:`supervisor.approval.decide` and answers them
-   (every ruling is logged as a ``permission`` event naming the rule that decided); an
-   interactive TUI without hooks is ruled on from its screen (:mod:`.screen`);
+2. proposes a ruling for each waiting permission request (:mod:`.permissions`; an
+   interactive TUI without hooks is read from its screen, :mod:`.screen`); the rulings are
+   carried out by :meth:`ClaudeAdapter.rule` only when the policy's decision says so;
 3. reads new lines of ``stream.jsonl`` (headless mode) into a :class:`.stream.StreamState`;
 4. returns an :class:`supervisor.agents.AgentView`: the facts the pure policy needs
    (escalation, usage limit, interactive turn ended, failure class, staleness).
@@ -43,7 +43,7 @@ from supervisor.agents import (
     LaunchPart,
     ScreenCapture,
 )
-from supervisor.agents.claude import failures, hooks, limits, screen
+from supervisor.agents.claude import failures, hooks, limits, permissions, screen
 from supervisor.agents.claude.stream import StreamState
 from supervisor.config import AgentSpec
 from supervisor.taskdir import Manifest, utc_iso
@@ -109,6 +109,8 @@ class ClaudeAdapter(AgentAdapter):
         self.prompt_seen: tuple[str | None, str, str] | None = None
         self.screen_pending: screen.PermissionPrompt | None = None
         self.exit_sent_at: float | None = None
+        #: Rulings proposed by the latest check, carried out by :meth:`rule`.
+        self.proposals: list[permissions.Proposal] = []
         #: The latest Notification hook (interactive: waiting for input, idle, ...).
         self.notification: dict[str, Any] | None = None
 
@@ -151,18 +153,20 @@ class ClaudeAdapter(AgentAdapter):
         self.prompt_seen = None
         self.screen_pending = None
         self.exit_sent_at = None
+        self.proposals = []
 
     # ------------------------------------------------------------------ observe
     def observe(self, now: float, status: str, screen: ScreenCapture | None) -> AgentView:
-        """Read new hook files and stream lines; rule on permission requests; read the
-        screen when it is the staleness signal or the permission fallback.
+        """Read new hook files and stream lines; propose rulings on permission requests;
+        read the screen when it is the staleness signal or the permission fallback.
 
         Args:
             now: epoch seconds of the check.
-            status: the task's status before this check (requests are ruled on only
-                while ``running``; others wait in the folder).
+            status: the task's status before this check (the circuit breaker trips only
+                while ``running``).
             screen: captures the pane; ``None`` when the agent is not alive.
         """
+        self.proposals = []
         escalate, pause = self._read_hooks(now, status)
         self._read_stream(now)
         mtime = None
@@ -174,7 +178,7 @@ class ClaudeAdapter(AgentAdapter):
             if how == "screen":
                 mtime = self.screen_changed(text, now)
             if fallback and escalate is None:
-                escalate = self.screen_prompt(text, now, status)
+                escalate = self.screen_prompt(text)
         elif how == "transcript":
             mtime = self.transcript_mtime()
         resume_at, reason = self.limit if self.limit else (None, "")
@@ -187,6 +191,7 @@ class ClaudeAdapter(AgentAdapter):
             turn_ended=self.turn_ended,
             failure=self.failure,
             output_mtime=mtime,
+            requests=len(self.proposals),
         )
 
     def _read_hooks(self, now: float, status: str) -> tuple[str | None, bool]:
@@ -199,12 +204,12 @@ class ClaudeAdapter(AgentAdapter):
             if isinstance(data.get("transcript_path"), str):
                 self.transcript_path = data["transcript_path"]
             if signal.event == "PermissionRequest":
-                if status != "running" or self.pending_answer is not None or escalate:
+                if self.pending_answer is not None or escalate:
                     continue  # one escalation at a time; the rest wait their turn
-                self.task.append_event("hook", at=signal.at, **hooks.summary(data))
-                escalate = self._rule(signal, now)
-                if escalate is None:  # answered: done with it. An escalated request stays
-                    hooks.archive(signal)  # in place, so a restart rules on it again.
+                proposal = permissions.from_hook(signal, self._decide, self._denials_after())
+                self.proposals.append(proposal)
+                if proposal.ruling.action == "escalate":
+                    escalate = proposal.reason()
                 continue
             self._record(signal)
             if signal.event == "PostToolUse":
@@ -244,60 +249,57 @@ class ClaudeAdapter(AgentAdapter):
         self.task.append_event("hook", at=signal.at, **hooks.summary(signal.data))
         hooks.archive(signal)
 
-    def _decide(self, tool: str, tool_input: Any) -> approval.Ruling:
-        """The task's rules on one request, with the circuit breaker's current count."""
+    def _decide(self, tool: str, tool_input: Any, denials: int) -> approval.Ruling:
+        """The task's rules on one request, with the circuit breaker's count."""
         return approval.decide(
             self.resolved.rules,
             tool,
             tool_input,
-            self.denials,
+            denials,
             self.resolved.policy.max_denials,
             self.default_message,
         )
 
-    def _rule(self, signal: hooks.HookSignal, now: float) -> str | None:
-        """Rule on one permission request; returns the escalation reason, if any."""
-        tool = str(signal.data.get("tool_name") or "")
-        tool_input = signal.data.get("tool_input")
-        ruling = self._decide(tool, tool_input)
-        subject = approval.subject(tool, tool_input)
-        self.task.append_event(
-            "permission",
-            tool=tool,
-            subject=subject[:500],
-            decision=ruling.action,
-            by=ruling.by,
-            rule=ruling.rule,
-        )
-        if ruling.action == "escalate":
-            self.pending_answer = signal.answer_path
-            self.escalation = {
-                "reason": ruling.by,
-                "tool": tool,
-                "subject": subject[:500],
-                "since": utc_iso(now),
-                "answer": str(signal.answer_path),
-            }
-            return f"{tool} {subject[:200]!r} ({ruling.by})"
-        if ruling.action == "deny":
-            self.denials += 1
-        hooks.answer(signal, approval.hook_answer(ruling.action, ruling.message))
-        return None
+    def _denials_after(self) -> int:
+        """The breaker's count once the rulings proposed so far are carried out."""
+        return self.denials + sum(p.ruling.action == "deny" for p in self.proposals)
+
+    def rule(self, now: float) -> None:
+        """Carry out the rulings the latest check proposed (the policy's
+        ``RULE_REQUESTS``), in order; each one is done once, even when a later one fails
+        and the rest is carried on at the next check.
+
+        Raises:
+            OSError: an event or answer file cannot be written.
+            supervisor.tmux.TmuxError: a dialog's keys could not be typed.
+        """
+        while self.proposals:
+            proposal = self.proposals[0]
+            done = permissions.perform(proposal, self.task, now, self.context.send_keys)
+            self.proposals.pop(0)
+            if done.denied:
+                self.denials += 1
+            if done.escalation is not None:
+                self.escalation = done.escalation
+                if proposal.signal is not None:
+                    self.pending_answer = proposal.signal.answer_path
+                else:
+                    self.screen_pending = proposal.prompt
 
     def _breaker(self, now: float) -> str:
         reason = f"circuit breaker: {self.denials} consecutive denials or failed tool calls"
         self.escalation = {"reason": reason, "since": utc_iso(now), "paused": True}
         return reason
 
-    def screen_prompt(self, text: str, now: float, status: str) -> str | None:
-        """The fallback for a TUI without hooks: rule on a permission dialog read from the
-        screen (:func:`.screen.find_permission_prompt`, last lines only) once the
-        same dialog has been seen on two checks in a row, and answer it with keys.
+    def screen_prompt(self, text: str) -> str | None:
+        """The fallback for a TUI without hooks: propose a ruling on a permission dialog
+        read from the screen (:func:`.screen.find_permission_prompt`, last lines only) once
+        the same dialog has been seen on two checks in a row.
 
         Returns the escalation reason when a rule escalates, else ``None``.
         """
         prompt = screen.find_permission_prompt(text)
-        if prompt is None or status != "running" or self.screen_pending is not None:
+        if prompt is None or self.screen_pending is not None:
             self.prompt_seen = None if prompt is None else self.prompt_seen
             return None
         key = (prompt.tool, prompt.detail, prompt.question)
@@ -305,37 +307,9 @@ class ClaudeAdapter(AgentAdapter):
             self.prompt_seen = key  # first sighting: it must still be there next check
             return None
         self.prompt_seen = None
-        tool = prompt.tool or ""
-        tool_input = {"command": prompt.detail} if tool == "Bash" else {"file_path": prompt.detail}
-        if prompt.cropped or prompt.tool is None:
-            # Part of the dialog is off screen: never approve what we cannot read whole.
-            ruling = approval.Ruling("escalate", None, "screen: the dialog is cut off")
-        else:
-            ruling = self._decide(tool, tool_input)
-        self.task.append_event(
-            "permission",
-            tool=tool,
-            subject=prompt.detail[:500],
-            decision=ruling.action,
-            by=ruling.by,
-            rule=ruling.rule,
-            source="screen",
-        )
-        if ruling.action == "escalate":
-            self.screen_pending = prompt
-            self.escalation = {
-                "reason": ruling.by,
-                "tool": tool,
-                "subject": prompt.detail[:500],
-                "since": utc_iso(now),
-                "screen": True,
-            }
-            return f"{tool} {prompt.detail[:200]!r} ({ruling.by}; on screen)"
-        if ruling.action == "deny":
-            self.denials += 1
-        keys = prompt.approve_keys() if ruling.action == "approve" else prompt.deny_keys()
-        self.context.send_keys(Keys(tuple(keys)))
-        return None
+        proposal = permissions.from_screen(prompt, self._decide, self._denials_after())
+        self.proposals.append(proposal)
+        return proposal.reason() if proposal.ruling.action == "escalate" else None
 
     def recheck_in(self) -> float | None:
         """:data:`PROMPT_RECHECK` while a dialog seen once on screen waits for its second
@@ -354,34 +328,11 @@ class ClaudeAdapter(AgentAdapter):
         """Answer the request a human was asked about (``supervise approve|deny``); resets
         the circuit breaker's count."""
         self.denials = 0
-        if self.screen_pending is not None:
-            prompt, self.screen_pending = self.screen_pending, None
-            keys = prompt.approve_keys() if approve else prompt.deny_keys()
-            self.context.send_keys(Keys(tuple(keys)))
-            self.task.append_event(
-                "permission",
-                tool=prompt.tool,
-                subject=prompt.detail[:500],
-                decision="approve" if approve else "deny",
-                by="operator",
-                rule=None,
-                source="screen",
-            )
-        if self.pending_answer is not None:
-            action = "approve" if approve else "deny"
-            message = "denied by the operator (supervise deny)" if not approve else None
-            ruling = approval.hook_answer(action, message)
-            signal = hooks.HookSignal(self.pending_answer.with_suffix(".json"), "", 0.0, {})
-            hooks.answer(signal, ruling)
-            hooks.archive(signal)
-            self.task.append_event(
-                "permission",
-                tool=(self.escalation or {}).get("tool"),
-                subject=(self.escalation or {}).get("subject"),
-                decision=action,
-                by="operator",
-                rule=None,
-            )
+        prompt, self.screen_pending = self.screen_pending, None
+        permissions.answer_pending(
+            self.task, approve, self.pending_answer, self.escalation, prompt,
+            self.context.send_keys,
+        )  # fmt: skip
         self.pending_answer = None
         self.escalation = None
 
