@@ -215,6 +215,27 @@ def test_merge_first_of_two_tasks_succeeds_second_names_the_conflict(
     assert not (env.tasks / "task-b" / "events.jsonl").exists()
 
 
+@pytest.mark.parametrize("squash", [False, True])
+def test_a_merge_that_conflicts_in_the_checkout_is_undone_exactly(
+    env: Repo, squash: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The branch moved between the merge-tree check and the merge (here: the check is made
+    to miss): ``git merge`` stops on the conflict, and the checkout is restored."""
+    from supervisor.workspace import review
+
+    env.task("task-a", {"shared.txt": "one\nTWO by a\nthree\n"})
+    env.task("task-b", {"shared.txt": "one\nTWO by b\nthree\n"})
+    assert env.cli("merge", "task-a") == 0
+    before = env.head("main")
+    real = review.merge_tree
+    monkeypatch.setattr(review, "merge_tree", lambda *a: (real(*a)[0], []))
+    assert env.cli("merge", "task-b", *(["--squash"] if squash else [])) == 1
+    assert "conflicts in: shared.txt; the merge was undone" in capsys.readouterr().err
+    assert env.head("main") == before and git(env.repo, "status", "--porcelain") == ""
+    assert not (env.repo / ".git" / "MERGE_HEAD").exists()
+    assert (env.repo / "shared.txt").read_text() == "one\nTWO by a\nthree\n"
+
+
 @pytest.mark.parametrize("kind", ["modified", "untracked", "staged"])
 def test_merge_refuses_a_dirty_target_checkout(
     env: Repo, kind: str, capsys: pytest.CaptureFixture[str]
