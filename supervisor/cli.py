@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from supervisor import cli_workspace
 from supervisor.errors import ConfigError
 from supervisor.terminal import escape_controls
 
@@ -438,10 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_argument("--task", help="a task file whose [monitor] overrides to include")
     config.add_argument("--json", action="store_true", help="machine-readable output")
     config.set_defaults(func=cmd_config)
-
-    from supervisor.cli_workspace import register  # diff, merge, discard, prune
-
-    register(sub)
+    cli_workspace.register(sub)  # diff, merge, discard, prune
     return parser
 
 

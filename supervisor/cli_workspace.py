@@ -170,14 +170,14 @@ def _duration(text: str) -> float:
 
 
 def _run(func: object) -> object:
-    """Wrap a command so a refusal is one line on stderr and exit 1."""
+    """Wrap a command so a refusal (or an unreadable file) is one line on stderr and exit 1."""
 
     def runner(args: argparse.Namespace) -> int:
         from supervisor.workspace.review import ReviewError
 
         try:
             return int(func(args))  # type: ignore[operator]
-        except ReviewError as exc:
+        except (ReviewError, OSError) as exc:
             _err(f"supervise {args.command}: {exc}")
             return 1
 

@@ -127,7 +127,8 @@ class Worktree:
 
 
 def worktrees(repo: Path) -> list[Worktree]:
-    """Every worktree of ``repo``'s repository, the main checkout first."""
+    """Every worktree of ``repo``'s repository, the main checkout first (``-z``: git >= 2.36,
+    so a path with a newline stays one path)."""
     text = run_git(["worktree", "list", "--porcelain", "-z"], repo).stdout
     found: list[Worktree] = []
     for block in text.decode(errors="surrogateescape").split("\0\0"):
