@@ -109,7 +109,7 @@ def cmd_discard(args: argparse.Namespace) -> int:
     question = f"remove {' and '.join(parts)}{loss} of task {ws.task_id}?"
     if not args.yes:
         if not sys.stdin.isatty():
-            _err(f"{question} Not confirmed: no terminal to ask on; pass --yes")
+            _err(f"supervise discard: not confirmed (no terminal; pass --yes): {question}")
             return 1
         if not _confirm(question):
             _err("nothing removed")
@@ -153,7 +153,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
             action = "would remove"
         elif item.result:
             action = item.result
-        branch = (item.branch or "-") + (" (deleted)" if item.delete_branch else "")
+        deleted = " (to delete)" if args.dry_run else " (deleted)"
+        branch = (item.branch or "-") + (deleted if item.delete_branch else "")
         rows.append([item.task_id, action, item.reason, branch, item.path])
     safe = [[escape_controls(str(cell)) for cell in row] for row in rows]
     print(tabulate(safe, headers=["task_id", "action", "why", "branch", "worktree"]))
