@@ -23,7 +23,7 @@ import pytest
 import tomli_w
 
 from supervisor.cli import main
-from supervisor.states import Status
+from supervisor.states import FailureReason, Status
 from supervisor.taskdir import Manifest, TaskDir, utc_iso
 from supervisor.workspace.model import WorkspaceReport
 from supervisor.workspace.prune import parse_duration
@@ -322,6 +322,23 @@ def _bare_task(env: Repo) -> None:
     ))  # fmt: skip
 
 
+def _failed_workspace_task(env: Repo) -> None:
+    """A task whose worktree could not be made because ``supervise/task-f`` was already
+    there (someone else's branch): the manifest names that branch."""
+    git(env.repo, "branch", "supervise/task-f")
+    folder = env.tasks / "task-f"
+    folder.mkdir(parents=True)
+    TaskDir(folder).write_manifest(Manifest(
+        task_id="task-f", task_name="f", model="m", status=Status.FAILED,
+        failure_reason=FailureReason.WORKSPACE, project_dir=str(env.repo),
+        session_name="task-f", session_id="x", tmpdir=str(folder), created_at=utc_iso(),
+        workspace=WorkspaceReport(
+            mode="worktree", path=str(env.worktrees / "task-f"), repository=str(env.repo),
+            branch="supervise/task-f", base="main", base_commit=env.head("main"),
+        ),
+    ))  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("verb", "task_id", "expected"),
     [
@@ -333,6 +350,7 @@ def _bare_task(env: Repo) -> None:
         ("merge", "task-s", "ran in shared mode"),
         ("discard", "task-n", "has no 'workspace'"),
         ("diff", "../x", "no task '../x'"),
+        ("discard", "task-f", "failed making its workspace"),
     ],
 )
 def test_refusals_are_one_line_and_exit_1(env: Repo, verb: str, task_id: str,
@@ -340,6 +358,7 @@ def test_refusals_are_one_line_and_exit_1(env: Repo, verb: str, task_id: str,
     env.task("task-r", {"shared.txt": "r\n"}, status=Status.RUNNING)
     _shared_task(env)
     _bare_task(env)
+    _failed_workspace_task(env)
     before = (env.head("main"), env.branches(), env.worktree_paths())
     proc = env.proc(verb, task_id, "--yes" if verb == "discard" else "--stat"
                     if verb == "diff" else "--squash")  # fmt: skip
@@ -401,6 +420,7 @@ def test_prune_dry_run_then_prune_removes_exactly_merged_and_empty(env: Repo) ->
     dirty = env.task("t-dirty", dirty={"b.txt": "work in progress\n"})
     unmerged = env.task("t-unmerged", {"c.txt": "c\n"})
     running = env.task("t-running", {"d.txt": "d\n"}, status=Status.RUNNING)
+    _failed_workspace_task(env)  # its branch is someone else's, and has no commits: kept
     all_paths = {merged, empty, dirty, unmerged, running}
 
     dry = env.proc("prune", "--dry-run")
@@ -420,7 +440,7 @@ def test_prune_dry_run_then_prune_removes_exactly_merged_and_empty(env: Repo) ->
     assert (dirty / "b.txt").read_text() == "work in progress\n"
     assert env.worktree_paths() == {env.repo, dirty, unmerged, running}
     assert env.branches() == {"main", "supervise/t-dirty", "supervise/t-unmerged",
-                              "supervise/t-running"}  # fmt: skip
+                              "supervise/t-running", "supervise/task-f"}  # fmt: skip
     for task_id, removed in (("t-merged", True), ("t-empty", True), ("t-dirty", False)):
         assert env.manifest(task_id)["workspace"]["removed"] is removed
     assert env.events("t-merged", "pruned")[0]["branch_deleted"] is True

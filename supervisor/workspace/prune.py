@@ -7,7 +7,8 @@ or has no commits beyond ``base_commit``; its branch is deleted with it. A workt
 uncommitted changes or untracked files, or an unmerged branch, is kept unless ``force``:
 then the worktree is removed (its uncommitted work with it) and an unmerged branch is kept,
 so its commits stay reachable (``supervise discard`` deletes it). Tasks that have not ended,
-shared tasks and tasks whose worktree is already removed are not looked at.
+shared tasks, tasks whose worktree is already removed and tasks that failed making it
+(``failure_reason = "workspace"``: a branch of that name is not theirs) are not looked at.
 
 Orphans are worktrees no task folder accounts for: a ``git worktree list`` entry of a known
 repository on a branch under the branch template's prefix (``supervise/``) whose task folder
@@ -24,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from supervisor.states import TERMINAL
+from supervisor.states import TERMINAL, FailureReason
 from supervisor.taskdir import MANIFEST, TaskDir, parse_iso
 from supervisor.workspace.gitops import (
     ReviewError,
@@ -113,6 +114,8 @@ def _judge(task: TaskDir, force: bool, older_than: float | None, now: float) -> 
     if (manifest.status not in TERMINAL or ws is None or ws.mode != "worktree" or ws.removed
             or not (ws.repository and ws.branch and ws.base_commit)):  # fmt: skip
         return None
+    if manifest.failure_reason == FailureReason.WORKSPACE:
+        return None  # no worktree was made (or it was removed): a same-named branch is not ours
     repo, path = Path(ws.repository), Path(ws.path)
     item = PruneItem(task.task_id, "keep", "", str(path), ws.branch, str(repo))
     age = _age_s(task, manifest.finished_at, now)

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from supervisor.states import TERMINAL
+from supervisor.states import TERMINAL, FailureReason
 from supervisor.taskdir import MANIFEST, Manifest, TaskDir
 from supervisor.workspace.gitops import (
     LONG_GIT_TIMEOUT,
@@ -101,7 +101,8 @@ def load_task(tasks_dir: Path, task_id: str) -> TaskWorkspace:
 
     Raises:
         ReviewError: no such task, an unreadable manifest, no ``workspace`` report, a
-            ``shared`` task (its changes are not on a branch), or no branch made yet.
+            ``shared`` task (its changes are not on a branch), a task whose workspace could
+            not be made (``failure_reason = "workspace"``), or no branch made yet.
     """
     folder = tasks_dir / task_id
     if "/" in task_id or task_id.startswith(".") or not (folder / MANIFEST).exists():
@@ -122,6 +123,13 @@ def load_task(tasks_dir: Path, task_id: str) -> TaskWorkspace:
         raise ReviewError(
             f"task {task_id} ran in shared mode in {report.path}: its changes are not on a "
             "branch of their own; review them with git in that folder"
+        )
+    if manifest.failure_reason == FailureReason.WORKSPACE:
+        # Its worktree could not be made and what was made was removed: a branch of that
+        # name now (e.g. the one that was "already there") is not the task's to touch.
+        raise ReviewError(
+            f"task {task_id} failed making its workspace (failure_reason workspace): it left "
+            f"no worktree; a branch {report.branch} is not the task's"
         )
     if not (report.repository and report.branch and report.base_commit):
         raise ReviewError(
