@@ -14,6 +14,7 @@ Commands::
     supervise tail -c PROFILE ID [-n N] [-f]     print (and follow) a task's output.log
     supervise attach -c PROFILE ID               attach this terminal to the task's tmux session
     supervise config -c PROFILE [--task FILE]    every effective policy value and its source
+    supervise diff|merge|discard|prune ...       review a task's worktree (cli_workspace.py)
 
 Exit codes: 0 success, 1 invalid input or unknown task, 2 usage error (argparse).
 ``stop``, ``resume``, ``approve`` and ``deny`` also exit :data:`EXIT_QUEUED` (3) when no
@@ -32,6 +33,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from supervisor import cli_workspace
 from supervisor.errors import ConfigError
 from supervisor.terminal import escape_controls
 
@@ -437,6 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_argument("--task", help="a task file whose [monitor] overrides to include")
     config.add_argument("--json", action="store_true", help="machine-readable output")
     config.set_defaults(func=cmd_config)
+    cli_workspace.register(sub)  # diff, merge, discard, prune
     return parser
 
 

@@ -1,0 +1,156 @@
+"""Git for reviewing tasks: a bounded runner and the few queries ``diff``, ``merge``,
+``discard`` and ``prune`` need (:mod:`supervisor.workspace.review`,
+:mod:`supervisor.workspace.prune`).
+
+Git is driven through its CLI (``subprocess.run`` with a timeout, ``LC_ALL=C``,
+``GIT_TERMINAL_PROMPT=0``, no terminal), never a library. The engine side has its own runner in
+:mod:`supervisor.workspace.git`; :func:`run_git` keeps the same call shape (args, cwd, timeout)
+so the two can become one.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Seconds for quick git commands (rev-parse, status, worktree list).
+GIT_TIMEOUT = 30.0
+#: Seconds for commands whose cost grows with the change (diff, merge, worktree remove).
+LONG_GIT_TIMEOUT = 300.0
+#: Committer used only when the repository has no identity of its own (a fresh machine).
+FALLBACK_IDENTITY = {"user.name": "supervise", "user.email": "supervise@localhost"}
+#: Variables that would point git at another repository than the one named (a CLI run from
+#: a git hook inherits them).
+_GIT_LOCATION_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR")
+
+
+class ReviewError(Exception):
+    """An operation refused or failed; ``str(exc)`` is one line for the operator."""
+
+
+class MergeConflict(ReviewError):
+    """The merge would conflict; nothing was changed.
+
+    Attributes:
+        files: the conflicting paths, relative to the repository's top folder.
+    """
+
+    def __init__(self, message: str, files: list[str]) -> None:
+        super().__init__(message)
+        self.files = files
+
+
+def run_git(
+    args: list[str], cwd: Path, timeout: float = GIT_TIMEOUT, ok: tuple[int, ...] = (0,)
+) -> subprocess.CompletedProcess[bytes]:
+    """Run ``git ARGS`` in ``cwd``, bounded by ``timeout`` seconds, without a terminal.
+
+    ``LC_ALL=C`` (messages parsed or shown stay English), ``GIT_TERMINAL_PROMPT=0`` (never
+    waits for a password), stdin from ``/dev/null``. Output is bytes (file names and diffs
+    need not be UTF-8).
+
+    Returns:
+        The completed process when its exit status is in ``ok``.
+
+    Raises:
+        ReviewError: git missing, timed out, or exited outside ``ok`` (the message ends
+            with git's last stderr line).
+    """
+    env = {k: v for k, v in os.environ.items() if k not in _GIT_LOCATION_VARS}
+    env.update(LC_ALL="C", GIT_TERMINAL_PROMPT="0")
+    try:
+        proc = subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise ReviewError(f"git {args[0]} in {cwd} did not finish within {timeout:g} s") from None
+    except OSError as exc:
+        raise ReviewError(f"cannot run git in {cwd}: {exc}") from None
+    if proc.returncode not in ok:
+        lines = proc.stderr.decode(errors="replace").strip().splitlines() or ["no message"]
+        raise ReviewError(f"git {args[0]} in {cwd} failed (exit {proc.returncode}): {lines[-1]}")
+    return proc
+
+
+def git_out(args: list[str], cwd: Path, timeout: float = GIT_TIMEOUT) -> str:
+    """git's stdout, stripped, decoded (for hashes, refs and counts)."""
+    return run_git(args, cwd, timeout).stdout.decode(errors="surrogateescape").strip()
+
+
+def commit_of(repo: Path, ref: str) -> str | None:
+    """The commit ``ref`` names in ``repo`` (40 hex), or ``None`` when it names none."""
+    proc = run_git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], repo, ok=(0, 1))
+    if proc.returncode != 0:
+        return None
+    return proc.stdout.decode().strip() or None
+
+
+def is_ancestor(repo: Path, older: str, newer: str) -> bool:
+    """``git merge-base --is-ancestor OLDER NEWER``: every commit of ``older`` is in ``newer``."""
+    return run_git(["merge-base", "--is-ancestor", older, newer], repo, ok=(0, 1)).returncode == 0
+
+
+def count_commits(repo: Path, since: str, ref: str) -> int:
+    """Commits reachable from ``ref`` and not from ``since`` (``git rev-list --count``)."""
+    return int(git_out(["rev-list", "--count", f"{since}..{ref}"], repo) or 0)
+
+
+def dirty_paths(checkout: Path) -> list[str]:
+    """``git status --porcelain`` lines of a checkout: changed, staged, unmerged or untracked
+    (not ignored) paths; empty when it is clean."""
+    text = run_git(["status", "--porcelain"], checkout).stdout.decode(errors="surrogateescape")
+    return [line for line in text.splitlines() if line]
+
+
+@dataclass(frozen=True)
+class Worktree:
+    """One entry of ``git worktree list --porcelain`` (git-worktree(1), "Porcelain Format").
+
+    Attributes:
+        path: the checkout's folder.
+        branch: the checked-out branch's short name (``refs/heads/`` removed), or ``None``
+            (detached HEAD, bare).
+        prunable: git reports its folder gone.
+    """
+
+    path: Path
+    branch: str | None
+    prunable: bool = False
+
+
+def worktrees(repo: Path) -> list[Worktree]:
+    """Every worktree of ``repo``'s repository, the main checkout first (``-z``: git >= 2.36,
+    so a path with a newline stays one path)."""
+    text = run_git(["worktree", "list", "--porcelain", "-z"], repo).stdout
+    found: list[Worktree] = []
+    for block in text.decode(errors="surrogateescape").split("\0\0"):
+        fields = dict([*item.split(" ", 1), ""][:2] for item in block.split("\0") if item)
+        if "worktree" not in fields:
+            continue
+        branch = fields.get("branch", "")
+        found.append(  # paths resolved, so a symlinked folder compares equal to a manifest's
+            Worktree(
+                path=Path(fields["worktree"]).resolve(),
+                branch=branch.removeprefix("refs/heads/") if branch else None,
+                prunable="prunable" in fields,
+            )
+        )
+    return found
+
+
+def identity_args(repo: Path) -> list[str]:
+    """``-c user.name=… -c user.email=…`` for each identity key ``repo`` has not set, so a
+    merge commit can be made on a machine without a git identity; ``[]`` otherwise."""
+    args: list[str] = []
+    for key, value in FALLBACK_IDENTITY.items():
+        if run_git(["config", "--get", key], repo, ok=(0, 1)).returncode != 0:
+            args += ["-c", f"{key}={value}"]
+    return args

@@ -1,0 +1,410 @@
+"""What an operator does with an ended task's result: diff, merge and discard its branch.
+
+Everything here works from the task's ``manifest.json`` (its ``workspace`` report,
+:class:`~supervisor.workspace.model.WorkspaceReport`) and from git; nothing talks to the
+engine. The functions print nothing: they return results or raise :class:`ReviewError`, one
+line for the operator (``supervise diff|merge|discard``, :mod:`supervisor.cli_workspace`,
+turn it into exit status 1).
+
+What is written, and why it is safe beside a running engine: an ended task's folder is no
+longer written by the engine (a terminal status is final, see ``states.TERMINAL``), so a
+``merged`` / ``discarded`` line is appended to its ``events.jsonl`` (whole lines,
+:meth:`TaskDir.append_event`) and ``workspace.removed`` is set through the manifest's file
+lock (:meth:`TaskDir.update_manifest`), the same lock every engine write takes.
+
+Git rules used (git 2.39 here; ``git merge-tree --write-tree`` needs git >= 2.38):
+
+- A merge is checked for conflicts first with ``git merge-tree --write-tree`` (git-merge-tree(1)),
+  which touches no checkout and no ref; a conflicting merge is refused with the files named
+  and nothing changed anywhere.
+- The target branch checked out in a worktree (``git worktree list --porcelain``) is merged
+  there with ``git merge --no-ff`` (a merge commit that names the task) or ``--squash`` plus
+  a commit, only when ``git status --porcelain`` is empty (no change, no untracked file). A
+  merge that fails anyway is undone (``git merge --abort`` / ``git reset --merge``).
+- A target branch checked out nowhere is merged without any checkout: the tree from
+  ``merge-tree``, a commit from ``git commit-tree``, and ``git update-ref REF NEW OLD`` (which
+  refuses if the branch moved meanwhile): what ``git fetch`` does to a branch nobody has
+  checked out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from supervisor.states import TERMINAL, FailureReason
+from supervisor.taskdir import MANIFEST, Manifest, TaskDir
+from supervisor.workspace.gitops import (
+    LONG_GIT_TIMEOUT,
+    MergeConflict,
+    ReviewError,
+    commit_of,
+    count_commits,
+    dirty_paths,
+    git_out,
+    identity_args,
+    is_ancestor,
+    run_git,
+    worktrees,
+)
+from supervisor.workspace.model import WorkspaceReport
+
+# ---------------------------------------------------------------- the task
+
+
+@dataclass(frozen=True)
+class TaskWorkspace:
+    """A task's folder, manifest and worktree report, checked to name a task branch.
+
+    Attributes:
+        task: the task folder.
+        manifest: its manifest as read.
+        report: ``manifest.workspace`` (mode ``worktree``, with repository, branch and
+            base_commit set).
+    """
+
+    task: TaskDir
+    manifest: Manifest
+    report: WorkspaceReport
+
+    @property
+    def task_id(self) -> str:
+        return self.task.task_id
+
+    @property
+    def repository(self) -> Path:
+        return Path(self.report.repository or "")
+
+    @property
+    def branch(self) -> str:
+        return self.report.branch or ""
+
+    @property
+    def base_commit(self) -> str:
+        return self.report.base_commit or ""
+
+    @property
+    def ended(self) -> bool:
+        return self.manifest.status in TERMINAL
+
+    def require_ended(self, verb: str) -> None:
+        """Raises ReviewError unless the task has ended (its agent may still write)."""
+        if not self.ended:
+            raise ReviewError(
+                f"task {self.task_id} is {self.manifest.status}, not ended: its agent may still "
+                f"change the branch; {verb} it once it has ended (or 'supervise stop' it first)"
+            )
+
+
+def load_task(tasks_dir: Path, task_id: str) -> TaskWorkspace:
+    """The task ``task_id`` of ``tasks_dir`` with its worktree report.
+
+    Raises:
+        ReviewError: no such task, an unreadable manifest, no ``workspace`` report, a
+            ``shared`` task (its changes are not on a branch), a task whose workspace could
+            not be made (``failure_reason = "workspace"``), or no branch made yet.
+    """
+    folder = tasks_dir / task_id
+    if "/" in task_id or task_id.startswith(".") or not (folder / MANIFEST).exists():
+        raise ReviewError(f"no task {task_id!r} in {tasks_dir}; see 'supervise status -c ...'")
+    task = TaskDir(folder)
+    try:
+        manifest = task.read_manifest()
+    except (OSError, ValueError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ReviewError(f"{folder / MANIFEST}: cannot read the manifest ({first})") from None
+    report = manifest.workspace
+    if report is None:
+        raise ReviewError(
+            f"task {task_id} has no 'workspace' in its manifest (it ran before workspaces or "
+            "was never prepared): there is no task branch to review"
+        )
+    if report.mode == "shared":
+        raise ReviewError(
+            f"task {task_id} ran in shared mode in {report.path}: its changes are not on a "
+            "branch of their own; review them with git in that folder"
+        )
+    if manifest.failure_reason == FailureReason.WORKSPACE:
+        # Its worktree could not be made and what was made was removed: a branch of that
+        # name now (e.g. the one that was "already there") is not the task's to touch.
+        raise ReviewError(
+            f"task {task_id} failed making its workspace (failure_reason workspace): it left "
+            f"no worktree; a branch {report.branch} is not the task's"
+        )
+    if not (report.repository and report.branch and report.base_commit):
+        raise ReviewError(
+            f"task {task_id} ({manifest.status}) has no task branch: its worktree was never made"
+        )
+    return TaskWorkspace(task=task, manifest=manifest, report=report)
+
+
+def task_commit(ws: TaskWorkspace) -> str:
+    """The task's result: its branch's commit, or the recorded ``head_commit`` once the
+    branch is gone (discarded) while git still has the commit.
+
+    Raises:
+        ReviewError: neither exists any more.
+    """
+    commit = commit_of(ws.repository, f"refs/heads/{ws.branch}")
+    if commit is None and ws.report.head_commit:
+        commit = commit_of(ws.repository, ws.report.head_commit)
+    if commit is None:
+        raise ReviewError(
+            f"task {ws.task_id}: branch {ws.branch} is gone from {ws.repository} "
+            "(discarded or deleted) and its head commit is not in the repository"
+        )
+    return commit
+
+
+# ---------------------------------------------------------------- diff
+
+
+def diff(ws: TaskWorkspace, stat: bool = False) -> bytes:
+    """``git diff BASE_COMMIT TASK_COMMIT`` (``--stat`` for the summary), exactly as git
+    writes it: no colour, no external diff driver or textconv, so the bytes are a patch
+    ``git apply`` takes. What the agent left uncommitted in a live task's worktree is not in it.
+
+    Raises:
+        ReviewError: the branch and its head are gone, or git failed.
+    """
+    head = task_commit(ws)
+    args = ["diff", "--no-color", "--no-ext-diff", "--no-textconv"]
+    if stat:
+        args.append("--stat")
+    return run_git([*args, ws.base_commit, head, "--"], ws.repository, LONG_GIT_TIMEOUT).stdout
+
+
+# ---------------------------------------------------------------- merge
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    """What ``merge`` did.
+
+    Attributes:
+        target: the branch merged into.
+        commit: the target's commit afterwards (unchanged when ``up_to_date``).
+        head: the task commit that was merged.
+        checkout: the worktree the merge was made in, ``None`` when the branch was
+            checked out nowhere and only its ref moved.
+        squash: one squashed commit instead of a merge commit.
+        up_to_date: the target already contained the task's commits; nothing was done.
+    """
+
+    target: str
+    commit: str
+    head: str
+    checkout: Path | None
+    squash: bool
+    up_to_date: bool = False
+
+
+def target_branch(ws: TaskWorkspace, into: str | None) -> str:
+    """The local branch to merge into: ``into``, else the task's ``base``.
+
+    Raises:
+        ReviewError: it is not a local branch (a tag or a commit cannot take a merge), or
+            it is the task branch itself.
+    """
+    name = (into or ws.report.base or "").removeprefix("refs/heads/")
+    if not name:
+        raise ReviewError(f"task {ws.task_id} records no base branch; name one with --into BRANCH")
+    if commit_of(ws.repository, f"refs/heads/{name}") is None:
+        raise ReviewError(
+            f"{name!r} is not a local branch of {ws.repository}; name one with --into BRANCH"
+        )
+    if name == ws.branch:
+        raise ReviewError(f"{name} is the task's own branch; name another with --into BRANCH")
+    return name
+
+
+def merge_tree(repo: Path, target: str, head: str) -> tuple[str, list[str]]:
+    """``git merge-tree --write-tree`` of ``target`` and ``head``: the merged tree and the
+    conflicting paths (empty when it merges cleanly). Touches no checkout and no ref.
+
+    Raises:
+        ReviewError: git failed (or is older than 2.38, which lacks ``--write-tree``).
+    """
+    args = ["merge-tree", "--write-tree", "-z", "--name-only", "--no-messages", target, head]
+    proc = run_git(args, repo, LONG_GIT_TIMEOUT, ok=(0, 1))
+    parts = proc.stdout.decode(errors="surrogateescape").split("\0")
+    files = [p for p in parts[1:] if p] if proc.returncode == 1 else []
+    return parts[0].strip(), sorted(set(files))
+
+
+def merge(ws: TaskWorkspace, into: str | None = None, squash: bool = False) -> MergeResult:
+    """Merge the task's branch into its base branch (or ``into``) and log a ``merged`` event.
+
+    Returns:
+        :class:`MergeResult`.
+
+    Raises:
+        MergeConflict: the merge would conflict (files named; nothing changed).
+        ReviewError: the task has not ended, the target is not a local branch, its checkout
+            has uncommitted changes or untracked files, or git failed.
+    """
+    ws.require_ended("merge")
+    repo = ws.repository
+    target = target_branch(ws, into)
+    head = task_commit(ws)
+    before = commit_of(repo, f"refs/heads/{target}") or ""
+    if is_ancestor(repo, head, before):
+        return MergeResult(target, before, head, None, squash, up_to_date=True)
+    checkout = next((w.path for w in worktrees(repo) if w.branch == target), None)
+    if checkout is not None:
+        if not checkout.is_dir():
+            raise ReviewError(f"{target} is checked out in {checkout}, which is gone; "
+                              f"run 'git worktree prune' in {repo}")  # fmt: skip
+        dirty = dirty_paths(checkout)
+        if dirty:
+            raise ReviewError(
+                f"{checkout} (branch {target}) has uncommitted changes or untracked files "
+                f"({len(dirty)} paths, 'git status' there): left untouched; commit or "
+                "clean them, or merge --into another branch"
+            )
+    tree, conflicts = merge_tree(repo, before, head)
+    if conflicts:
+        raise MergeConflict(
+            f"merging {ws.branch} into {target} conflicts in: {', '.join(conflicts)}; "
+            "nothing was changed",
+            conflicts,
+        )
+    name = ws.manifest.task_name
+    kind = "Squash" if squash else "Merge"
+    message = f"{kind} task {ws.task_id} ({name}) from {ws.branch}"
+    if checkout is not None:
+        commit = _merge_in_checkout(checkout, ws.branch, head, message, squash)
+    else:
+        commit = _merge_ref(repo, target, before, head, tree, message, squash)
+    ws.task.append_event(
+        "merged", into=target, commit=commit, head=head, squash=squash,
+        checkout=str(checkout) if checkout else None,
+    )  # fmt: skip
+    return MergeResult(target, commit, head, checkout, squash)
+
+
+def _merge_in_checkout(checkout: Path, branch: str, head: str, message: str, squash: bool) -> str:
+    """Merge ``head`` in a clean checkout; on failure restore it and raise. Returns the new
+    HEAD commit."""
+    ident = identity_args(checkout)
+    if squash:
+        commit = [*ident, "commit", "--no-edit", "-m", message]
+        steps = [[*ident, "merge", "--squash", head], commit]
+    else:
+        steps = [[*ident, "merge", "--no-ff", "--no-edit", "-m", message, head]]
+    try:
+        for step in steps:
+            run_git(step, checkout, LONG_GIT_TIMEOUT)
+    except ReviewError as exc:
+        unmerged = git_out(["diff", "--name-only", "--diff-filter=U", "-z"], checkout)
+        files = sorted(f for f in unmerged.split("\0") if f)
+        # The checkout was clean before: --merge resets index and files to HEAD, keeping
+        # nothing of the failed merge (git-reset(1); also what "merge --abort" runs).
+        run_git(["reset", "--merge"], checkout, LONG_GIT_TIMEOUT)
+        if files:
+            raise MergeConflict(
+                f"merging {branch} in {checkout} conflicts in: {', '.join(files)}; "
+                "the merge was undone",
+                files,
+            ) from None
+        raise ReviewError(f"{exc}; the merge was undone") from None
+    return git_out(["rev-parse", "HEAD"], checkout)
+
+
+def _merge_ref(
+    repo: Path, target: str, before: str, head: str, tree: str, message: str, squash: bool
+) -> str:
+    """Commit ``tree`` on ``target`` (parents: ``before`` and, unless squashed, ``head``) and
+    move the branch there if it still points at ``before``. Returns the new commit."""
+    parents = ["-p", before] + ([] if squash else ["-p", head])
+    commit = git_out([*identity_args(repo), "commit-tree", tree, *parents, "-m", message], repo)
+    run_git(["update-ref", "-m", message, f"refs/heads/{target}", commit, before], repo)
+    return commit
+
+
+# ---------------------------------------------------------------- discard
+
+
+@dataclass(frozen=True)
+class DiscardPlan:
+    """What ``discard`` would remove (for the confirmation prompt).
+
+    Attributes:
+        worktree: the worktree folder, ``None`` when it is gone already.
+        branch_commit: the branch's commit, ``None`` when the branch is gone.
+        unmerged: commits on the branch that are not in its base branch (or beyond
+            base_commit when the base branch is gone).
+        dirty: uncommitted or untracked paths in the worktree.
+    """
+
+    worktree: Path | None
+    branch_commit: str | None
+    unmerged: int
+    dirty: int
+
+
+def discard_plan(ws: TaskWorkspace) -> DiscardPlan:
+    """What :func:`discard` would remove, and what would be lost.
+
+    Raises:
+        ReviewError: the task has not ended, the branch is checked out in another folder
+            (git would refuse to delete it), or the path is not our worktree.
+    """
+    ws.require_ended("discard")
+    repo = ws.repository
+    path = Path(ws.report.path).resolve()
+    listed = {w.path: w for w in worktrees(repo)}
+    for tree in listed.values():
+        if tree.branch == ws.branch and tree.path != path:
+            raise ReviewError(f"branch {ws.branch} is checked out in {tree.path}, not the task's "
+                              "worktree: check out another branch there first")  # fmt: skip
+    entry = listed.get(path)
+    if entry is not None and entry.branch not in (ws.branch, None):
+        raise ReviewError(f"{path} holds branch {entry.branch}, not {ws.branch}: left alone")
+    if entry is None and path.exists():
+        raise ReviewError(f"{path} is not a worktree of {repo}: left alone, remove it by hand")
+    branch_commit = commit_of(repo, f"refs/heads/{ws.branch}")
+    unmerged = 0
+    if branch_commit is not None:
+        base = commit_of(repo, f"refs/heads/{ws.report.base}") if ws.report.base else None
+        unmerged = count_commits(repo, base or ws.base_commit, branch_commit)
+    present = entry is not None and path.is_dir()
+    dirty = len(dirty_paths(path)) if present else 0
+    return DiscardPlan(path if present else None, branch_commit, unmerged, dirty)
+
+
+def remove_worktree(repo: Path, path: Path) -> None:
+    """``git worktree remove --force PATH`` (the caller decided what may be lost; --force
+    also removes a worktree holding submodules, git-worktree(1))."""
+    run_git(["worktree", "remove", "--force", str(path)], repo, LONG_GIT_TIMEOUT)
+
+
+def mark_removed(task: TaskDir) -> None:
+    """Set the manifest's ``workspace.removed`` under the manifest lock."""
+
+    def change(manifest: Manifest) -> None:
+        if manifest.workspace is not None:
+            manifest.workspace = manifest.workspace.model_copy(update={"removed": True})
+
+    task.update_manifest(change)
+
+
+def discard(ws: TaskWorkspace, plan: DiscardPlan) -> None:
+    """Remove the task's worktree (uncommitted work included) and delete its branch; log a
+    ``discarded`` event and set ``workspace.removed``.
+
+    Raises:
+        ReviewError: git failed (what was removed before stays removed).
+    """
+    repo = ws.repository
+    if plan.worktree is not None:
+        remove_worktree(repo, plan.worktree)
+    else:
+        run_git(["worktree", "prune"], repo)  # forget a registration whose folder is gone
+    if plan.branch_commit is not None:
+        run_git(["branch", "-D", ws.branch], repo)
+    ws.task.append_event(
+        "discarded", branch=ws.branch, commit=plan.branch_commit, path=ws.report.path,
+        unmerged=plan.unmerged, dirty=plan.dirty,
+    )  # fmt: skip
+    mark_removed(ws.task)
