@@ -1,12 +1,5 @@
 """The manifest's ``workspace`` report: where a task worked and what it changed (the
 ``[workspace]`` table that asks for it is :class:`supervisor.config.workspace.WorkspaceSpec`).
-
-A task runs either in a git worktree of its own (``mode = "worktree"``: ``git worktree add
--b BRANCH PATH BASE``, git-worktree(1)) or directly in ``project_dir`` (``mode =
-"shared"``). Every tmux agent manager that runs several agents on one repository
-(claude-squad, ccmanager, agent-deck, Crystal) gives each agent a worktree; their trackers
-list what goes wrong (worktrees left behind, submodules checked out empty, ignored files
-such as ``.env`` missing), which the keys below answer.
 """
 
 from __future__ import annotations
