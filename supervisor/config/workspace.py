@@ -53,3 +53,16 @@ class WorkspaceSpec(BaseModel):
     copy_paths: list[str] = Field(default_factory=list, alias="copy")
     submodules: Annotated[bool, Strict()] = True
     commit: Annotated[bool, Strict()] = True
+
+
+def effective_workspace(profile: WorkspaceSpec, task: WorkspaceSpec | None) -> WorkspaceSpec:
+    """The task's ``[workspace]`` laid over the profile's, key by key: only the keys the
+    task file wrote (pydantic's ``model_fields_set``) replace the profile's values. A task
+    may carry a table only when the profile's ``task_may_set`` has ``workspace``
+    (:func:`supervisor.config.loading.load_task` refuses it otherwise)."""
+    if task is None:
+        return profile.model_copy(deep=True)
+    merged = profile.model_dump()
+    merged.update({key: getattr(task, key) for key in task.model_fields_set})
+    return WorkspaceSpec.model_validate({("copy" if k == "copy_paths" else k): v
+                                         for k, v in merged.items()})  # fmt: skip
