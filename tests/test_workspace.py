@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import Setup, wait_for
 
-from supervisor.config.workspace import WorkspaceSpec
+from supervisor.config import ConfigError, load_profile, load_task
+from supervisor.config.workspace import WorkspaceSpec, workspace_rows
 from supervisor.taskdir import TaskDir
 from supervisor.workspace import git, lifecycle
 from supervisor.workspace.lifecycle import WorkspaceError
@@ -392,3 +393,39 @@ def test_shared_mode_warns_and_lists_the_other_live_task(setup: Setup) -> None:
     warned = [n for n, names in kinds.items() if "shared_workspace" in names]
     assert len(warned) == 1  # on the second task only
     assert all(m["workspace"]["mode"] == "shared" for m in setup.manifests().values())
+
+
+# ------------------------------------------------------------------ configuration
+
+
+def _files(tmp_path: Path, may_set: list[str]) -> tuple[Path, Path]:
+    profile = tmp_path / "p.toml"
+    profile.write_text(
+        '[agent]\ncommand = ["x"]\n[workspace]\nsetup = ["make", "deps"]\nbase = "main"\n'
+        f"[security]\ntask_may_set = {json.dumps(may_set)}\n"
+    )
+    task = tmp_path / "t.toml"
+    task.write_text(
+        f'name = "t"\nprompt = "p"\nproject_dir = "{tmp_path}"\n'
+        '[workspace]\nbase = "dev"\ncopy = [".env"]\n'
+    )
+    return profile, task
+
+
+def test_a_task_workspace_is_refused_unless_task_may_set_has_it(tmp_path: Path) -> None:
+    profile, task = _files(tmp_path, ["model"])
+    with pytest.raises(ConfigError) as caught:
+        load_task(task, load_profile(profile))
+    [line] = caught.value.problems
+    assert "key 'workspace'" in line and "task_may_set" in line
+
+
+def test_a_task_workspace_is_laid_over_the_profile_key_by_key(tmp_path: Path) -> None:
+    profile, task = _files(tmp_path, ["workspace"])
+    resolved = load_task(task, load_profile(profile))
+    ws = resolved.workspace
+    assert (ws.base, ws.copy_paths, ws.setup) == ("dev", [".env"], ["make", "deps"])
+    rows = {key: source for key, _, source in workspace_rows(
+        load_profile(profile).spec.workspace, resolved.spec.workspace)}  # fmt: skip
+    assert rows["workspace.base"] == "task" and rows["workspace.setup"] == "profile"
+    assert rows["workspace.copy"] == "task" and rows["workspace.commit"] == "default"

@@ -66,3 +66,21 @@ def effective_workspace(profile: WorkspaceSpec, task: WorkspaceSpec | None) -> W
     merged.update({key: getattr(task, key) for key in task.model_fields_set})
     return WorkspaceSpec.model_validate({("copy" if k == "copy_paths" else k): v
                                          for k, v in merged.items()})  # fmt: skip
+
+
+def workspace_rows(
+    profile: WorkspaceSpec, task: WorkspaceSpec | None = None
+) -> list[tuple[str, object, str]]:
+    """``(key, value, source)`` for each key of the effective ``[workspace]``
+    (``supervise config``): ``source`` is ``task``, ``profile`` or ``default``, as
+    :func:`effective_workspace` lays them."""
+    merged = effective_workspace(profile, task)
+    rows = []
+    for name, field in WorkspaceSpec.model_fields.items():
+        source = "default"
+        if name in profile.model_fields_set:
+            source = "profile"
+        if task is not None and name in task.model_fields_set:
+            source = "task"
+        rows.append((f"workspace.{field.alias or name}", getattr(merged, name), source))
+    return rows
