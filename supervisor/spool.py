@@ -449,5 +449,6 @@ def materialize(task: TaskDir, resolved: ResolvedTask, source: str, state_dir: P
         workspace=workspace,
     )
     task.write_manifest(manifest)
-    task.append_event("queued", status="queued", source=source, session_id=manifest.session_id)
+    task.append_event("queued", status="queued", source=source, session_id=manifest.session_id,
+                      workspace=workspace.model_dump(mode="json"))  # fmt: skip
     return manifest

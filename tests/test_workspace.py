@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Setup, wait_for
+from test_disk import small_fs  # noqa: F401  (a real small tmpfs, root only)
 
 from supervisor.config import ConfigError, load_profile, load_task
 from supervisor.config.workspace import WorkspaceSpec, workspace_rows
@@ -429,3 +430,39 @@ def test_a_task_workspace_is_laid_over_the_profile_key_by_key(tmp_path: Path) ->
         load_profile(profile).spec.workspace, resolved.spec.workspace)}  # fmt: skip
     assert rows["workspace.base"] == "task" and rows["workspace.setup"] == "profile"
     assert rows["workspace.copy"] == "task" and rows["workspace.commit"] == "default"
+
+
+def test_a_lost_manifest_is_rebuilt_with_its_workspace(setup: Setup) -> None:
+    """The claim's workspace and the finish's result are in events.jsonl, so a manifest
+    lost after the end (or while queued) is rebuilt with them (repair.rebuild)."""
+    git_project(setup)
+    setup.write_profile()
+    setup.drop("w.toml", setup.task("w", "print: hi\nexit: 0"))
+    assert setup.run().returncode == 0
+    before = setup.manifests()["w"]
+    (setup.state / "tasks" / before["task_id"] / "manifest.json").unlink()
+    assert setup.run().returncode == 0  # adoption rebuilds it from the event log
+    after = setup.manifests()["w"]
+    assert after["status"] == "completed"
+    assert after["workspace"] == before["workspace"] and after["workspace"]["head_commit"]
+
+
+def test_a_full_disk_fails_the_preparation_and_leaves_nothing(
+    tmp_path: Path,
+    small_fs: Path,  # noqa: F811  (the fixture imported from test_disk)
+) -> None:
+    """A real 4 MiB tmpfs as the worktree root, a repository with a 6 MiB file: the
+    checkout hits ENOSPC; the half-made worktree and its branch are removed."""
+    repo = make_repo(tmp_path / "repo", {"README": "x\n"})
+    (repo / "big.bin").write_bytes(os.urandom(6 * 1024 * 1024))
+    sh(repo, "add", "-A")
+    sh(repo, "commit", "-q", "-m", "big")
+    spec = WorkspaceSpec(root=str(small_fs / "worktrees"))
+    task = new_task(tmp_path)
+    report = lifecycle.resolve(task.task_id, repo, spec, tmp_path / "state")
+    with pytest.raises(WorkspaceError) as caught:
+        lifecycle.prepare(task, report, spec, repo)
+    # git names no errno here (git 2.39): "error: unable to write file big.bin; fatal: ..."
+    assert "unable to write file big.bin" in str(caught.value), caught.value
+    assert "\n" not in str(caught.value)
+    assert left_behind(repo, Path(report.path), report.branch or "") == []

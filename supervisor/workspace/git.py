@@ -77,15 +77,22 @@ def run_git(
     except OSError as exc:
         raise GitError(f"{shown}: cannot run git in {cwd}: {exc.strerror or exc}") from None
     if check and done.returncode != 0:
-        raise GitError(f"{shown}: {last_line(done.stderr) or f'exit {done.returncode}'}",
+        raise GitError(f"{shown}: {why_failed(done.stderr) or f'exit {done.returncode}'}",
                        done.returncode)  # fmt: skip
     return done
 
 
-def last_line(text: str) -> str:
-    """The last non-blank line of ``text``, stripped (git's error is its last line)."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+def why_failed(stderr: str) -> str:
+    """One line from git's stderr: its last line (``fatal: ...``), after the first
+    ``error: ...`` line when there is one, which often names the cause the last does not
+    (a checkout that hit ENOSPC ends ``fatal: Could not reset index file to revision
+    'HEAD'.`` after ``error: unable to write file NAME``; git 2.39, measured on a full
+    tmpfs)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    first_error = next((line for line in lines if line.startswith("error:")), lines[-1])
+    return lines[-1] if first_error == lines[-1] else f"{first_error}; {lines[-1]}"
 
 
 def toplevel(folder: Path | str) -> Path | None:

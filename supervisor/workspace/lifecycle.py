@@ -31,6 +31,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from supervisor.config.workspace import WorkspaceSpec
 from supervisor.taskdir import TaskDir
@@ -209,8 +210,14 @@ def _add_worktree(task: TaskDir, report: WorkspaceReport, spec: WorkspaceSpec, o
             git.run_git(["worktree", "add", str(path), branch], repo, timeout=spec.setup_timeout)
             return False
     assert report.base_commit is not None
-    git.run_git(["worktree", "add", "-b", branch, str(path), report.base_commit], repo,
-                timeout=spec.setup_timeout)  # fmt: skip
+    try:
+        git.run_git(["worktree", "add", "-b", branch, str(path), report.base_commit], repo,
+                    timeout=spec.setup_timeout)  # fmt: skip
+    except GitError:
+        # git makes the branch before the checkout (which may then fail, e.g. on ENOSPC)
+        # and leaves it; it did not exist before this call, so it is ours to delete
+        remove(repo, path, branch)
+        raise
     return True
 
 
@@ -355,3 +362,22 @@ def commit_message(task_id: str, task_name: str, session_id: str) -> str:
     """The final commit's message: the task name, then its id and session id."""
     name = " ".join(task_name.split())[:72]
     return f"supervise: {name}\n\ntask {task_id}\nsession {session_id}\n"
+
+
+#: The result fields of :func:`finish`, recorded in its ``workspace_finished`` event.
+RESULT_FIELDS = ("head_commit", "files_changed", "insertions", "deletions", "uncommitted")
+
+
+def report_from_events(events: list[dict[str, Any]]) -> WorkspaceReport | None:
+    """The manifest's ``workspace`` as ``events.jsonl`` fixes it (for
+    :func:`supervisor.repair.rebuild`): the report the ``queued`` event recorded at claim,
+    with the result of the last ``workspace_finished`` event; ``None`` for a task claimed
+    before workspaces existed."""
+    queued = next((e for e in events if e.get("event") == "queued"), None)
+    if queued is None or not isinstance(queued.get("workspace"), dict):
+        return None
+    report = WorkspaceReport.model_validate(queued["workspace"])
+    finished = [e for e in events if e.get("event") == "workspace_finished"]
+    for key in RESULT_FIELDS if finished else ():
+        setattr(report, key, finished[-1].get(key))
+    return report
