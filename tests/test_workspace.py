@@ -211,7 +211,7 @@ def test_setup_is_ended_when_supervise_stops(tmp_path: Path) -> None:
     cancel = threading.Event()
     threading.Timer(0.5, cancel.set).start()
     with pytest.raises(InterruptedError):
-        lifecycle.prepare(task, report, spec, repo, cancel)
+        lifecycle.prepare(task, report, spec, repo, cancel.is_set)
     assert Path(report.path).is_dir()  # kept: prepared again on the next start
 
 
@@ -466,3 +466,27 @@ def test_a_full_disk_fails_the_preparation_and_leaves_nothing(
     assert "unable to write file big.bin" in str(caught.value), caught.value
     assert "\n" not in str(caught.value)
     assert left_behind(repo, Path(report.path), report.branch or "") == []
+
+
+def test_a_stop_during_setup_ends_it_and_removes_the_worktree(setup: Setup) -> None:
+    """``supervise stop`` while the worktree is being made: the setup is ended at once, the
+    task ends abandoned/stopped, and the worktree and branch it made are removed."""
+    project = git_project(setup)
+    setup.write_profile(extra={"workspace": {"setup": ["sleep", "60"]}})
+    setup.drop("s.toml", setup.task("s", "print: never\nexit: 0"))
+    engine = subprocess.Popen([sys.executable, "-m", "supervisor.cli", "run", str(setup.profile),
+                               "--exit-when-idle"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        m = wait_for(lambda: setup.manifests().get("s"))
+        wait_for(lambda: "workspace_preparing" in [e["event"] for e in setup.events(m["task_id"])])
+        stopped = setup.supervise("stop", "-c", str(setup.profile), m["task_id"])
+        assert stopped.returncode == 0, stopped.stderr
+        assert engine.wait(timeout=30) == 0  # not 60 s: the setup was ended
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+    m = setup.manifests()["s"]
+    assert (m["status"], m["abandon_reason"]) == ("abandoned", "stopped")
+    ws = m["workspace"]
+    assert left_behind(project, Path(ws["path"]), ws["branch"]) == []

@@ -46,6 +46,7 @@ class Preparer:
         cancel: threading.Event,
     ) -> None:
         self.submit, self.kick, self.cancel = submit, kick, cancel
+        # (runtime, error) of finished preparations; appended on the pool, taken on the worker
         self._done: deque[tuple[Runtime, str | None]] = deque()
 
     def start(self, runtime: Runtime) -> bool:
@@ -61,13 +62,21 @@ class Preparer:
         task, report = runtime.task, runtime.manifest.workspace
         assert report is not None
         error: str | None = None
+
+        def cancelled() -> bool:
+            return self.cancel.is_set() or "stop" in runtime.requests
+
         try:
             lifecycle.prepare(task, report, runtime.resolved.workspace,
-                              Path(runtime.manifest.project_dir), self.cancel)  # fmt: skip
+                              Path(runtime.manifest.project_dir), cancelled)  # fmt: skip
         except InterruptedError:
-            log.info("%s: workspace setup ended (supervise stops); prepared again on start",
-                     task.task_id)  # fmt: skip
-            return
+            if self.cancel.is_set():
+                log.info("%s: workspace setup ended (supervise stops); prepared again on "
+                         "start", task.task_id)  # fmt: skip
+                return
+            if lifecycle.made_worktree(task):  # stopped by the operator: nothing to keep
+                assert report.repository is not None
+                lifecycle.remove(Path(report.repository), Path(report.path), report.branch)
         except WorkspaceError as exc:
             error = str(exc)
         except Exception as exc:  # anything else still ends the task with its reason

@@ -28,8 +28,8 @@ import os
 import shutil
 import signal
 import subprocess
-import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +103,12 @@ def is_ready(task: TaskDir) -> bool:
     return any(e.get("event") == READY for e in task.events())
 
 
+def made_worktree(task: TaskDir) -> bool:
+    """Whether :func:`prepare` got as far as ``git worktree add`` for this task (its
+    ``workspace_preparing`` event): then the worktree and the branch are this task's."""
+    return any(e.get("event") == PREPARING for e in task.events())
+
+
 def needs_prepare(report: WorkspaceReport | None, task: TaskDir) -> bool:
     """A worktree task whose worktree is not ready yet (never prepared, or cut short)."""
     return report is not None and report.mode == "worktree" and not is_ready(task)
@@ -127,7 +133,7 @@ def prepare(
     report: WorkspaceReport,
     spec: WorkspaceSpec,
     project_dir: Path,
-    cancel: threading.Event | None = None,
+    cancelled: Callable[[], bool] | None = None,
 ) -> WorkspaceReport:
     """Make the task's worktree: ``git worktree add -b BRANCH PATH BASE_COMMIT``, then
     ``git submodule update --init --recursive`` (``submodules``), the ``copy`` paths, then
@@ -135,8 +141,8 @@ def prepare(
     the add and ``workspace_ready`` at the end (``events.jsonl``).
 
     Args:
-        cancel: set when ``supervise`` stops; a running ``setup`` is then ended and the
-            task is prepared again on the next start (:class:`InterruptedError`).
+        cancelled: true when the work should stop (``supervise`` stops, or the task was
+            stopped): a running ``setup`` is then ended (:class:`InterruptedError`).
 
     Returns:
         The report (unchanged fields; the worktree exists at ``report.path``).
@@ -144,8 +150,11 @@ def prepare(
     Raises:
         WorkspaceError: any step failed; the worktree and a branch this task created are
             removed, nothing is left behind.
-        InterruptedError: ``cancel`` was set during ``setup`` (the worktree is kept).
+        InterruptedError: ``cancelled`` said so before the start or during ``setup`` (the
+            worktree is kept: prepared again on the next start, or :func:`remove`).
     """
+    if cancelled is not None and cancelled():
+        raise InterruptedError("cancelled before the start")
     why = _why_no_base(report, project_dir)
     if why is not None:
         raise WorkspaceError(why)
@@ -160,7 +169,7 @@ def prepare(
                         timeout=spec.setup_timeout)  # fmt: skip
         _copy(project_dir, agent_dir(report, project_dir), spec.copy_paths, task)
         if spec.setup:
-            _setup(task, agent_dir(report, project_dir), spec, cancel)
+            _setup(task, agent_dir(report, project_dir), spec, cancelled)
     except InterruptedError:
         raise
     except (GitError, OSError, WorkspaceError) as exc:
@@ -267,13 +276,15 @@ def _log(task: TaskDir, line: str) -> None:
         handle.write(f"[supervise] {line}\n".encode())
 
 
-def _setup(task: TaskDir, cwd: Path, spec: WorkspaceSpec, cancel: threading.Event | None) -> None:
+def _setup(
+    task: TaskDir, cwd: Path, spec: WorkspaceSpec, cancelled: Callable[[], bool] | None
+) -> None:
     """Run ``setup`` in ``cwd``, its output appended to ``output.log``, in a session of
     its own (no terminal; its whole process group is ended on timeout or cancel).
 
     Raises:
         WorkspaceError: a non-zero exit, the timeout, or a program that cannot run.
-        InterruptedError: ``cancel`` was set.
+        InterruptedError: ``cancelled`` said so.
     """
     assert spec.setup is not None
     _log(task, f"workspace: setup: {' '.join(spec.setup)} (in {cwd})")
@@ -289,7 +300,7 @@ def _setup(task: TaskDir, cwd: Path, spec: WorkspaceSpec, cancel: threading.Even
             raise WorkspaceError(f"setup {spec.setup[0]!r} cannot run: {exc.strerror}") from None
         deadline = time.monotonic() + spec.setup_timeout
         while proc.poll() is None:
-            if cancel is not None and cancel.is_set():
+            if cancelled is not None and cancelled():
                 _end_group(proc)
                 raise InterruptedError("supervise is stopping")
             if time.monotonic() >= deadline:
