@@ -293,7 +293,7 @@ class Engine(Kicks):
         it ends as :func:`policy.launch_failed` says, ``failure_reason`` workspace)."""
         if error is not None:
             self._launch_failed(runtime, runtime.state, time.time(), error, "workspace")
-        elif runtime.requests:  # stopped while its worktree was made
+        elif "stop" in runtime.requests:  # stopped while its worktree was made
             self._decide_and_apply(runtime)
         else:
             self.live.pop(runtime.task.task_id, None)
