@@ -343,6 +343,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 def cmd_config(args: argparse.Namespace) -> int:
     from supervisor.config import effective_policy, load_task
+    from supervisor.config.workspace import workspace_rows
 
     profile = _profile(args.config)
     if args.task:
@@ -353,6 +354,10 @@ def cmd_config(args: argparse.Namespace) -> int:
     values = policy.model_dump(mode="json")
     rows = [{"key": k, "value": json.dumps(v), "source": sources.get(k, "default")}
             for k, v in values.items()]  # fmt: skip
+    task_ws = resolved.spec.workspace if args.task else None
+    for key, value, source in workspace_rows(profile.spec.workspace, task_ws):
+        values[key] = value
+        rows.append({"key": key, "value": json.dumps(value), "source": source})
     if args.json:
         print(json.dumps({r["key"]: {"value": values[r["key"]], "source": r["source"]}
                           for r in rows}, indent=2))  # fmt: skip

@@ -29,6 +29,7 @@ from typing import Any
 
 from supervisor.states import TERMINAL, Status
 from supervisor.taskdir import MANIFEST, Manifest, TaskDir, utc_iso
+from supervisor.workspace import lifecycle
 
 #: Status shown by ``supervise status`` for a folder whose manifest is missing or unreadable.
 DAMAGED = "damaged"
@@ -85,6 +86,7 @@ def rebuild(
         session_id=str(queued["session_id"]),
         tmpdir=str(task.path),
         created_at=queued["ts"],
+        workspace=lifecycle.report_from_events(events),
     )
     if end is None:
         return manifest  # queued, never launched

@@ -49,6 +49,7 @@ from supervisor.config import (
     too_big,
 )
 from supervisor.taskdir import Manifest, TaskDir, _fsync_dir, atomic_write, utc_iso
+from supervisor.workspace import lifecycle
 
 #: Seconds a spool file must be unchanged before it is claimed.
 SETTLE = 0.2
@@ -418,7 +419,7 @@ def finish_claim(task: TaskDir, profile: LoadedProfile, original: Path | None = 
         with contextlib.suppress(OSError):
             task.path.rmdir()
         return Claimed(source=shown, error="\n".join(exc.problems), rejected_to=rejected)
-    materialize(task, resolved, source=str(shown))
+    materialize(task, resolved, source=str(shown), state_dir=profile.state_dir)
     return Claimed(source=shown, task_dir=task, resolved=resolved)
 
 
@@ -427,9 +428,12 @@ def reject_from(current: Path, original: Path, spool_dir: Path, problems: list[s
     return reject(current, spool_dir, problems, name=original.name)
 
 
-def materialize(task: TaskDir, resolved: ResolvedTask, source: str) -> Manifest:
+def materialize(task: TaskDir, resolved: ResolvedTask, source: str, state_dir: Path) -> Manifest:
     """Write ``prompt``, ``spec.json`` (the validated task, paths absolute, for re-adoption
-    after a restart) and the first manifest (``queued``); log the ``queued`` event."""
+    after a restart) and the first manifest (``queued``, with its ``workspace`` resolved
+    now: :func:`supervisor.workspace.lifecycle.resolve`); log the ``queued`` event."""
+    workspace = lifecycle.resolve(task.task_id, resolved.spec.project_dir, resolved.workspace,
+                                  state_dir)  # fmt: skip
     atomic_write(task.file("prompt"), resolved.prompt.encode("utf-8"))
     atomic_write(task.file("spec.json"), resolved.spec.model_dump_json(indent=1).encode())
     manifest = Manifest(
@@ -442,7 +446,9 @@ def materialize(task: TaskDir, resolved: ResolvedTask, source: str) -> Manifest:
         session_id=str(uuid.uuid4()),
         tmpdir=str(task.path),
         created_at=utc_iso(),
+        workspace=workspace,
     )
     task.write_manifest(manifest)
-    task.append_event("queued", status="queued", source=source, session_id=manifest.session_id)
+    task.append_event("queued", status="queued", source=source, session_id=manifest.session_id,
+                      workspace=workspace.model_dump(mode="json"))  # fmt: skip
     return manifest

@@ -3,7 +3,8 @@
 Plain ``os`` calls and ``json`` (no pydantic): this runs over thousands of folders, and
 ``status`` must stay fast (``benchmarks/``). A row's keys: ``task_id``, ``name``, ``status``,
 ``model``, ``retries``, ``exit_code``, ``verdict``, ``reason`` (``failure_reason`` of a failed
-task, ``abandon_reason`` of an abandoned one), ``age_s`` and ``since_output_s`` (seconds),
+task, ``abandon_reason`` of an abandoned one), ``branch`` (the task branch in worktree
+mode, else ``None``), ``age_s`` and ``since_output_s`` (seconds),
 ``damaged`` (why the manifest cannot be read, see :mod:`supervisor.repair`).
 """
 
@@ -86,6 +87,7 @@ def status_rows(tasks_dir: Path, now: float) -> list[dict[str, Any]]:
                 "exit_code": m.get("exit_code"),
                 "verdict": m.get("verdict"),
                 "reason": m.get("failure_reason") or m.get("abandon_reason"),
+                "branch": (m.get("workspace") or {}).get("branch"),  # worktree mode only
                 "age_s": age(m.get("started_at") or m.get("created_at"), now),
                 "since_output_s": None if mtime is None else round(now - mtime, 1),
                 "damaged": m.get("damaged"),

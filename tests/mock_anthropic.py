@@ -25,8 +25,9 @@ turn. Text after a directive is free; unknown names are ignored; ``args`` may no
 ``[[bash: CMD]]`` (may repeat)
     A step that issues a ``Bash`` tool_use with input
     ``{"command": CMD, "description": "Mock step K: run a shell command"}``.
-``[[write: NAME]]`` (may repeat)
-    A step that issues a ``Write`` of ``<cwd>/NAME`` with ``file_content``.
+``[[write: NAME]]`` / ``[[write: NAME | TEXT]]`` (may repeat)
+    A step that issues a ``Write`` of ``<cwd>/NAME`` with ``file_content`` (or ``TEXT`` and
+    a newline).
 ``[[final: TEXT]]``
     The final text of this conversation (overrides ``final_text``).
 ``[[ratelimit: N]]`` / ``[[ratelimit: N reset=EPOCH]]`` / ``[[ratelimit: N reset=+S]]``
@@ -617,7 +618,9 @@ class MockAnthropic:
             text = f"I will run: {arg}"
         else:
             assert cwd is not None
-            tool_input = {"file_path": f"{cwd.rstrip('/')}/{arg}", "content": self.file_content}
+            name, _, text = arg.partition(" | ")  # [[write: NAME | TEXT]]: TEXT + newline
+            content = f"{text}\n" if text else self.file_content
+            tool_input = {"file_path": f"{cwd.rstrip('/')}/{name}", "content": content}
             text = f"I will write {arg}."
         tool_use = {
             "type": "tool_use",

@@ -104,6 +104,9 @@ class Harness:
                 "notifier": notifier,
                 **extra.pop("monitor", {}),
             },
+            # projects are fresh `git init`s (no commit): tasks run in them unless a test
+            # asks for worktrees
+            "workspace": extra.pop("workspace", {"mode": "shared"}),
             **extra,
         }
         self.profile.write_text(tomli_w.dumps(profile), encoding="utf-8")
@@ -321,6 +324,53 @@ def test_two_tasks_in_one_project_each_resume_their_own_session(harness) -> None
         assert "continue the task" in history
         print(f"\n{name}: status={m['status']} verdict={m['verdict']} "
               f"retry_count={m['retry_count']} session_id={m['session_id']}")  # fmt: skip
+
+
+def test_two_tasks_on_one_repository_each_edit_the_same_file_on_their_own_branch(
+    harness,
+) -> None:
+    """Issue 12, Must show: two real-CLI tasks on one repository, started together, each
+    write the same file. Each works in its own worktree on its own branch, so both end
+    completed/PASS with an acceptance check that sees only its own change, and the
+    project's checkout is untouched."""
+    h = harness()
+    project = h.project()
+    (project / "shared.txt").write_text("base\n", encoding="utf-8")
+    ident = ["-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    for args in (["add", "-A"], [*ident, "commit", "-q", "-m", "base"]):
+        subprocess.run(["git", *args], cwd=project, check=True, capture_output=True)
+    h.write_profile(approval={"rules": [{"tool": "Write", "action": "approve"}]}, workspace={})
+    for name in ("alpha", "beta"):
+        own = f"import sys; sys.exit(open('shared.txt').read() != '{name}\\n')"
+        h.submit(
+            name,
+            f"[[write: shared.txt | {name}]] [[final: {name} done]] task {name}",
+            project,
+            acceptance={"command": [sys.executable, "-c", own]},
+        )
+    h.start()
+    h.finish()
+    manifests = h.manifests()
+    branches = set()
+    for name in ("alpha", "beta"):
+        m = manifests[name]
+        info = json.dumps(m, indent=1) + h.diagnostics()
+        assert (m["status"], m["verdict"]) == ("completed", "PASS"), info
+        assert m["acceptance"]["passed"] is True, info
+        ws = m["workspace"]
+        assert ws["mode"] == "worktree" and ws["base"] in ("master", "main"), info
+        assert (Path(ws["path"]) / "shared.txt").read_text(encoding="utf-8") == f"{name}\n"
+        shown = subprocess.run(
+            ["git", "show", f"{ws['branch']}:shared.txt"],
+            cwd=project, capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        assert shown == f"{name}\n", info
+        assert (ws["files_changed"], ws["uncommitted"]) == (1, False), info
+        branches.add(ws["branch"])
+        print(f"\n{name}: status={m['status']} verdict={m['verdict']} branch={ws['branch']} "
+              f"head={ws['head_commit'][:10]} +{ws['insertions']} -{ws['deletions']}")  # fmt: skip
+    assert len(branches) == 2
+    assert (project / "shared.txt").read_text(encoding="utf-8") == "base\n"
 
 
 def _final_requested(h: Harness, ids: dict[str, str]) -> bool:

@@ -81,6 +81,8 @@ def write_profile(path: Path, claude: str, socket_name: str, env: dict[str, str]
             "grace_period": 30,
             "stale_threshold": 120,
         },
+        # the project is a fresh `git init` (no commit): run in it, not in a worktree
+        "workspace": {"mode": "shared"},
     }
     path.write_text(tomli_w.dumps(profile), encoding="utf-8")
     return path

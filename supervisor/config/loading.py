@@ -35,6 +35,7 @@ from supervisor.config.models import (
 )
 from supervisor.config.monitor import MonitorOverrides, MonitorPolicy, error_message
 from supervisor.config.tomlfile import format_errors, key_line, policy_line, read_toml
+from supervisor.config.workspace import effective_workspace
 from supervisor.errors import ConfigError
 
 
@@ -145,6 +146,8 @@ def load_profile(path: Path | str) -> LoadedProfile:
     spec.paths.state_dir = _resolve(base, spec.paths.state_dir)
     if spec.tmux.socket_name is None:
         spec.tmux.socket_name = default_socket_name(spec.paths.state_dir)
+    if spec.workspace.root is not None:
+        spec.workspace.root = str(_resolve(base, Path(spec.workspace.root)))
     loaded = LoadedProfile(path=path, spec=spec)
     problems: list[str] = []
     try:
@@ -234,6 +237,11 @@ def resolve_task(
         line = policy_line(text, loc_prefix) if text else None
         at = f"{file}:{line}" if line else f"{file}"
         problems.extend(f"{at if p.startswith('monitor') else file}: {p}" for p in exc.problems)
+    if spec.workspace is not None and spec.workspace.root is not None:
+        try:
+            spec.workspace.root = str(_resolve(base, Path(spec.workspace.root)))
+        except ValueError as exc:
+            problems.append(f"{where('workspace.root')}: not a usable path ({exc})")
     if problems or policy is None or prompt is None:
         raise ConfigError(problems)
     rules = (*(spec.approval.rules if spec.approval else ()), *profile.spec.approval.rules)
@@ -245,6 +253,7 @@ def resolve_task(
         sources=sources,
         rules=tuple(rules),
         acceptance=spec.acceptance or profile.spec.acceptance,
+        workspace=effective_workspace(profile.spec.workspace, spec.workspace),
     )
 
 
@@ -289,7 +298,7 @@ def load_task(
 
 def _refused_keys(data: dict[str, Any], security: SecuritySpec) -> list[str]:
     """Optional keys in a task file that the profile's ``task_may_set`` does not allow."""
-    keys = [k for k in ("model", "env", "approval", "acceptance") if k in data]
+    keys = [k for k in ("model", "env", "approval", "acceptance", "workspace") if k in data]
     monitor = data.get("monitor")
     if isinstance(monitor, dict):
         keys += [f"monitor.{k}" for k in monitor]

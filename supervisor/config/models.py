@@ -375,6 +375,8 @@ class ResolvedTask:
             ``default``, ``profile``, ``env`` or ``task``.
         rules: the approval rules in force, the task's first, then the profile's.
         acceptance: the task's ``[acceptance]``, else the profile's, else ``None``.
+        workspace: the effective ``[workspace]``: the task's keys laid over the profile's
+            (:func:`supervisor.config.workspace.effective_workspace`).
     """
 
     spec: TaskSpec
@@ -384,3 +386,4 @@ class ResolvedTask:
     sources: dict[str, str] = field(default_factory=dict)
     rules: tuple[ApprovalRule, ...] = ()
     acceptance: AcceptanceSpec | None = None
+    workspace: WorkspaceSpec = field(default_factory=WorkspaceSpec)

@@ -53,3 +53,34 @@ class WorkspaceSpec(BaseModel):
     copy_paths: list[str] = Field(default_factory=list, alias="copy")
     submodules: Annotated[bool, Strict()] = True
     commit: Annotated[bool, Strict()] = True
+
+
+def effective_workspace(profile: WorkspaceSpec, task: WorkspaceSpec | None) -> WorkspaceSpec:
+    """The task's ``[workspace]`` laid over the profile's, key by key: only the keys the
+    task file wrote (pydantic's ``model_fields_set``) replace the profile's values. A task
+    may carry a table only when the profile's ``task_may_set`` has ``workspace``
+    (:func:`supervisor.config.loading.load_task` refuses it otherwise)."""
+    if task is None:
+        return profile.model_copy(deep=True)
+    merged = profile.model_dump()
+    merged.update({key: getattr(task, key) for key in task.model_fields_set})
+    return WorkspaceSpec.model_validate({("copy" if k == "copy_paths" else k): v
+                                         for k, v in merged.items()})  # fmt: skip
+
+
+def workspace_rows(
+    profile: WorkspaceSpec, task: WorkspaceSpec | None = None
+) -> list[tuple[str, object, str]]:
+    """``(key, value, source)`` for each key of the effective ``[workspace]``
+    (``supervise config``): ``source`` is ``task``, ``profile`` or ``default``, as
+    :func:`effective_workspace` lays them."""
+    merged = effective_workspace(profile, task)
+    rows = []
+    for name, field in WorkspaceSpec.model_fields.items():
+        source = "default"
+        if name in profile.model_fields_set:
+            source = "profile"
+        if task is not None and name in task.model_fields_set:
+            source = "task"
+        rows.append((f"workspace.{field.alias or name}", getattr(merged, name), source))
+    return rows

@@ -18,12 +18,11 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, cast
 
 from supervisor import acceptance, notify, policy, processes, statefs, stopping
 from supervisor.config import LoadedProfile
-from supervisor.engine import launch
+from supervisor.engine import launch, workspaces
 from supervisor.engine.panes import Sessions
 from supervisor.engine.runtime import Outcome, Runtime
 from supervisor.states import TERMINAL
@@ -208,8 +207,33 @@ class Actions:
             again = functools.partial(self._perform, runtime, decision, now, applied)
             runtime.pending = functools.partial(again, actions[index:])
             return Outcome(next_check=retry, resumed=resumed)
+        if applied.state.status in TERMINAL and workspaces.needs_finish(runtime):
+            then = functools.partial(self._conclude, runtime, decision, now, applied)
+            return self._finish_workspace(runtime, then, resumed)
         outcome = self._conclude(runtime, decision, now, applied)
         return Outcome(outcome.next_check, outcome.retired, outcome.resumed or resumed)
+
+    def _finish_workspace(
+        self, runtime: Runtime, then: Callable[[], Outcome], resumed: bool
+    ) -> Outcome:
+        """Commit the task's worktree on the background pool before the ending's manifest
+        (``then``, :meth:`_conclude`) is written: whoever reads ``completed`` finds the
+        work on the branch. Meanwhile checks wait (``runtime.finishing``); when it is done,
+        ``then`` becomes the task's pending rest and its check is woken. A crash of
+        ``supervise`` meanwhile: adoption completes the logged ending, which comes here
+        again (a clean worktree is not committed twice)."""
+        runtime.finishing = True
+
+        def body() -> None:
+            try:
+                workspaces.finish(runtime)
+            finally:
+                runtime.pending = then
+                runtime.finishing = False
+                self.wake(runtime.task.task_id)
+
+        self.submit_background(body)
+        return Outcome(next_check=runtime.policy.base_interval, resumed=resumed)
 
     def _act(self, runtime: Runtime, action: policy.Action, now: float) -> None:
         """One action other than stop and resume (they hold the rest of the decision)."""
@@ -353,7 +377,8 @@ class Actions:
 
         def body() -> None:
             try:
-                result = acceptance.run(runtime.task, Path(runtime.manifest.project_dir), spec)
+                workspaces.finish(runtime)  # the agent's work committed before it is judged
+                result = acceptance.run(runtime.task, runtime.workdir, spec)
                 runtime.task.append_event("acceptance", **result)
             except Exception:
                 log.exception("%s: acceptance check failed to run", runtime.task.task_id)

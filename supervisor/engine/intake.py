@@ -175,7 +175,8 @@ class SpoolIntake:
             copy = spec.model_copy(deep=True)
             resolved = resolve_task(copy, self.profile, base, self.profile.path)
             task = TaskDir(folder)
-            spool.materialize(task, resolved, source=f"{self.profile.path} [[tasks]]")
+            spool.materialize(task, resolved, source=f"{self.profile.path} [[tasks]]",
+                              state_dir=self.profile.state_dir)  # fmt: skip
             made.append((task, resolved))
         atomic_write(marker, utc_iso().encode())
         return made

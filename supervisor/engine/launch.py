@@ -16,7 +16,6 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from supervisor import policy
 from supervisor.config import LoadedProfile
@@ -37,7 +36,8 @@ class LaunchSpec:
     """The content of a task's ``launch.json``, read by the wrapper in the pane.
 
     ``argv`` is expanded, ``env`` goes on top of the supervisor's own environment, ``cwd``
-    is the project dir, ``resume_exit_codes`` are the exit codes the wrapper reports as a
+    is the agent's working directory (:attr:`Runtime.workdir`: the task's worktree, or the
+    project dir when shared), ``resume_exit_codes`` are the exit codes the wrapper reports as a
     resumable stop, ``stream`` (optional) names the file in the task folder the wrapper
     copies the agent's stdout to.
     """
@@ -62,14 +62,18 @@ class LaunchSpec:
 
 
 def argv_values(profile: LoadedProfile, runtime: Runtime) -> dict[str, str]:
-    """The values of the ``{placeholder}`` names an argv template may use."""
+    """The values of the ``{placeholder}`` names an argv template may use.
+
+    ``{project_dir}`` is the folder the agent works in (:attr:`Runtime.workdir`): its
+    worktree in ``worktree`` mode, so an agent told where to work edits its own branch
+    (the manifest's ``project_dir`` keeps the folder the task named)."""
     manifest = runtime.manifest
     return {
         "prompt": runtime.resolved.prompt,
         "prompt_file": str(runtime.task.file("prompt")),
         "model": runtime.resolved.model,
         "session_id": manifest.session_id,
-        "project_dir": manifest.project_dir,
+        "project_dir": str(runtime.workdir),
         "task_id": manifest.task_id,
         "python": sys.executable,
         "profile_dir": str(profile.path.parent),
@@ -91,7 +95,7 @@ def launch_spec(profile: LoadedProfile, runtime: Runtime, resume: bool) -> Launc
     }
     argv = expand_argv(part.argv, argv_values(profile, runtime))
     codes = list(runtime.policy.resume_exit_codes)
-    return LaunchSpec(argv, env, runtime.manifest.project_dir, codes, part.stream or None)
+    return LaunchSpec(argv, env, str(runtime.workdir), codes, part.stream or None)
 
 
 def write_launch(profile: LoadedProfile, runtime: Runtime, resume: bool) -> None:
@@ -138,7 +142,7 @@ def start(
     task.clear_run_files()
     watch(runtime)
     try:
-        tmux.launch(task.task_id, task.path, Path(runtime.manifest.project_dir))
+        tmux.launch(task.task_id, task.path, runtime.workdir)
     except TmuxTimeout:
         # tmux may still create the session: watch the task (the policy calls a session
         # that never shows up lost and resumes it), never start the agent twice.
@@ -200,7 +204,7 @@ def respawn(
     if not launch_written:
         write_launch(profile, runtime, resume=True)
     task.clear_run_files()
-    project = Path(runtime.manifest.project_dir)
+    project = runtime.workdir
     sessions.forget()
     try:
         tmux.respawn(task.task_id, task.path, project)

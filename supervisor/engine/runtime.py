@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from supervisor import policy
 from supervisor.agents import AgentAdapter, Keys, adapter_for
@@ -17,6 +18,7 @@ from supervisor.config import LoadedProfile, MonitorPolicy, ResolvedTask, TaskSp
 from supervisor.stopping import StopInProgress
 from supervisor.taskdir import Manifest, TaskDir
 from supervisor.tmux import Tmux
+from supervisor.workspace import lifecycle
 
 
 @dataclass(frozen=True)
@@ -47,10 +49,18 @@ class Runtime:
     accepting: bool = False  # the acceptance check runs on the background pool
     stopping: StopInProgress | None = None  # its agent is being stopped (no decision meanwhile)
     pending: Callable[[], Outcome] | None = None  # a decision's rest, to retry (tmux silent)
+    preparing: bool = False  # its worktree is being made on the background pool (queued)
+    finishing: bool = False  # its worktree is being committed before the manifest's ending
 
     @property
     def policy(self) -> MonitorPolicy:
         return self.resolved.policy
+
+    @property
+    def workdir(self) -> Path:
+        """The agent's working directory: its worktree (the same sub-folder of it when
+        ``project_dir`` is below its repository's top), or ``project_dir`` when shared."""
+        return lifecycle.agent_dir(self.manifest.workspace, self.manifest.project_dir)
 
 
 def reload(profile: LoadedProfile, task: TaskDir) -> ResolvedTask:

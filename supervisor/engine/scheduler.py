@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import logging
 import signal
 import threading
@@ -39,12 +40,13 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from filelock import FileLock, Timeout
 
-from supervisor import acceptance, control, policy, statefs
+from supervisor import control, policy, statefs
 from supervisor.config import ConfigError, LoadedProfile, ResolvedTask
-from supervisor.engine import launch, recovery, stats
+from supervisor.engine import launch, recovery, stats, workspaces
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.actions import Actions
 from supervisor.engine.intake import Claims, SpoolIntake, check_spool_permissions
+from supervisor.engine.kicks import Kicks
 from supervisor.engine.observe import Observer, tail_pending
 from supervisor.engine.panes import Sessions
 from supervisor.engine.runtime import Outcome, Runtime
@@ -58,8 +60,6 @@ ADOPT_RETRY = 5.0
 
 #: Seconds between writes of ``state_dir/engine-stats.json``.
 STATS_EVERY = 5.0
-#: Files whose appearance in a task folder triggers an immediate check.
-WAKE_FILES = frozenset({"done", "exit_code", "signal", acceptance.RESULT})
 #: Seconds between looks for the wrapper's end line in output.log.
 TAIL_POLL = 0.05
 
@@ -68,7 +68,7 @@ class EngineBusy(RuntimeError):
     """Another engine holds the state directory's lock (one engine per ``state_dir``)."""
 
 
-class Engine:
+class Engine(Kicks):
     """Runs one profile: ``Engine(profile).run()``.
 
     Args:
@@ -92,6 +92,8 @@ class Engine:
             profile, self.tmux, self.sessions, self.disk, self._submit_background, self._wake
         )
         self.watcher: Watcher | None = None
+        kick_intake = functools.partial(self._kick, "intake")
+        self.preparer = workspaces.Preparer(self._submit_background, kick_intake, self.stopping)
         self._kicked: set[str] = set()  # task ids with an event since their last check
         # Held by every job body. Stopping takes it once before shutting the scheduler down,
         # so no job is inside a scheduler call then (shutdown(wait=True) holds APScheduler's
@@ -223,50 +225,6 @@ class Engine:
                     self.stats)  # fmt: skip
         self._stats_written = time.monotonic()
 
-    # ------------------------------------------------------------------ events
-    def _kick(self, job_id: str) -> None:
-        """Run a job now (from the watcher thread); polling remains the safety net."""
-        if self.stopping.is_set():
-            return
-        with contextlib.suppress(JobLookupError):
-            self.scheduler.modify_job(job_id, next_run_time=datetime.now(UTC))
-
-    def _wake(self, task_id: str) -> None:
-        """Check ``task_id`` now, and again right after a check already running."""
-        self._kicked.add(task_id)
-        self._kick(f"check:{task_id}")
-
-    def _on_spool(self, name: str) -> None:
-        if self.source.notice(name):
-            self._kick("intake")
-
-    def _on_task(self, task_id: str, name: str) -> None:
-        if name == "pid":
-            task = TaskDir(self.profile.tasks_dir / task_id)
-            pid = task.read_int("pid")
-            if pid is not None and self.watcher is not None:
-                self.watcher.watch_pid(task_id, pid)
-            self._wake(task_id)  # a new run: its check records the PID
-        elif name in WAKE_FILES or (name.startswith("hook-") and name.endswith(".json")):
-            self._wake(task_id)
-
-    def _on_exit(self, task_id: str) -> None:
-        self._wake(task_id)
-
-    def _watch(self, runtime: Runtime) -> None:
-        if self.watcher is None:
-            return
-        task = runtime.task
-        self.watcher.watch_task(task.task_id, task.path)
-        pid = task.read_int("pid")
-        if pid is not None:
-            self.watcher.watch_pid(task.task_id, pid)
-
-    def _watch_folder(self, runtime: Runtime) -> None:
-        """Watch a task's folder before its agent starts, so no event is missed."""
-        if self.watcher is not None:
-            self.watcher.watch_task(runtime.task.task_id, runtime.task.path)
-
     # ------------------------------------------------------------------ intake
     def intake(self) -> None:
         """Queue what the claim thread took and start its next batch, apply operator
@@ -317,6 +275,8 @@ class Engine:
 
     def _fill_slots(self) -> None:
         limit = self.profile.spec.max_concurrent
+        for runtime, error in self.preparer.take():  # worktrees made off the worker
+            self._prepared(runtime, error)
         if self.queue and self.disk.full():
             return  # a launch writes launch.json, events and the manifest: wait for room
         while self.queue and len(self.live) < limit:
@@ -326,6 +286,9 @@ class Engine:
             except (OSError, ValueError, ConfigError):
                 log.exception("cannot load queued task %s; it stays queued on disk", task.task_id)
                 continue
+            if self.preparer.start(runtime):  # holds its slot while its worktree is made
+                self.live[task.task_id] = runtime
+                continue
             try:
                 self.launch(runtime)
             except OSError as exc:
@@ -334,6 +297,17 @@ class Engine:
                 log.error("%s: cannot launch: %s; it stays queued", task.task_id, exc)
                 self.queue.appendleft(task)
                 return
+
+    def _prepared(self, runtime: Runtime, error: str | None) -> None:
+        """A task's worktree was made (then it is launched in turn), or not (``error``:
+        it ends as :func:`policy.launch_failed` says, ``failure_reason`` workspace)."""
+        if error is not None:
+            self._launch_failed(runtime, runtime.state, time.time(), error, "workspace")
+        elif "stop" in runtime.requests:  # stopped while its worktree was made
+            self._decide_and_apply(runtime)
+        else:
+            self.live.pop(runtime.task.task_id, None)
+            self.queue.appendleft(runtime.task)
 
     # ------------------------------------------------------------------ launch
     def launch(self, runtime: Runtime) -> None:
@@ -351,10 +325,8 @@ class Engine:
             log.error("launch of %s failed: %s", task.task_id, started.error)
             runtime.state = started.decision.state
             self.live[task.task_id] = runtime
-            decision = policy.launch_failed(
-                started.decision.state, started.now, str(started.error), runtime.policy
-            )
-            self._settle(runtime, self.actions.apply(runtime, decision, started.now))
+            state, why = started.decision.state, str(started.error)
+            self._launch_failed(runtime, state, started.now, why, "launch")
             return
         self.stats["launched"] += 1
         self.live[task.task_id] = runtime  # watched from now on, whatever the writes do
@@ -362,6 +334,14 @@ class Engine:
         self._watch(runtime)
         self._schedule_check(runtime, delay=started.decision.next_check)
         log.info("launched %s in tmux session %s", task.task_id, task.task_id)
+        workspaces.share(runtime, self.live)
+
+    def _launch_failed(
+        self, runtime: Runtime, state: policy.TaskState, now: float, why: str, reason: str
+    ) -> None:
+        """End a task that could not start, as :func:`policy.launch_failed` decides."""
+        decision = policy.launch_failed(state, now, why, runtime.policy, reason)
+        self._settle(runtime, self.actions.apply(runtime, decision, now))
 
     # ------------------------------------------------------------------ adoption
     def adopt(self) -> None:
@@ -418,8 +398,8 @@ class Engine:
         it on instead: one task's decisions never interleave. tmux not answering is a
         logged fault: the task is looked at again ``base_interval`` seconds later."""
         runtime = self.live.get(task_id)
-        if runtime is None:
-            return
+        if runtime is None or runtime.preparing or runtime.finishing:
+            return  # the background work wakes it when done
         if runtime.stopping is not None:
             self._kicked.discard(task_id)
             self._settle(runtime, self.actions.advance_stop(runtime))
@@ -472,6 +452,7 @@ class Engine:
     def _retire(self, runtime: Runtime) -> None:
         task_id = runtime.task.task_id
         self.live.pop(task_id, None)
+        workspaces.unshare(runtime, self.live)
         self.stats["finished"] += 1
         self._kicked.discard(task_id)
         if self.watcher is not None:

@@ -34,6 +34,8 @@ State table (like supervisord's process states; "stop" = stop the agent's proces
     queued        launched: tmux session created            running     first check after
                                                                         first_check
     running       launch failed: tmux refused the session   failed      end (reason launch)
+    queued        its worktree could not be made (base      failed      end (reason workspace)
+                  missing, branch taken, setup failed, ENOSPC)
     queued        operator: supervise stop                  abandoned   finish
     running       done-file, exit code 0                    completed   end
     running       done-file, exit code != 0                 failed      end

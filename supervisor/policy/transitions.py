@@ -47,21 +47,26 @@ def launched(state: TaskState, now: float, policy: MonitorPolicy) -> Decision:
     return with_notify(decision, policy)
 
 
-def launch_failed(state: TaskState, now: float, why: str, policy: MonitorPolicy) -> Decision:
-    """A task just :func:`launched` whose tmux session could not be created (``why``, one
-    line from tmux): it ends ``failed`` with ``failure_reason`` ``launch`` and the verdict
-    ``FAIL`` at ``now`` (its deadline counted from then); no agent ever ran, so there is
-    nothing to stop or retry, and no ``launched_at``."""
+def launch_failed(
+    state: TaskState, now: float, why: str, policy: MonitorPolicy, failure_reason: str = "launch"
+) -> Decision:
+    """A task that could not start: ``failure_reason`` ``launch`` (a task just
+    :func:`launched` whose tmux session could not be created; ``why`` is tmux's line) or
+    ``workspace`` (a queued task whose worktree could not be made; ``why`` is
+    :class:`supervisor.workspace.lifecycle.WorkspaceError`'s line). It ends ``failed``
+    with the verdict ``FAIL`` at ``now`` (its deadline counted from then); no agent ever
+    ran, so there is nothing to stop or retry, and no ``launched_at``."""
     new = dataclasses.replace(
-        state, status="failed", failure_reason="launch", verdict="FAIL", exit_code=None,
+        state, status="failed", failure_reason=failure_reason, verdict="FAIL", exit_code=None,
         launched_at=None, stale_since=None, gone_since=None, resume_at=None,
         started_at=state.started_at if state.started_at is not None else now,
     )  # fmt: skip
+    what = "tmux could not start the session" if failure_reason == "launch" else failure_reason
     decision = Decision(
         state=new,
         actions=(Action.FINISH, Action.CLEANUP, Action.NOTIFY),
         events=("failed",),
-        reason=" ".join(f"tmux could not start the session: {why}".split()),
+        reason=" ".join(f"{what}: {why}".split()),
     )
     return with_notify(decision, policy)
 

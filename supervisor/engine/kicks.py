@@ -1,0 +1,79 @@
+"""The engine's events: inotify and pidfd callbacks (from the watcher's thread) turned
+into kicks of APScheduler jobs (:class:`Kicks`, a part of
+:class:`supervisor.engine.scheduler.Engine`). A kick only moves a job's next run time;
+the job runs on the worker, and polling stays the safety net.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from datetime import UTC, datetime
+
+from apscheduler.jobstores.base import JobLookupError
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from supervisor import acceptance
+from supervisor.config import LoadedProfile
+from supervisor.engine.intake import SpoolIntake
+from supervisor.engine.runtime import Runtime
+from supervisor.taskdir import TaskDir
+from supervisor.watch import Watcher
+
+#: Files whose appearance in a task folder triggers an immediate check.
+WAKE_FILES = frozenset({"done", "exit_code", "signal", acceptance.RESULT})
+
+
+class Kicks:
+    """Event callbacks of the engine; the attributes are the engine's own."""
+
+    profile: LoadedProfile
+    scheduler: BackgroundScheduler
+    stopping: threading.Event
+    source: SpoolIntake
+    watcher: Watcher | None
+    _kicked: set[str]
+
+    # ------------------------------------------------------------------ events
+    def _kick(self, job_id: str) -> None:
+        """Run a job now (from the watcher thread); polling remains the safety net."""
+        if self.stopping.is_set():
+            return
+        with contextlib.suppress(JobLookupError):
+            self.scheduler.modify_job(job_id, next_run_time=datetime.now(UTC))
+
+    def _wake(self, task_id: str) -> None:
+        """Check ``task_id`` now, and again right after a check already running."""
+        self._kicked.add(task_id)
+        self._kick(f"check:{task_id}")
+
+    def _on_spool(self, name: str) -> None:
+        if self.source.notice(name):
+            self._kick("intake")
+
+    def _on_task(self, task_id: str, name: str) -> None:
+        if name == "pid":
+            task = TaskDir(self.profile.tasks_dir / task_id)
+            pid = task.read_int("pid")
+            if pid is not None and self.watcher is not None:
+                self.watcher.watch_pid(task_id, pid)
+            self._wake(task_id)  # a new run: its check records the PID
+        elif name in WAKE_FILES or (name.startswith("hook-") and name.endswith(".json")):
+            self._wake(task_id)
+
+    def _on_exit(self, task_id: str) -> None:
+        self._wake(task_id)
+
+    def _watch(self, runtime: Runtime) -> None:
+        if self.watcher is None:
+            return
+        task = runtime.task
+        self.watcher.watch_task(task.task_id, task.path)
+        pid = task.read_int("pid")
+        if pid is not None:
+            self.watcher.watch_pid(task.task_id, pid)
+
+    def _watch_folder(self, runtime: Runtime) -> None:
+        """Watch a task's folder before its agent starts, so no event is missed."""
+        if self.watcher is not None:
+            self.watcher.watch_task(runtime.task.task_id, runtime.task.path)

@@ -1,0 +1,206 @@
+"""The one way ``supervise`` runs git: the ``git`` CLI, bounded by a timeout.
+
+Every call runs with ``LC_ALL=C`` (messages and ``--shortstat`` lines are parsed in
+English), ``GIT_TERMINAL_PROMPT=0`` (a remote asking for a password fails instead of
+waiting on a terminal), stdin from ``/dev/null`` and in a session of its own (no
+controlling terminal: git(1) and ssh cannot prompt), so no call can wait on a person.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+#: Seconds a git call may take before it is killed (:class:`GitError`).
+GIT_TIMEOUT = 30.0
+#: ``git diff --shortstat``: " 2 files changed, 3 insertions(+), 1 deletion(-)" (any part
+#: may be missing; git(1) diff-options, ``--shortstat``).
+_SHORTSTAT = re.compile(r"(\d+) (file|insertion|deletion)")
+#: Identity for a commit on a machine with no ``user.name`` / ``user.email`` configured.
+FALLBACK_IDENTITY = ("-c", "user.name=supervise", "-c", "user.email=supervise@localhost")
+
+
+class GitError(RuntimeError):
+    """A git command failed, timed out or could not be started.
+
+    ``str(error)`` is one line: the command and git's last line of stderr (or the reason).
+    ``returncode`` is git's exit status (``None``: timed out or not started).
+    """
+
+    def __init__(self, message: str, returncode: int | None = None) -> None:
+        super().__init__(message)
+        self.returncode = returncode
+
+
+def git_env() -> dict[str, str]:
+    """The environment of every git call: ours, plus ``LC_ALL=C``, ``LANGUAGE`` unset and
+    ``GIT_TERMINAL_PROMPT=0``."""
+    env = {k: v for k, v in os.environ.items() if k != "LANGUAGE"}
+    env.update(LC_ALL="C", GIT_TERMINAL_PROMPT="0")
+    return env
+
+
+def run_git(
+    args: Sequence[str], cwd: Path | str, timeout: float = GIT_TIMEOUT, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run ``git ARGS`` in ``cwd`` and return the finished process (text stdout/stderr).
+
+    Args:
+        args: the arguments after ``git`` (e.g. ``["rev-parse", "HEAD"]``).
+        cwd: the folder git runs in.
+        timeout: seconds before the call is killed.
+        check: raise on a non-zero exit (else the caller reads ``returncode``).
+
+    Raises:
+        GitError: a non-zero exit (with ``check``; the message ends with git's last stderr
+            line), the timeout, or git not being runnable (not installed, ``cwd`` gone).
+    """
+    shown = "git " + " ".join(args)
+    try:
+        done = subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            env=git_env(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+            start_new_session=True,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise GitError(f"{shown}: no answer within {timeout:g} s") from None
+    except OSError as exc:
+        raise GitError(f"{shown}: cannot run git in {cwd}: {exc.strerror or exc}") from None
+    if check and done.returncode != 0:
+        raise GitError(f"{shown}: {why_failed(done.stderr) or f'exit {done.returncode}'}",
+                       done.returncode)  # fmt: skip
+    return done
+
+
+def why_failed(stderr: str) -> str:
+    """One line from git's stderr: its last line (``fatal: ...``), after the first
+    ``error: ...`` line when there is one, which often names the cause the last does not
+    (a checkout that hit ENOSPC ends ``fatal: Could not reset index file to revision
+    'HEAD'.`` after ``error: unable to write file NAME``; git 2.39, measured on a full
+    tmpfs)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    first_error = next((line for line in lines if line.startswith("error:")), lines[-1])
+    return lines[-1] if first_error == lines[-1] else f"{first_error}; {lines[-1]}"
+
+
+def toplevel(folder: Path | str) -> Path | None:
+    """The top folder of the work tree ``folder`` belongs to, or ``None`` when it is in no
+    git repository (``git rev-parse --show-toplevel``).
+
+    Raises:
+        GitError: git timed out or could not run.
+    """
+    done = run_git(["rev-parse", "--show-toplevel"], folder, check=False)
+    if done.returncode != 0 or not done.stdout.strip():
+        return None
+    return Path(done.stdout.strip())
+
+
+def current_branch(repo: Path | str) -> str | None:
+    """The branch checked out in ``repo`` (short name), or ``None`` on a detached HEAD
+    (``git symbolic-ref --quiet --short HEAD`` exits 1 then).
+
+    Raises:
+        GitError: git timed out or could not run.
+    """
+    done = run_git(["symbolic-ref", "--quiet", "--short", "HEAD"], repo, check=False)
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
+def commit_of(repo: Path | str, ref: str) -> str | None:
+    """The 40-hex commit ``ref`` names in ``repo``, or ``None`` when it names none (an
+    unborn branch, a missing ref): ``git rev-parse --verify --quiet REF^{commit}``.
+
+    Raises:
+        GitError: git timed out or could not run.
+    """
+    done = run_git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"],
+                   repo, check=False)  # fmt: skip
+    value = done.stdout.strip()
+    return value if done.returncode == 0 and value else None
+
+
+def branch_exists(repo: Path | str, branch: str) -> bool:
+    """Whether ``refs/heads/BRANCH`` exists in ``repo``.
+
+    Raises:
+        GitError: git timed out or could not run.
+    """
+    done = run_git(["show-ref", "--verify", "--quiet", f"refs/heads/{branch}"], repo, check=False)
+    return done.returncode == 0
+
+
+def valid_branch_name(repo: Path | str, branch: str) -> bool:
+    """Whether ``branch`` is a valid branch name (``git check-ref-format --branch``)."""
+    return run_git(["check-ref-format", "--branch", branch], repo, check=False).returncode == 0
+
+
+def worktrees(repo: Path | str) -> dict[Path, str | None]:
+    """The worktrees git knows of in ``repo``: path -> branch (``refs/heads/...``), or
+    ``None`` for a detached one (``git worktree list --porcelain``, git-worktree(1)).
+
+    Raises:
+        GitError: the command failed or timed out.
+    """
+    found: dict[Path, str | None] = {}
+    current: Path | None = None
+    for line in run_git(["worktree", "list", "--porcelain"], repo).stdout.splitlines():
+        if line.startswith("worktree "):
+            current = Path(line.removeprefix("worktree "))
+            found[current] = None
+        elif line.startswith("branch ") and current is not None:
+            found[current] = line.removeprefix("branch ")
+    return found
+
+
+def is_dirty(worktree: Path | str) -> bool:
+    """Whether ``worktree`` has uncommitted changes, untracked files included
+    (``git status --porcelain`` prints anything).
+
+    Raises:
+        GitError: the command failed or timed out.
+    """
+    return bool(run_git(["status", "--porcelain"], worktree).stdout.strip())
+
+
+def ignored(folder: Path | str, paths: Sequence[str]) -> set[str]:
+    """Which of ``paths`` (relative to ``folder``) git ignores (``git check-ignore``,
+    which prints each ignored path as given and exits 1 when none is).
+
+    Raises:
+        GitError: git timed out or could not run.
+    """
+    if not paths:
+        return set()
+    done = run_git(["check-ignore", "--", *paths], folder, check=False)
+    return set(done.stdout.splitlines())
+
+
+def has_identity(repo: Path | str) -> bool:
+    """Whether git has a committer name and email for ``repo`` (config or environment)."""
+    env = os.environ
+    for key, var in (("user.name", "GIT_COMMITTER_NAME"), ("user.email", "GIT_COMMITTER_EMAIL")):
+        if not env.get(var) and run_git(["config", key], repo, check=False).returncode != 0:
+            return False
+    return True
+
+
+def parse_shortstat(text: str) -> tuple[int, int, int]:
+    """``(files_changed, insertions, deletions)`` from ``git diff --shortstat`` output;
+    zeros for an empty diff (git prints nothing then)."""
+    counts = {"file": 0, "insertion": 0, "deletion": 0}
+    for number, kind in _SHORTSTAT.findall(text):
+        counts[kind] = int(number)
+    return counts["file"], counts["insertion"], counts["deletion"]
