@@ -35,28 +35,35 @@ class GitError(RuntimeError):
         self.returncode = returncode
 
 
+#: Variables that would point git at another repository than the one named (a command
+#: run from a git hook inherits them).
+_GIT_LOCATION_VARS = frozenset({"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR"})
+
+
 def git_env() -> dict[str, str]:
-    """The environment of every git call: ours, plus ``LC_ALL=C``, ``LANGUAGE`` unset and
-    ``GIT_TERMINAL_PROMPT=0``."""
-    env = {k: v for k, v in os.environ.items() if k != "LANGUAGE"}
+    """The environment of every git call: ours without ``LANGUAGE`` and the variables that
+    name another repository, plus ``LC_ALL=C`` and ``GIT_TERMINAL_PROMPT=0``."""
+    env = {k: v for k, v in os.environ.items() if k != "LANGUAGE" and k not in _GIT_LOCATION_VARS}
     env.update(LC_ALL="C", GIT_TERMINAL_PROMPT="0")
     return env
 
 
-def run_git(
-    args: Sequence[str], cwd: Path | str, timeout: float = GIT_TIMEOUT, check: bool = True
-) -> subprocess.CompletedProcess[str]:
-    """Run ``git ARGS`` in ``cwd`` and return the finished process (text stdout/stderr).
+def run_git_bytes(
+    args: Sequence[str], cwd: Path | str, timeout: float = GIT_TIMEOUT,
+    ok: tuple[int, ...] | None = (0,),
+) -> subprocess.CompletedProcess[bytes]:  # fmt: skip
+    """Run ``git ARGS`` in ``cwd``; stdout and stderr stay bytes (file names and diffs need
+    not be UTF-8, and a diff written to a file must be git's own bytes).
 
     Args:
-        args: the arguments after ``git`` (e.g. ``["rev-parse", "HEAD"]``).
+        args: the arguments after ``git``.
         cwd: the folder git runs in.
         timeout: seconds before the call is killed.
-        check: raise on a non-zero exit (else the caller reads ``returncode``).
+        ok: the exit statuses that are not an error; ``None`` accepts any.
 
     Raises:
-        GitError: a non-zero exit (with ``check``; the message ends with git's last stderr
-            line), the timeout, or git not being runnable (not installed, ``cwd`` gone).
+        GitError: an exit status outside ``ok`` (the message ends with git's stderr, see
+            :func:`why_failed`), the timeout, or git not being runnable.
     """
     shown = "git " + " ".join(args)
     try:
@@ -66,8 +73,6 @@ def run_git(
             env=git_env(),
             stdin=subprocess.DEVNULL,
             capture_output=True,
-            text=True,
-            errors="replace",
             timeout=timeout,
             start_new_session=True,
             check=False,
@@ -76,10 +81,33 @@ def run_git(
         raise GitError(f"{shown}: no answer within {timeout:g} s") from None
     except OSError as exc:
         raise GitError(f"{shown}: cannot run git in {cwd}: {exc.strerror or exc}") from None
-    if check and done.returncode != 0:
-        raise GitError(f"{shown}: {why_failed(done.stderr) or f'exit {done.returncode}'}",
-                       done.returncode)  # fmt: skip
+    if ok is not None and done.returncode not in ok:
+        why = why_failed(done.stderr.decode(errors="replace"))
+        raise GitError(f"{shown}: {why or f'exit {done.returncode}'}", done.returncode)
     return done
+
+
+def run_git(
+    args: Sequence[str], cwd: Path | str, timeout: float = GIT_TIMEOUT, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """:func:`run_git_bytes` with text stdout/stderr (undecodable bytes replaced).
+
+    Args:
+        args: the arguments after ``git`` (e.g. ``["rev-parse", "HEAD"]``).
+        cwd: the folder git runs in.
+        timeout: seconds before the call is killed.
+        check: raise on a non-zero exit (else the caller reads ``returncode``).
+
+    Raises:
+        GitError: see :func:`run_git_bytes`.
+    """
+    done = run_git_bytes(args, cwd, timeout, ok=(0,) if check else None)
+    return subprocess.CompletedProcess(
+        done.args,
+        done.returncode,
+        done.stdout.decode(errors="replace"),
+        done.stderr.decode(errors="replace"),
+    )
 
 
 def why_failed(stderr: str) -> str:

@@ -2,18 +2,17 @@
 ``discard`` and ``prune`` need (:mod:`supervisor.workspace.review`,
 :mod:`supervisor.workspace.prune`).
 
-Git is driven through its CLI (``subprocess.run`` with a timeout, ``LC_ALL=C``,
-``GIT_TERMINAL_PROMPT=0``, no terminal), never a library. The engine side has its own runner in
-:mod:`supervisor.workspace.git`; :func:`run_git` keeps the same call shape (args, cwd, timeout)
-so the two can become one.
+Every call goes through :func:`supervisor.workspace.git.run_git_bytes` (the git CLI, bounded,
+``LC_ALL=C``, no terminal); here its failures become :class:`ReviewError` lines.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from supervisor.workspace import git
 
 #: Seconds for quick git commands (rev-parse, status, worktree list).
 GIT_TIMEOUT = 30.0
@@ -21,9 +20,6 @@ GIT_TIMEOUT = 30.0
 LONG_GIT_TIMEOUT = 300.0
 #: Committer used only when the repository has no identity of its own (a fresh machine).
 FALLBACK_IDENTITY = {"user.name": "supervise", "user.email": "supervise@localhost"}
-#: Variables that would point git at another repository than the one named (a CLI run from
-#: a git hook inherits them).
-_GIT_LOCATION_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR")
 
 
 class ReviewError(Exception):
@@ -45,39 +41,18 @@ class MergeConflict(ReviewError):
 def run_git(
     args: list[str], cwd: Path, timeout: float = GIT_TIMEOUT, ok: tuple[int, ...] = (0,)
 ) -> subprocess.CompletedProcess[bytes]:
-    """Run ``git ARGS`` in ``cwd``, bounded by ``timeout`` seconds, without a terminal.
-
-    ``LC_ALL=C`` (messages parsed or shown stay English), ``GIT_TERMINAL_PROMPT=0`` (never
-    waits for a password), stdin from ``/dev/null``. Output is bytes (file names and diffs
-    need not be UTF-8).
+    """``git ARGS`` in ``cwd`` (:func:`supervisor.workspace.git.run_git_bytes`): bytes out.
 
     Returns:
         The completed process when its exit status is in ``ok``.
 
     Raises:
-        ReviewError: git missing, timed out, or exited outside ``ok`` (the message ends
-            with git's last stderr line).
+        ReviewError: git missing, timed out, or exited outside ``ok`` (one line).
     """
-    env = {k: v for k, v in os.environ.items() if k not in _GIT_LOCATION_VARS}
-    env.update(LC_ALL="C", GIT_TERMINAL_PROMPT="0")
     try:
-        proc = subprocess.run(
-            ["git", *args],
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise ReviewError(f"git {args[0]} in {cwd} did not finish within {timeout:g} s") from None
-    except OSError as exc:
-        raise ReviewError(f"cannot run git in {cwd}: {exc}") from None
-    if proc.returncode not in ok:
-        lines = proc.stderr.decode(errors="replace").strip().splitlines() or ["no message"]
-        raise ReviewError(f"git {args[0]} in {cwd} failed (exit {proc.returncode}): {lines[-1]}")
-    return proc
+        return git.run_git_bytes(args, cwd, timeout, ok=ok)
+    except git.GitError as exc:
+        raise ReviewError(f"{exc} (in {cwd})") from None
 
 
 def git_out(args: list[str], cwd: Path, timeout: float = GIT_TIMEOUT) -> str:
