@@ -19,7 +19,7 @@ GIT_TIMEOUT = 30.0
 #: Seconds for commands whose cost grows with the change (diff, merge, worktree remove).
 LONG_GIT_TIMEOUT = 300.0
 #: Committer used only when the repository has no identity of its own (a fresh machine).
-FALLBACK_IDENTITY = {"user.name": "supervise", "user.email": "supervise@localhost"}
+FALLBACK_IDENTITY = dict(arg.split("=", 1) for arg in git.FALLBACK_IDENTITY[1::2])
 
 
 class ReviewError(Exception):
