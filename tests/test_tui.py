@@ -34,6 +34,12 @@ REPO = Path(__file__).resolve().parent.parent
 SIZE = (80, 24)
 
 
+@pytest.fixture(autouse=True)
+def _colour(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Snapshots are in colour: NO_COLOR (which Textual honours) would make them differ."""
+    monkeypatch.delenv("NO_COLOR", raising=False)
+
+
 @pytest.fixture
 def fixture(tmp_path: Path) -> vf.Fixture:
     return vf.build(tmp_path)
