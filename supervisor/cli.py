@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 from supervisor import cli_workspace
 from supervisor.errors import ConfigError
 from supervisor.terminal import escape_controls
+from supervisor.views import status as views_status  # plain os/json, no third-party import
+from supervisor.views.top import register as register_top  # never imports Textual itself
 
 if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
@@ -178,9 +180,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from supervisor.views import status
-
-    return status.run(_profile(args.config), args)
+    return views_status.run(_profile(args.config), args)
 
 
 def cmd_top(args: argparse.Namespace) -> int:
@@ -395,15 +395,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = sub.add_parser("status", help="list tasks and their state")
     status.add_argument("-c", "--config", required=True, help="profile TOML file")
-    from supervisor.views.status import add_arguments
-
-    add_arguments(status)
+    views_status.add_arguments(status)
     status.set_defaults(func=cmd_status)
 
-    from supervisor.views.top import register as register_top
-
     register_top(sub, cmd_top)
-
     show = sub.add_parser("show", help="print one task's manifest.json")
     show.add_argument("-c", "--config", required=True, help="profile TOML file")
     show.add_argument("task_id")
