@@ -5,7 +5,8 @@ Commands::
     supervise run PROFILE [--exit-when-idle]     run the engine on a profile
     supervise validate [-c PROFILE] FILE...      check profiles and task files
     supervise submit -c PROFILE TASK.toml        validate a task, drop it in the spool, print its id
-    supervise status -c PROFILE [--json]         list tasks
+    supervise status -c PROFILE [--json] [--sort K] [--status S]...   engine, spool, tasks
+    supervise top -c PROFILE                     live view (the 'tui' extra: Textual)
     supervise show -c PROFILE ID                 print one manifest
     supervise stop -c PROFILE ID                 end a task as abandoned (reason "stopped")
     supervise resume -c PROFILE ID               force a resume now
@@ -36,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 from supervisor import cli_workspace
 from supervisor.errors import ConfigError
 from supervisor.terminal import escape_controls
+from supervisor.views import status as views_status  # plain os/json, no third-party import
+from supervisor.views.top import register as register_top  # never imports Textual itself
 
 if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
@@ -177,22 +180,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from supervisor import tasklist
+    return views_status.run(_profile(args.config), args)
 
-    profile = _profile(args.config)
-    rows = tasklist.status_rows(profile.tasks_dir, time.time())
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    if not rows:
-        print(f"no tasks in {profile.tasks_dir}")
-        return 0
-    from tabulate import tabulate
 
-    safe = [{k: escape_controls(v) if isinstance(v, str) else v for k, v in r.items()}
-            for r in rows]  # fmt: skip
-    print(tabulate(safe, headers="keys", missingval="-"))
-    return 0
+def cmd_top(args: argparse.Namespace) -> int:
+    from supervisor.views import top
+
+    if top.textual_missing():  # before loading the profile: the fix is the same either way
+        return top.run(None)
+    return top.run(_profile(args.config))
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -404,9 +400,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = sub.add_parser("status", help="list tasks and their state")
     status.add_argument("-c", "--config", required=True, help="profile TOML file")
-    status.add_argument("--json", action="store_true", help="machine-readable output")
+    views_status.add_arguments(status)
     status.set_defaults(func=cmd_status)
 
+    register_top(sub, cmd_top)
     show = sub.add_parser("show", help="print one task's manifest.json")
     show.add_argument("-c", "--config", required=True, help="profile TOML file")
     show.add_argument("task_id")
