@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from supervisor import cli_workspace
+from supervisor.views import serve
 from supervisor.errors import ConfigError
 from supervisor.terminal import escape_controls
 
@@ -244,11 +245,9 @@ def _request(args: argparse.Namespace, verb: str) -> int:
     except (OSError, ValueError) as exc:
         _err(f"{manifest_path}: cannot read the manifest ({exc}); see 'supervise status'")
         return 1
-    if before["status"] in TERMINAL:
-        _err(f"task {args.task_id} already ended: {before['status']}")
-        return 1
-    if verb in ("approve", "deny") and before["status"] != Status.ESCALATED:
-        _err(f"task {args.task_id} is {before['status']}, not escalated: nothing to {verb}")
+    refused = control.refusal(args.task_id, before["status"], verb)
+    if refused:
+        _err(refused)
         return 1
     control.request(profile.state_dir, args.task_id, verb)
     if not _engine_running(profile):
@@ -440,6 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_argument("--json", action="store_true", help="machine-readable output")
     config.set_defaults(func=cmd_config)
     cli_workspace.register(sub)  # diff, merge, discard, prune
+    serve.register(sub)  # the web view (extra 'web')
     return parser
 
 

@@ -1,0 +1,169 @@
+"""The HTML of ``supervise serve`` (Jinja2 templates in ``views/templates``) and what it
+reads: the board from the status model, one task's manifest, events and output tail.
+
+Escaping: every value a template prints goes through Jinja2's ``finalize`` hook, which
+applies :func:`supervisor.terminal.escape_controls` to strings (an ESC shows as ``\\x1b``),
+and then through autoescape (``<script>`` shows as text). Multi-line text (the output tail,
+the manifest) uses the ``lines`` filter: the same, keeping newlines and tabs.
+
+Blocking I/O: everything here reads files; :mod:`supervisor.views.web` calls it on a worker
+thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jinja2 import Environment, FileSystemLoader
+from markupsafe import Markup, escape
+
+from supervisor import control
+from supervisor.terminal import escape_controls
+from supervisor.views import webboard
+
+if TYPE_CHECKING:
+    from supervisor.config import LoadedProfile
+    from supervisor.views.webauth import Access
+
+#: Lines of ``output.log`` a task's page shows.
+TAIL_LINES = 200
+#: Events of ``events.jsonl`` a task's page shows (the newest).
+EVENT_LIMIT = 500
+_TASK_ID = re.compile(r"[a-z0-9][a-z0-9-]*")
+
+
+def _finalize(value: Any) -> Any:
+    """Jinja2's hook on every printed value: control characters of strings made visible
+    (``Markup`` built by the ``lines`` filter is already safe and left alone)."""
+    if isinstance(value, Markup) or not isinstance(value, str):
+        return value
+    return escape_controls(value)
+
+
+def _lines(value: Any) -> Markup:
+    """A multi-line text, controls escaped except newline and tab, then HTML-escaped."""
+    return Markup(escape(escape_controls(str(value or ""), keep="\n\t")))
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(str(Path(__file__).parent / "templates")),
+        autoescape=True,
+        finalize=_finalize,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["lines"] = _lines
+    env.filters["duration"] = webboard.duration
+    return env
+
+
+def fingerprint(profile: LoadedProfile) -> tuple[Any, Any]:
+    """What the board hub compares between two looks: ``(fast, slow)``.
+
+    ``fast`` changes with a manifest (replaced atomically: new mtime and inode), a task
+    folder added or removed, a spool or control file: a change shown within a poll.
+    ``slow`` changes with output and the engine heartbeat (``engine-stats.json``): shown at
+    most every few seconds. Only ``stat`` and ``scandir``, no file is read.
+    """
+    tasks = str(profile.tasks_dir)
+    fast: list[Any] = []
+    slow: list[Any] = []
+    try:
+        entries = list(os.scandir(tasks))
+    except FileNotFoundError:
+        entries = []
+    for entry in entries:
+        fast.append((entry.name, _stat_key(os.path.join(entry.path, "manifest.json"))))
+        slow.append(_stat_key(os.path.join(entry.path, "output.log")))
+    for folder in (profile.spool_dir, profile.state_dir / control.CONTROL):
+        try:
+            fast.append(tuple(sorted(os.listdir(folder))))
+        except OSError:
+            fast.append(None)
+    slow.append(_stat_key(str(profile.state_dir / "engine-stats.json")))
+    return tuple(sorted(fast, key=str)), tuple(slow)
+
+
+def _stat_key(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_ino, st.st_size)
+
+
+def task_fingerprint(folder: Path) -> tuple[Any, ...]:
+    """What a task page's stream compares: its manifest, event log and output."""
+    return tuple(_stat_key(str(folder / name)) for name in
+                 ("manifest.json", "events.jsonl", "output.log", "output.log.1"))  # fmt: skip
+
+
+class Pages:
+    """Renders the pages of one ``supervise serve`` (see :mod:`supervisor.views.web`)."""
+
+    def __init__(self, profile: LoadedProfile, access: Access) -> None:
+        self.profile = profile
+        self.access = access
+        self.env = _environment()
+
+    def _context(self) -> dict[str, Any]:
+        return {"actions": self.access.allow_actions, "csrf": self.access.csrf,
+                "profile": str(self.profile.path)}  # fmt: skip
+
+    def board(self) -> str:
+        """The board's HTML fragment (engine line, spool, groups of tasks)."""
+        view = webboard.board_view(self.profile, time.time())
+        return self.env.get_template("board.html").render(board=view, **self._context())
+
+    def index(self, board_html: str) -> str:
+        """The whole board page around ``board_html``."""
+        return self.env.get_template("index.html").render(
+            board_html=Markup(board_html), **self._context()
+        )
+
+    def task_dir(self, task_id: str) -> Path | None:
+        """The folder of task ``task_id``, or ``None`` for no such task (or not a task id)."""
+        if not _TASK_ID.fullmatch(task_id):
+            return None
+        folder = self.profile.tasks_dir / task_id
+        return folder if folder.is_dir() else None
+
+    def task_body(self, task_id: str) -> str | None:
+        """One task's page body (manifest, events, output tail), or ``None``: no such task."""
+        folder = self.task_dir(task_id)
+        if folder is None:
+            return None
+        data = webboard.task_view(folder, TAIL_LINES, EVENT_LIMIT)
+        return self.env.get_template("task_body.html").render(task=data, **self._context())
+
+    def task(self, task_id: str, body_html: str) -> str:
+        """The whole page of one task around ``body_html``."""
+        return self.env.get_template("task.html").render(
+            task_id=task_id, body_html=Markup(body_html), **self._context()
+        )
+
+    def snapshot_json(self) -> str:
+        """The board as JSON (``/api/snapshot``)."""
+        return json.dumps(webboard.board_view(self.profile, time.time()), default=str)
+
+    def act(self, task_id: str, verb: str) -> tuple[int, dict[str, Any]]:
+        """Leave an operator request, after the CLI's checks. Returns ``(HTTP status,
+        JSON answer)``: 202 queued, 404 no such task, 409 refused (task ended, not
+        escalated), 400 an unknown verb."""
+        if verb not in control.VERBS:
+            return 400, {"error": f"unknown action {verb!r}; one of {', '.join(control.VERBS)}"}
+        folder = self.task_dir(task_id)
+        manifest = webboard.read_json(folder / "manifest.json") if folder else None
+        if not isinstance(manifest, dict) or not isinstance(manifest.get("status"), str):
+            return 404, {"error": f"no task {task_id!r} with a readable manifest"}
+        refused = control.refusal(task_id, manifest["status"], verb)
+        if refused:
+            return 409, {"error": refused}
+        path = control.request(self.profile.state_dir, task_id, verb)
+        return 202, {"requested": verb, "task_id": task_id, "file": str(path)}
