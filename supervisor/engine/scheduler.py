@@ -219,8 +219,10 @@ class Engine:
     # ------------------------------------------------------------------ stats
     def write_stats(self) -> None:
         """``state_dir/engine-stats.json`` (:mod:`supervisor.engine.stats`)."""
+        identity = {"version": stats.version(), "profile": str(self.profile.path),
+                    "socket": self.profile.socket_name}  # fmt: skip
         stats.write(self.profile.state_dir, self._started, len(self.live), len(self.queue),
-                    self.stats)  # fmt: skip
+                    self.stats, identity)  # fmt: skip
         self._stats_written = time.monotonic()
 
     # ------------------------------------------------------------------ events
