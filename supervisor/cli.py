@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from supervisor import cli_workspace
-from supervisor.views import serve
 from supervisor.errors import ConfigError
 from supervisor.terminal import escape_controls
+from supervisor.views import serve
 
 if TYPE_CHECKING:
     from supervisor.config import LoadedProfile

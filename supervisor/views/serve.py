@@ -72,9 +72,14 @@ def is_loopback(host: str) -> bool:
 
 def missing_extra() -> str | None:
     """The one line to print when the ``web`` extra is not installed, else ``None``."""
-    import importlib.util
+    import importlib
 
-    absent = [name for name in WEB_MODULES if importlib.util.find_spec(name) is None]
+    absent = []
+    for name in WEB_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            absent.append(name)
     if not absent:
         return None
     return (
@@ -89,9 +94,7 @@ def listen(host: str, port: int) -> socket.socket:
     Raises:
         OSError: the address is in use or cannot be bound.
     """
-    family, kind, proto, _, address = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM
-    )[0]
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -151,9 +154,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     serve.add_argument(
         "--bind", default=DEFAULT_BIND, help=f"HOST:PORT to listen on ({DEFAULT_BIND})"
     )
-    serve.add_argument(
-        "--token", help=f"a secret every request must carry (or set {TOKEN_ENV})"
-    )
+    serve.add_argument("--token", help=f"a secret every request must carry (or set {TOKEN_ENV})")
     serve.add_argument(
         "--allow-actions",
         action="store_true",

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import functools
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -105,6 +105,9 @@ class BoardHub:
                         self._changed.notify_all()
             await asyncio.sleep(POLL_S)
 
+    def _newer(self, seen: int) -> bool:
+        return 0 < self.version != seen
+
     async def stream(self) -> AsyncIterator[dict[str, str]]:
         """SSE events ``{"event": "board", "data": html}``: the board now, then each change."""
         self.watchers += 1
@@ -114,7 +117,7 @@ class BoardHub:
         try:
             while True:
                 async with self._changed:
-                    await self._changed.wait_for(lambda: 0 < self.version != seen)
+                    await self._changed.wait_for(functools.partial(self._newer, seen))
                     seen, html = self.version, self.html
                 yield {"event": "board", "data": html}
         finally:
@@ -213,8 +216,3 @@ def run(app: Any, sock: socket.socket) -> None:
     server = uvicorn.Server(config)
     with contextlib.suppress(KeyboardInterrupt):
         server.run(sockets=[sock])
-
-
-def dumps(data: Any) -> str:
-    """JSON for ``/api/snapshot`` (control characters stay exact: JSON escapes them)."""
-    return json.dumps(data, indent=1, default=str)

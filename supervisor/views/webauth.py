@@ -29,6 +29,8 @@ from supervisor.views.serve import is_loopback
 
 COOKIE = "supervise_token"
 CSRF_HEADER = "x-csrf-token"
+_NEED_TOKEN = ("token required: open the URL with ?token=... that 'supervise serve' printed, "
+               "or send 'Authorization: Bearer T'")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -120,8 +122,7 @@ class AccessMiddleware:
             await _reply(send, 303, "", [("location", location), ("set-cookie", cookie)])
             return
         if not same(token_of(headers), token):
-            await _reply(send, 401, "token required: open the URL with ?token=... that "
-                         "'supervise serve' printed, or send 'Authorization: Bearer T'")  # fmt: skip
+            await _reply(send, 401, _NEED_TOKEN)
             return
         await self.app(scope, receive, send)
 

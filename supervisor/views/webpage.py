@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,8 +23,9 @@ from jinja2 import Environment, FileSystemLoader
 from markupsafe import Markup, escape
 
 from supervisor import control
+from supervisor.taskdir import TaskDir
 from supervisor.terminal import escape_controls
-from supervisor.views import webboard
+from supervisor.views import model
 
 if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
@@ -32,8 +33,11 @@ if TYPE_CHECKING:
 
 #: Lines of ``output.log`` a task's page shows.
 TAIL_LINES = 200
-#: Events of ``events.jsonl`` a task's page shows (the newest).
+#: Events of ``events.jsonl`` a task's page shows (the newest), read from at most
+#: :data:`EVENT_BYTES` at its end (a long task's log grows to megabytes; the page is
+#: re-rendered at each change).
 EVENT_LIMIT = 500
+EVENT_BYTES = 512 * 1024
 _TASK_ID = re.compile(r"[a-z0-9][a-z0-9-]*")
 
 
@@ -59,7 +63,8 @@ def _environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters["lines"] = _lines
-    env.filters["duration"] = webboard.duration
+    env.globals["duration"] = model.duration
+    env.globals["groups"] = model.GROUPS
     return env
 
 
@@ -111,6 +116,13 @@ class Pages:
         self.profile = profile
         self.access = access
         self.env = _environment()
+        self.reader = model.Reader(profile.state_dir, profile.spool_dir)
+        self._lock = threading.Lock()  # a Reader is not thread-safe; renders run on threads
+
+    def snapshot(self) -> model.Snapshot:
+        """The status model now (:class:`supervisor.views.model.Snapshot`)."""
+        with self._lock:
+            return self.reader.snapshot()
 
     def _context(self) -> dict[str, Any]:
         return {"actions": self.access.allow_actions, "csrf": self.access.csrf,
@@ -118,8 +130,8 @@ class Pages:
 
     def board(self) -> str:
         """The board's HTML fragment (engine line, spool, groups of tasks)."""
-        view = webboard.board_view(self.profile, time.time())
-        return self.env.get_template("board.html").render(board=view, **self._context())
+        snap = self.snapshot()
+        return self.env.get_template("board.html").render(snap=snap, **self._context())
 
     def index(self, board_html: str) -> str:
         """The whole board page around ``board_html``."""
@@ -139,8 +151,8 @@ class Pages:
         folder = self.task_dir(task_id)
         if folder is None:
             return None
-        data = webboard.task_view(folder, TAIL_LINES, EVENT_LIMIT)
-        return self.env.get_template("task_body.html").render(task=data, **self._context())
+        data = task_view(folder)
+        return self.env.get_template("task_body.html").render(**data, **self._context())
 
     def task(self, task_id: str, body_html: str) -> str:
         """The whole page of one task around ``body_html``."""
@@ -150,7 +162,7 @@ class Pages:
 
     def snapshot_json(self) -> str:
         """The board as JSON (``/api/snapshot``)."""
-        return json.dumps(webboard.board_view(self.profile, time.time()), default=str)
+        return json.dumps(self.snapshot().to_dict())
 
     def act(self, task_id: str, verb: str) -> tuple[int, dict[str, Any]]:
         """Leave an operator request, after the CLI's checks. Returns ``(HTTP status,
@@ -159,7 +171,7 @@ class Pages:
         if verb not in control.VERBS:
             return 400, {"error": f"unknown action {verb!r}; one of {', '.join(control.VERBS)}"}
         folder = self.task_dir(task_id)
-        manifest = webboard.read_json(folder / "manifest.json") if folder else None
+        manifest = model.read_json(folder / "manifest.json") if folder else None
         if not isinstance(manifest, dict) or not isinstance(manifest.get("status"), str):
             return 404, {"error": f"no task {task_id!r} with a readable manifest"}
         refused = control.refusal(task_id, manifest["status"], verb)
@@ -167,3 +179,57 @@ class Pages:
             return 409, {"error": refused}
         path = control.request(self.profile.state_dir, task_id, verb)
         return 202, {"requested": verb, "task_id": task_id, "file": str(path)}
+
+
+def task_view(folder: Path) -> dict[str, Any]:
+    """What a task's page shows: ``task_id``, ``manifest`` (the dict, or ``None`` when it
+    is missing or unreadable), ``manifest_text`` (the file as it is, for the page),
+    ``events`` (the newest :data:`EVENT_LIMIT` of ``events.jsonl``, each as
+    ``(ts, event, status, other fields as compact JSON)``), ``events_cut`` (whether older
+    ones were left out) and ``tail`` (the last :data:`TAIL_LINES` lines of output)."""
+    task = TaskDir(folder)
+    try:
+        text = task.file("manifest.json").read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        text = f"(cannot read manifest.json: {exc.strerror})"
+    manifest = model.read_json(task.file("manifest.json"))
+    if manifest is not None:
+        text = json.dumps(manifest, indent=2, ensure_ascii=False)
+    events, cut = _events_tail(task.file("events.jsonl"))
+    rows = []
+    for event in events[-EVENT_LIMIT:]:
+        rest = {k: v for k, v in event.items() if k not in ("ts", "event", "status")}
+        rows.append((event.get("ts"), event.get("event"), event.get("status"),
+                     json.dumps(rest, ensure_ascii=False) if rest else ""))  # fmt: skip
+    return {
+        "task_id": task.task_id,
+        "manifest": manifest,
+        "manifest_text": text,
+        "events": rows,
+        "events_cut": cut or len(events) > EVENT_LIMIT,
+        "tail": task.output_tail(TAIL_LINES),
+    }
+
+
+def _events_tail(path: Path) -> tuple[list[dict[str, Any]], bool]:
+    """The events in the last :data:`EVENT_BYTES` of an event log, oldest first, and whether
+    older ones were left out (a torn or cut line is skipped)."""
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, size - EVENT_BYTES))
+            data = handle.read()
+    except OSError:
+        return [], False
+    lines = data.split(b"\n")
+    if size > EVENT_BYTES:
+        lines = lines[1:]  # starts mid-line
+    out = []
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            out.append(event)
+    return out, size > EVENT_BYTES
