@@ -68,31 +68,35 @@ def _environment() -> Environment:
     return env
 
 
-def fingerprint(profile: LoadedProfile) -> tuple[Any, Any]:
-    """What the board hub compares between two looks: ``(fast, slow)``.
-
-    ``fast`` changes with a manifest (replaced atomically: new mtime and inode), a task
-    folder added or removed, a spool or control file: a change shown within a poll.
-    ``slow`` changes with output and the engine heartbeat (``engine-stats.json``): shown at
-    most every few seconds. Only ``stat`` and ``scandir``, no file is read.
-    """
-    tasks = str(profile.tasks_dir)
-    fast: list[Any] = []
-    slow: list[Any] = []
+def fingerprint(profile: LoadedProfile) -> tuple[Any, ...]:
+    """What the board hub compares at each poll: one ``stat`` per ``manifest.json`` (the
+    engine replaces it atomically: new mtime and inode), the task folders' names, and the
+    spool and control folders' listings. No file is read."""
+    out: list[Any] = []
     try:
-        entries = list(os.scandir(tasks))
+        entries = sorted(os.scandir(profile.tasks_dir), key=lambda e: e.name)
     except FileNotFoundError:
         entries = []
     for entry in entries:
-        fast.append((entry.name, _stat_key(os.path.join(entry.path, "manifest.json"))))
-        slow.append(_stat_key(os.path.join(entry.path, "output.log")))
+        out.append((entry.name, _stat_key(os.path.join(entry.path, "manifest.json"))))
     for folder in (profile.spool_dir, profile.state_dir / control.CONTROL):
         try:
-            fast.append(tuple(sorted(os.listdir(folder))))
+            out.append(tuple(sorted(os.listdir(folder))))
         except OSError:
-            fast.append(None)
-    slow.append(_stat_key(str(profile.state_dir / "engine-stats.json")))
-    return tuple(sorted(fast, key=str)), tuple(slow)
+            out.append(None)
+    return tuple(out)
+
+
+def slow_fingerprint(profile: LoadedProfile) -> tuple[Any, ...]:
+    """What changes all the time and is shown at most every few seconds: each task's
+    ``output.log`` (the last line) and the engine's heartbeat (``engine-stats.json``)."""
+    out = [_stat_key(str(profile.state_dir / "engine-stats.json"))]
+    try:
+        entries = list(os.scandir(profile.tasks_dir))
+    except FileNotFoundError:
+        entries = []
+    out += sorted((e.name, _stat_key(os.path.join(e.path, "output.log"))) for e in entries)
+    return tuple(out)
 
 
 def _stat_key(path: str) -> tuple[int, int, int] | None:
