@@ -5,7 +5,7 @@ Commands::
     supervise run PROFILE [--exit-when-idle]     run the engine on a profile
     supervise validate [-c PROFILE] FILE...      check profiles and task files
     supervise submit -c PROFILE TASK.toml        validate a task, drop it in the spool, print its id
-    supervise status -c PROFILE [--json]         list tasks
+    supervise status -c PROFILE [--json] [--sort K] [--status S]...   engine, spool, tasks
     supervise show -c PROFILE ID                 print one manifest
     supervise stop -c PROFILE ID                 end a task as abandoned (reason "stopped")
     supervise resume -c PROFILE ID               force a resume now
@@ -178,22 +178,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from supervisor import tasklist
+    from supervisor.views import status
 
-    profile = _profile(args.config)
-    rows = tasklist.status_rows(profile.tasks_dir, time.time())
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    if not rows:
-        print(f"no tasks in {profile.tasks_dir}")
-        return 0
-    from tabulate import tabulate
-
-    safe = [{k: escape_controls(v) if isinstance(v, str) else v for k, v in r.items()}
-            for r in rows]  # fmt: skip
-    print(tabulate(safe, headers="keys", missingval="-"))
-    return 0
+    return status.run(_profile(args.config), args)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -398,7 +385,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = sub.add_parser("status", help="list tasks and their state")
     status.add_argument("-c", "--config", required=True, help="profile TOML file")
-    status.add_argument("--json", action="store_true", help="machine-readable output")
+    from supervisor.views.status import add_arguments
+
+    add_arguments(status)
     status.set_defaults(func=cmd_status)
 
     show = sub.add_parser("show", help="print one task's manifest.json")
