@@ -5,7 +5,8 @@ extra the browser tests skip, unless ``SUPERVISE_REQUIRE_BROWSER=1`` (``.ci/run`
 then they fail.
 
 The state dir is tests/views_fixture.py's (every group, two spool files). With
-``SUPERVISE_UPDATE_SCREENSHOTS=1`` the board test writes ``docs/serve.png``.
+``SUPERVISE_UPDATE_SCREENSHOTS=1`` the approve test writes ``docs/serve.png`` (the board
+with its buttons).
 """
 
 from __future__ import annotations
@@ -139,7 +140,7 @@ def test_board_shows_every_group(browser: Any, fixture: Fixture) -> None:
     """Each group of the model is a section holding its tasks; the spool files and the
     engine line are shown; the screenshot of this page is docs/serve.png."""
     with serve(fixture.profile) as served:
-        page = browser.new_page(viewport={"width": 1400, "height": 1500})
+        page = browser.new_page()
         page.goto(served.base)
         page.wait_for_selector("#live.on")
         counts = _counts(page)
@@ -154,9 +155,6 @@ def test_board_shows_every_group(browser: Any, fixture: Fixture) -> None:
         escalated = page.inner_text("#group-needs_you")
         assert "Bash: rm -rf build/" in escalated
         assert page.locator("button[data-verb]").count() == 0  # read-only: no buttons
-        shot = page.screenshot(full_page=True)
-        if os.environ.get("SUPERVISE_UPDATE_SCREENSHOTS") == "1":
-            (REPO / "docs" / "serve.png").write_bytes(shot)
         page.close()
 
 
@@ -166,9 +164,16 @@ def test_escalation_approved_from_the_page(browser: Any, fixture: Fixture) -> No
     request as ``supervise approve``."""
     request = fixture.state_dir / "control" / "ask-perm-a1b2c3.approve"
     with serve(fixture.profile, "--allow-actions", "--token", "s3cret") as served:
-        page = browser.new_page()
+        page = browser.new_page(viewport={"width": 1400, "height": 800})
         page.goto(served.base + "?token=s3cret")
         assert page.url == served.base  # the token left the address bar
+        page.wait_for_selector("#live.on")
+        assert page.locator("#group-needs_you button[data-verb]").all_inner_texts() == [
+            "approve", "deny", "resume", "stop"]  # fmt: skip
+        assert page.locator("#group-done button[data-verb]").count() == 0
+        shot = page.screenshot(full_page=True)
+        if os.environ.get("SUPERVISE_UPDATE_SCREENSHOTS") == "1":
+            (REPO / "docs" / "serve.png").write_bytes(shot)
         asked: list[str] = []
 
         def answer(dialog: Any) -> None:
