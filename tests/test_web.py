@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_claude_agent import harness  # noqa: F401 (the real CLI's fixture, for the e2e test)
 from views_fixture import TASKS, Fixture, build
 
 from supervisor.taskdir import Manifest, TaskDir, utc_iso
@@ -353,3 +354,39 @@ def test_without_the_web_extra_one_line_names_it(fixture: Fixture) -> None:
              "if m in sys.modules))")  # fmt: skip
     done = _serve_line("status", "-c", str(fixture.profile), code=probe)
     assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == "[]", done
+
+
+@pytest.mark.e2e
+def test_approve_from_the_page_lets_the_real_agent_go_on(
+    browser: Any,
+    harness: Any,  # noqa: F811
+) -> None:
+    """End to end with a real engine and the real Claude Code CLI (mock Messages API): a
+    Bash call escalated by a rule is approved from the page; the task leaves "Needs you",
+    runs the command and completes, and the log says the operator approved it."""
+    h = harness(final_text="escalated step done")
+    project = h.project()
+    h.write_profile(
+        approval={"rules": [{"tool": "Bash", "match": "^echo escalated", "action": "escalate"}]}
+    )
+    h.submit("perm", "[[bash: echo escalated > escalated.txt]] do the step", project)
+    h.start()
+    h.wait_for("the escalation", lambda: h.status("perm") == "escalated", timeout=90)
+    task_id = h.manifests()["perm"]["task_id"]
+    with serve(h.profile, "--allow-actions", "--token", "s3cret") as served:
+        page = browser.new_page()
+        page.goto(served.base + "?token=s3cret")
+        page.wait_for_selector(f"#group-needs_you #task-{task_id}")
+        page.on("dialog", lambda dialog: dialog.accept())
+        page.click(f"#task-{task_id} button[data-verb=approve]")
+        # Applied by the engine: the board shows the task out of "Needs you", live.
+        page.wait_for_selector(
+            f"#group-running #task-{task_id}, #group-done #task-{task_id}", timeout=60_000
+        )
+        page.close()
+    h.finish()
+    m = h.manifests()["perm"]
+    assert (m["status"], m["verdict"]) == ("completed", "PASS"), h.diagnostics()
+    assert (project / "escalated.txt").exists()
+    answered = [e for e in h.events("perm") if e["event"] == "permission"]
+    assert [(e["decision"], e["by"]) for e in answered][-1] == ("approve", "operator")
