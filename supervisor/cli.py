@@ -6,6 +6,7 @@ Commands::
     supervise validate [-c PROFILE] FILE...      check profiles and task files
     supervise submit -c PROFILE TASK.toml        validate a task, drop it in the spool, print its id
     supervise status -c PROFILE [--json] [--sort K] [--status S]...   engine, spool, tasks
+    supervise top -c PROFILE                     live view (the 'tui' extra: Textual)
     supervise show -c PROFILE ID                 print one manifest
     supervise stop -c PROFILE ID                 end a task as abandoned (reason "stopped")
     supervise resume -c PROFILE ID               force a resume now
@@ -181,6 +182,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     from supervisor.views import status
 
     return status.run(_profile(args.config), args)
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    from supervisor.views import top
+
+    if top.textual_missing():  # before loading the profile: the fix is the same either way
+        return top.run(None)
+    return top.run(_profile(args.config))
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -389,6 +398,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_arguments(status)
     status.set_defaults(func=cmd_status)
+
+    from supervisor.views.top import register as register_top
+
+    register_top(sub, cmd_top)
 
     show = sub.add_parser("show", help="print one task's manifest.json")
     show.add_argument("-c", "--config", required=True, help="profile TOML file")
