@@ -7,6 +7,7 @@ Commands::
     supervise submit -c PROFILE TASK.toml        validate a task, drop it in the spool, print its id
     supervise status -c PROFILE [--json] [--sort K] [--status S]...   engine, spool, tasks
     supervise top -c PROFILE                     live view (the 'tui' extra: Textual)
+    supervise serve -c PROFILE [--bind H:P]      live web page (the 'web' extra; views/serve.py)
     supervise show -c PROFILE ID                 print one manifest
     supervise stop -c PROFILE ID                 end a task as abandoned (reason "stopped")
     supervise resume -c PROFILE ID               force a resume now
