@@ -42,12 +42,16 @@ def _need(what: str) -> None:
     pytest.skip(what)
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    """Debian's chromium, headless, through Playwright (one per module)."""
+def _web_extra() -> None:
     for module in ("starlette", "uvicorn", "sse_starlette", "jinja2"):
         if not _importable(module):
             _need(f"the web extra is not installed ({module}): pip install -e '.[web]'")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Debian's chromium, headless, through Playwright (one per module)."""
+    _web_extra()
     if not _importable("playwright"):
         _need("playwright is not installed: pip install -e '.[test]'")
     path = shutil.which("chromium")
@@ -185,7 +189,7 @@ def test_escalation_approved_from_the_page(browser: Any, fixture: Fixture) -> No
         page.click("#task-ask-perm-a1b2c3 button[data-verb=approve]")
         page.wait_for_function("document.getElementById('flash').textContent.length > 0")
         assert asked == ["Approve Bash: rm -rf build/ for ask-perm?"]
-        assert "approve requested for ask-perm-a1b2c3" in page.inner_text("#flash")
+        assert "approve queued for ask-perm-a1b2c3; no engine runs" in page.inner_text("#flash")
         assert request.exists()
         # The pending request shows on the board through the stream.
         page.wait_for_selector("#task-ask-perm-a1b2c3 .req", timeout=3000)
@@ -201,7 +205,7 @@ def test_actions_need_the_token_and_the_csrf_check(fixture: Fixture) -> None:
     """A POST without the token, without the CSRF header, with a foreign Origin, or to a
     read-only server is refused and writes no request; a Host that is not loopback (DNS
     rebinding) is refused."""
-    pytest.importorskip("starlette")
+    _web_extra()
     control = fixture.state_dir / "control"
     path = "/api/task/ask-perm-a1b2c3/approve"
     with serve(fixture.profile, "--allow-actions", "--token", "s3cret") as served:
@@ -309,7 +313,7 @@ def test_task_page_shows_manifest_events_and_output(browser: Any, fixture: Fixtu
 
 def test_snapshot_json_is_the_model(fixture: Fixture) -> None:
     """``/api/snapshot`` is the status model's ``to_dict`` (exact text, not escaped)."""
-    pytest.importorskip("starlette")
+    _web_extra()
     with serve(fixture.profile) as served:
         status, body = served.request("GET", "/api/snapshot")
     data = json.loads(body)

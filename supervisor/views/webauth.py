@@ -82,11 +82,13 @@ def same(given: str | None, wanted: str) -> bool:
 def csrf_problem(access: Access, headers: dict[str, str]) -> str | None:
     """Why an action request fails the CSRF check (one line), or ``None`` when it passes:
     the ``X-CSRF-Token`` header must equal ``access.csrf`` and an ``Origin`` header, if any,
-    must be ``http://`` plus the request's own ``Host``."""
+    must be ``http://`` or ``https://`` (a TLS proxy in front) plus the request's own
+    ``Host``."""
     if not same(headers.get(CSRF_HEADER), access.csrf):
         return "missing or wrong X-CSRF-Token header (reload the page)"
     origin = headers.get("origin")
-    if origin is not None and origin != f"http://{headers.get('host', '')}":
+    host = headers.get("host", "")
+    if origin is not None and origin not in (f"http://{host}", f"https://{host}"):
         return f"cross-origin request refused (Origin {origin})"
     return None
 

@@ -170,8 +170,8 @@ class Pages:
 
     def act(self, task_id: str, verb: str) -> tuple[int, dict[str, Any]]:
         """Leave an operator request, after the CLI's checks. Returns ``(HTTP status,
-        JSON answer)``: 202 queued, 404 no such task, 409 refused (task ended, not
-        escalated), 400 an unknown verb."""
+        JSON answer)``: 202 written (``message`` says whether an engine runs to take it),
+        404 no such task, 409 refused (task ended, not escalated), 400 an unknown verb."""
         if verb not in control.VERBS:
             return 400, {"error": f"unknown action {verb!r}; one of {', '.join(control.VERBS)}"}
         folder = self.task_dir(task_id)
@@ -182,7 +182,13 @@ class Pages:
         if refused:
             return 409, {"error": refused}
         path = control.request(self.profile.state_dir, task_id, verb)
-        return 202, {"requested": verb, "task_id": task_id, "file": str(path)}
+        if model.engine_state(self.profile.state_dir).state == "running":
+            message = f"{verb} requested for {task_id}; the engine applies it on its next tick"
+        else:
+            message = (f"{verb} queued for {task_id}; no engine runs, so it happens when "
+                       "'supervise run' starts")  # fmt: skip
+        return 202, {"requested": verb, "task_id": task_id, "file": str(path),
+                     "message": message}  # fmt: skip
 
 
 def task_view(folder: Path) -> dict[str, Any]:

@@ -61,7 +61,7 @@
         { method: "POST", credentials: "same-origin", headers: { "X-CSRF-Token": meta.content } },
       );
       const data = await answer.json().catch(() => ({}));
-      if (answer.ok) say(verb + " requested for " + task + "; the engine applies it on its next tick", false);
+      if (answer.ok) say(data.message || verb + " requested for " + task, false);
       else say(verb + " refused: " + (data.error || answer.status), true);
     } catch (err) {
       say(verb + " failed: " + err, true);
