@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -66,6 +67,8 @@ MAX_AGE_S = 15.0
 #: Seconds between SSE keep-alive comments (proxies close idle streams).
 PING_S = 15
 
+log = logging.getLogger(__name__)
+
 
 class BoardHub:
     """One poller and one render per change for every open board stream.
@@ -94,23 +97,36 @@ class BoardHub:
         rendered_at = slow_at = 0.0
         while self.watchers > 0:
             began = time.monotonic()
-            due = False
-            now_fast = await asyncio.to_thread(self.probe)
-            if now_fast != fast or began - rendered_at >= MAX_AGE_S:
-                fast, due = now_fast, True
-            if began - slow_at >= SLOW_S:
-                now_slow, slow_at = await asyncio.to_thread(self.slow_probe), began
-                due, slow = due or now_slow != slow, now_slow
-            if due:
-                html = await asyncio.to_thread(self.render)
-                self.renders += 1
-                rendered_at = began
-                if html != self.html:
-                    async with self._changed:
-                        self.html, self.version = html, self.version + 1
-                        self._changed.notify_all()
+            try:
+                fast, slow, rendered_at, slow_at = await self._look(
+                    began, fast, slow, rendered_at, slow_at
+                )
+            except Exception:  # a file that breaks a render must not stop every stream
+                log.exception("supervise serve: the board could not be rendered")
             # Fixed rate: the next look is POLL_S after this one began, not after it ended.
             await asyncio.sleep(max(0.05, POLL_S - (time.monotonic() - began)))
+
+    async def _look(
+        self, began: float, fast: Any, slow: Any, rendered_at: float, slow_at: float
+    ) -> tuple[Any, Any, float, float]:
+        """One look: probe, render when due, wake the streams when the board changed.
+        Returns the new ``(fast, slow, rendered_at, slow_at)``."""
+        due = False
+        now_fast = await asyncio.to_thread(self.probe)
+        if now_fast != fast or began - rendered_at >= MAX_AGE_S:
+            fast, due = now_fast, True
+        if began - slow_at >= SLOW_S:
+            now_slow, slow_at = await asyncio.to_thread(self.slow_probe), began
+            due, slow = due or now_slow != slow, now_slow
+        if due:
+            html = await asyncio.to_thread(self.render)
+            self.renders += 1
+            rendered_at = began
+            if html != self.html:
+                async with self._changed:
+                    self.html, self.version = html, self.version + 1
+                    self._changed.notify_all()
+        return fast, slow, rendered_at, slow_at
 
     def _newer(self, seen: int) -> bool:
         return 0 < self.version != seen
