@@ -7,6 +7,7 @@ Commands::
     supervise submit -c PROFILE TASK.toml        validate a task, drop it in the spool, print its id
     supervise status -c PROFILE [--json] [--sort K] [--status S]...   engine, spool, tasks
     supervise top -c PROFILE                     live view (the 'tui' extra: Textual)
+    supervise serve -c PROFILE [--bind H:P]      live web page (the 'web' extra; views/serve.py)
     supervise show -c PROFILE ID                 print one manifest
     supervise stop -c PROFILE ID                 end a task as abandoned (reason "stopped")
     supervise resume -c PROFILE ID               force a resume now
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from supervisor import cli_workspace
 from supervisor.errors import ConfigError
 from supervisor.terminal import escape_controls
+from supervisor.views import serve  # imports no web library until it runs
 from supervisor.views import status as views_status  # plain os/json, no third-party import
 from supervisor.views.top import register as register_top  # never imports Textual itself
 
@@ -240,11 +242,9 @@ def _request(args: argparse.Namespace, verb: str) -> int:
     except (OSError, ValueError) as exc:
         _err(f"{manifest_path}: cannot read the manifest ({exc}); see 'supervise status'")
         return 1
-    if before["status"] in TERMINAL:
-        _err(f"task {args.task_id} already ended: {before['status']}")
-        return 1
-    if verb in ("approve", "deny") and before["status"] != Status.ESCALATED:
-        _err(f"task {args.task_id} is {before['status']}, not escalated: nothing to {verb}")
+    refused = control.refusal(args.task_id, before["status"], verb)
+    if refused:
+        _err(refused)
         return 1
     control.request(profile.state_dir, args.task_id, verb)
     if not _engine_running(profile):
@@ -442,6 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_argument("--json", action="store_true", help="machine-readable output")
     config.set_defaults(func=cmd_config)
     cli_workspace.register(sub)  # diff, merge, discard, prune
+    serve.register(sub)  # the web view (extra 'web')
     return parser
 
 
