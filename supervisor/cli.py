@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from supervisor import cli_workspace
+from supervisor import cli_setup, cli_workspace
 from supervisor.errors import ConfigError
 from supervisor.terminal import escape_controls
 from supervisor.views import serve  # imports no web library until it runs
@@ -374,6 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run coding agents (Claude Code first) in tmux, watch them, recover them, "
         "and report each outcome in a manifest.",
     )
+    cli_setup.add_version_argument(parser)
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run the engine on a profile until stopped")
@@ -443,6 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
     config.set_defaults(func=cmd_config)
     cli_workspace.register(sub)  # diff, merge, discard, prune
     serve.register(sub)  # the web view (extra 'web')
+    cli_setup.register(sub)  # init, schema, startup, completion
     return parser
 
 

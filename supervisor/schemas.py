@@ -1,4 +1,6 @@
-"""JSON Schemas generated from the pydantic models, shipped in ``schemas/`` at the repo root.
+"""JSON Schemas generated from the pydantic models, kept in ``schemas/`` at the repo root and
+shipped in the package (:mod:`supervisor.bundled`: the checkout's ``supervisor/_bundled/schemas``
+is a symlink to ``schemas/``; an installed wheel holds copies).
 
 * ``profile.schema.json``: a profile file (:class:`supervisor.config.Profile`),
 * ``task.schema.json``: a task file (:class:`supervisor.config.TaskSpec`),
@@ -10,6 +12,9 @@ The models are the source of truth; the files are generated. Usage::
 
     python -m supervisor.schemas            # (re)write schemas/*.json
     python -m supervisor.schemas --check    # exit 1, naming the files, if they have drifted
+
+Both default to the package's own copies, so ``--check`` means the same thing in a checkout
+(the top-level ``schemas/``) and in an installed wheel (``site-packages/supervisor/_bundled``).
 
 Output is stable (``indent=2``, sorted keys, trailing newline) so a diff shows real changes.
 """
@@ -24,6 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
+from supervisor import bundled
 from supervisor.config import Profile, TaskSpec
 from supervisor.taskdir import Manifest
 from supervisor.views.model import Snapshot
@@ -31,8 +37,9 @@ from supervisor.views.model import Snapshot
 #: JSON Schema dialect of every generated file.
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
-#: Where the schema files live: ``schemas/`` next to the ``supervisor`` package.
-DEFAULT_FOLDER = Path(__file__).resolve().parent.parent / "schemas"
+#: Where the schema files live: the package's own copies (in a checkout, through the
+#: ``supervisor/_bundled/schemas`` symlink, the top-level ``schemas/``).
+DEFAULT_FOLDER = Path(str(bundled.folder("schemas"))).resolve()
 
 #: File name → (model, title). The ``$id`` is ``urn:supervise:schemas:<file name>``.
 MODELS: dict[str, tuple[type[Any], str]] = {

@@ -21,11 +21,13 @@ whatever locale the engine was started with, so the filter sets its own.
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,6 +80,8 @@ OWNER_OPTION = "@supervise_state_dir"
 #: commands in under 100 ms on a loaded 2-core machine; 5 s leaves room for a machine under
 #: heavy swap while bounding how long one check can wait on tmux.
 TMUX_TIMEOUT = 5.0
+
+log = logging.getLogger(__name__)
 
 
 class TmuxError(RuntimeError):
@@ -150,27 +154,36 @@ class Tmux:
             :meth:`respawn`, :meth:`close` and :meth:`send_keys` leave other sessions alone.
             ``None``: no ownership (every session counts as ours).
         timeout: seconds each tmux client may take (:data:`TMUX_TIMEOUT`).
+        scope: argv prefix for the client that starts the server, when :meth:`launch`
+            finds none running (:func:`supervisor.systemd.scope_prefix`: ``systemd-run
+            --user --scope``, so the server lives outside the login's scope); ``()``: none.
 
     Every method may raise :class:`TmuxTimeout` (even those that otherwise ignore tmux's
     errors): an unanswered query must never read as "no such session".
     """
 
     def __init__(
-        self, socket_name: str, owner: str | None = None, timeout: float = TMUX_TIMEOUT
+        self,
+        socket_name: str,
+        owner: str | None = None,
+        timeout: float = TMUX_TIMEOUT,
+        scope: Sequence[str] = (),
     ) -> None:
         self.socket_name = socket_name
         self.owner = owner
         self.timeout = timeout
+        self.scope = list(scope)
         self.binary = tmux_binary()
 
-    def cmd(self, *args: str) -> TmuxResult:
-        """Run one tmux client ``tmux -L socket_name ARGS...`` with the timeout.
+    def cmd(self, *args: str, prefix: Sequence[str] = ()) -> TmuxResult:
+        """Run one tmux client ``tmux -L socket_name ARGS...`` with the timeout, behind
+        ``prefix`` when given (``systemd-run ... --``; the timeout covers both).
 
         Raises:
             TmuxTimeout: no answer within ``timeout`` seconds (the client is killed).
             TmuxError: the tmux executable cannot be run.
         """
-        argv = [self.binary, "-L", self.socket_name, *args]
+        argv = [*prefix, self.binary, "-L", self.socket_name, *args]
         try:
             done = subprocess.run(
                 argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=self.timeout
@@ -193,6 +206,33 @@ class Tmux:
             raise TmuxError(f"tmux {args[0]} failed: {' '.join(result.stderr).strip()}")
         return list(result.stdout)
 
+    def server_running(self) -> bool:
+        """Whether a server answers on the socket (``list-sessions`` succeeds: tmux exits 1
+        with "no server running" or "error connecting" when none does).
+
+        Raises:
+            TmuxTimeout: a server exists but does not answer.
+        """
+        return self.cmd("list-sessions", "-F", "#{session_name}").returncode == 0
+
+    def _launch_scoped(self, args: Sequence[str]) -> bool:
+        """Run the ``new-session`` client ``args`` through :attr:`scope` when no server runs
+        yet, so the server it starts is born in its own systemd scope. Returns whether it
+        did; ``False`` (nothing started) when there is no scope, a server already runs, or
+        ``systemd-run`` failed (no user manager reachable: logged, and the caller starts the
+        server plainly)."""
+        if not self.scope or self.server_running():
+            return False
+        result = self.cmd(*args, prefix=self.scope)
+        if result.returncode == 0:
+            return True
+        if self.server_running():  # systemd-run worked; tmux refused: report tmux's error
+            raise TmuxError(f"tmux new-session failed: {' '.join(result.stderr).strip()}")
+        log.warning("could not start the tmux server in its own systemd scope (%s); "
+                    "starting it in this process's cgroup: agents end with this login if "
+                    "logind kills user processes", " ".join(result.stderr).strip())  # fmt: skip
+        return False
+
     def launch(self, session: str, task_dir: Path, start_dir: Path) -> None:
         """Create a detached session running the wrapper, with output capture in place.
 
@@ -204,7 +244,7 @@ class Tmux:
             TmuxError: tmux refused (e.g. a session of that name exists).
         """
         gate = gate_channel(session)
-        self._run(
+        args = (
             "new-session", "-d", "-s", session, "-x", str(PANE_WIDTH), "-y", str(PANE_HEIGHT),
             "-c", str(start_dir), "-e", f"SUPERVISE_TMUX={self.tmux_bin()}",
             wrapper_command(task_dir, gate),
@@ -215,6 +255,8 @@ class Tmux:
             ";", "pipe-pane", "-t", f"={session}:", pipe_command(task_dir / "output.log"),
             ";", "wait-for", "-S", gate,
         )  # fmt: skip
+        if not self._launch_scoped(args):
+            self._run(*args)
 
     def respawn(self, session: str, task_dir: Path, start_dir: Path) -> None:
         """Run the wrapper again in the session's (dead or hung) pane: ``respawn-pane -k``.

@@ -312,7 +312,7 @@ def test_top_without_textual_names_the_extra(fixture: vf.Fixture) -> None:
     assert out.returncode == 1
     assert (
         out.stderr
-        == "supervise top needs the 'tui' extra (Textual): pip install 'supervise[tui]'\n"
+        == "supervise top needs the 'tui' extra (Textual): pip install 'supervise-agents[tui]'\n"
     )
 
 

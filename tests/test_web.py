@@ -346,13 +346,13 @@ def test_non_loopback_bind_is_refused_without_a_token(fixture: Fixture) -> None:
 
 def test_without_the_web_extra_one_line_names_it(fixture: Fixture) -> None:
     """With starlette absent (blocked in ``sys.modules``), ``supervise serve`` prints one
-    line naming ``pip install 'supervise[web]'`` and exits 1; ``status`` never imports any
+    line naming ``pip install 'supervise-agents[web]'`` and exits 1; ``status`` never imports any
     web library."""
     block = ("import sys; sys.modules['starlette'] = None; from supervisor.cli import main; "
              "sys.exit(main(sys.argv[1:]))")  # fmt: skip
     done = _serve_line("serve", "-c", str(fixture.profile), code=block)
     assert done.returncode == 1
-    assert done.stderr.count("\n") == 1 and "pip install 'supervise[web]'" in done.stderr
+    assert done.stderr.count("\n") == 1 and "pip install 'supervise-agents[web]'" in done.stderr
     probe = ("import sys; from supervisor.cli import main; main(sys.argv[1:]); "
              "print(sorted(m for m in ('starlette', 'uvicorn', 'jinja2', 'sse_starlette') "
              "if m in sys.modules))")  # fmt: skip

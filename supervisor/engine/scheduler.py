@@ -40,7 +40,7 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from filelock import FileLock, Timeout
 
-from supervisor import control, policy, statefs
+from supervisor import control, policy, statefs, systemd
 from supervisor.config import ConfigError, LoadedProfile, ResolvedTask
 from supervisor.engine import launch, recovery, stats, workspaces
 from supervisor.engine import runtime as runtimes
@@ -80,7 +80,9 @@ class Engine(Kicks):
     def __init__(self, profile: LoadedProfile, exit_when_idle: bool = False) -> None:
         self.profile = profile
         self.exit_when_idle = exit_when_idle
-        self.tmux = Tmux(profile.socket_name, owner=str(profile.state_dir))
+        # The server is born outside the login's scope where systemd is (supervisor/systemd.py).
+        scope = systemd.scope_prefix()
+        self.tmux = Tmux(profile.socket_name, owner=str(profile.state_dir), scope=scope)
         self.live: dict[str, Runtime] = {}
         self.queue: deque[TaskDir] = deque()  # queued tasks, oldest first; loaded at launch
         self.stopping = threading.Event()

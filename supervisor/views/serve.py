@@ -36,7 +36,7 @@ from supervisor.terminal import escape_controls
 DEFAULT_BIND = "127.0.0.1:8765"
 #: The environment variable read when ``--token`` is not given.
 TOKEN_ENV = "SUPERVISE_TOKEN"
-#: The modules the ``web`` extra provides (``pip install 'supervise[web]'``).
+#: The modules the ``web`` extra provides (``pip install 'supervise-agents[web]'``).
 WEB_MODULES = ("starlette", "uvicorn", "sse_starlette", "jinja2")
 
 
@@ -84,7 +84,7 @@ def missing_extra() -> str | None:
         return None
     return (
         f"supervise serve: the web view needs the 'web' extra ({', '.join(absent)} not "
-        "installed); install it with: pip install 'supervise[web]'"
+        "installed); install it with: pip install 'supervise-agents[web]'"
     )
 
 

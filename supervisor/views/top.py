@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 #: The line printed when Textual is missing.
 MISSING = ("supervise top needs the 'tui' extra (Textual): "
-           "pip install 'supervise[tui]'")  # fmt: skip
+           "pip install 'supervise-agents[tui]'")  # fmt: skip
 
 
 def register(sub: argparse._SubParsersAction, func: Callable[[argparse.Namespace], int]) -> None:

@@ -1,0 +1,273 @@
+"""``supervise init|schema|startup|completion`` and ``--version``: setting supervise up.
+
+Commands::
+
+    supervise init [DIR]                        a starter profile (the demo) with its folders
+    supervise schema profile|task|manifest|status   print a JSON Schema (the package's copy)
+    supervise startup -c PROFILE [--install]    a systemd user unit that runs the engine
+    supervise completion bash|zsh|fish          a shell completion script (shtab)
+
+Exit codes (as :mod:`supervisor.cli`): 0 done, 1 refused or failed (an existing profile, a
+profile that does not load, no systemd for ``--install``, ``systemctl`` failing), 2 usage
+error (argparse). A refusal is one line on stderr.
+
+Only the standard library is imported at module level: ``supervise --version`` and every
+other command import this module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from supervisor.terminal import escape_controls
+
+#: The distribution name on PyPI (``supervise`` there is an unrelated project of 2014).
+DISTRIBUTION = "supervise-agents"
+
+#: ``supervise schema NAME`` → the shipped schema file.
+SCHEMAS = {
+    "profile": "profile.schema.json",
+    "task": "task.schema.json",
+    "manifest": "manifest.schema.json",
+    "status": "status.schema.json",
+}
+
+#: Header of the profile ``supervise init`` writes.
+INIT_HEADER = """\
+# A starter profile written by `supervise init`: the honest demo agent (no model, no
+# network), so the whole path spool -> tmux -> manifest runs with only Python and tmux.
+#   supervise run {profile} --exit-when-idle     runs the tasks init put in the spool
+#   supervise submit -c {profile} {tasks}/hello.toml
+# Relative paths resolve against this file's folder. [tmux] socket_name is left out: it is
+# then supervise-<8 hex of the state_dir>, a private tmux server for this folder alone.
+# For Claude Code, start from the shipped long.toml (`supervise schema profile` lists keys).
+
+"""
+
+
+def _err(message: str) -> None:
+    print(escape_controls(message), file=sys.stderr)
+
+
+def version() -> str:
+    """The installed distribution's version (:data:`DISTRIBUTION`, importlib.metadata), or
+    ``supervisor.__version__`` (the same number: pyproject reads it from there) when the
+    package runs from a checkout that was never installed."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        from supervisor import __version__
+
+        return __version__
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: print ``supervise VERSION`` and exit 0; the version is looked up only
+    when asked (importlib.metadata scans ``sys.path``)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: Any = argparse.SUPPRESS, help: str | None = None) -> None:  # fmt: skip
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:  # fmt: skip
+        print(f"supervise {version()}")
+        parser.exit()
+
+
+def add_version_argument(parser: argparse.ArgumentParser) -> None:
+    """Add ``--version`` to ``supervise``'s top-level parser."""
+    parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
+
+
+# ---------------------------------------------------------------- init
+
+
+def starter_profile(folder: Path) -> str:
+    """The text of the profile ``supervise init`` writes into ``folder``: the shipped demo
+    profile with ``spool``, ``state`` beside it and no ``socket_name``."""
+    import tomllib
+
+    import tomli_w
+
+    from supervisor import bundled
+
+    data = tomllib.loads(bundled.read_text("profiles", "demo.toml"))
+    data["paths"] = {"spool_dir": "spool", "state_dir": "state"}
+    data.pop("tmux", None)
+    header = INIT_HEADER.format(profile=folder / "profile.toml", tasks=folder / "tasks")
+    return header + tomli_w.dumps(data)
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    """Write ``DIR/profile.toml``, ``DIR/spool/`` and ``DIR/state/`` (mode 0700: the engine
+    refuses a spool others can write to), ``DIR/project/``, the demo's task files in
+    ``DIR/tasks/`` and a copy of each in the spool. Refuses an existing profile."""
+    from supervisor import bundled
+
+    folder = Path(args.dir)
+    profile = folder / "profile.toml"
+    if profile.exists():
+        _err(f"supervise init: {profile} exists; not overwriting it (remove it, or give "
+             "another folder: supervise init DIR)")  # fmt: skip
+        return 1
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in ("spool", "state"):
+            (folder / name).mkdir(mode=0o700, exist_ok=True)
+            os.chmod(folder / name, 0o700)  # mkdir's mode is masked by the umask
+        (folder / "project").mkdir(exist_ok=True)
+        (folder / "tasks").mkdir(exist_ok=True)
+        for entry in bundled.folder("demo_tasks").iterdir():
+            if entry.name.endswith(".toml"):
+                text = entry.read_text(encoding="utf-8")
+                (folder / "tasks" / entry.name).write_text(text, encoding="utf-8")
+                (folder / "spool" / entry.name).write_text(text, encoding="utf-8")
+        with open(profile, "x", encoding="utf-8") as handle:  # "x": never over a racing one
+            handle.write(starter_profile(folder))
+    except OSError as exc:
+        _err(f"supervise init: cannot write {exc.filename or folder}: {exc.strerror}")
+        return 1
+    print(f"wrote {profile}, {folder / 'spool'}/ (holding the demo tasks), {folder / 'state'}/")
+    print(f"run:  supervise run {profile} --exit-when-idle")
+    return 0
+
+
+# ---------------------------------------------------------------- schema
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    """Print the shipped JSON Schema of ``args.name``."""
+    from supervisor import bundled
+
+    sys.stdout.write(bundled.read_text("schemas", SCHEMAS[args.name]))
+    return 0
+
+
+# ---------------------------------------------------------------- startup
+
+
+def supervise_command() -> list[str]:
+    """How to run this very ``supervise``, absolute: the console script that is running
+    (``sys.argv[0]``) or, from ``python -m supervisor.cli``, the interpreter and ``-m``."""
+    argv0 = Path(sys.argv[0])
+    if argv0.name == "supervise" and argv0.is_file():
+        return [os.path.abspath(argv0)]
+    return [sys.executable, "-m", "supervisor.cli"]
+
+
+def cmd_startup(args: argparse.Namespace) -> int:
+    """Print the systemd user unit for ``-c PROFILE``, or write, enable and start it."""
+    from supervisor import systemd
+    from supervisor.cli import _profile
+
+    profile = _profile(args.config).path  # loads it: a broken profile is one clear line
+    name = systemd.unit_name(profile)
+    text = systemd.unit_text(supervise_command(), profile, os.environ.get("PATH", os.defpath))
+    command = " ".join([*supervise_command(), "run", str(profile)])
+    if not systemd.booted():
+        if not args.install:
+            sys.stdout.write(text)
+        _err(systemd.NO_SYSTEMD.format(command=command, log=profile.with_suffix(".log")))
+        return 1 if args.install else 0
+    if not args.install:
+        sys.stdout.write(text)
+        _err(f"# install as ~/.config/systemd/user/{name}: supervise startup -c {profile} "
+             "--install")  # fmt: skip
+        return 0
+    return _install(name, text)
+
+
+def _install(name: str, text: str) -> int:
+    from supervisor import systemd
+
+    folder = systemd.USER_UNIT_DIR.expanduser()
+    path = folder / name
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        _err(f"supervise startup: cannot write {path}: {exc.strerror}")
+        return 1
+    print(f"wrote {path}")
+    for argv in (["systemctl", "--user", "daemon-reload"],
+                 ["systemctl", "--user", "enable", "--now", name]):  # fmt: skip
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True,
+                                  timeout=systemd.SYSTEMD_TIMEOUT)  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            _err(f"supervise startup: {' '.join(argv)}: {exc}")
+            return 1
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            _err(f"supervise startup: {' '.join(argv)} failed: {last}")
+            return 1
+    print(f"enabled and started {name}: systemctl --user status {name}")
+    user = os.environ.get("USER") or os.environ.get("LOGNAME") or ""
+    if user and not systemd.lingering(user):
+        _err(f"note: lingering is off for {user}: the unit starts at your first login, "
+             "not at boot, and stops at your last logout. "
+             f"Fix: loginctl enable-linger {user}")  # fmt: skip
+    return 0
+
+
+# ---------------------------------------------------------------- completion
+
+#: Argument destinations that name files: completed as paths.
+_FILE_DESTS = {"config", "profile", "task", "files", "log_file"}
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    """Print the completion script for ``args.shell``, generated from the parser (shtab)."""
+    import shtab
+
+    from supervisor.cli import build_parser
+
+    parser = build_parser()
+    _mark_files(parser, shtab.FILE)
+    sys.stdout.write(shtab.complete(parser, shell=args.shell))
+    return 0
+
+
+def _mark_files(parser: argparse.ArgumentParser, spec: dict[str, str]) -> None:
+    """Set shtab's ``complete`` on every argument in :data:`_FILE_DESTS`, in every
+    subcommand, so the shell offers paths there."""
+    for action in parser._actions:
+        if action.dest in _FILE_DESTS:
+            action.complete = spec  # type: ignore[attr-defined]
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _mark_files(child, spec)
+
+
+# ---------------------------------------------------------------- parser
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``init``, ``schema``, ``startup`` and ``completion`` to the subcommands."""
+    init = sub.add_parser("init", help="write a starter profile (the demo) and its folders")
+    init.add_argument("dir", nargs="?", default=".", metavar="DIR", help="folder (default: .)")
+    init.set_defaults(func=cmd_init)
+
+    schema = sub.add_parser("schema", help="print a JSON Schema (profile, task, manifest...)")
+    schema.add_argument("name", choices=sorted(SCHEMAS))
+    schema.set_defaults(func=cmd_schema)
+
+    startup = sub.add_parser("startup", help="a systemd user unit that runs the engine")
+    startup.add_argument("-c", "--config", required=True, help="profile TOML file")
+    startup.add_argument(
+        "--install", action="store_true", help="write it to ~/.config/systemd/user/, enable, start"
+    )
+    startup.set_defaults(func=cmd_startup)
+
+    completion = sub.add_parser("completion", help="print a shell completion script")
+    completion.add_argument("shell", choices=["bash", "zsh", "fish"])
+    completion.set_defaults(func=cmd_completion)
