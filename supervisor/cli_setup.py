@@ -192,6 +192,10 @@ def _install(name: str, text: str) -> int:
     folder = systemd.USER_UNIT_DIR.expanduser()
     path = folder / name
     try:
+        if path.exists() and path.read_text(encoding="utf-8") != text:
+            _err(f"supervise startup: {path} exists and differs (another profile, or another "
+                 f"supervise); remove it first: systemctl --user disable --now {name}")  # fmt: skip
+            return 1
         folder.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
     except OSError as exc:

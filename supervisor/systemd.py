@@ -64,22 +64,34 @@ def scope_prefix(env: Mapping[str, str] | None = None, root: Path = Path("/")) -
     return [program, "--user", "--scope", "--quiet", "--collect", "--"]
 
 
-def _escape(value: str) -> str:
-    """One word for an ``ExecStart=`` or ``Environment=`` line: specifiers (``%``) and
-    variable references (``$``) doubled, double-quoted with ``\\`` and ``"`` escaped when it
-    holds whitespace or quotes (systemd.service(5) "Command lines", systemd.unit(5)
-    "Specifiers")."""
-    value = value.replace("%", "%%").replace("$", "$$")
+def _specifiers(value: str) -> str:
+    """``value`` with ``%`` doubled: every unit setting expands specifiers (systemd.unit(5)
+    "Specifiers"); free text such as ``Description=`` and paths such as
+    ``WorkingDirectory=`` take nothing else (no quoting)."""
+    return value.replace("%", "%%")
+
+
+def _quoted(value: str) -> str:
+    """``value`` double-quoted, ``\\`` and ``"`` escaped, when it holds whitespace or quotes
+    (one word of ``ExecStart=`` or ``Environment=``, systemd.service(5) "Command lines")."""
     if value and not any(c.isspace() or c in "\"'\\;" for c in value):
         return value
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _exec_word(value: str) -> str:
+    """One word of ``ExecStart=``: specifiers and ``$`` (variable expansion) doubled, then
+    quoted."""
+    return _quoted(_specifiers(value).replace("$", "$$"))
+
+
 def unit_name(profile: Path) -> str:
-    """``supervise-<profile file stem>.service``, the stem reduced to the characters unit
-    names allow (systemd.unit(5): ASCII letters, digits, ``:-_.\\``)."""
-    stem = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "-" for c in profile.stem)
-    return f"supervise-{stem or 'profile'}.service"
+    """``supervise-<name>.service``: the profile file's stem, or its folder's name for the
+    ``profile.toml`` that ``supervise init`` writes, reduced to the characters unit names
+    allow (systemd.unit(5): ASCII letters, digits, ``:-_.\\``)."""
+    name = profile.parent.name if profile.stem == "profile" else profile.stem
+    name = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "-" for c in name)
+    return f"supervise-{name or 'profile'}.service"
 
 
 def unit_text(command: Sequence[str], profile: Path, path_env: str) -> str:
@@ -95,16 +107,16 @@ def unit_text(command: Sequence[str], profile: Path, path_env: str) -> str:
     Returns:
         The unit file's text (systemd.service(5)), ending in a newline.
     """
-    exec_start = " ".join(_escape(str(x)) for x in (*command, "run", profile))
+    exec_start = " ".join(_exec_word(str(x)) for x in (*command, "run", profile))
     return f"""\
 [Unit]
-Description=supervise: coding-agent sessions of {_escape(str(profile))}
+Description=supervise: coding-agent sessions of {_specifiers(str(profile))}
 
 [Service]
 Type=exec
 ExecStart={exec_start}
-WorkingDirectory={_escape(str(profile.parent))}
-Environment={_escape("PATH=" + path_env)}
+WorkingDirectory={_specifiers(str(profile.parent))}
+Environment={_quoted(_specifiers("PATH=" + path_env))}
 Restart=on-failure
 RestartSec=5
 # Stop and restart signal the engine only: the private tmux server it started stays in this
