@@ -249,3 +249,24 @@ def test_zsh_and_fish_completion_are_generated(shell: str, marker: str, tmp_path
     done = _supervise("completion", shell, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert marker in done.stdout and "startup" in done.stdout
+
+
+# ---------------------------------------------------------------- SKILL.md
+
+
+def test_skill_install_entry_is_a_kind_openclaw_runs_and_names_this_project() -> None:
+    """OpenClaw's install kinds are brew, node, go, uv and download; another kind ("pip") is
+    dropped silently. The package must be this distribution, not PyPI's other
+    "supervise"."""
+    import json
+    import tomllib
+
+    front = (REPO / "SKILL.md").read_text().split("---\n")[1]
+    fields = dict(line.split(": ", 1) for line in front.splitlines())
+    assert "homepage" not in fields  # no placeholder; no public host exists yet
+    (entry,) = json.loads(fields["metadata"])["openclaw"]["install"]
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert entry["kind"] in {"brew", "node", "go", "uv", "download"}
+    assert (entry["kind"], entry["bins"]) == ("uv", ["supervise"])
+    assert entry["package"] == project["name"] == "supervise-agents"
+    assert project["scripts"] == {"supervise": "supervisor.cli:main"}
