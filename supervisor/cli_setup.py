@@ -225,8 +225,9 @@ def _install(name: str, text: str) -> int:
 
 # ---------------------------------------------------------------- completion
 
-#: Argument destinations that name files: completed as paths.
+#: Argument destinations completed as paths: files, or folders (``init DIR``).
 _FILE_DESTS = {"config", "profile", "task", "files", "log_file"}
+_DIR_DESTS = {"dir"}
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
@@ -236,20 +237,22 @@ def cmd_completion(args: argparse.Namespace) -> int:
     from supervisor.cli import build_parser
 
     parser = build_parser()
-    _mark_files(parser, shtab.FILE)
+    _mark_paths(parser, shtab.FILE, shtab.DIRECTORY)
     sys.stdout.write(shtab.complete(parser, shell=args.shell))
     return 0
 
 
-def _mark_files(parser: argparse.ArgumentParser, spec: dict[str, str]) -> None:
-    """Set shtab's ``complete`` on every argument in :data:`_FILE_DESTS`, in every
-    subcommand, so the shell offers paths there."""
+def _mark_paths(parser: argparse.ArgumentParser, files: Any, folders: Any) -> None:
+    """Set shtab's ``complete`` on every argument in :data:`_FILE_DESTS` (``files``) and
+    :data:`_DIR_DESTS` (``folders``), in every subcommand, so the shell offers paths there."""
     for action in parser._actions:
         if action.dest in _FILE_DESTS:
-            action.complete = spec  # type: ignore[attr-defined]
+            action.complete = files  # type: ignore[attr-defined]
+        elif action.dest in _DIR_DESTS:
+            action.complete = folders  # type: ignore[attr-defined]
         if isinstance(action, argparse._SubParsersAction):
             for child in action.choices.values():
-                _mark_files(child, spec)
+                _mark_paths(child, files, folders)
 
 
 # ---------------------------------------------------------------- parser

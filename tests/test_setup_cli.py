@@ -238,6 +238,16 @@ def test_bash_completion_loads_in_bash(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith(" supervise") and "-F " in done.stdout
+    # what bash offers after "supervise sta" and "supervise schema "
+    complete = (f"source {tmp_path / 'c.bash'}; "
+                'f=$(complete -p supervise | sed -E "s/.* -F ([^ ]+) .*/\\1/"); '
+                'COMP_WORDS=(supervise "$@"); COMP_CWORD=$(( ${#COMP_WORDS[@]} - 1 )); '
+                'COMP_LINE="${COMP_WORDS[*]}"; COMP_POINT=${#COMP_LINE}; '
+                '$f supervise "${COMP_WORDS[COMP_CWORD]}"; echo "${COMPREPLY[*]}"')  # fmt: skip
+    offered = [subprocess.run([bash, "-c", complete, "-", *words], capture_output=True,
+                              text=True, timeout=30, check=True).stdout.split()
+               for words in (["sta"], ["schema", ""])]  # fmt: skip
+    assert offered == [["status", "startup"], ["manifest", "profile", "status", "task"]]
     # every subcommand is offered, the ones added by other modules too
     for verb in ("run", "submit", "status", "prune", "serve", "init", "startup", "completion"):
         assert verb in script.stdout, verb
