@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import _tmux_socket_path
 
 import supervisor
 from supervisor.config import default_socket_name
@@ -94,6 +95,7 @@ def test_installed_wheel_runs_the_demo_from_an_empty_folder(venv: Path, tmp_path
         assert done.returncode == 0, done.stderr
     finally:
         subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True, check=False)
+        _tmux_socket_path(socket).unlink(missing_ok=True)
     outcomes = {}
     for path in (state / "tasks").glob("*/manifest.json"):
         data = json.loads(path.read_text())

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from conftest import _tmux_socket_path, wait_for
 
 import supervisor
 from supervisor import cli, cli_setup, systemd
@@ -50,6 +50,7 @@ def test_init_writes_a_private_starter_that_runs_the_demo(tmp_path: Path) -> Non
         done = _supervise("run", "demo/profile.toml", "--exit-when-idle", cwd=tmp_path)
     finally:
         subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True, check=False)
+        _tmux_socket_path(socket).unlink(missing_ok=True)
     assert done.returncode == 0, done.stderr
     assert "demo-hello" in done.stderr and "-> completed" in done.stderr
     assert "-> failed (done-file with exit code 3)" in done.stderr
