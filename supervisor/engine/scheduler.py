@@ -27,6 +27,7 @@ import contextlib
 import errno
 import functools
 import logging
+import os
 import signal
 import threading
 import time
@@ -40,7 +41,7 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from filelock import FileLock, Timeout
 
-from supervisor import control, policy, statefs
+from supervisor import control, engine_probe, policy, statefs
 from supervisor.config import ConfigError, LoadedProfile, ResolvedTask
 from supervisor.engine import launch, recovery, stats, workspaces
 from supervisor.engine import runtime as runtimes
@@ -139,6 +140,9 @@ class Engine(Kicks):
             lock.release()
 
     def _run_locked(self) -> int:
+        log.info(engine_probe.start_line(self.profile.path, self.profile.state_dir,
+                                         self.profile.socket_name, os.getpid()))  # fmt: skip
+        self.write_stats()  # the heartbeat exists from the start (supervisor.engine_probe)
         self.scheduler.add_listener(
             lambda event: stats.count_job_event(self.stats, event), stats.JOB_EVENTS
         )
