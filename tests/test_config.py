@@ -881,7 +881,7 @@ def test_defaults(tmp_path: Path, profile: LoadedProfile, project: Path) -> None
     assert policy.stale_threshold == 90 == 3 * policy.base_interval
     assert policy.max_retries == 3
     assert policy.notifier == []
-    assert policy.notify_on == ["abandoned", "failed", "completed", "escalated", "waiting"]
+    assert policy.notify_on == ["escalated", "failed", "abandoned", "completed"]
     assert policy.resume_exit_codes == []
     assert resolved.sources == {
         "base_interval": "default",

@@ -59,9 +59,10 @@ NotifyEvent = Literal[
     "escalated",
     "waiting",
 ]
-#: Events that run the notifier by default: the terminal ones, plus the two that need a
-#: human or explain a long pause (issue 4: escalation, usage-limit waits).
-DEFAULT_NOTIFY_ON: tuple[str, ...] = ("abandoned", "failed", "completed", "escalated", "waiting")
+#: Events that run the notifier by default: the terminal ones and the one that needs a
+#: human (issue 14: escalated, failed, abandoned, completed; ``waiting`` is opt-in, and
+#: then notified once per limit, see ``supervisor.policy.outcomes.same_wait``).
+DEFAULT_NOTIFY_ON: tuple[str, ...] = ("escalated", "failed", "abandoned", "completed")
 #: How output staleness is measured (issue 4): the output file's mtime, a hash of the
 #: visible tmux screen (for a TUI that redraws a spinner), or the agent's transcript file.
 StaleSignal = Literal["mtime", "screen", "transcript"]

@@ -166,6 +166,7 @@ class Decision:
         events: transition names to append to ``events.jsonl`` (may be empty).
         next_check: seconds until the next check (never past the deadline).
         reason: one human-readable line explaining the decision.
+        quiet: events of ``events`` that are logged but never notified (a repeated wait).
     """
 
     state: TaskState
@@ -173,6 +174,11 @@ class Decision:
     events: tuple[str, ...] = ()
     next_check: float = 1.0
     reason: str = ""
+    quiet: tuple[str, ...] = ()
+
+    def notified(self, notify_on: list[str]) -> list[str]:
+        """The events of this decision that run the notifier under ``notify_on``."""
+        return [e for e in self.events if e in notify_on and e not in self.quiet]
 
 
 #: Verdicts (seed 003), one per terminal state: the values of :class:`supervisor.states.Verdict`.
@@ -201,9 +207,9 @@ def bounded(delay: float, state: TaskState, now: float, policy: MonitorPolicy) -
 
 def with_notify(decision: Decision, policy: MonitorPolicy) -> Decision:
     """``decision`` with :attr:`Action.NOTIFY` last in its actions exactly when one of its
-    events is in ``policy.notify_on`` (and nowhere else)."""
+    events is in ``policy.notify_on`` and not ``quiet`` (and nowhere else)."""
     actions = tuple(a for a in decision.actions if a is not Action.NOTIFY)
-    if any(event in policy.notify_on for event in decision.events):
+    if decision.notified(policy.notify_on):
         actions += (Action.NOTIFY,)
     if actions != decision.actions:
         decision = dataclasses.replace(decision, actions=actions)
