@@ -203,3 +203,42 @@ def test_wait_is_woken_by_the_manifest_write_not_a_poll(setup: Setup, tmp_path: 
     assert waiter.returncode == 0, err
     assert err == ""
     assert json.loads(out) == [manifest]
+
+
+# ---------------------------------------------------------------- items 6 and 7 (files)
+
+
+def test_a_bad_budget_is_one_line_naming_the_key(setup: Setup, tmp_path: Path) -> None:
+    setup.write_profile()
+    task = tmp_path / "t.toml"
+    task.write_text('name = "t"\nprompt = "x"\nproject_dir = "project"\n'
+                    "[monitor]\nmax_cost_usd = -1\n")  # fmt: skip
+    result = setup.supervise("validate", "-c", str(setup.profile), str(task))
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "max_cost_usd" in lines[0] and str(task) in lines[0], lines
+    assert "Traceback" not in result.stderr
+
+
+def test_stream_rotation_keeps_backups_and_a_cut_rotation_is_finished(tmp_path: Path) -> None:
+    from supervisor import logrotate
+    from supervisor.agents.claude.stream import CARRY, StreamState
+
+    path = tmp_path / "stream.jsonl"
+    for cost in (0.25, 0.5, 0.125):  # three runs, the file rotated after each
+        with open(path, "ab") as handle:
+            handle.write(b'{"type": "supervise_launch"}\n')
+            handle.write(json.dumps({"type": "result", "total_cost_usd": cost}).encode() + b"\n")
+        state = StreamState()  # a reader starting over, as after an engine restart
+        for line in path.read_bytes().splitlines():
+            state.feed_line(line)
+        logrotate.rotate(path, 2, json.dumps(state.carry()).encode() + b"\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "stream.jsonl", "stream.jsonl.1", "stream.jsonl.2"]  # fmt: skip
+    first = json.loads(path.read_text().splitlines()[0])
+    assert first["type"] == CARRY and first["total_cost_usd"] == 0.875 and first["runs"] == 3
+    # A crash between the last two renames: NAME.new is there, NAME is not.
+    (tmp_path / "stream.jsonl.new").write_bytes(path.read_bytes())
+    path.unlink()
+    assert logrotate.finish(path) and path.exists()
+    assert not logrotate.finish(path)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
+from test_policy_agent import policies, signal_sets, task_states
 
 from supervisor.config import MonitorPolicy
 from supervisor.policy import Action, Signals, TaskState, decide
@@ -77,3 +78,68 @@ class TestWaitingOncePerLimit:
         expected = waits + transients == 0 or age >= P.max_interval
         assert (A.NOTIFY in decision.actions) == expected
         assert ("waiting" in decision.quiet) == (not expected)
+
+
+# ============================================================================ budget
+
+BUDGET = 0.5
+LIVE_STATUSES = ("running", "crashed", "hung", "waiting", "escalated", "verifying")
+RESUMING = ("crashed", "hung", "waiting")
+
+
+def budgeted(policy: MonitorPolicy, limit: float | None = BUDGET) -> MonitorPolicy:
+    return policy.model_copy(update={"max_cost_usd": limit})
+
+
+class TestBudget:
+    def test_a_crash_over_budget_is_abandoned_not_resumed(self) -> None:
+        state = running(gone_since=T0 + 5)
+        spent = Signals(now=T0 + 9, agent_alive=False, spent_usd=0.51)
+        decision = decide(state, spent, budgeted(P))
+        assert decision.state.status == "abandoned"
+        assert decision.state.abandon_reason == "budget"
+        assert decision.state.verdict == "ABANDONED"
+        assert decision.events == ("abandoned",)
+        assert A.RESUME not in decision.actions and A.NOTIFY in decision.actions
+        assert "0.51 USD of max_cost_usd 0.5" in decision.reason
+        # under the budget the same crash is resumed later, as without one
+        cheap = decide(state, Signals(now=T0 + 9, agent_alive=False, spent_usd=0.49), budgeted(P))
+        assert cheap == decide(state, Signals(now=T0 + 9, agent_alive=False), P)
+        assert cheap.state.status == "crashed"
+
+    def test_a_wait_that_ends_over_budget_is_not_resumed(self) -> None:
+        state = running(status="waiting", limit_waits=1, resume_at=T0 + 100)
+        decision = decide(state, Signals(now=T0 + 100, spent_usd=BUDGET), budgeted(P))
+        assert decision.state.abandon_reason == "budget"
+
+    def test_a_run_that_ends_on_its_own_keeps_its_ending(self) -> None:
+        done = Signals(now=T0 + 9, done=True, exit_code=0, spent_usd=9.0)
+        assert decide(running(), done, budgeted(P)).state.status == "completed"
+        live = Signals(now=T0 + 9, agent_alive=True, output_mtime=T0 + 9, spent_usd=9.0)
+        assert decide(running(), live, budgeted(P)).state.status == "running"
+
+    @given(
+        state=task_states(LIVE_STATUSES),
+        sig=signal_sets(spent_usd=st.floats(BUDGET, 1e6)),
+        policy=policies(),
+    )
+    def test_over_budget_no_resume_ever_starts(self, state, sig, policy) -> None:
+        policy = budgeted(policy)
+        decision = decide(state, sig, policy)
+        assert A.RESUME not in decision.actions
+        assert decision.state.status not in RESUMING
+        unlimited = decide(state, sig, budgeted(policy, None))
+        would_resume = A.RESUME in unlimited.actions or unlimited.state.status in RESUMING
+        if would_resume:
+            assert decision.state.status == "abandoned"
+            assert decision.state.abandon_reason == "budget"
+        else:
+            assert decision == unlimited
+
+    @given(
+        state=task_states(LIVE_STATUSES),
+        sig=signal_sets(spent_usd=st.none() | st.floats(0, BUDGET, exclude_max=True)),
+        policy=policies(),
+    )
+    def test_under_budget_or_unknown_spend_changes_nothing(self, state, sig, policy) -> None:
+        assert decide(state, sig, budgeted(policy)) == decide(state, sig, budgeted(policy, None))

@@ -1,4 +1,4 @@
-"""The monitor policy: its 14 keys, declared once, and the models derived from them.
+"""The monitor policy: its 15 keys, declared once, and the models derived from them.
 
 :class:`MonitorPolicy` is the one declaration of every ``[monitor]`` key: its type, its
 bounds, its default and its description. The other two shapes of the same keys are
@@ -128,6 +128,12 @@ class MonitorPolicy(BaseModel):
     )
     max_denials: Annotated[int, Field(ge=1)] = Field(
         3, description="Consecutive denials or failed tool calls that escalate the task."
+    )
+    max_cost_usd: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
+        None,
+        description="USD a task may spend (the agent's reported cost summed over its runs); "
+        "once reached no further resume starts and the task is abandoned (budget). "
+        "Default: no limit.",
     )
 
     @model_validator(mode="after")

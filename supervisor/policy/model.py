@@ -129,6 +129,8 @@ class Signals:
         requests: permission requests the agent waits on, each with the ruling the task's
             rules give it (:func:`supervisor.approval.decide`); one that escalates is also
             in ``escalate``.
+        spent_usd: what the task has spent so far in USD as the agent reports it (Claude
+            Code's ``total_cost_usd`` summed over the task's runs); ``None``: not reported.
     """
 
     now: float
@@ -154,6 +156,7 @@ class Signals:
     failure: str | None = None
     state_disk_full: bool = False
     requests: int = 0
+    spent_usd: float | None = None
 
 
 @dataclass(frozen=True)
