@@ -182,6 +182,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     from supervisor import tasklist
 
     profile = _profile(args.config)
+    if args.archived:
+        return cli_ops.print_archived(profile, args.json)
     warn_no_engine(profile, "statuses are as last recorded")
     rows = tasklist.status_rows(profile.tasks_dir, time.time())
     if args.json:
@@ -403,6 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="list tasks and their state")
     status.add_argument("-c", "--config", required=True, help="profile TOML file")
     status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.add_argument("--archived", action="store_true", help="list the archived tasks")
     status.set_defaults(func=cmd_status)
 
     show = sub.add_parser("show", help="print one task's manifest.json")

@@ -245,6 +245,56 @@ def _report_wait(
     return 0 if all(m.get("verdict") == "PASS" for m in shown) else 1
 
 
+# ---------------------------------------------------------------- archive
+
+
+def cmd_archive(args: argparse.Namespace) -> int:
+    from supervisor import archive
+    from supervisor.workspace.prune import parse_duration
+
+    try:
+        older_than = parse_duration(args.older_than)
+    except ValueError as exc:
+        _err(f"supervise archive: --older-than: {exc}")
+        return EXIT_USAGE
+    profile = _profile(args.config)
+    found = archive.plan(profile.tasks_dir, profile.state_dir, older_than)
+    ok = True if args.dry_run else archive.apply(found, profile.tasks_dir)
+    rows = [{"task_id": i.task_id, "action": i.action, "reason": i.reason, "month": i.month,
+             "result": i.result} for i in found.items]  # fmt: skip
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    elif not rows:
+        print(f"no tasks in {profile.tasks_dir}")
+    else:
+        from tabulate import tabulate
+
+        safe = [{k: escape_controls(str(v)) for k, v in row.items()} for row in rows]
+        print(tabulate(safe, headers="keys"))
+    for item in found.items:
+        if item.result.startswith("error"):
+            _err(f"supervise archive: {item.task_id}: {item.result}")
+    return 0 if ok else 1
+
+
+def print_archived(profile: LoadedProfile, as_json: bool) -> int:
+    """``supervise status --archived``: the tasks in ``state_dir/archive/`` (exit 0)."""
+    from supervisor import archive
+
+    rows = archive.archived_rows(profile.state_dir)
+    if as_json:
+        print(json.dumps(rows, indent=2))
+    elif not rows:
+        print(f"no archived tasks in {profile.state_dir / archive.ARCHIVE}")
+    else:
+        from tabulate import tabulate
+
+        safe = [{k: escape_controls(v) if isinstance(v, str) else v for k, v in r.items()}
+                for r in rows]  # fmt: skip
+        print(tabulate(safe, headers="keys", missingval="-"))
+    return 0
+
+
 # ---------------------------------------------------------------- parser
 
 
@@ -281,3 +331,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     wait.add_argument("--timeout", type=_positive, help="give up after S seconds (exit 124)")
     wait.add_argument("--json", action="store_true", help="print the final manifests as JSON")
     wait.set_defaults(func=cmd_wait)
+
+    archive = sub.add_parser("archive", help="move ended task folders into monthly tarballs")
+    archive.add_argument("-c", "--config", required=True, help="profile TOML file")
+    archive.add_argument("--older-than", required=True, metavar="D",
+                         help="only tasks ended at least D ago (7d, 12h, 30m, 45s)")  # fmt: skip
+    archive.add_argument("--dry-run", action="store_true", help="say what would go; change nothing")
+    archive.add_argument("--json", action="store_true", help="machine-readable output")
+    archive.set_defaults(func=cmd_archive)
