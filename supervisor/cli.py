@@ -1,25 +1,38 @@
 """``supervise``: the command line. Thin: parse, call, print.
 
-Commands::
+Commands (``--json``: the result as JSON on stdout)::
 
-    supervise run PROFILE [--exit-when-idle]     run the engine on a profile
-    supervise validate [-c PROFILE] FILE...      check profiles and task files
-    supervise submit -c PROFILE TASK.toml        validate a task, drop it in the spool, print its id
-    supervise status -c PROFILE [--json]         list tasks
+    supervise run PROFILE [--exit-when-idle] [--log-file PATH]   run the engine (cli_ops.py)
+    supervise validate [-c PROFILE] FILE... [--json]  check profiles and task files
+    supervise submit -c PROFILE TASK.toml [--json]    validate a task, spool it, print its id
+    supervise status -c PROFILE [--json] [--archived] list tasks (or the archived ones)
+    supervise wait -c PROFILE ID... [--timeout S] [--json]  until they end (cli_ops.py)
     supervise show -c PROFILE ID                 print one manifest
-    supervise stop -c PROFILE ID                 end a task as abandoned (reason "stopped")
-    supervise resume -c PROFILE ID               force a resume now
-    supervise approve -c PROFILE ID              allow what an escalated task waits for
-    supervise deny -c PROFILE ID                 refuse it (the agent is told no)
+    supervise stop -c PROFILE ID [--json]        end a task as abandoned (reason "stopped")
+    supervise resume -c PROFILE ID [--json]      force a resume now
+    supervise approve -c PROFILE ID [--json]     allow what an escalated task waits for
+    supervise deny -c PROFILE ID [--json]        refuse it (the agent is told no)
     supervise tail -c PROFILE ID [-n N] [-f]     print (and follow) a task's output.log
     supervise attach -c PROFILE ID               attach this terminal to the task's tmux session
-    supervise config -c PROFILE [--task FILE]    every effective policy value and its source
+    supervise config -c PROFILE [--task FILE] [--json]  every effective policy value, its source
+    supervise archive -c PROFILE --older-than D  ended task folders into tarballs (cli_ops.py)
     supervise diff|merge|discard|prune ...       review a task's worktree (cli_workspace.py)
 
-Exit codes: 0 success, 1 invalid input or unknown task, 2 usage error (argparse).
-``stop``, ``resume``, ``approve`` and ``deny`` also exit :data:`EXIT_QUEUED` (3) when no
-engine runs (the request waits for the next ``supervise run``) and :data:`EXIT_NOT_APPLIED`
-(4) when the running engine did not apply it within ``--wait`` seconds.
+Exit codes (the table in README "Exit codes")::
+
+    command                      0        1                          2      other
+    run                          stopped  cannot start               usage
+    submit validate config show  done     invalid input, no task     usage
+      tail attach status
+    stop resume approve deny     applied  nothing requested          usage  3 queued (no
+                                                                            engine), 4 not
+                                                                            applied in --wait
+    wait                         all PASS one or more did not        usage  124 timeout
+    archive                      done     archive not written        usage
+    diff merge discard prune     done     refused                    usage
+
+``submit``, ``status``, ``wait`` and the four requests warn on stderr when no live engine
+holds the state dir (:mod:`supervisor.engine_probe`).
 Heavy imports (the engine, APScheduler, libtmux) happen only in the commands that need them.
 """
 
