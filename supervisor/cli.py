@@ -5,7 +5,10 @@ Commands (``--json``: the result as JSON on stdout)::
     supervise run PROFILE [--exit-when-idle] [--log-file PATH]   run the engine (cli_ops.py)
     supervise validate [-c PROFILE] FILE... [--json]  check profiles and task files
     supervise submit -c PROFILE TASK.toml [--json]    validate a task, spool it, print its id
-    supervise status -c PROFILE [--json] [--archived] list tasks (or the archived ones)
+    supervise status -c PROFILE [--json] [--sort K] [--status S]... [--archived]
+                                                 engine, spool, tasks (or the archived ones)
+    supervise top -c PROFILE                     live view (the 'tui' extra: Textual)
+    supervise serve -c PROFILE [--bind H:P]      live web page (the 'web' extra; views/serve.py)
     supervise wait -c PROFILE ID... [--timeout S] [--json]  until they end (cli_ops.py)
     supervise show -c PROFILE ID                 print one manifest
     supervise stop -c PROFILE ID [--json]        end a task as abandoned (reason "stopped")
@@ -49,6 +52,9 @@ from typing import TYPE_CHECKING, Any
 from supervisor import cli_ops, cli_workspace
 from supervisor.errors import ConfigError
 from supervisor.terminal import escape_controls
+from supervisor.views import serve  # imports no web library until it runs
+from supervisor.views import status as views_status  # plain os/json, no third-party import
+from supervisor.views.top import register as register_top  # never imports Textual itself
 
 if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
@@ -192,25 +198,17 @@ def warn_no_engine(profile: LoadedProfile, what: str) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from supervisor import tasklist
-
-    profile = _profile(args.config)
     if args.archived:
-        return cli_ops.print_archived(profile, args.json)
-    warn_no_engine(profile, "statuses are as last recorded")
-    rows = tasklist.status_rows(profile.tasks_dir, time.time())
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    if not rows:
-        print(f"no tasks in {profile.tasks_dir}")
-        return 0
-    from tabulate import tabulate
+        return cli_ops.print_archived(_profile(args.config), args.json)
+    return views_status.run(_profile(args.config), args)
 
-    safe = [{k: escape_controls(v) if isinstance(v, str) else v for k, v in r.items()}
-            for r in rows]  # fmt: skip
-    print(tabulate(safe, headers="keys", missingval="-"))
-    return 0
+
+def cmd_top(args: argparse.Namespace) -> int:
+    from supervisor.views import top
+
+    if top.textual_missing():  # before loading the profile: the fix is the same either way
+        return top.run(None)
+    return top.run(_profile(args.config))
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -250,19 +248,17 @@ def _request(args: argparse.Namespace, verb: str) -> int:
     except (OSError, ValueError) as exc:
         _err(f"{manifest_path}: cannot read the manifest ({exc}); see 'supervise status'")
         return 1
-    if before["status"] in TERMINAL:
-        _err(f"task {args.task_id} already ended: {before['status']}")
-        return 1
-    if verb in ("approve", "deny") and before["status"] != Status.ESCALATED:
-        _err(f"task {args.task_id} is {before['status']}, not escalated: nothing to {verb}")
+    refused = control.refusal(args.task_id, before["status"], verb)
+    if refused:
+        _err(refused)
         return 1
     control.request(profile.state_dir, args.task_id, verb)
-    found = engine_probe.probe(profile.state_dir)
+    found = engine_probe.engine(profile.state_dir)
     if not found.lock_held:
         _err(f"queued '{verb}' for {args.task_id}; no engine runs on {profile.state_dir}, "
              "so it happens when 'supervise run' starts")  # fmt: skip
         return _said(args, verb, "queued", before, EXIT_QUEUED)
-    if not found.live:
+    if found.state != "running":
         warn_no_engine(profile, f"'{verb}' waits until it moves")
     deadline = time.time() + args.wait
     while time.time() < deadline:
@@ -417,10 +413,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = sub.add_parser("status", help="list tasks and their state")
     status.add_argument("-c", "--config", required=True, help="profile TOML file")
-    status.add_argument("--json", action="store_true", help="machine-readable output")
+    views_status.add_arguments(status)
     status.add_argument("--archived", action="store_true", help="list the archived tasks")
     status.set_defaults(func=cmd_status)
 
+    register_top(sub, cmd_top)
     show = sub.add_parser("show", help="print one task's manifest.json")
     show.add_argument("-c", "--config", required=True, help="profile TOML file")
     show.add_argument("task_id")
@@ -460,6 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_argument("--json", action="store_true", help="machine-readable output")
     config.set_defaults(func=cmd_config)
     cli_workspace.register(sub)  # diff, merge, discard, prune
+    serve.register(sub)  # the web view (extra 'web')
     return parser
 
 

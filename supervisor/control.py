@@ -13,6 +13,7 @@ import os
 import re
 from pathlib import Path
 
+from supervisor.states import TERMINAL, Status
 from supervisor.taskdir import atomic_write, utc_iso
 
 VERBS = ("stop", "resume", "approve", "deny")
@@ -33,6 +34,17 @@ def request(state_dir: Path, task_id: str, verb: str) -> Path:
     path = folder / f"{task_id}.{verb}"
     atomic_write(path, f"{utc_iso()}\n".encode())
     return path
+
+
+def refusal(task_id: str, status: str, verb: str) -> str | None:
+    """Why ``verb`` cannot be asked of a task in ``status`` (one line), or ``None``: an
+    ended task takes no request, and approve/deny answer only an ``escalated`` one. Shared
+    by the CLI verbs and ``supervise serve``'s buttons."""
+    if status in TERMINAL:
+        return f"task {task_id} already ended: {status}"
+    if verb in ("approve", "deny") and status != Status.ESCALATED:
+        return f"task {task_id} is {status}, not escalated: nothing to {verb}"
+    return None
 
 
 def pending(state_dir: Path) -> list[tuple[str, str, Path]]:

@@ -2,7 +2,9 @@
 
 * ``profile.schema.json``: a profile file (:class:`supervisor.config.Profile`),
 * ``task.schema.json``: a task file (:class:`supervisor.config.TaskSpec`),
-* ``manifest.schema.json``: a task's ``manifest.json`` (:class:`supervisor.taskdir.Manifest`).
+* ``manifest.schema.json``: a task's ``manifest.json`` (:class:`supervisor.taskdir.Manifest`),
+* ``status.schema.json``: ``supervise status --snapshot`` (:class:`supervisor.views.model.Snapshot`,
+  a plain dataclass); each row of ``supervise status --json`` is its ``$defs/Task``.
 
 The models are the source of truth; the files are generated. Usage::
 
@@ -20,10 +22,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
 from supervisor.config import Profile, TaskSpec
 from supervisor.taskdir import Manifest
+from supervisor.views.model import Snapshot
 
 #: JSON Schema dialect of every generated file.
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -32,10 +35,11 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 DEFAULT_FOLDER = Path(__file__).resolve().parent.parent / "schemas"
 
 #: File name → (model, title). The ``$id`` is ``urn:supervise:schemas:<file name>``.
-MODELS: dict[str, tuple[type[BaseModel], str]] = {
+MODELS: dict[str, tuple[type[Any], str]] = {
     "profile.schema.json": (Profile, "supervise profile"),
     "task.schema.json": (TaskSpec, "supervise task"),
     "manifest.schema.json": (Manifest, "supervise task manifest"),
+    "status.schema.json": (Snapshot, "supervise status snapshot"),
 }
 
 
@@ -43,12 +47,16 @@ def schemas() -> dict[str, dict[str, Any]]:
     """Generate every schema from its model.
 
     Returns:
-        File name (``profile.schema.json``, ``task.schema.json``, ``manifest.schema.json``)
-        → JSON Schema dict (draft 2020-12, with ``$schema``, ``$id`` and ``title``).
+        File name (``profile.schema.json``, ``task.schema.json``, ``manifest.schema.json``,
+        ``status.schema.json``) → JSON Schema dict (draft 2020-12, with ``$schema``, ``$id``
+        and ``title``).
     """
     out: dict[str, dict[str, Any]] = {}
     for name, (model, title) in MODELS.items():
-        schema = model.model_json_schema()
+        if issubclass(model, BaseModel):
+            schema = model.model_json_schema()
+        else:  # a dataclass (the status model stays free of pydantic at run time)
+            schema = TypeAdapter(model).json_schema()
         schema["$schema"] = DIALECT
         schema["$id"] = f"urn:supervise:schemas:{name}"
         schema["title"] = title
@@ -98,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     parser = argparse.ArgumentParser(
         prog="python -m supervisor.schemas",
-        description="Generate the JSON Schemas of profiles, tasks and manifests.",
+        description="Generate the JSON Schemas of profiles, tasks, manifests and status.",
     )
     parser.add_argument(
         "--check",

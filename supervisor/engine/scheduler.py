@@ -41,7 +41,7 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from filelock import FileLock, Timeout
 
-from supervisor import control, engine_probe, policy, statefs
+from supervisor import control, policy, statefs
 from supervisor.config import ConfigError, LoadedProfile, ResolvedTask
 from supervisor.engine import launch, recovery, stats, workspaces
 from supervisor.engine import runtime as runtimes
@@ -140,9 +140,9 @@ class Engine(Kicks):
             lock.release()
 
     def _run_locked(self) -> int:
-        log.info(engine_probe.start_line(self.profile.path, self.profile.state_dir,
-                                         self.profile.socket_name, os.getpid()))  # fmt: skip
-        self.write_stats()  # the heartbeat exists from the start (supervisor.engine_probe)
+        log.info(stats.start_line(self.profile.path, self.profile.state_dir,
+                                  self.profile.socket_name, os.getpid()))  # fmt: skip
+        self.write_stats()  # the heartbeat exists from the start (supervisor.views.model)
         self.scheduler.add_listener(
             lambda event: stats.count_job_event(self.stats, event), stats.JOB_EVENTS
         )
@@ -225,8 +225,10 @@ class Engine(Kicks):
     # ------------------------------------------------------------------ stats
     def write_stats(self) -> None:
         """``state_dir/engine-stats.json`` (:mod:`supervisor.engine.stats`)."""
+        identity = {"version": stats.version(), "profile": str(self.profile.path),
+                    "socket": self.profile.socket_name}  # fmt: skip
         stats.write(self.profile.state_dir, self._started, len(self.live), len(self.queue),
-                    self.stats)  # fmt: skip
+                    self.stats, identity)  # fmt: skip
         self._stats_written = time.monotonic()
 
     # ------------------------------------------------------------------ intake

@@ -2,6 +2,11 @@
 
 Counters since the engine started: checks, claims, rejections, launches, resumes, endings,
 and APScheduler's missed, skipped (``max_instances``) and failed job runs.
+
+The file is also the engine's **heartbeat** (read by :mod:`supervisor.views.model`): it is
+rewritten every ``STATS_EVERY`` (5) seconds while the engine runs, with ``pid``,
+``started_at``, ``written_at`` (ISO-8601 UTC), ``version`` (the ``supervise`` package
+version), ``profile`` (the profile file's path) and ``socket`` (the tmux ``-L`` socket name).
 """
 
 from __future__ import annotations
@@ -44,15 +49,32 @@ def count_job_event(counters: dict[str, int], event: JobEvent) -> None:
         counters[key] += 1
 
 
+def version() -> str | None:
+    """The installed ``supervise`` package's version (``None`` when not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("supervise")
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def write(
-    state_dir: Path, started: float, live: int, queued: int, counters: dict[str, int]
+    state_dir: Path,
+    started: float,
+    live: int,
+    queued: int,
+    counters: dict[str, int],
+    identity: dict[str, str | None] | None = None,
 ) -> None:
     """Replace ``state_dir/engine-stats.json`` (``started`` in epoch s); a failed write is
-    ignored (the file is informative, and a full disk must not stop the engine)."""
+    ignored (the file is informative, and a full disk must not stop the engine).
+    ``identity``: ``version``, ``profile`` and ``socket`` for the heartbeat."""
     data = {
         "pid": os.getpid(),
         "started_at": utc_iso(started),
         "written_at": utc_iso(),
+        **(identity or {}),
         "live": live,
         "queued": queued,
         **counters,
@@ -60,3 +82,13 @@ def write(
     with contextlib.suppress(OSError):
         path = state_dir / "engine-stats.json"
         atomic_write(path, json.dumps(data, indent=1).encode(), durable=False)
+
+
+def start_line(profile_path: Path | str, state_dir: Path, socket: str, pid: int) -> str:
+    """The line ``supervise run`` logs once it holds the lock (issue 14), e.g. ``supervise
+    0.1.0 started: profile /p.toml, state dir /s, tmux socket supervise-1a2b3c4d, pid 42``
+    (the version: :func:`version`, else ``supervisor.__version__`` in a bare checkout)."""
+    from supervisor import __version__
+
+    return (f"supervise {version() or __version__} started: profile {profile_path}, "
+            f"state dir {state_dir}, tmux socket {socket}, pid {pid}")  # fmt: skip

@@ -1,0 +1,196 @@
+"""The files of a state dir other than the task folders, for the status model
+(:mod:`.model` re-exports every name here): the engine's lock and heartbeat, the spool.
+
+**Engine state** (:class:`Engine`, :func:`engine_state`). The engine holds an OS lock on
+``state_dir/engine.lock`` while it runs (``Engine.run``; released by the kernel when the
+process dies) and rewrites its heartbeat ``state_dir/engine-stats.json`` every 5 s
+(:mod:`supervisor.engine.stats`). ``running``: the lock is held and the heartbeat is at most
+:data:`STALE_AFTER` (3 × 5 = 15) seconds old. ``stale``: the lock is held but the heartbeat
+is older or missing (an engine stuck, or a lock held by something else), or the lock is
+free while a fresh heartbeat's pid is alive (an engine whose ``engine.lock`` was deleted
+under it). ``not running``: anything else. Probing takes the lock for an instant
+(non-blocking) and releases it at once; an engine starting in that same microsecond
+would be refused with "another engine runs" and can be started again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: Seconds after which a heartbeat is stale: three missed 5 s writes
+#: (``supervisor.engine.scheduler.STATS_EVERY``).
+STALE_AFTER = 15.0
+HEARTBEAT = "engine-stats.json"
+LOCK = "engine.lock"
+
+
+@dataclass(slots=True)
+class Engine:
+    """The engine on a state dir (see the module docstring for the rules).
+
+    ``state``: ``running``, ``not running`` or ``stale``; ``pid``, ``version``, ``profile``
+    (the profile file's path) and ``socket`` (tmux ``-L`` name) from the last heartbeat;
+    ``uptime_s`` (seconds since it started; ``None`` unless running or stale);
+    ``heartbeat_age_s`` (seconds since the heartbeat was written; ``None`` without one);
+    ``lock_held`` (whether ``engine.lock`` is held); ``reason``: why stale, in a sentence.
+    """
+
+    state: str
+    pid: int | None = None
+    uptime_s: float | None = None
+    version: str | None = None
+    profile: str | None = None
+    socket: str | None = None
+    heartbeat_age_s: float | None = None
+    lock_held: bool = False
+    reason: str | None = None
+
+    def line(self) -> str:
+        """One line for a person, e.g. ``engine: running (pid 42, up 3m05s, supervise 0.1.0)``."""
+        if self.state == "running":
+            parts = [f"pid {self.pid}", f"up {duration(self.uptime_s)}"]
+            if self.version:
+                parts.append(f"supervise {self.version}")
+            return f"engine: running ({', '.join(parts)})"
+        if self.state == "stale":
+            return f"engine: stale ({self.reason})"
+        return "engine: not running"
+
+
+@dataclass(slots=True)
+class SpoolFile:
+    """A task file in the spool not claimed yet: ``name`` (file name), ``age_s`` (seconds
+    since its mtime)."""
+
+    name: str
+    age_s: float
+
+
+# ---------------------------------------------------------------- engine
+
+
+def read_json(path: str | Path) -> dict[str, Any] | None:
+    """A JSON object from a file, or ``None`` if it is missing, unreadable or not an object."""
+    try:
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def lock_held(state_dir: Path) -> bool:
+    """Whether some process holds ``state_dir/engine.lock`` (a non-blocking ``flock`` with
+    ``filelock``, released at once). A missing lock file is not held (never created here)."""
+    path = state_dir / LOCK
+    if not path.exists():
+        return False
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(path), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        return True
+    except OSError:  # not ours to open (permissions): cannot tell, say not held
+        return False
+    lock.release()
+    return False
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (``kill(pid, 0)``; EPERM means it does)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except (OSError, OverflowError):
+        return False
+    return True
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def engine_state(state_dir: Path, now: float | None = None) -> Engine:
+    """The engine on ``state_dir`` from its lock and heartbeat (rules: module docstring)."""
+    now = time.time() if now is None else now
+    beat = read_json(state_dir / HEARTBEAT) or {}
+    held = lock_held(state_dir)
+    written, started = epoch(beat.get("written_at")), epoch(beat.get("started_at"))
+    age = None if written is None else round(max(0.0, now - written), 1)
+    fresh = age is not None and age <= STALE_AFTER
+    pid = beat.get("pid") if isinstance(beat.get("pid"), int) else None
+    known = {"pid": pid, "version": _text(beat.get("version")),
+             "profile": _text(beat.get("profile")), "socket": _text(beat.get("socket")),
+             "heartbeat_age_s": age, "lock_held": held}  # fmt: skip
+    uptime = None if started is None else round(max(0.0, now - started), 1)
+    if held and fresh:
+        return Engine("running", uptime_s=uptime, **known)
+    if held:
+        why = "no heartbeat" if age is None else f"heartbeat {duration(age)} old"
+        reason = f"engine.lock is held but {HEARTBEAT} has {why} (written every 5 s)"
+        return Engine("stale", uptime_s=uptime, reason=reason, **known)
+    if fresh and pid is not None and pid_alive(pid):
+        reason = f"pid {pid} wrote a heartbeat {duration(age)} ago but does not hold engine.lock"
+        return Engine("stale", uptime_s=uptime, reason=reason, **known)
+    return Engine("not running", **known)
+
+
+# ---------------------------------------------------------------- spool
+
+
+def spool_files(spool_dir: Path, now: float) -> list[SpoolFile]:
+    """Task files waiting in the spool, oldest first: non-hidden ``*.toml`` entries, as
+    ``supervisor.spool.pending`` lists them (settled or not; claims in progress are
+    hidden ``.claim.*`` files and not listed)."""
+    found = []
+    try:
+        entries = list(os.scandir(spool_dir))
+    except OSError:
+        return []
+    for entry in entries:
+        if entry.name.startswith(".") or not entry.name.endswith(".toml"):
+            continue
+        try:
+            mtime = entry.stat(follow_symlinks=False).st_mtime
+        except OSError:
+            continue
+        found.append((mtime, entry.name))
+    return [SpoolFile(name, round(max(0.0, now - mtime), 1)) for mtime, name in sorted(found)]
+
+
+def epoch(iso: Any) -> float | None:
+    """Epoch seconds from an ISO-8601 time as the manifest writes it (``...Z``), else
+    ``None`` (missing or malformed)."""
+    if not isinstance(iso, str) or not iso:
+        return None
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def duration(seconds: float | None) -> str:
+    """A short human duration: ``"45s"``, ``"3m05s"``, ``"2h07m"``, ``"3d04h"``; ``"-"``
+    for ``None``."""
+    if seconds is None:
+        return "-"
+    s = int(max(0.0, seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"

@@ -1,0 +1,135 @@
+"""``supervise status``: the status model (:mod:`.model`) as a table or JSON.
+
+Table (for a person): an engine line first (``engine: running (pid ..., up ...)``, ``not
+running`` or ``stale (why)``), then the spool files not claimed yet, then one row per task,
+grouped (Needs you first) unless ``--sort`` says otherwise, with time in state, retries,
+cost, verdict or reason, diffstat and the last output line; a totals line at the end.
+
+``--json`` (for scripts): the rows as a JSON list in task id order (or ``--sort``'s), each
+holding every key it always had plus the model's new ones (``$defs/Task`` of
+``schemas/status.schema.json``); the engine and spool lines go to stderr. ``--snapshot``: the
+whole model as one JSON object (engine, spool, tasks, totals; ``schemas/status.schema.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from supervisor.terminal import escape_controls
+from supervisor.views import model
+
+#: What ``--status`` accepts: every status of :mod:`supervisor.states`, plus ``damaged``
+#: (a folder whose manifest cannot be read) and the group names of :data:`model.GROUPS`
+#: that are no status.
+STATUS_CHOICES = (*model.GROUP_OF, *(g for g in model.GROUPS if g not in model.GROUP_OF))
+#: Characters of the last output line shown in the table.
+LAST_LINE_CHARS = 48
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``status``'s options (``-c`` is added by the caller)."""
+    parser.add_argument("--json", action="store_true", help="the task rows as a JSON list")
+    parser.add_argument(
+        "--snapshot", action="store_true", help="everything (engine, spool, tasks) as JSON"
+    )
+    parser.add_argument(
+        "--sort", choices=model.SORTS, default=None,
+        help="order: group (the table's default), name, age (longest in state first), "
+        "status, cost (highest first); --json defaults to task id",
+    )  # fmt: skip
+    parser.add_argument(
+        "--status", action="append", choices=STATUS_CHOICES, metavar="STATUS", dest="statuses",
+        help="only tasks with this status or in this group (repeatable): "
+        + ", ".join(STATUS_CHOICES),
+    )  # fmt: skip
+
+
+def select(snap: model.Snapshot, statuses: list[str] | None, sort: str | None) -> list[model.Task]:
+    """The tasks to show: those whose status is in ``statuses``, or whose group is, for a
+    group name that is no status (``needs_you``, ``recovering``, ``done``; ``failed`` is the
+    status); all when ``None``. Ordered by ``sort`` (task id order when ``None``)."""
+    wanted = set(statuses or ())
+    groups = wanted - set(model.GROUP_OF)
+    tasks = [t for t in snap.tasks if not wanted or t.status in wanted or t.group in groups]
+    return model.sort_tasks(tasks, sort) if sort else tasks
+
+
+def spool_line(snap: model.Snapshot) -> str | None:
+    """``spool: 2 file(s) waiting to be claimed: a.toml (40s), b.toml (5s)`` or ``None``."""
+    if not snap.spool:
+        return None
+    shown = ", ".join(
+        f"{escape_controls(f.name)} ({model.duration(f.age_s)})" for f in snap.spool[:5]
+    )
+    more = f", +{len(snap.spool) - 5} more" if len(snap.spool) > 5 else ""
+    return f"spool: {len(snap.spool)} file(s) waiting to be claimed: {shown}{more}"
+
+
+def table_row(task: model.Task) -> dict[str, Any]:
+    """One table row: every text escaped (:func:`escape_controls`), times as durations."""
+    line = task.last_line or ""
+    if len(line) > LAST_LINE_CHARS:
+        line = line[: LAST_LINE_CHARS - 1] + "…"
+    outcome = task.verdict or ""
+    if task.reason or task.damaged:
+        outcome = f"{outcome} {task.reason or task.damaged}".strip()
+    waiting = task.resume_in_s is not None and task.status not in ("running", "verifying")
+    state = model.duration(task.state_s) + (
+        f" (resume in {model.duration(task.resume_in_s)})" if waiting else ""
+    )
+    return {
+        "group": model.GROUPS.get(task.group, task.group),
+        "task_id": task.task_id,
+        "name": escape_controls(task.name or ""),
+        "status": task.status + (f" [{','.join(task.requests)}]" if task.requests else ""),
+        "in state": state,
+        "retries": task.retries,
+        "cost": "-" if task.cost_usd is None else f"${task.cost_usd:.2f}",
+        "outcome": escape_controls(outcome) or "-",
+        "model": escape_controls(task.model or "-"),
+        "diff": task.diffstat() or "-",
+        "last line": line or "-",
+    }
+
+
+def totals_line(snap: model.Snapshot) -> str:
+    """``11 tasks: 1 needs you, 1 waiting, ...; cost $1.67``."""
+    parts = [f"{snap.totals[g]} {title.lower()}" for g, title in model.GROUPS.items()
+             if snap.totals[g]]  # fmt: skip
+    tokens = snap.totals.get("tokens")
+    extra = f", {tokens:,} tokens" if tokens else ""
+    cost = f"cost ${snap.totals['cost_usd']:.2f}{extra}"
+    return f"{snap.totals['tasks']} tasks: {', '.join(parts)}; {cost}"
+
+
+def run(profile: Any, args: argparse.Namespace) -> int:
+    """Print the status of ``profile`` (a ``LoadedProfile``) as ``args`` asks; returns 0."""
+    snap = model.snapshot(profile, time.time())
+    head = [snap.engine.line(), spool_line(snap)]
+    if args.snapshot:
+        print(json.dumps(snap.to_dict(), indent=2))
+        return 0
+    tasks = select(snap, args.statuses, args.sort)
+    if args.json:
+        for line in filter(None, head):
+            print(line, file=sys.stderr)
+        print(json.dumps([t.row() for t in tasks], indent=2))
+        return 0
+    for line in filter(None, head):
+        print(line)
+    if not snap.tasks:
+        print(f"no tasks in {profile.tasks_dir}")
+        return 0
+    if not tasks:
+        print(f"no task with status {', '.join(args.statuses)}")
+        return 0
+    from tabulate import tabulate
+
+    rows = [table_row(t) for t in (tasks if args.sort else model.sort_tasks(tasks, "group"))]
+    print(tabulate(rows, headers="keys", missingval="-", disable_numparse=True))
+    print(totals_line(snap))
+    return 0

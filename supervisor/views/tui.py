@@ -1,0 +1,265 @@
+"""``supervise top``: the status model (:mod:`.model`) as a live Textual app.
+
+One table of every task, grouped by what it needs from a person (Needs you first), with
+time in state, retries, cost and the last output line; a header with the engine line, the
+spool and the totals; a panel with the selected task's details. The table is Textual's
+``DataTable``, which renders only the rows on screen (1,000 tasks stay fluid).
+
+**Refresh.** Every :data:`REFRESH_EVERY` (0.5) seconds a :class:`~.model.Reader` reads the
+state dir again (re-parsing only manifests whose mtime changed: ~1,000 ``stat`` calls),
+so a manifest change shows within a second; cells are updated in place, and the table is
+rebuilt only when tasks come, go or change group. (A poll, not inotify: one ``stat`` per
+task per refresh costs less than an inotify watch per task folder, and needs no thread;
+``benchmarks/views.py`` measures it.)
+
+Keys (see :data:`.tui_screens.HELP`): ``a`` attach read-only, ``t`` tail, ``y``/``n``
+approve/deny, ``s`` stop, ``r`` resume, ``d`` diff, ``?`` help, ``q`` quit. Requests go
+through :mod:`.actions` (the CLI verbs' code path).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.widgets import DataTable, Footer, Static
+
+from supervisor.terminal import escape_controls
+from supervisor.views import actions, model
+from supervisor.views.tui_screens import HELP, ConfirmScreen, TailScreen, TextScreen
+
+#: Seconds between refreshes (see the module docstring).
+REFRESH_EVERY = 0.5
+#: Table columns: (key, title, width or None for the rest).
+COLUMNS = (("group", "Group", 12), ("name", "Task", 18), ("status", "Status", 9),
+           ("state", "In state", 8), ("retries", "Rt", 2), ("cost", "Cost", 6),
+           ("last", "Last line", None))  # fmt: skip
+_STYLE = {"needs_you": "bold yellow", "failed": "red", "recovering": "magenta",
+          "waiting": "cyan", "running": "green", "done": "dim", "queued": ""}  # fmt: skip
+
+
+def cells(task: model.Task, first: int) -> tuple[Text, ...]:
+    """A task's table cells (``first``: on the first row of its group, the group's size,
+    shown with its title; else 0). Texts are escaped and never parsed as markup."""
+    style = _STYLE.get(task.group, "")
+    state = model.duration(task.state_s)
+    if task.resume_in_s is not None and task.group in ("waiting", "recovering"):
+        state = f"→{model.duration(task.resume_in_s)}"
+    status = task.status + ("*" if task.requests else "")
+    return (
+        Text(f"{model.GROUPS.get(task.group, task.group)} {first}" if first else "", style=style),
+        Text(escape_controls(task.name or task.task_id), no_wrap=True, overflow="ellipsis"),
+        Text(status, style=style),
+        Text(state, justify="right"),
+        Text(str(task.retries), justify="right"),
+        Text("" if task.cost_usd is None else f"{task.cost_usd:.2f}", justify="right"),
+        Text(task.last_line or "", no_wrap=True, overflow="ellipsis"),
+    )
+
+
+def details(task: model.Task | None) -> Text:
+    """The bottom panel: the selected task's id, outcome, workspace, escalation, last line."""
+    if task is None:
+        return Text("no task selected")
+    safe = escape_controls
+    lines = [f"{task.task_id}  {task.status}  model {safe(task.model or '-')}  "
+             f"retries {task.retries}  age {model.duration(task.age_s)}"]  # fmt: skip
+    if task.escalation:
+        e = task.escalation
+        lines.append(f"waits for: {safe(e.get('tool') or '-')} {safe(e.get('subject') or '')}"
+                     f"  ({safe(e.get('reason') or '-')})  y approve / n deny")  # fmt: skip
+    if task.resume_in_s is not None:
+        lines.append(f"resumes in {model.duration(task.resume_in_s)}")
+    if task.verdict or task.reason or task.damaged:
+        lines.append(f"outcome: {task.verdict or '-'} {safe(task.reason or task.damaged or '')}")
+    if task.branch or task.files_changed is not None:
+        lines.append(f"branch {safe(task.branch or '-')}  {task.diffstat() or ''}")
+    if task.requests:
+        lines.append(f"requested: {', '.join(task.requests)} (not taken by the engine yet)")
+    lines.append(f"last: {task.last_line or '-'}")
+    return Text("\n".join(lines))
+
+
+class TopApp(App[None]):
+    """The ``supervise top`` app.
+
+    Args:
+        state_dir, spool_dir: the profile's folders.
+        socket: the profile's tmux socket name (``-L``), for read-only attach.
+        title: shown in the header (the profile's path).
+        clock: the time source (epoch s); tests pass a fixed one.
+        refresh_every: seconds between refreshes (``None``: never; tests call
+            :meth:`refresh_view`).
+    """
+
+    TITLE = "supervise top"
+    ENABLE_COMMAND_PALETTE = False
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("a", "attach", "attach"),
+        Binding("t", "tail", "tail"),
+        Binding("y", "request('approve')", "approve"),
+        Binding("n", "request('deny')", "deny"),
+        Binding("s", "request('stop')", "stop"),
+        Binding("r", "request('resume')", "resume"),
+        Binding("d", "diff", "diff"),
+        Binding("question_mark", "help", "help"),
+        Binding("q", "quit", "quit"),
+    ]
+    CSS = """
+    #head { height: 2; padding: 0 1; background: $boost; }
+    DataTable { height: 1fr; overflow-x: hidden; }
+    #details { height: 5; padding: 0 1; border-top: solid $primary; }
+    """
+
+    def __init__(self, state_dir: Path, spool_dir: Path, socket: str, title: str = "",
+                 clock: Callable[[], float] = time.time,
+                 refresh_every: float | None = REFRESH_EVERY) -> None:  # fmt: skip
+        super().__init__()
+        self.reader = model.Reader(state_dir, spool_dir)
+        self.state_dir, self.socket, self.clock = Path(state_dir), socket, clock
+        self.profile_title, self.refresh_every = title, refresh_every
+        self.snap: model.Snapshot | None = None
+        self._order: list[tuple[str, str]] = []  # (task id, group) per row
+        self._shown: dict[str, tuple[Text, ...]] = {}
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="head")
+        table: DataTable[Text] = DataTable(cursor_type="row", zebra_stripes=True)
+        for key, title, width in COLUMNS:
+            table.add_column(title, key=key, width=width)
+        yield table
+        yield Static(id="details")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.refresh_view()
+        if self.refresh_every:
+            self.set_interval(self.refresh_every, self.refresh_view)
+
+    # ------------------------------------------------------------------ refresh
+    def refresh_view(self) -> None:
+        """Read a new snapshot and show it (cells in place; rows rebuilt when needed)."""
+        snap = self.reader.snapshot(self.clock())
+        self.snap = snap
+        tasks = model.sort_tasks(snap.tasks, "group")
+        order = [(t.task_id, t.group) for t in tasks]
+        rows, group = {}, None
+        for task in tasks:
+            first = snap.totals.get(task.group, 0) if task.group != group else 0
+            rows[task.task_id] = cells(task, first)
+            group = task.group
+        table = self.query_one(DataTable)
+        if order != self._order:
+            self._rebuild(table, order, rows)
+        else:
+            keys = [key for key, _, _ in COLUMNS]
+            for task_id, row in rows.items():
+                old = self._shown.get(task_id)
+                for i, cell in enumerate(row):
+                    if old is None or old[i] != cell:
+                        table.update_cell(task_id, keys[i], cell)
+        self._shown = rows
+        self.query_one("#head", Static).update(self._head(snap))
+        self._show_details()
+
+    def _rebuild(self, table: DataTable[Text], order: list[tuple[str, str]],
+                 rows: dict[str, tuple[Text, ...]]) -> None:  # fmt: skip
+        selected = self.selected_id()
+        table.clear()
+        for task_id, _ in order:
+            table.add_row(*rows[task_id], key=task_id)
+        self._order = order
+        ids = [task_id for task_id, _ in order]
+        if selected in ids:
+            table.move_cursor(row=ids.index(selected), animate=False)
+
+    def _head(self, snap: model.Snapshot) -> Text:
+        """Two lines: the engine; tasks, cost, spool files waiting, the profile."""
+        head = Text(snap.engine.line(), style="bold" if snap.engine.state == "running" else "red")
+        tokens = snap.totals.get("tokens")
+        line = f"\n{snap.totals['tasks']} tasks  cost ${snap.totals['cost_usd']:.2f}"
+        line += f"  {tokens:,} tokens" if tokens else ""
+        line += f"  spool: {len(snap.spool)} waiting" if snap.spool else ""
+        head.append(f"{line}  {escape_controls(self.profile_title)}", style="")
+        return head
+
+    def on_data_table_row_highlighted(self, _: Any) -> None:
+        self._show_details()
+
+    def _show_details(self) -> None:
+        self.query_one("#details", Static).update(details(self.selected()))
+
+    def selected_id(self) -> str | None:
+        """The task id of the highlighted row, or ``None`` (empty table)."""
+        table = self.query_one(DataTable)
+        if not self._order or not 0 <= table.cursor_row < len(self._order):
+            return None
+        return self._order[table.cursor_row][0]
+
+    def selected(self) -> model.Task | None:
+        """The highlighted task as last read, or ``None``."""
+        task_id = self.selected_id()
+        return self.snap.task(task_id) if self.snap and task_id else None
+
+    # ------------------------------------------------------------------ actions
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The task keys act only on the table's screen (not under help, tail or diff)."""
+        if action in ("request", "attach", "tail", "diff", "help"):
+            return len(self.screen_stack) == 1
+        return True
+
+    def action_request(self, verb: str) -> None:
+        """Ask first (for approve/deny: the escalation's tool and subject), then write the
+        request as ``supervise VERB`` does."""
+        task = self.selected()
+        if task is None:
+            return
+
+        def answered(yes: bool | None) -> None:
+            if not yes:
+                return
+            running = self.snap is not None and self.snap.engine.state == "running"
+            outcome = actions.ask(self.state_dir, task.task_id, verb, running)
+            self.notify(outcome.message, severity="information" if outcome.ok else "error")
+            self.refresh_view()
+
+        self.push_screen(ConfirmScreen(actions.confirm_text(task, verb)), answered)
+
+    def action_attach(self) -> None:
+        """``tmux attach -r`` to the task's session with the app suspended; back on detach."""
+        task = self.selected()
+        if task is None:
+            return
+        argv = actions.attach_argv(self.socket, task.session_name or task.task_id)
+        with self.suspend():
+            done = subprocess.run(argv, check=False)
+        if done.returncode != 0:
+            self.notify(f"no tmux session {task.task_id} on -L {self.socket} "
+                        f"(tmux exit {done.returncode})", severity="error")  # fmt: skip
+
+    def action_tail(self) -> None:
+        task = self.selected()
+        if task is not None:
+            path = self.state_dir / "tasks" / task.task_id / "output.log"
+            self.push_screen(TailScreen(f"tail -f {task.task_id}/output.log", path))
+
+    def action_diff(self) -> None:
+        task = self.selected()
+        if task is not None:
+            self._diff(task.task_id)
+
+    @work(thread=True, exclusive=True, group="diff")
+    def _diff(self, task_id: str) -> None:
+        """git runs in a worker thread (bounded by its own timeout): the table stays live."""
+        text = actions.diff_text(self.state_dir / "tasks", task_id)
+        self.call_from_thread(self.push_screen, TextScreen(f"supervise diff {task_id}", text))
+
+    def action_help(self) -> None:
+        self.push_screen(TextScreen("help", HELP))

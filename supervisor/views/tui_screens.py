@@ -1,0 +1,118 @@
+"""The screens ``supervise top`` opens over its table: confirm, tail, diff, help.
+
+Every text shown comes from :mod:`.actions` or :mod:`.model` already terminal-safe, and is
+put on screen as :class:`rich.text.Text` (never parsed as Textual markup: a task name
+``[red]x`` stays as it is).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Button, Footer, Log, Static
+
+from supervisor.views import actions
+
+#: Seconds between reads of ``output.log`` while tailing (a cheap ``fstat`` + read).
+TAIL_EVERY = 0.5
+
+HELP = """\
+supervise top: every task of the profile, grouped by what it needs from you.
+
+  ↑/↓ PgUp/PgDn   move            Enter   details of the task (bottom panel)
+  a   attach read-only (tmux attach -r; leave with the tmux prefix, then d)
+  t   tail: follow the task's output.log
+  y   approve what an escalated task waits for (asks first)
+  n   deny it (asks first)
+  s   stop: end the task as abandoned, reason "stopped" (asks first)
+  r   resume now (asks first)
+  d   diff: the task branch against its base (supervise diff)
+  ?   this help          q   quit
+
+Groups: Needs you (escalated); Waiting (usage limit or transient failure,
+  resumes at resume_at: "→" is the time left); Running (running, verifying);
+  Recovering (crashed, hung, a stop requested); Failed (failed, abandoned,
+  damaged); Queued; Done. A "*" after a status: a request not taken yet.
+Requests go to the engine as the CLI verbs do (state_dir/control); with no
+engine running they wait for the next 'supervise run'.
+"""
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """A yes/no question; dismisses with ``True`` for yes (``y``, Enter on Yes)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y", "answer(True)", "yes"),
+        Binding("n,escape", "answer(False)", "no"),
+    ]
+    DEFAULT_CSS = """
+    ConfirmScreen { align: center middle; }
+    ConfirmScreen > Vertical { width: 70; max-width: 95%; height: auto; border: thick $warning;
+                               background: $surface; padding: 1 2; }
+    ConfirmScreen Horizontal { height: auto; margin-top: 1; }
+    ConfirmScreen Button { margin-right: 2; }
+    """
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(Text(self.question), id="question")
+            with Horizontal():
+                yield Button("Yes (y)", variant="warning", id="yes")
+                yield Button("No (n)", variant="primary", id="no")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+
+class TextScreen(Screen[None]):
+    """A full screen of read-only text (help, a diff); ``q``/Escape closes it."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("q,escape", "app.pop_screen", "close")]
+
+    def __init__(self, title: str, text: str) -> None:
+        super().__init__()
+        self.title_text, self.text = title, text
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text(self.title_text, style="bold"), id="title")
+        with VerticalScroll():
+            yield Static(Text(self.text), id="body")
+        yield Footer()
+
+
+class TailScreen(Screen[None]):
+    """Follows a task's ``output.log`` (like ``supervise tail -f``): the last 64 KiB, then
+    whatever is appended, read every :data:`TAIL_EVERY` seconds."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("q,escape", "app.pop_screen", "close")]
+
+    def __init__(self, title: str, path: Path) -> None:
+        super().__init__()
+        self.title_text, self.path, self.read_to = title, path, 0
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text(self.title_text, style="bold"), id="title")
+        yield Log(max_lines=5000, auto_scroll=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.follow()
+        self.set_interval(TAIL_EVERY, self.follow)
+
+    def follow(self) -> None:
+        text, self.read_to = actions.read_new(self.path, self.read_to)
+        if text:
+            self.query_one(Log).write(text)
