@@ -34,8 +34,8 @@ Exit codes (the table in README "Exit codes")::
     archive                      done     archive not written        usage
     diff merge discard prune     done     refused                    usage
 
-``submit``, ``status``, ``wait`` and the four requests warn on stderr when no live engine
-holds the state dir (:mod:`supervisor.engine_probe`).
+``submit``, ``wait`` and the four requests warn on stderr when no live engine holds the
+state dir (:mod:`supervisor.engine_probe`); ``status`` shows the engine line itself.
 Heavy imports (the engine, APScheduler, libtmux) happen only in the commands that need them.
 """
 
