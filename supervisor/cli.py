@@ -1,27 +1,41 @@
 """``supervise``: the command line. Thin: parse, call, print.
 
-Commands::
+Commands (``--json``: the result as JSON on stdout)::
 
-    supervise run PROFILE [--exit-when-idle]     run the engine on a profile
-    supervise validate [-c PROFILE] FILE...      check profiles and task files
-    supervise submit -c PROFILE TASK.toml        validate a task, drop it in the spool, print its id
-    supervise status -c PROFILE [--json] [--sort K] [--status S]...   engine, spool, tasks
+    supervise run PROFILE [--exit-when-idle] [--log-file PATH]   run the engine (cli_ops.py)
+    supervise validate [-c PROFILE] FILE... [--json]  check profiles and task files
+    supervise submit -c PROFILE TASK.toml [--json]    validate a task, spool it, print its id
+    supervise status -c PROFILE [--json] [--sort K] [--status S]... [--archived]
+                                                 engine, spool, tasks (or the archived ones)
     supervise top -c PROFILE                     live view (the 'tui' extra: Textual)
     supervise serve -c PROFILE [--bind H:P]      live web page (the 'web' extra; views/serve.py)
+    supervise wait -c PROFILE ID... [--timeout S] [--json]  until they end (cli_ops.py)
     supervise show -c PROFILE ID                 print one manifest
-    supervise stop -c PROFILE ID                 end a task as abandoned (reason "stopped")
-    supervise resume -c PROFILE ID               force a resume now
-    supervise approve -c PROFILE ID              allow what an escalated task waits for
-    supervise deny -c PROFILE ID                 refuse it (the agent is told no)
+    supervise stop -c PROFILE ID [--json]        end a task as abandoned (reason "stopped")
+    supervise resume -c PROFILE ID [--json]      force a resume now
+    supervise approve -c PROFILE ID [--json]     allow what an escalated task waits for
+    supervise deny -c PROFILE ID [--json]        refuse it (the agent is told no)
     supervise tail -c PROFILE ID [-n N] [-f]     print (and follow) a task's output.log
     supervise attach -c PROFILE ID               attach this terminal to the task's tmux session
-    supervise config -c PROFILE [--task FILE]    every effective policy value and its source
+    supervise config -c PROFILE [--task FILE] [--json]  every effective policy value, its source
+    supervise archive -c PROFILE --older-than D  ended task folders into tarballs (cli_ops.py)
     supervise diff|merge|discard|prune ...       review a task's worktree (cli_workspace.py)
 
-Exit codes: 0 success, 1 invalid input or unknown task, 2 usage error (argparse).
-``stop``, ``resume``, ``approve`` and ``deny`` also exit :data:`EXIT_QUEUED` (3) when no
-engine runs (the request waits for the next ``supervise run``) and :data:`EXIT_NOT_APPLIED`
-(4) when the running engine did not apply it within ``--wait`` seconds.
+Exit codes (the table in README "Exit codes")::
+
+    command                      0        1                          2      other
+    run                          stopped  cannot start               usage
+    submit validate config show  done     invalid input, no task     usage
+      tail attach status
+    stop resume approve deny     applied  nothing requested          usage  3 queued (no
+                                                                            engine), 4 not
+                                                                            applied in --wait
+    wait                         all PASS one or more did not        usage  124 timeout
+    archive                      done     archive not written        usage
+    diff merge discard prune     done     refused                    usage
+
+``submit``, ``wait`` and the four requests warn on stderr when no live engine holds the
+state dir (:mod:`supervisor.engine_probe`); ``status`` shows the engine line itself.
 Heavy imports (the engine, APScheduler, libtmux) happen only in the commands that need them.
 """
 
@@ -35,7 +49,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from supervisor import cli_setup, cli_workspace
+from supervisor import cli_ops, cli_setup, cli_workspace
 from supervisor.errors import ConfigError
 from supervisor.terminal import escape_controls
 from supervisor.views import serve  # imports no web library until it runs
@@ -67,27 +81,6 @@ def _profile(path: str) -> LoadedProfile:
 # ---------------------------------------------------------------- commands
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    import logging  # only the engine logs; validate and status start faster without it
-
-    from supervisor.engine import EngineBusy, UnsafeSpool, run_profile
-    from supervisor.terminal import ControlEscapingFormatter
-
-    handler = logging.StreamHandler()
-    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-    handler.setFormatter(ControlEscapingFormatter(fmt))
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
-    # "skipped: maximum number of running instances" is routine (an event asked for a check
-    # while one was running; it runs right after) and is counted in engine-stats.json.
-    logging.getLogger("apscheduler").setLevel(logging.ERROR)
-    profile = _profile(args.profile)
-    try:
-        return run_profile(profile, exit_when_idle=args.exit_when_idle)
-    except (EngineBusy, UnsafeSpool) as exc:
-        _err(f"supervise run: {exc}")
-        return 1
-
-
 def cmd_validate(args: argparse.Namespace) -> int:
     from supervisor.config import (
         LoadedProfile,
@@ -98,7 +91,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     )
 
     profile: LoadedProfile | None = None
-    failures = 0
+    results: list[dict[str, Any]] = []  # --json: {"file", "kind", "ok", "problems", "warnings"}
     if args.config:
         try:
             profile = _profile(args.config)
@@ -111,25 +104,33 @@ def cmd_validate(args: argparse.Namespace) -> int:
             _err(warning)
     for name in args.files:
         path = Path(name)
+        row: dict[str, Any] = {"file": name, "kind": None, "ok": False, "problems": [],
+                               "warnings": []}  # fmt: skip
+        results.append(row)
         try:
             if looks_like_profile(path):
+                row["kind"] = "profile"
                 warning = _missing_agent_binary(load_profile(path))
                 if warning:
+                    row["warnings"].append(warning)
                     _err(warning)
-                kind = "profile"
             else:
+                row["kind"] = "task"
                 base = profile or LoadedProfile(
                     path=path.resolve(), spec=Profile.model_validate({"agent": {"command": ["x"]}})
                 )
                 load_task(path, base)
-                kind = "task"
         except ConfigError as exc:
-            failures += 1
+            row["problems"] = list(exc.problems)
             for line in exc.problems:
                 _err(line)
             continue
-        print(escape_controls(f"ok: {path} ({kind})"))
-    return 1 if failures else 0
+        row["ok"] = True
+        if not args.json:
+            print(escape_controls(f"ok: {path} ({row['kind']})"))
+    if args.json:
+        print(json.dumps(results, indent=2))
+    return 0 if all(row["ok"] for row in results) else 1
 
 
 def _missing_agent_binary(profile: LoadedProfile) -> str | None:
@@ -177,11 +178,28 @@ def cmd_submit(args: argparse.Namespace) -> int:
     staging = spool_dir / f".{task_id}.toml.tmp"
     atomic_write(staging, tomli_w.dumps(data).encode())
     os.rename(staging, spool_dir / f"{task_id}.toml")
-    print(task_id)
+    warn_no_engine(profile, "the task waits in the spool")
+    if args.json:
+        print(json.dumps({"task_id": task_id, "name": spec.name,
+                          "spool_file": str(spool_dir / f"{task_id}.toml")}))  # fmt: skip
+    else:
+        print(task_id)
     return 0
 
 
+def warn_no_engine(profile: LoadedProfile, what: str) -> None:
+    """One stderr line when no live engine holds the profile's state dir
+    (:func:`supervisor.engine_probe.warning`)."""
+    from supervisor import engine_probe
+
+    warning = engine_probe.warning(profile.state_dir, profile.path, what)
+    if warning:
+        _err(warning)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
+    if args.archived:
+        return cli_ops.print_archived(_profile(args.config), args.json)
     return views_status.run(_profile(args.config), args)
 
 
@@ -213,20 +231,8 @@ def _task_dir(profile: LoadedProfile, task_id: str) -> Path | None:
     return path
 
 
-def _engine_running(profile: LoadedProfile) -> bool:
-    from filelock import FileLock, Timeout
-
-    lock = FileLock(str(profile.state_dir / "engine.lock"), timeout=0)
-    try:
-        lock.acquire()
-    except Timeout:
-        return True
-    lock.release()
-    return False
-
-
 def _request(args: argparse.Namespace, verb: str) -> int:
-    from supervisor import control
+    from supervisor import control, engine_probe
     from supervisor.states import TERMINAL, Status
 
     profile = _profile(args.config)
@@ -247,10 +253,13 @@ def _request(args: argparse.Namespace, verb: str) -> int:
         _err(refused)
         return 1
     control.request(profile.state_dir, args.task_id, verb)
-    if not _engine_running(profile):
+    found = engine_probe.engine(profile.state_dir)
+    if not found.lock_held:
         _err(f"queued '{verb}' for {args.task_id}; no engine runs on {profile.state_dir}, "
              "so it happens when 'supervise run' starts")  # fmt: skip
-        return EXIT_QUEUED
+        return _said(args, verb, "queued", before, EXIT_QUEUED)
+    if found.state != "running":
+        warn_no_engine(profile, f"'{verb}' waits until it moves")
     deadline = time.time() + args.wait
     while time.time() < deadline:
         try:
@@ -265,12 +274,23 @@ def _request(args: argparse.Namespace, verb: str) -> int:
         else:
             acted = after["retry_count"] > before["retry_count"] or after["status"] in TERMINAL
         if acted:
-            print(f"{args.task_id}: {after['status']} (retry_count {after['retry_count']})")
-            return 0
+            if not args.json:
+                print(f"{args.task_id}: {after['status']} (retry_count {after['retry_count']})")
+            return _said(args, verb, "applied", after, 0)
         time.sleep(0.1)
     _err(f"requested '{verb}' for {args.task_id}; the engine has not applied it within "
          f"{args.wait:g} s (the request stays in {profile.state_dir / 'control'})")  # fmt: skip
-    return EXIT_NOT_APPLIED
+    return _said(args, verb, "not_applied", before, EXIT_NOT_APPLIED)
+
+
+def _said(args: argparse.Namespace, verb: str, result: str, manifest: dict, code: int) -> int:
+    """With ``--json``, print ``{"task_id", "verb", "result", "status", "retry_count"}``
+    (``result``: ``applied``, ``queued`` or ``not_applied``); return ``code``."""
+    if args.json:
+        print(json.dumps({"task_id": args.task_id, "verb": verb, "result": result,
+                          "status": manifest.get("status"),
+                          "retry_count": manifest.get("retry_count")}))  # fmt: skip
+    return code
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
@@ -376,32 +396,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cli_setup.add_version_argument(parser)
     sub = parser.add_subparsers(dest="command", required=True)
-
-    run = sub.add_parser("run", help="run the engine on a profile until stopped")
-    run.add_argument("profile", help="profile TOML file")
-    run.add_argument(
-        "--exit-when-idle",
-        action="store_true",
-        help="exit 0 once the spool is empty and no task is queued or running",
-    )
-    run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    run.set_defaults(func=cmd_run)
+    cli_ops.register(sub)  # run, wait, archive
 
     validate = sub.add_parser("validate", help="check profile and task files")
     validate.add_argument("files", nargs="+", metavar="FILE")
     validate.add_argument(
         "-c", "--config", help="profile to check tasks against (model aliases, policy)"
     )
+    validate.add_argument("--json", action="store_true", help="one result per file as JSON")
     validate.set_defaults(func=cmd_validate)
 
     submit = sub.add_parser("submit", help="validate a task file and drop it into the spool")
     submit.add_argument("-c", "--config", required=True, help="profile TOML file")
     submit.add_argument("task", help="task TOML file")
+    submit.add_argument("--json", action="store_true", help="print the id as JSON")
     submit.set_defaults(func=cmd_submit)
 
     status = sub.add_parser("status", help="list tasks and their state")
     status.add_argument("-c", "--config", required=True, help="profile TOML file")
     views_status.add_arguments(status)
+    status.add_argument("--archived", action="store_true", help="list the archived tasks")
     status.set_defaults(func=cmd_status)
 
     register_top(sub, cmd_top)
@@ -422,6 +436,7 @@ def build_parser() -> argparse.ArgumentParser:
         verb.add_argument(
             "--wait", type=float, default=15.0, help="seconds to wait for the engine (15)"
         )
+        verb.add_argument("--json", action="store_true", help="print the result as JSON")
         verb.set_defaults(func=func)
 
     tail = sub.add_parser("tail", help="print the end of a task's output.log")

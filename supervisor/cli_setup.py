@@ -25,10 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from supervisor import DISTRIBUTION
 from supervisor.terminal import escape_controls
-
-#: The distribution name on PyPI (``supervise`` there is an unrelated project of 2014).
-DISTRIBUTION = "supervise-agents"
 
 #: ``supervise schema NAME`` → the shipped schema file.
 SCHEMAS = {

@@ -2,7 +2,8 @@
 
 It receives the event as one JSON object on stdin and the same facts as ``SUPERVISE_*``
 environment variables. Argv elements may use ``{message}``, ``{task_id}``, ``{task_name}``,
-``{status}``, ``{reason}``, ``{exit_code}``, ``{retry_count}`` and ``{task_dir}``; each is
+``{status}``, ``{reason}``, ``{failure_reason}``, ``{verdict}``, ``{summary}`` (the
+summary's first sentence), ``{exit_code}``, ``{retry_count}`` and ``{task_dir}``; each is
 substituted inside its own argv element, so values never become extra arguments or code.
 Values in argv and in the environment are for display: control characters from agent output
 or task files are escaped there (:mod:`supervisor.terminal`); the JSON on stdin is exact.
@@ -16,6 +17,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 from typing import Any
@@ -26,20 +28,42 @@ from supervisor.terminal import escape_controls
 log = logging.getLogger("supervise.notify")
 
 
+#: Characters of the summary's first sentence kept in a message.
+SENTENCE_CHARS = 200
+
+
+def first_sentence(text: str | None, limit: int = SENTENCE_CHARS) -> str:
+    """The first sentence of ``text`` (up to the first ``. ``, ``! ``, ``? `` or line end),
+    whitespace folded, at most ``limit`` characters (``…`` when clipped); ``""`` for none."""
+    folded = " ".join((text or "").split())
+    match = re.search(r"[.!?](\s|$)", folded)
+    sentence = folded[: match.end()].strip() if match else folded
+    return sentence if len(sentence) <= limit else sentence[: limit - 1] + "…"
+
+
 def message_for(event: dict[str, Any]) -> str:
-    """One-line human summary, e.g. ``supervise: task fix-bug-1a2b3c failed (exit 1, billing):
-    done-file with exit code 1 (billing)``, with control characters escaped (one line, safe
-    on a terminal)."""
+    """One-line human summary, e.g. ``supervise: task fix-bug-1a2b3c failed (exit 1,
+    billing, verdict FAIL): Agent: Credit balance is too low. [/state/tasks/fix-bug-1a2b3c]``:
+    status, exit code, failure class (``failure_reason``) or ``abandon_reason``, verdict,
+    the summary's first sentence (else the reason for the event) and the task dir. Control
+    characters escaped (one line, safe on a terminal)."""
     text = f"supervise: task {event.get('task_id')} {event.get('status')}"
     details = []
     if event.get("exit_code") is not None:
         details.append(f"exit {event['exit_code']}")
     if event.get("failure_reason"):
         details.append(str(event["failure_reason"]))
+    elif event.get("abandon_reason"):
+        details.append(str(event["abandon_reason"]))
+    if event.get("verdict"):
+        details.append(f"verdict {event['verdict']}")
     if details:
         text += f" ({', '.join(details)})"
-    if event.get("reason"):
-        text += f": {event['reason']}"
+    said = event.get("summary") or event.get("reason")
+    if said:
+        text += f": {said}"
+    if event.get("task_dir"):
+        text += f" [{event['task_dir']}]"
     return escape_controls(text)
 
 

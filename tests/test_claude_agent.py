@@ -435,7 +435,11 @@ def test_rate_limit_with_reset_time_waits_and_resumes_without_a_retry(harness) -
     ``retry_count`` unchanged; the notifier hears ``waiting``."""
     h = harness(token=gateway_token(), final_text="finished after the limit")
     project = h.project()
-    h.write_profile(approval={"rules": [{"tool": "Write", "action": "approve"}]})
+    waiting_too = ["escalated", "failed", "abandoned", "completed", "waiting"]  # opt-in
+    h.write_profile(
+        approval={"rules": [{"tool": "Write", "action": "approve"}]},
+        monitor={"notify_on": waiting_too},
+    )
     h.submit("limited", "[[ratelimit: 1 reset=+4]] write hello.txt", project)
     h.start()
     h.wait_for("the limit", lambda: h.status("limited") == "waiting", timeout=90)

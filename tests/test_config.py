@@ -797,7 +797,7 @@ def test_monitor_keys_are_declared_once() -> None:
     from supervisor.config.env import monitor_env
 
     keys = list(MonitorPolicy.model_fields)
-    assert len(keys) == 14
+    assert len(keys) == 15  # max_cost_usd (issue 14)
     assert list(MonitorOverrides.model_fields) == keys
     assert list(monitor_env().model_fields) == keys
     policy = MonitorPolicy.model_json_schema()["properties"]
@@ -881,7 +881,7 @@ def test_defaults(tmp_path: Path, profile: LoadedProfile, project: Path) -> None
     assert policy.stale_threshold == 90 == 3 * policy.base_interval
     assert policy.max_retries == 3
     assert policy.notifier == []
-    assert policy.notify_on == ["abandoned", "failed", "completed", "escalated", "waiting"]
+    assert policy.notify_on == ["escalated", "failed", "abandoned", "completed"]
     assert policy.resume_exit_codes == []
     assert resolved.sources == {
         "base_interval": "default",
@@ -898,7 +898,9 @@ def test_defaults(tmp_path: Path, profile: LoadedProfile, project: Path) -> None
         "log_backups": "default",
         "stale_signal": "default",
         "max_denials": "default",
+        "max_cost_usd": "default",
     }
+    assert policy.max_cost_usd is None  # no budget unless one is set
 
 
 def test_precedence_task_over_env_over_profile_over_default(
@@ -947,6 +949,7 @@ def test_precedence_task_over_env_over_profile_over_default(
         "log_backups": "default",
         "stale_signal": "default",
         "max_denials": "default",
+        "max_cost_usd": "default",
     }
 
 

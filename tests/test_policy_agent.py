@@ -36,7 +36,8 @@ STOP_END = (A.STOP_AGENT, A.FINISH, A.CLEANUP, A.NOTIFY)
 
 T0 = 1_700_000_000.0  # a realistic epoch; every test time is T0 + offset
 
-#: The small policy of tests/test_policy.py: backoff 10, 20, 40 -> capped at 80.
+#: The small policy of tests/test_policy.py: backoff 10, 20, 40 -> capped at 80; the
+#: notifier also runs for ``waiting`` (opt-in since issue 14).
 P = MonitorPolicy(
     base_interval=10.0,
     max_interval=80.0,
@@ -44,6 +45,7 @@ P = MonitorPolicy(
     grace_period=20.0,
     stale_threshold=30.0,
     max_retries=3,
+    notify_on=["escalated", "failed", "abandoned", "completed", "waiting"],
 )
 DEADLINE = T0 + P.deadline
 ASK = "Bash 'rm -rf build' (default said deny)"
@@ -906,7 +908,7 @@ def check_common(state: TaskState, sig: Signals, policy: MonitorPolicy, decision
     assert new.status in ALL_STATUSES
     assert decision.next_check > 0
     assert decision.reason and "\n" not in decision.reason
-    notify = any(event in policy.notify_on for event in decision.events)
+    notify = bool(decision.notified(policy.notify_on))
     assert (A.NOTIFY in decision.actions) == notify
     if notify:
         assert decision.actions[-1] is A.NOTIFY

@@ -224,7 +224,7 @@ def test_real_engine_heartbeat_reads_running_then_not_running(setup: Setup) -> N
         engine = wait_for(lambda: (e := model.engine_state(setup.state)).state == "running" and e)
         assert (engine.pid, engine.profile, engine.socket) == (
             proc.pid, str(profile), setup.socket_name)  # fmt: skip
-        assert engine.version == importlib.metadata.version("supervise")
+        assert engine.version == importlib.metadata.version("supervise-agents")
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) == 0

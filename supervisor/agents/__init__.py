@@ -72,7 +72,8 @@ class AgentView:
     mtime as the staleness signal when the agent chose another one (screen, transcript);
     ``None`` keeps the output.log mtime. ``requests``: permission requests the agent waits
     on, each with a proposed ruling that :meth:`AgentAdapter.rule` carries out when the
-    policy says so."""
+    policy says so. ``spent_usd``: the task's spend so far (USD, all runs), ``None`` when
+    the agent does not report one."""
 
     escalate: str | None = None
     escalate_pause: bool = False
@@ -83,6 +84,7 @@ class AgentView:
     failure: str | None = None
     output_mtime: float | None = None
     requests: int = 0
+    spent_usd: float | None = None
 
 
 #: Captures the task's pane (visible text); called only when the agent runs.

@@ -270,6 +270,7 @@ DEFAULT_TASK_MAY_SET: tuple[str, ...] = (
     "monitor.resume_exit_codes",
     "monitor.max_log_bytes",
     "monitor.log_backups",
+    "monitor.max_cost_usd",
 )
 
 

@@ -1,4 +1,4 @@
-"""The monitor policy: its 14 keys, declared once, and the models derived from them.
+"""The monitor policy: its 15 keys, declared once, and the models derived from them.
 
 :class:`MonitorPolicy` is the one declaration of every ``[monitor]`` key: its type, its
 bounds, its default and its description. The other two shapes of the same keys are
@@ -59,9 +59,10 @@ NotifyEvent = Literal[
     "escalated",
     "waiting",
 ]
-#: Events that run the notifier by default: the terminal ones, plus the two that need a
-#: human or explain a long pause (issue 4: escalation, usage-limit waits).
-DEFAULT_NOTIFY_ON: tuple[str, ...] = ("abandoned", "failed", "completed", "escalated", "waiting")
+#: Events that run the notifier by default: the terminal ones and the one that needs a
+#: human (issue 14: escalated, failed, abandoned, completed; ``waiting`` is opt-in, and
+#: then notified once per limit, see ``supervisor.policy.outcomes.same_wait``).
+DEFAULT_NOTIFY_ON: tuple[str, ...] = ("escalated", "failed", "abandoned", "completed")
 #: How output staleness is measured (issue 4): the output file's mtime, a hash of the
 #: visible tmux screen (for a TUI that redraws a spinner), or the agent's transcript file.
 StaleSignal = Literal["mtime", "screen", "transcript"]
@@ -127,6 +128,12 @@ class MonitorPolicy(BaseModel):
     )
     max_denials: Annotated[int, Field(ge=1)] = Field(
         3, description="Consecutive denials or failed tool calls that escalate the task."
+    )
+    max_cost_usd: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
+        None,
+        description="USD a task may spend (the agent's reported cost summed over its runs); "
+        "once reached no further resume starts and the task is abandoned (budget). "
+        "Default: no limit.",
     )
 
     @model_validator(mode="after")

@@ -50,7 +50,10 @@ class Applied:
 
 
 def notify_payload(manifest: Manifest, event_name: str, why: str) -> dict[str, Any]:
-    """The JSON object a notifier gets on stdin for one event of ``manifest``'s task."""
+    """The JSON object a notifier gets on stdin for one event of ``manifest``'s task:
+    ``reason`` (``abandon_reason``, else why the policy decided), ``failure_reason`` (the
+    failure class), ``abandon_reason``, ``verdict``, ``summary`` (the summary's first
+    sentence, :func:`supervisor.notify.first_sentence`), ``task_dir`` and the run facts."""
     return {
         "event": event_name,
         "task_id": manifest.task_id,
@@ -58,6 +61,9 @@ def notify_payload(manifest: Manifest, event_name: str, why: str) -> dict[str, A
         "status": manifest.status,
         "reason": manifest.abandon_reason or why,
         "failure_reason": manifest.failure_reason,
+        "abandon_reason": manifest.abandon_reason,
+        "verdict": manifest.verdict,
+        "summary": notify.first_sentence(manifest.summary),
         "exit_code": manifest.exit_code,
         "retry_count": manifest.retry_count,
         "task_dir": manifest.tmpdir,
@@ -350,11 +356,10 @@ class Actions:
     # ------------------------------------------------------------------ background work
     def _start_notifier(self, runtime: Runtime, decision: policy.Decision) -> None:
         """Run the notifier in the background for each of the decision's events it wants."""
-        for event in decision.events:
-            if event in runtime.policy.notify_on:
-                manifest = runtime.manifest.model_copy()
-                body = functools.partial(self._notify, runtime, manifest, event, decision.reason)
-                self.submit_background(body)
+        for event in decision.notified(runtime.policy.notify_on):
+            manifest = runtime.manifest.model_copy()
+            body = functools.partial(self._notify, runtime, manifest, event, decision.reason)
+            self.submit_background(body)
 
     @staticmethod
     def _notify(runtime: Runtime, manifest: Manifest, event_name: str, why: str) -> None:

@@ -90,6 +90,7 @@ class Observer:
             turn_ended=view.turn_ended,
             failure=view.failure or seen.failure,
             requests=view.requests,
+            spent_usd=view.spent_usd,
         )
 
     @staticmethod

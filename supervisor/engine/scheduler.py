@@ -27,6 +27,7 @@ import contextlib
 import errno
 import functools
 import logging
+import os
 import signal
 import threading
 import time
@@ -141,6 +142,9 @@ class Engine(Kicks):
             lock.release()
 
     def _run_locked(self) -> int:
+        log.info(stats.start_line(self.profile.path, self.profile.state_dir,
+                                  self.profile.socket_name, os.getpid()))  # fmt: skip
+        self.write_stats()  # the heartbeat exists from the start (supervisor.views.model)
         self.scheduler.add_listener(
             lambda event: stats.count_job_event(self.stats, event), stats.JOB_EVENTS
         )

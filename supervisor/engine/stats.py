@@ -50,11 +50,14 @@ def count_job_event(counters: dict[str, int], event: JobEvent) -> None:
 
 
 def version() -> str | None:
-    """The installed ``supervise`` package's version (``None`` when not installed)."""
+    """The installed distribution's version (:data:`supervisor.DISTRIBUTION`; ``None`` when
+    not installed)."""
     from importlib import metadata
 
+    from supervisor import DISTRIBUTION
+
     try:
-        return metadata.version("supervise")
+        return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
         return None
 
@@ -82,3 +85,13 @@ def write(
     with contextlib.suppress(OSError):
         path = state_dir / "engine-stats.json"
         atomic_write(path, json.dumps(data, indent=1).encode(), durable=False)
+
+
+def start_line(profile_path: Path | str, state_dir: Path, socket: str, pid: int) -> str:
+    """The line ``supervise run`` logs once it holds the lock (issue 14), e.g. ``supervise
+    0.1.0 started: profile /p.toml, state dir /s, tmux socket supervise-1a2b3c4d, pid 42``
+    (the version: :func:`version`, else ``supervisor.__version__`` in a bare checkout)."""
+    from supervisor import __version__
+
+    return (f"supervise {version() or __version__} started: profile {profile_path}, "
+            f"state dir {state_dir}, tmux socket {socket}, pid {pid}")  # fmt: skip

@@ -129,6 +129,8 @@ class Signals:
         requests: permission requests the agent waits on, each with the ruling the task's
             rules give it (:func:`supervisor.approval.decide`); one that escalates is also
             in ``escalate``.
+        spent_usd: what the task has spent so far in USD as the agent reports it (Claude
+            Code's ``total_cost_usd`` summed over the task's runs); ``None``: not reported.
     """
 
     now: float
@@ -154,6 +156,7 @@ class Signals:
     failure: str | None = None
     state_disk_full: bool = False
     requests: int = 0
+    spent_usd: float | None = None
 
 
 @dataclass(frozen=True)
@@ -166,6 +169,7 @@ class Decision:
         events: transition names to append to ``events.jsonl`` (may be empty).
         next_check: seconds until the next check (never past the deadline).
         reason: one human-readable line explaining the decision.
+        quiet: events of ``events`` that are logged but never notified (a repeated wait).
     """
 
     state: TaskState
@@ -173,6 +177,11 @@ class Decision:
     events: tuple[str, ...] = ()
     next_check: float = 1.0
     reason: str = ""
+    quiet: tuple[str, ...] = ()
+
+    def notified(self, notify_on: list[str]) -> list[str]:
+        """The events of this decision that run the notifier under ``notify_on``."""
+        return [e for e in self.events if e in notify_on and e not in self.quiet]
 
 
 #: Verdicts (seed 003), one per terminal state: the values of :class:`supervisor.states.Verdict`.
@@ -201,9 +210,9 @@ def bounded(delay: float, state: TaskState, now: float, policy: MonitorPolicy) -
 
 def with_notify(decision: Decision, policy: MonitorPolicy) -> Decision:
     """``decision`` with :attr:`Action.NOTIFY` last in its actions exactly when one of its
-    events is in ``policy.notify_on`` (and nowhere else)."""
+    events is in ``policy.notify_on`` and not ``quiet`` (and nowhere else)."""
     actions = tuple(a for a in decision.actions if a is not Action.NOTIFY)
-    if any(event in policy.notify_on for event in decision.events):
+    if decision.notified(policy.notify_on):
         actions += (Action.NOTIFY,)
     if actions != decision.actions:
         decision = dataclasses.replace(decision, actions=actions)

@@ -137,7 +137,19 @@ def wait_limit(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Dec
         events=("waiting",),
         next_check=bounded(resume_at - now, new, now, policy),
         reason=f"{signals.limit_reason or 'usage limit'}; resuming {how}",
+        quiet=("waiting",) if same_wait(state, now, policy) else (),
     )
+
+
+def same_wait(state: TaskState, now: float, policy: MonitorPolicy) -> bool:
+    """A wait at ``now`` is a limit already notified coming back (issue 14: ``waiting`` is
+    notified once per limit, not per retry cycle): the task has waited before
+    (``limit_waits`` or ``transient_waits``, both kept in the manifest, so this holds across
+    an engine restart) and the run it ends started less than ``max_interval`` seconds ago
+    (the backoff cap; a run that lasted longer got past that limit, the next one is new)."""
+    launched = state.launched_at if state.launched_at is not None else now
+    waited = state.limit_waits + state.transient_waits > 0
+    return waited and now - launched < policy.max_interval
 
 
 def wait_transient(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decision:
@@ -161,6 +173,7 @@ def wait_transient(state: TaskState, signals: Signals, policy: MonitorPolicy) ->
         next_check=bounded(wait, new, now, policy),
         reason=f"transient API or network failure (exit {signals.exit_code}); resuming the "
         f"same session after a {wait:g} s backoff",
+        quiet=("waiting",) if same_wait(state, now, policy) else (),
     )
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from supervisor.config import MonitorPolicy
 from supervisor.failures import TRANSIENT
+from supervisor.policy.budget import within_budget
 from supervisor.policy.model import (
     EXIT_SETTLE,
     MIN_CHECK,
@@ -56,7 +57,8 @@ def decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisio
         A :class:`Decision`. For a terminal ``state`` it is a no-op. ``Action.NOTIFY`` is
         last in ``actions`` exactly when one of its ``events`` is in ``policy.notify_on``.
     """
-    return with_notify(with_rulings(state, signals, _decide(state, signals, policy)), policy)
+    decision = within_budget(state, signals, policy, _decide(state, signals, policy))
+    return with_notify(with_rulings(state, signals, decision), policy)
 
 
 #: Decisions after which a waiting permission request can no longer be answered now.

@@ -28,13 +28,15 @@ already used fails at once, so a resume never reuses it.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from supervisor import approval
+from supervisor import approval, logrotate
 from supervisor.agents import (
     AgentAdapter,
     AgentContext,
@@ -192,6 +194,8 @@ class ClaudeAdapter(AgentAdapter):
             failure=self.failure,
             output_mtime=mtime,
             requests=len(self.proposals),
+            # the stream's result lines are the only cost record (headless runs)
+            spent_usd=self.stream.total_cost_usd if self.agent.mode == "headless" else None,
         )
 
     def _read_hooks(self, now: float, status: str) -> tuple[str | None, bool]:
@@ -347,7 +351,29 @@ class ClaudeAdapter(AgentAdapter):
         try:
             size = os.stat(path).st_size
         except FileNotFoundError:
+            with contextlib.suppress(OSError):
+                logrotate.finish(path)  # a rotation cut short by a crash
             return
+        self._read_new_lines(now, path, size)
+        if self.offset == size and size > self.resolved.policy.max_log_bytes:
+            self._rotate_stream(path)
+
+    def _rotate_stream(self, path: Path) -> None:
+        """Rotate ``stream.jsonl`` (:mod:`supervisor.logrotate`) once it is past
+        ``max_log_bytes``, read to its end, and no run writes it: the wrapper has written
+        ``exit_code``, which it does only after its copy of the stream ended. The fresh
+        file starts with the carry line; this reader keeps its state and skips that line."""
+        if not self.task.file("exit_code").exists():
+            return
+        line = json.dumps(self.stream.carry()).encode() + b"\n"
+        try:
+            logrotate.rotate(path, self.resolved.policy.log_backups, line)
+        except OSError as exc:
+            log.warning("%s: cannot rotate %s: %s", self.task.task_id, path, exc)
+            return
+        self.offset = len(line)
+
+    def _read_new_lines(self, now: float, path: Path, size: int) -> None:
         if size < self.offset:  # replaced: read it again from the start
             self.offset, self.stream = 0, StreamState()
         if size == self.offset:

@@ -30,6 +30,12 @@ LIMIT_STATUSES = frozenset({429, 529})
 KEEP_ERRORS = 5
 #: Characters of result text kept.
 MAX_RESULT = 4000
+#: ``type`` of the first line of a rotated ``stream.jsonl`` (:mod:`supervisor.logrotate`):
+#: the totals of the runs in the files rotated away, so a reader starting over sums them.
+CARRY = "supervise_carry"
+#: Fields a carry line holds (:meth:`StreamState.carry`).
+_CARRIED = ("session_id", "runs", "num_turns", "total_cost_usd", "api_retries", "api_errors",
+            "result", "is_error", "subtype")  # fmt: skip
 
 
 @dataclass
@@ -85,7 +91,9 @@ class StreamState:
     def feed(self, obj: dict[str, Any]) -> None:
         """Take one stream event into account."""
         kind = obj.get("type")
-        if kind == "supervise_launch":
+        if kind == CARRY:
+            self._restore(obj)
+        elif kind == "supervise_launch":
             self.runs += 1
             self.result = self.is_error = self.subtype = self.api_error_status = None
             self.limit_resets_at = self.limit_type = None
@@ -126,6 +134,28 @@ class StreamState:
             if self.api_error_status is not None:
                 text = (self.result or "")[:300]
                 self.record_error({"status": self.api_error_status, "text": text})
+
+    def carry(self) -> dict[str, Any]:
+        """The line that starts a rotated ``stream.jsonl``: ``{"type": CARRY, ...}`` with
+        the totals so far and the last run's result."""
+        return {"type": CARRY, **{name: getattr(self, name) for name in _CARRIED}}
+
+    def _restore(self, obj: dict[str, Any]) -> None:
+        """Take the totals of a carry line (values of a wrong type are ignored)."""
+        if isinstance(obj.get("session_id"), str):
+            self.session_id = obj["session_id"]
+        for name in ("runs", "num_turns", "api_retries"):
+            setattr(self, name, getattr(self, name) + (_int(obj.get(name)) or 0))
+        self.total_cost_usd += _number(obj.get("total_cost_usd")) or 0.0
+        errors = obj.get("api_errors")
+        if isinstance(errors, list):
+            self.api_errors = [e for e in errors if isinstance(e, dict)][-KEEP_ERRORS:]
+        text = obj.get("result")
+        self.result = text[:MAX_RESULT] if isinstance(text, str) else self.result
+        if isinstance(obj.get("is_error"), bool):
+            self.is_error = obj["is_error"]
+        if isinstance(obj.get("subtype"), str):
+            self.subtype = obj["subtype"]
 
     @property
     def limited(self) -> bool:

@@ -1,0 +1,107 @@
+"""``supervise archive`` and ``status --archived`` (issue 14): ended task folders move into
+one gzip tarball per month in ``state_dir/archive/``; never a live task or one whose
+worktree is unreviewed; an archive that cannot be written removes nothing."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import tarfile
+
+from conftest import Setup, wait_for
+from test_workspace import make_repo
+
+from supervisor.taskdir import atomic_write
+
+OLD = "2026-10-03T10:00:00Z"  # the month of the tarball: 2026-10
+
+
+def _age(setup: Setup, name: str, finished_at: str = OLD) -> str:
+    """Make a task look ended long ago (its manifest's ``finished_at``); returns its id."""
+    m = setup.manifests()[name]
+    m["finished_at"] = finished_at
+    atomic_write(setup.state / "tasks" / m["task_id"] / "manifest.json", json.dumps(m).encode())
+    return str(m["task_id"])
+
+
+def _archive(setup: Setup, *extra: str) -> subprocess.CompletedProcess:
+    return setup.supervise("archive", "-c", str(setup.profile), "--older-than", "30d", *extra)
+
+
+def test_archive_moves_old_ended_tasks_and_keeps_live_and_unreviewed(setup: Setup) -> None:
+    repo = setup.root / "repo"
+    make_repo(repo, {"README": "hello\n"})
+    setup.write_profile()
+    for name, prompt in (("done", "exit: 0"), ("bad", "exit: 3"), ("recent", "exit: 0")):
+        setup.drop(f"{name}.toml", setup.task(name, prompt))  # a folder outside git: shared
+    setup.drop("work.toml", setup.task("work", "print: x\nexit: 0", project=repo))
+    assert setup.run().returncode == 0
+    assert setup.manifests()["work"]["workspace"]["mode"] == "worktree"
+    ids = {name: _age(setup, name) for name in ("done", "bad", "work")}
+    # a live task: its engine stopped (SIGTERM), its agent still running in tmux
+    setup.drop("live.toml", setup.task("live", "tick: 0.5\nsleep: 60"))
+    engine = subprocess.Popen([sys.executable, "-m", "supervisor.cli", "run", str(setup.profile)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        wait_for(lambda: setup.manifests().get("live", {}).get("status") == "running")
+    finally:
+        engine.send_signal(signal.SIGTERM)
+        assert engine.wait(timeout=20) == 0
+    tasks = setup.state / "tasks"
+    before = sorted(p.name for p in tasks.iterdir())
+
+    dry = _archive(setup, "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    rows = {r["task_id"]: r for r in json.loads(dry.stdout)}
+    assert {t for t, r in rows.items() if r["action"] == "archive"} == {ids["done"], ids["bad"]}
+    assert "unreviewed worktree: unmerged" in rows[ids["work"]]["reason"]
+    live = setup.manifests()["live"]["task_id"]
+    assert rows[live]["reason"] == "not ended (running)"
+    assert sorted(p.name for p in tasks.iterdir()) == before
+    assert not (setup.state / "archive").exists()
+
+    done = _archive(setup)
+    assert done.returncode == 0, done.stderr
+    tarball = setup.state / "archive" / "2026-10.tar.gz"
+    assert sorted(p.name for p in tasks.iterdir()) == sorted(
+        set(before) - {ids["done"], ids["bad"]})  # fmt: skip
+    assert tarball.stat().st_mode & 0o777 == 0o600
+    with tarfile.open(tarball) as archive:
+        names = archive.getnames()
+        manifest = json.loads(archive.extractfile(f"{ids['bad']}/manifest.json").read())
+    assert f"{ids['done']}/events.jsonl" in names and f"{ids['done']}/output.log" in names
+    assert manifest["status"] == "failed" and manifest["exit_code"] == 3
+
+    # A second run adds to the month's tarball (rewritten whole, the old members kept).
+    ids["recent"] = _age(setup, "recent", "2026-10-20T08:00:00Z")
+    assert _archive(setup).returncode == 0
+    listed = setup.supervise("status", "-c", str(setup.profile), "--archived", "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    shown = {r["task_id"]: (r["name"], r["status"], r["archive"]) for r in rows}
+    assert shown == {ids["done"]: ("done", "completed", "2026-10.tar.gz"),
+                     ids["bad"]: ("bad", "failed", "2026-10.tar.gz"),
+                     ids["recent"]: ("recent", "completed", "2026-10.tar.gz")}  # fmt: skip
+    table = setup.supervise("status", "-c", str(setup.profile), "--archived")
+    assert ids["recent"] in table.stdout and "2026-10.tar.gz" in table.stdout
+    current = setup.supervise("status", "-c", str(setup.profile), "--json")
+    assert {r["name"] for r in json.loads(current.stdout)} == {"work", "live"}
+
+
+def test_an_archive_that_cannot_be_written_removes_nothing(setup: Setup) -> None:
+    setup.write_profile()
+    setup.drop("done.toml", setup.task("done", "exit: 0"))
+    assert setup.run().returncode == 0
+    task_id = _age(setup, "done")
+    # The month's temp name taken by a folder: the tarball cannot be opened for writing.
+    (setup.state / "archive" / ".2026-10.tar.gz.tmp").mkdir(parents=True)
+    failed = _archive(setup)
+    assert failed.returncode == 1
+    assert f"supervise archive: {task_id}: error:" in failed.stderr
+    assert "nothing removed" in failed.stderr
+    assert (setup.state / "tasks" / task_id / "manifest.json").exists()
+    assert not (setup.state / "archive" / "2026-10.tar.gz").exists()
+    bad = _archive(setup, "--older-than", "soon")
+    assert bad.returncode == 2 and "--older-than" in bad.stderr
