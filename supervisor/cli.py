@@ -20,6 +20,7 @@ Commands (``--json``: the result as JSON on stdout)::
     supervise config -c PROFILE [--task FILE] [--json]  every effective policy value, its source
     supervise archive -c PROFILE --older-than D  ended task folders into tarballs (cli_ops.py)
     supervise diff|merge|discard|prune ...       review a task's worktree (cli_workspace.py)
+    supervise init|schema|startup|completion ... set up; --version (cli_setup.py)
 
 Exit codes (the table in README "Exit codes")::
 
@@ -33,6 +34,8 @@ Exit codes (the table in README "Exit codes")::
     wait                         all PASS one or more did not        usage  124 timeout
     archive                      done     archive not written        usage
     diff merge discard prune     done     refused                    usage
+    init startup schema          done     refused or failed          usage
+      completion
 
 ``submit``, ``wait`` and the four requests warn on stderr when no live engine holds the
 state dir (:mod:`supervisor.engine_probe`); ``status`` shows the engine line itself.
