@@ -18,9 +18,7 @@ from supervisor import spool
 from supervisor.engine import Engine
 
 
-def test_a_claim_in_progress_delays_no_check(
-    setup: Setup, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_claim_in_progress_delays_no_check(setup: Setup, monkeypatch: pytest.MonkeyPatch) -> None:
     setup.write_profile(base_interval=30, max_interval=60, stale_threshold=60)
     setup.drop("a.toml", setup.task("running", "tick: 0.2\nsleep: 2\nexit: 0"))
     entered, release = threading.Event(), threading.Event()
