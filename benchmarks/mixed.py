@@ -142,6 +142,22 @@ def phase_of(at: float, marks: dict[str, float]) -> str | None:
     return current
 
 
+def start_pyspy(args: argparse.Namespace, pid: int) -> subprocess.Popen | None:
+    """With ``--py-spy S``: ``py-spy record --idle`` of the engine for S s from the burst on
+    (wall time, idle samples included; speedscope JSON next to ``--out``;
+    ``profile_load.py --analyze`` summarises it)."""
+    if not args.py_spy:
+        return None
+    out = args.out.with_suffix(".speedscope.json")
+    argv = [args.py_spy_bin, "record", "-p", str(pid), "-d", f"{args.py_spy:g}", "-r", "100"]
+    argv.append("--idle")  # wall time: the worker's waits on tmux are the point
+    return subprocess.Popen(
+        [*argv, "-f", "speedscope", "-o", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
 def mixed(args: argparse.Namespace) -> dict[str, Any]:
     with Scenario("mixed", args.keep) as sc:
         sc.write_profile(
@@ -172,6 +188,7 @@ def mixed(args: argparse.Namespace) -> dict[str, Any]:
         warm_until = time.time() + args.warm
         state = "warm"
         drained_at = None
+        spy: subprocess.Popen | None = None
         while True:
             now = time.time()
             if sc.engine is not None and sc.engine.poll() is not None:
@@ -187,6 +204,7 @@ def mixed(args: argparse.Namespace) -> dict[str, Any]:
                 state, marks["before"] = "before", now
                 load["before"] = loadavg()
             elif state == "before" and now >= marks["before"] + args.before:
+                spy = start_pyspy(args, sc.engine.pid)  # type: ignore[union-attr]
                 marks["claim"] = time.time()
                 for tmp, final in files:
                     tmp.rename(final)
@@ -208,6 +226,8 @@ def mixed(args: argparse.Namespace) -> dict[str, Any]:
             crashes.poll()
             time.sleep(0.1)
         cpu1, cpu_t1 = sum(engine.cpu_times()[:2]), time.time()
+        if spy is not None:
+            spy.wait(timeout=args.py_spy + 60)
         wait_for(lambda: (crashes.poll(), not crashes.pending)[1], 30, "the last crashes' records")
         load["end"] = loadavg()
         # the claim phase ends at the last burst file's 'queued' event
@@ -466,6 +486,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ends", type=int, default=16, help="stubborn: ends per window (16)")
     parser.add_argument("--gap", type=float, default=0.25, help="stubborn: s between ends")
     parser.add_argument("--out", type=Path, default=run.REPO / "benchmarks/results/mixed.json")
+    parser.add_argument("--py-spy", type=float, default=0, help="mixed: profile S s (0: off)")
+    parser.add_argument("--py-spy-bin", default="/tmp/pyspy/bin/py-spy")
     parser.add_argument("--keep", action="store_true", help="keep the temp dirs")
     args = parser.parse_args(argv)
     chosen = [s.strip() for s in args.scenario.split(",") if s.strip()]
