@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from supervisor.diskio import fsync_dir
 from supervisor.states import TERMINAL
 from supervisor.taskdir import MANIFEST, TaskDir, parse_iso
 
@@ -119,14 +120,6 @@ def plan(tasks_dir: Path, state_dir: Path, older_than: float, now: float | None 
     return found
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_month(folder: Path, month: str, tasks_dir: Path, ids: list[str]) -> Path:
     """Write ``folder/MONTH.tar.gz`` holding its old members and the folders ``ids``;
     returns it. Raises ``OSError``/``tarfile.TarError`` (the old tarball intact then)."""
@@ -145,9 +138,9 @@ def _write_month(folder: Path, month: str, tasks_dir: Path, ids: list[str]) -> P
             for task_id in ids:
                 out.add(tasks_dir / task_id, arcname=task_id)
         os.chmod(tmp, 0o600)
-        _fsync(tmp)
+        fsync_dir(tmp)
         os.replace(tmp, target)
-        _fsync(folder)
+        fsync_dir(folder)
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()

@@ -26,7 +26,8 @@ def parse_iso(value: str | None) -> float | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """fsync a folder (or a file) by path: makes a rename or a new entry in it durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -55,4 +56,4 @@ def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
             os.unlink(tmp)
         raise
     if durable:
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)

@@ -48,7 +48,8 @@ from supervisor.config import (
     read_bounded,
     too_big,
 )
-from supervisor.taskdir import Manifest, TaskDir, _fsync_dir, atomic_write, utc_iso
+from supervisor.diskio import fsync_dir
+from supervisor.taskdir import Manifest, TaskDir, atomic_write, utc_iso
 from supervisor.workspace import lifecycle
 
 #: Seconds a spool file must be unchanged before it is claimed.
@@ -281,7 +282,7 @@ def move_file(source: Path, target: Path) -> None:
         data = handle.read()
     atomic_write(target, data)
     os.unlink(source)
-    _fsync_dir(source.parent)
+    fsync_dir(source.parent)
 
 
 def _claim_name(task_id: str, original: str) -> str:

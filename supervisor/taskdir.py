@@ -35,8 +35,8 @@ from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from supervisor.diskio import (  # noqa: F401  (also imported from here with TaskDir)
-    _fsync_dir,
     atomic_write,
+    fsync_dir,
     parse_iso,
     utc_iso,
 )
