@@ -1,0 +1,11 @@
+"""Several hosts: one engine per machine, PostgreSQL (through procrastinate) as the control
+plane. Imported only for a profile with ``[cluster]`` (procrastinate and psycopg are the
+``cluster`` extra); the single-host engine never loads it.
+
+* :mod:`~supervisor.cluster.db`: connections (bounded by timeouts), the DSN;
+* :mod:`~supervisor.cluster.schema`: our versioned tables and ``supervise cluster init``;
+* :mod:`~supervisor.cluster.submit`: ``supervise submit`` into the database;
+* :mod:`~supervisor.cluster.intake`: :class:`ClusterIntake`, the engine's second
+  :class:`~supervisor.engine.intake.Intake` (procrastinate's worker in a thread of its own);
+* :mod:`~supervisor.cluster.writer`: transitions and heartbeats written off the worker.
+"""

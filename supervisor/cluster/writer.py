@@ -1,0 +1,169 @@
+"""The engine's writes to the fleet's database, off the check worker.
+
+The worker only puts a :class:`Transition` on a queue (no I/O); this module's thread
+writes it: the task row (state and the manifest's summary fields, only while this host
+owns the claim's generation) and one ``supervise_events`` row. It also upserts this host's
+``supervise_hosts`` row every ``heartbeat`` seconds. Each statement is bounded by
+:data:`~supervisor.cluster.db.STATEMENT_TIMEOUT`; while the database cannot be reached,
+transitions wait in memory in order and are written when it answers again (a local outbox
+file that survives a restart of the engine is not built yet).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psycopg
+
+from supervisor.cluster.db import ClusterError, connect, one_line
+
+log = logging.getLogger("supervise.cluster")
+#: Seconds between tries while the database does not answer.
+RETRY_EVERY = 2.0
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One state change of a task this host owns (generation ``generation``)."""
+
+    task_id: str
+    generation: int
+    event: str
+    state: str
+    session_id: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    exit_code: int | None = None
+    retry_count: int | None = None
+    failure_reason: str | None = None
+    verdict: str | None = None
+    error: str | None = None
+
+
+_UPDATE = """
+UPDATE supervise_tasks SET state = %s, session_id = coalesce(%s, session_id),
+    started_at = coalesce(%s, started_at), finished_at = %s, exit_code = %s,
+    retry_count = %s, failure_reason = %s, verdict = %s, error = coalesce(%s, error),
+    updated_at = now()
+WHERE id = %s AND owner_host = %s AND generation = %s"""
+
+_HEARTBEAT = """
+INSERT INTO supervise_hosts (host_id, capacity, running, version, queues, last_error)
+VALUES (%s, %s, %s, %s, %s, %s)
+ON CONFLICT (host_id) DO UPDATE SET heartbeat_at = now(), capacity = excluded.capacity,
+    running = excluded.running, version = excluded.version, queues = excluded.queues,
+    last_error = coalesce(excluded.last_error, supervise_hosts.last_error)"""
+
+
+class Writer:
+    """The writer thread.
+
+    Args:
+        dsn: the database.
+        host_id: this host.
+        capacity: ``max_concurrent``.
+        running: called on the writer thread for the heartbeat's running count.
+        version: this supervise's version.
+        queues: the queues this host takes from.
+        heartbeat: seconds between heartbeats.
+    """
+
+    def __init__(self, dsn: str, host_id: str, capacity: int, running: Callable[[], int],
+                 version: str, queues: list[str], heartbeat: float) -> None:  # fmt: skip
+        self.dsn = dsn
+        self.host_id = host_id
+        self.capacity = capacity
+        self.running = running
+        self.version = version
+        self.queues = queues
+        self.heartbeat = heartbeat
+        self._queue: queue.SimpleQueue[Transition | None] = queue.SimpleQueue()
+        self._pending: deque[Transition] = deque()
+        self._conn: psycopg.Connection | None = None
+        self._last_error: str | None = None
+        self._thread = threading.Thread(target=self._loop, name="supervise-cluster-writer",
+                                        daemon=True)  # fmt: skip
+
+    def start(self) -> None:
+        """Start the thread (the first heartbeat is written at once)."""
+        self._thread.start()
+
+    def put(self, transition: Transition) -> None:
+        """Queue a transition (any thread; no I/O)."""
+        self._queue.put(transition)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Write what is queued (at most ``timeout`` seconds), then stop."""
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        next_beat = 0.0
+        stopping = False
+        while not (stopping and not self._pending):
+            wait = max(0.0, next_beat - time.monotonic())
+            try:
+                timeout = min(wait, RETRY_EVERY) if self._pending else wait
+                item = self._queue.get(timeout=timeout)
+                if item is None:
+                    stopping = True
+                else:
+                    self._pending.append(item)
+                while True:  # take everything queued now: one connection round for all
+                    item = self._queue.get_nowait()
+                    stopping = stopping or item is None
+                    if item is not None:
+                        self._pending.append(item)
+            except queue.Empty:
+                pass
+            beat = time.monotonic() >= next_beat
+            if self._flush(beat):
+                if beat:
+                    next_beat = time.monotonic() + self.heartbeat
+            elif stopping:
+                log.error("cluster: %d transition(s) not written at shutdown: %s",
+                          len(self._pending), self._last_error)  # fmt: skip
+                return
+            else:
+                time.sleep(RETRY_EVERY)  # the writer's own thread: nothing else waits
+        if self._conn is not None:
+            self._conn.close()
+
+    def _flush(self, beat: bool) -> bool:
+        """Write pending transitions in order (and the heartbeat); False on failure."""
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = connect(self.dsn)
+            conn = self._conn
+            while self._pending:
+                item = self._pending[0]
+                with conn.transaction():
+                    row = (item.state, item.session_id, item.started_at, item.finished_at,
+                           item.exit_code, item.retry_count, item.failure_reason, item.verdict,
+                           item.error, item.task_id, self.host_id, item.generation)  # fmt: skip
+                    conn.execute(_UPDATE, row)
+                    conn.execute(
+                        "INSERT INTO supervise_events (task_id, host_id, generation, event, "
+                        "state) VALUES (%s, %s, %s, %s, %s)",
+                        (item.task_id, self.host_id, item.generation, item.event, item.state),
+                    )
+                self._pending.popleft()
+            if beat:
+                conn.execute(_HEARTBEAT, (self.host_id, self.capacity, self.running(),
+                             self.version, self.queues, self._last_error))  # fmt: skip
+            return True
+        except (psycopg.Error, ClusterError) as exc:
+            message = one_line(exc)
+            if message != self._last_error:
+                log.error("cluster: cannot write to the database: %s", message)
+            self._last_error = message
+            if self._conn is not None:
+                self._conn.close()
+            self._conn = None
+            return False
