@@ -15,14 +15,13 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 import tomli_w
 from cluster_support import postgres_server
-from conftest import FAKE_AGENT, Setup, wait_for
+from conftest import Setup, wait_for
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -203,3 +202,143 @@ def test_submit_validates_like_the_spool(setup: Setup, dsn: str) -> None:
     badhost.write_text(tomli_w.dumps(setup.task("p", "exit: 0", host="a/b")))
     result = supervise("submit", "-c", str(profile), str(badhost))
     assert result.returncode == 1 and "key 'host'" in result.stderr
+
+
+# ---------------------------------------------------------------- the fleet
+
+TERMINAL = {"completed", "failed", "abandoned"}
+
+
+def _prompt(index: int) -> tuple[str, str, int]:
+    """Task ``index``'s prompt and the status and exit code it must end with."""
+    if index % 4 == 0:
+        return "print: failing on purpose\nsleep: 0.2\nexit: 3\n", "failed", 3
+    return f"print: task {index}\nsleep: 0.{index % 3 + 1}\nexit: 0\n", "completed", 0
+
+
+def _max_overlap(intervals: list[tuple[float, float]]) -> int:
+    """The most intervals open at once (an end at the same instant as a start comes first)."""
+    edges = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
+    most = open_now = 0
+    for _, step in edges:
+        open_now += step
+        most = max(most, open_now)
+    return most
+
+
+def _host_runs(state: Path) -> dict[str, tuple[float, float, list[dict]]]:
+    """task id -> (launched ts, ended ts, events) from one host's local event logs."""
+    found = {}
+    for log in (state / "tasks").glob("*/events.jsonl"):
+        events = [json.loads(line) for line in log.read_text().splitlines()]
+        launched = [e["ts"] for e in events if e["event"] == "launched"]
+        ended = [e["ts"] for e in events if e.get("status") in TERMINAL]
+        found[log.parent.name] = (min(launched), min(ended), events)
+    return found
+
+
+def run_fleet(tmp_path: Path, dsn: str, tasks: int, max_concurrent: int = 2,
+              timeout: float = 120) -> None:  # fmt: skip
+    """Three engines (own state dir, tmux socket, host id) take ``tasks`` tasks from the
+    database: each starts exactly once (launch events counted on every host and in the
+    database), no host ever runs more than ``max_concurrent`` (its local event log's
+    launch-to-end intervals, and the heartbeats sampled meanwhile), and each ends as its
+    prompt says."""
+    from supervisor.cluster.submit import submit
+    from supervisor.config import load_profile, load_task
+
+    assert supervise("cluster", "init", env={"SUPERVISE_CLUSTER_DSN": dsn}).returncode == 0
+    for i in range(3):
+        (tmp_path / f"h{i}").mkdir()
+    hosts = {f"h{i}": Setup(tmp_path / f"h{i}", f"sv-test-{uuid.uuid4().hex[:10]}")
+             for i in range(3)}  # fmt: skip
+    for host_id, setup in hosts.items():
+        cluster_profile(setup, dsn, host_id, max_concurrent=max_concurrent)
+    engines: list[subprocess.Popen] = []
+    expected = {}
+    sampled: list[tuple[str, int, int]] = []
+    try:
+        for setup in hosts.values():
+            with open(setup.root / "engine.log", "w") as out:
+                engines.append(subprocess.Popen(
+                    [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile)],
+                    stdout=out, stderr=subprocess.STDOUT))  # fmt: skip
+        wait_for(lambda: len(rows(dsn, "SELECT 1 FROM supervise_hosts")) == 3, timeout=30)
+        submitter = load_profile(hosts["h0"].profile)
+        projects = tmp_path / "projects"
+        for index in range(tasks):
+            prompt, status, code = _prompt(index)
+            project = projects / f"p{index}"
+            project.mkdir(parents=True)
+            file = tmp_path / "task.toml"
+            file.write_text(tomli_w.dumps({"name": f"t{index}", "prompt": prompt,
+                                           "project_dir": str(project)}))  # fmt: skip
+            done = submit(dsn, submitter, load_task(file, submitter))
+            expected[done.task_id] = (status, code)
+        # procrastinate is at-least-once: a second job for a task (a retried or stalled
+        # one) must find it claimed and do nothing.
+        from supervisor.cluster.submit import TASK_NAME, sync_app
+
+        app = sync_app(dsn)
+        with app.open():
+            for task_id in list(expected)[:: max(1, tasks // 8)]:
+                app.configure_task(TASK_NAME, queue="supervise").defer(task_id=task_id)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            sampled += rows(dsn, "SELECT host_id, running, capacity FROM supervise_hosts")
+            ended = rows(dsn, "SELECT count(*) FROM supervise_tasks WHERE state = ANY(%s)",
+                         list(TERMINAL))[0][0]  # fmt: skip
+            if ended == tasks:
+                break
+            time.sleep(0.2)
+        else:
+            states = rows(dsn, "SELECT state, count(*) FROM supervise_tasks GROUP BY state")
+            raise AssertionError(f"not all tasks ended within {timeout} s: {states}")
+    finally:
+        for process in engines:
+            process.send_signal(signal.SIGTERM)
+        for process in engines:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        for setup in hosts.values():
+            setup.tmux("kill-server")
+            Path(f"/tmp/tmux-{os.getuid()}/{setup.socket_name}").unlink(missing_ok=True)
+
+    runs: dict[str, str] = {}  # task id -> the host whose log launched it
+    for host_id, setup in hosts.items():
+        local = _host_runs(setup.state)
+        for task_id, (_, _, events) in local.items():
+            assert task_id not in runs, f"{task_id} ran on {runs[task_id]} and {host_id}"
+            assert sum(e["event"] == "launched" for e in events) == 1, (task_id, events)
+            runs[task_id] = host_id
+        overlap = _max_overlap([(a, b) for a, b, _ in local.values()])
+        assert 1 <= overlap <= max_concurrent, (host_id, overlap)
+        manifests = setup.manifests()
+        for manifest in manifests.values():
+            want_status, want_code = expected[manifest["task_id"]]
+            assert (manifest["status"], manifest["exit_code"]) == (want_status, want_code)
+    assert sorted(runs) == sorted(expected)
+    launched = rows(dsn, "SELECT task_id, count(*), min(host_id) FROM supervise_events "
+                         "WHERE event = 'launched' GROUP BY task_id")  # fmt: skip
+    assert {t: (n, h) for t, n, h in launched} == {t: (1, runs[t]) for t in expected}
+    final = rows(dsn, "SELECT id, state, owner_host, generation, exit_code FROM supervise_tasks")
+    assert {r[0]: r[1:] for r in final} == {
+        t: (expected[t][0], runs[t], 1, expected[t][1]) for t in expected
+    }
+    assert sampled and all(running <= capacity for _, running, capacity in sampled)
+    assert max(running for _, running, _ in sampled) >= 1
+    assert rows(dsn, "SELECT count(*) FROM procrastinate_jobs WHERE status = 'doing'") == [(0,)]
+
+
+def test_fleet_quick(tmp_path: Path, dsn: str) -> None:
+    """24 tasks over 3 engines with 2 slots each (see :func:`run_fleet`)."""
+    run_fleet(tmp_path, dsn, tasks=24)
+
+
+@pytest.mark.slow
+def test_fleet_300_tasks_over_3_engines(tmp_path: Path, dsn: str) -> None:
+    """The issue's Must-show: 300 tasks over 3 engines (see :func:`run_fleet`)."""
+    run_fleet(tmp_path, dsn, tasks=300, max_concurrent=4, timeout=600)
