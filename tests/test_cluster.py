@@ -331,6 +331,21 @@ def run_fleet(tmp_path: Path, dsn: str, tasks: int, max_concurrent: int = 2,
     assert sampled and all(running <= capacity for _, running, capacity in sampled)
     assert max(running for _, running, _ in sampled) >= 1
     assert rows(dsn, "SELECT count(*) FROM procrastinate_jobs WHERE status = 'doing'") == [(0,)]
+    # The fleet's view from a fourth process that has only the DSN.
+    only_dsn = {"SUPERVISE_CLUSTER_DSN": dsn}
+    listed = supervise("hosts", "--json", env=only_dsn)
+    assert listed.returncode == 0, listed.stderr
+    assert [(h["host_id"], h["capacity"], h["running"]) for h in json.loads(listed.stdout)] == [
+        (host_id, max_concurrent, 0) for host_id in sorted(hosts)
+    ]
+    status = supervise("status", "--cluster", "--json", env=only_dsn)
+    assert status.returncode == 0, status.stderr
+    assert {r["id"]: (r["state"], r["owner_host"]) for r in json.loads(status.stdout)} == {
+        t: (expected[t][0], runs[t]) for t in expected
+    }
+    table = supervise("status", "--cluster", env=only_dsn).stdout.splitlines()
+    assert table[0].split()[:4] == ["id", "name", "state", "owner_host"]
+    assert len(table) == tasks + 1
 
 
 def test_fleet_quick(tmp_path: Path, dsn: str) -> None:

@@ -140,8 +140,11 @@ class ClusterIntake:
         if not ended and self._reported.get(task_id) == (event, status):
             return  # a check that changed nothing: nothing to write
         self._reported[task_id] = (event, status)
-        if ended:
+        if ended:  # before the write: a heartbeat after it never counts the task
             self._reported.pop(task_id, None)
+            with self._lock:
+                self._owned.pop(task_id, None)
+            self._not_ours.add(task_id)  # never counted again (engine worker only)
         self.writer.put(Transition(
             task_id, generation, event, status, manifest.session_id,
             manifest.started_at, manifest.finished_at, manifest.exit_code,
@@ -151,7 +154,6 @@ class ClusterIntake:
         ))  # fmt: skip
         if ended:
             with self._lock:
-                self._owned.pop(task_id, None)
                 job = self._jobs.pop(task_id, None)
             if job is not None and self._loop is not None:
                 self._loop.call_soon_threadsafe(_finish, job)

@@ -122,7 +122,7 @@ class Writer:
                         self._pending.append(item)
             except queue.Empty:
                 pass
-            beat = time.monotonic() >= next_beat
+            beat = stopping or time.monotonic() >= next_beat  # a last one at shutdown
             if self._flush(beat):
                 if beat:
                     next_beat = time.monotonic() + self.heartbeat
