@@ -207,10 +207,13 @@ def test_submit_validates_like_the_spool(setup: Setup, dsn: str) -> None:
 # ---------------------------------------------------------------- the fleet
 
 TERMINAL = {"completed", "failed", "abandoned"}
+DOING = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'doing'"
 
 
 def _prompt(index: int) -> tuple[str, str, int]:
     """Task ``index``'s prompt and the status and exit code it must end with."""
+    if index % 8 == 1:  # pinned to h1 (see run_fleet), and long enough for a duplicate job
+        return "print: pinned\nsleep: 1\nexit: 0\n", "completed", 0
     if index % 4 == 0:
         return "print: failing on purpose\nsleep: 0.2\nexit: 3\n", "failed", 3
     return f"print: task {index}\nsleep: 0.{index % 3 + 1}\nexit: 0\n", "completed", 0
@@ -256,6 +259,7 @@ def run_fleet(tmp_path: Path, dsn: str, tasks: int, max_concurrent: int = 2,
         cluster_profile(setup, dsn, host_id, max_concurrent=max_concurrent)
     engines: list[subprocess.Popen] = []
     expected = {}
+    pinned: set[str] = set()
     sampled: list[tuple[str, int, int]] = []
     try:
         for setup in hosts.values():
@@ -271,24 +275,31 @@ def run_fleet(tmp_path: Path, dsn: str, tasks: int, max_concurrent: int = 2,
             project = projects / f"p{index}"
             project.mkdir(parents=True)
             file = tmp_path / "task.toml"
+            pin = {"host": "h1"} if index % 8 == 1 else {}
             file.write_text(tomli_w.dumps({"name": f"t{index}", "prompt": prompt,
-                                           "project_dir": str(project)}))  # fmt: skip
+                                           "project_dir": str(project), **pin}))  # fmt: skip
             done = submit(dsn, submitter, load_task(file, submitter))
             expected[done.task_id] = (status, code)
+            if pin:
+                pinned.add(done.task_id)
         # procrastinate is at-least-once: a second job for a task (a retried or stalled
-        # one) must find it claimed and do nothing.
+        # one) must find it claimed and do nothing, also on the host running it.
         from supervisor.cluster.submit import TASK_NAME, sync_app
 
         app = sync_app(dsn)
         with app.open():
             for task_id in list(expected)[:: max(1, tasks // 8)]:
                 app.configure_task(TASK_NAME, queue="supervise").defer(task_id=task_id)
+            for task_id in pinned:
+                app.configure_task(TASK_NAME, queue="host.h1").defer(task_id=task_id)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             sampled += rows(dsn, "SELECT host_id, running, capacity FROM supervise_hosts")
             ended = rows(dsn, "SELECT count(*) FROM supervise_tasks WHERE state = ANY(%s)",
                          list(TERMINAL))[0][0]  # fmt: skip
             if ended == tasks:
+                # Every job, the duplicates' included, finished: none holds a worker slot.
+                wait_for(lambda: rows(dsn, DOING) == [(0,)], timeout=10)
                 break
             time.sleep(0.2)
         else:
@@ -321,6 +332,7 @@ def run_fleet(tmp_path: Path, dsn: str, tasks: int, max_concurrent: int = 2,
             want_status, want_code = expected[manifest["task_id"]]
             assert (manifest["status"], manifest["exit_code"]) == (want_status, want_code)
     assert sorted(runs) == sorted(expected)
+    assert pinned and all(runs[t] == "h1" for t in pinned)
     launched = rows(dsn, "SELECT task_id, count(*), min(host_id) FROM supervise_events "
                          "WHERE event = 'launched' GROUP BY task_id")  # fmt: skip
     assert {t: (n, h) for t, n, h in launched} == {t: (1, runs[t]) for t in expected}
@@ -330,7 +342,6 @@ def run_fleet(tmp_path: Path, dsn: str, tasks: int, max_concurrent: int = 2,
     }
     assert sampled and all(running <= capacity for _, running, capacity in sampled)
     assert max(running for _, running, _ in sampled) >= 1
-    assert rows(dsn, "SELECT count(*) FROM procrastinate_jobs WHERE status = 'doing'") == [(0,)]
     # The fleet's view from a fourth process that has only the DSN.
     only_dsn = {"SUPERVISE_CLUSTER_DSN": dsn}
     listed = supervise("hosts", "--json", env=only_dsn)

@@ -228,24 +228,15 @@ class ClusterIntake:
 
     async def _job(self, task_id: str) -> None:
         """One job: claim, materialize, hand to the engine, live until the task ends."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
-        with self._lock:  # registered first: a very short task may end before we await
-            self._jobs[task_id] = done
-        try:
-            handed = await asyncio.to_thread(self._claim, task_id)
-        except BaseException:
-            with self._lock:
-                self._jobs.pop(task_id, None)
-            raise
-        if not handed:
-            with self._lock:
-                self._jobs.pop(task_id, None)
-            return
-        self.wake()
-        await done
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # Registered by the claim itself, before the engine can see the task (a short task
+        # may end before this job awaits), and only then: a duplicate job whose claim fails
+        # must not touch the running job's entry.
+        if await asyncio.to_thread(self._claim, task_id, done):
+            self.wake()
+            await done
 
-    def _claim(self, task_id: str) -> bool:
+    def _claim(self, task_id: str, done: asyncio.Future[None]) -> bool:
         """Claim and materialize ``task_id`` (a plain thread). False: not ours to run.
 
         Raises:
@@ -262,7 +253,7 @@ class ClusterIntake:
                 return False
             generation, document = int(row[0]), row[1]
             try:
-                error = self._materialize(task_id, generation, document)
+                error = self._materialize(task_id, generation, document, done)
             except Exception as exc:  # claimed but not runnable here: say so, never hang
                 log.exception("cluster: cannot materialize %s", task_id)
                 error = f"cannot materialize on host {self.cluster.host_id}: {exc!r}"
@@ -273,7 +264,9 @@ class ClusterIntake:
                 return False
         return True
 
-    def _materialize(self, task_id: str, generation: int, document: dict) -> str | None:
+    def _materialize(
+        self, task_id: str, generation: int, document: dict, done: asyncio.Future[None]
+    ) -> str | None:
         """The task folder, as a spool claim makes it; the error text if it is rejected."""
         folder = self.profile.tasks_dir / task_id
         self.profile.tasks_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -289,6 +282,7 @@ class ClusterIntake:
         atomic_write(folder / CLAIM_FILE, json.dumps(record).encode())
         with self._lock:
             self._owned[task_id] = generation
+            self._jobs[task_id] = done
         self._handed.put((claimed.task_dir, claimed.resolved))
         return None
 
