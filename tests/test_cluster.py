@@ -15,6 +15,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -242,6 +243,7 @@ def _host_runs(state: Path) -> dict[str, tuple[float, float, list[dict]]]:
         events = [json.loads(line) for line in log.read_text().splitlines()]
         launched = [_epoch(e["ts"]) for e in events if e["event"] == "launched"]
         ended = [_epoch(e["ts"]) for e in events if e.get("status") in TERMINAL]
+        assert launched and ended, f"{log}: no launch or no ending: {events}"
         found[log.parent.name] = (min(launched), min(ended), events)
     return found
 
@@ -258,6 +260,40 @@ def _refill_gaps(local: dict[str, tuple[float, float, list[dict]]], until: float
     return gaps
 
 
+@contextmanager
+def engines(tmp_path: Path, dsn: str, count: int = 3,
+            max_concurrent: int = 2) -> Iterator[dict[str, Setup]]:  # fmt: skip
+    """``count`` engines (hosts ``h0``...: own state dir, tmux socket, host id) on a fresh
+    schema, running until the block ends (then SIGTERM by PID; their tmux servers killed)."""
+    assert supervise("cluster", "init", env={"SUPERVISE_CLUSTER_DSN": dsn}).returncode == 0
+    hosts = {}
+    for i in range(count):
+        (tmp_path / f"h{i}").mkdir()
+        hosts[f"h{i}"] = Setup(tmp_path / f"h{i}", f"sv-test-{uuid.uuid4().hex[:10]}")
+        cluster_profile(hosts[f"h{i}"], dsn, f"h{i}", max_concurrent=max_concurrent)
+    processes: list[subprocess.Popen] = []
+    try:
+        for setup in hosts.values():
+            with open(setup.root / "engine.log", "w") as out:
+                processes.append(subprocess.Popen(
+                    [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile)],
+                    stdout=out, stderr=subprocess.STDOUT))  # fmt: skip
+        wait_for(lambda: len(rows(dsn, "SELECT 1 FROM supervise_hosts")) == count, timeout=30)
+        yield hosts
+    finally:
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        for setup in hosts.values():
+            setup.tmux("kill-server")
+            Path(f"/tmp/tmux-{os.getuid()}/{setup.socket_name}").unlink(missing_ok=True)
+
+
 def run_fleet(tmp_path: Path, dsn: str, tasks: int, max_concurrent: int = 2,
               timeout: float = 120) -> None:  # fmt: skip
     """Three engines (own state dir, tmux socket, host id) take ``tasks`` tasks from the
@@ -265,27 +301,13 @@ def run_fleet(tmp_path: Path, dsn: str, tasks: int, max_concurrent: int = 2,
     database), no host ever runs more than ``max_concurrent`` (its local event log's
     launch-to-end intervals, and the heartbeats sampled meanwhile), and each ends as its
     prompt says."""
-    from supervisor.cluster.submit import submit
+    from supervisor.cluster.submit import TASK_NAME, submit, sync_app
     from supervisor.config import load_profile, load_task
 
-    assert supervise("cluster", "init", env={"SUPERVISE_CLUSTER_DSN": dsn}).returncode == 0
-    for i in range(3):
-        (tmp_path / f"h{i}").mkdir()
-    hosts = {f"h{i}": Setup(tmp_path / f"h{i}", f"sv-test-{uuid.uuid4().hex[:10]}")
-             for i in range(3)}  # fmt: skip
-    for host_id, setup in hosts.items():
-        cluster_profile(setup, dsn, host_id, max_concurrent=max_concurrent)
-    engines: list[subprocess.Popen] = []
     expected = {}
     pinned: set[str] = set()
     sampled: list[tuple[str, int, int]] = []
-    try:
-        for setup in hosts.values():
-            with open(setup.root / "engine.log", "w") as out:
-                engines.append(subprocess.Popen(
-                    [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile)],
-                    stdout=out, stderr=subprocess.STDOUT))  # fmt: skip
-        wait_for(lambda: len(rows(dsn, "SELECT 1 FROM supervise_hosts")) == 3, timeout=30)
+    with engines(tmp_path, dsn, max_concurrent=max_concurrent) as hosts:
         submitter = load_profile(hosts["h0"].profile)
         projects = tmp_path / "projects"
         for index in range(tasks):
@@ -302,8 +324,6 @@ def run_fleet(tmp_path: Path, dsn: str, tasks: int, max_concurrent: int = 2,
                 pinned.add(done.task_id)
         # procrastinate is at-least-once: a second job for a task (a retried or stalled
         # one) must find it claimed and do nothing, also on the host running it.
-        from supervisor.cluster.submit import TASK_NAME, sync_app
-
         app = sync_app(dsn)
         with app.open():
             for task_id in list(expected)[:: max(1, tasks // 8)]:
@@ -323,18 +343,6 @@ def run_fleet(tmp_path: Path, dsn: str, tasks: int, max_concurrent: int = 2,
         else:
             states = rows(dsn, "SELECT state, count(*) FROM supervise_tasks GROUP BY state")
             raise AssertionError(f"not all tasks ended within {timeout} s: {states}")
-    finally:
-        for process in engines:
-            process.send_signal(signal.SIGTERM)
-        for process in engines:
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        for setup in hosts.values():
-            setup.tmux("kill-server")
-            Path(f"/tmp/tmux-{os.getuid()}/{setup.socket_name}").unlink(missing_ok=True)
 
     runs: dict[str, str] = {}  # task id -> the host whose log launched it
     logs = {host_id: _host_runs(setup.state) for host_id, setup in hosts.items()}
@@ -395,3 +403,39 @@ def test_fleet_quick(tmp_path: Path, dsn: str) -> None:
 def test_fleet_300_tasks_over_3_engines(tmp_path: Path, dsn: str) -> None:
     """The issue's Must-show: 300 tasks over 3 engines (see :func:`run_fleet`)."""
     run_fleet(tmp_path, dsn, tasks=300, max_concurrent=4, timeout=600)
+
+
+def test_task_this_host_cannot_run_is_rejected_not_lost(tmp_path: Path, dsn: str) -> None:
+    """A task valid where it was submitted but not on the host that claims it (its
+    project_dir is gone) is recorded rejected with the reason, its file kept in the host's
+    spool/rejected/; a task pinned to a host that does not run stays queued."""
+    from supervisor.cluster.submit import submit
+    from supervisor.config import load_profile, load_task
+
+    with engines(tmp_path, dsn, count=1) as hosts:
+        submitter = load_profile(hosts["h0"].profile)
+        gone = tmp_path / "gone"
+        gone.mkdir()
+        file = tmp_path / "task.toml"
+        file.write_text(tomli_w.dumps({"name": "gone", "prompt": "exit: 0",
+                                       "project_dir": str(gone), "host": "h9"}))  # fmt: skip
+        waiting = submit(dsn, submitter, load_task(file, submitter)).task_id
+        file.write_text(tomli_w.dumps({"name": "gone", "prompt": "exit: 0",
+                                       "project_dir": str(gone)}))  # fmt: skip
+        resolved = load_task(file, submitter)
+        gone.rmdir()
+        task_id = submit(dsn, submitter, resolved).task_id
+        wait_for(lambda: rows(dsn, "SELECT state FROM supervise_tasks WHERE id = %s",
+                              task_id) == [("rejected",)], timeout=30)  # fmt: skip
+        wait_for(lambda: rows(dsn, DOING) == [(0,)], timeout=10)
+        [(error,)] = rows(dsn, "SELECT error FROM supervise_tasks WHERE id = %s", task_id)
+        assert "project_dir" in error and str(gone) in error
+        rejected = hosts["h0"].spool / "rejected"
+        assert (rejected / f"{task_id}.toml").is_file()
+        assert "project_dir" in (rejected / f"{task_id}.toml.error").read_text()
+        assert not (hosts["h0"].state / "tasks" / task_id).exists()
+        assert rows(dsn, "SELECT state FROM supervise_tasks WHERE id = %s", waiting) == [
+            ("queued",)
+        ]
+        assert rows(dsn, "SELECT status FROM procrastinate_jobs WHERE queueing_lock = %s",
+                    waiting) == [("todo",)]  # fmt: skip
