@@ -24,6 +24,7 @@ import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,6 +46,14 @@ def _free_port() -> int:
 @contextlib.contextmanager
 def postgres_server() -> Iterator[str]:
     """Start a private server; yield its DSN (unix socket, user ``postgres``, trust auth)."""
+    with postgres_executor() as (dsn, _):
+        yield dsn
+
+
+@contextlib.contextmanager
+def postgres_executor() -> Iterator[tuple[str, Any]]:
+    """:func:`postgres_server`, also yielding its executor (``stop()``, then ``start()``
+    again on the same data folder: a restart of the server)."""
     from pytest_postgresql.executors.proc import PostgreSQLExecutor
 
     binaries = pg_bin()
@@ -81,7 +90,7 @@ def postgres_server() -> Iterator[str]:
         admin = f"host={base} port={port} user=postgres dbname=postgres"
         with psycopg.connect(admin, autocommit=True, connect_timeout=10) as conn:
             conn.execute("CREATE DATABASE supervise")
-        yield f"host={base} port={port} user=postgres dbname=supervise"
+        yield f"host={base} port={port} user=postgres dbname=supervise", executor
     finally:
         with contextlib.suppress(Exception):
             executor.stop()

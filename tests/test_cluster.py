@@ -273,25 +273,34 @@ def engines(tmp_path: Path, dsn: str, count: int = 3,
         cluster_profile(hosts[f"h{i}"], dsn, f"h{i}", max_concurrent=max_concurrent)
     processes: list[subprocess.Popen] = []
     try:
-        for setup in hosts.values():
-            with open(setup.root / "engine.log", "w") as out:
-                processes.append(subprocess.Popen(
-                    [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile)],
-                    stdout=out, stderr=subprocess.STDOUT))  # fmt: skip
+        processes += [start_engine(setup) for setup in hosts.values()]
         wait_for(lambda: len(rows(dsn, "SELECT 1 FROM supervise_hosts")) == count, timeout=30)
         yield hosts
     finally:
-        for process in processes:
-            process.send_signal(signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_engines(processes)
         for setup in hosts.values():
             setup.tmux("kill-server")
             Path(f"/tmp/tmux-{os.getuid()}/{setup.socket_name}").unlink(missing_ok=True)
+
+
+def start_engine(setup: Setup) -> subprocess.Popen:
+    """``supervise run`` of ``setup``'s profile, its output appended to ``engine.log``."""
+    with open(setup.root / "engine.log", "a") as out:
+        argv = [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile)]
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+
+
+def stop_engines(processes: list[subprocess.Popen]) -> None:
+    """SIGTERM each by PID, then wait (SIGKILL after 30 s)."""
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def run_fleet(tmp_path: Path, dsn: str, tasks: int, max_concurrent: int = 2,
@@ -439,3 +448,48 @@ def test_task_this_host_cannot_run_is_rejected_not_lost(tmp_path: Path, dsn: str
         ]
         assert rows(dsn, "SELECT status FROM procrastinate_jobs WHERE queueing_lock = %s",
                     waiting) == [("todo",)]  # fmt: skip
+
+
+def test_database_down_transitions_kept_in_the_outbox(tmp_path: Path) -> None:
+    """PostgreSQL stops while tasks run: the engine keeps supervising them (they end as
+    their prompts say), keeps their transitions in its outbox file when stopped meanwhile,
+    and its next start writes them in order, each event once."""
+    from cluster_support import postgres_executor
+
+    from supervisor.cluster.submit import submit
+    from supervisor.config import load_profile, load_task
+
+    with postgres_executor() as (dsn, server):
+        with engines(tmp_path, dsn, count=1) as hosts:
+            setup = hosts["h0"]
+            profile = load_profile(setup.profile)
+            ids = {}
+            for name, code in (("ok", 0), ("bad", 5)):
+                file = tmp_path / f"{name}.toml"
+                file.write_text(tomli_w.dumps(setup.task(name, f"sleep: 2\nexit: {code}")))
+                ids[name] = submit(dsn, profile, load_task(file, profile)).task_id
+            running = "SELECT count(*) FROM supervise_tasks WHERE state = 'running'"
+            wait_for(lambda: rows(dsn, running) == [(2,)], timeout=30)
+            server.stop()
+            wait_for(lambda: {m["status"] for m in setup.manifests().values()}
+                     == {"completed", "failed"}, timeout=30)  # fmt: skip
+        outbox = setup.state / "cluster-outbox.jsonl"
+        kept = [json.loads(line) for line in outbox.read_text().splitlines()]
+        assert {(t["task_id"], t["state"]) for t in kept} >= {
+            (ids["ok"], "completed"), (ids["bad"], "failed")}  # fmt: skip
+        server.start()
+        assert rows(dsn, running) == [(2,)]  # nothing was written while it was down
+        again = start_engine(setup)
+        try:
+            ended = "SELECT id, state, exit_code FROM supervise_tasks ORDER BY name"
+            want = [(ids["bad"], "failed", 5), (ids["ok"], "completed", 0)]
+            wait_for(lambda: rows(dsn, ended) == want, timeout=30)
+            wait_for(lambda: not outbox.exists(), timeout=10)
+        finally:
+            stop_engines([again])
+            setup.tmux("kill-server")
+        events = rows(dsn, "SELECT task_id, event, count(*) FROM supervise_events "
+                           "GROUP BY task_id, event")  # fmt: skip
+        assert all(n == 1 for _, _, n in events), events
+        assert {(t, e) for t, e, _ in events} >= {(ids["ok"], "launched"),
+            (ids["ok"], "completed"), (ids["bad"], "launched"), (ids["bad"], "failed")}  # fmt: skip

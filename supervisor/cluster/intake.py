@@ -50,6 +50,8 @@ from supervisor.taskdir import Manifest, TaskDir, atomic_write
 log = logging.getLogger("supervise.cluster")
 #: The claim record in a task folder: ``{"host_id", "generation"}``.
 CLAIM_FILE = "cluster.json"
+#: The writer's outbox in ``state_dir`` (:mod:`supervisor.cluster.writer`).
+OUTBOX = "cluster-outbox.jsonl"
 #: Seconds before a worker that died is started again (doubling up to :data:`MAX_BACKOFF`).
 BACKOFF = 1.0
 MAX_BACKOFF = 30.0
@@ -97,6 +99,7 @@ class ClusterIntake:
         self.writer = Writer(
             self.dsn, self.cluster.host_id, profile.spec.max_concurrent, self.running,
             version, self.queues, self.cluster.heartbeat,
+            profile.state_dir / OUTBOX,
         )  # fmt: skip
 
     # ------------------------------------------------------------ the Intake protocol

@@ -57,6 +57,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         CREATE INDEX supervise_tasks_owner ON supervise_tasks (owner_host, state);
         CREATE TABLE supervise_events (
             id bigserial PRIMARY KEY,
+            transition_id text NOT NULL UNIQUE,
             task_id text NOT NULL,
             host_id text NOT NULL,
             generation integer NOT NULL,

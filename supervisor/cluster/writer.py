@@ -4,24 +4,34 @@ The worker only puts a :class:`Transition` on a queue (no I/O); this module's th
 writes it: the task row (state and the manifest's summary fields, only while this host
 owns the claim's generation) and one ``supervise_events`` row. It also upserts this host's
 ``supervise_hosts`` row every ``heartbeat`` seconds. Each statement is bounded by
-:data:`~supervisor.cluster.db.STATEMENT_TIMEOUT`; while the database cannot be reached,
-transitions wait in memory in order and are written when it answers again (a local outbox
-file that survives a restart of the engine is not built yet).
+:data:`~supervisor.cluster.db.STATEMENT_TIMEOUT`.
+
+While the database cannot be reached, transitions wait in order, in memory and in the
+outbox file ``state_dir/cluster-outbox.jsonl`` (rewritten atomically after each failed try,
+so an engine stopped or killed meanwhile loses at most the last :data:`RETRY_EVERY` seconds);
+the next start of the engine loads it first, and the file is removed once everything in it
+is written. Each transition carries an id, unique in ``supervise_events``, so one written
+just before a crash and replayed from the outbox is not counted twice.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import queue
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import psycopg
 
 from supervisor.cluster.db import ClusterError, connect, one_line
+from supervisor.taskdir import atomic_write
 
 log = logging.getLogger("supervise.cluster")
 #: Seconds between tries while the database does not answer.
@@ -44,6 +54,7 @@ class Transition:
     failure_reason: str | None = None
     verdict: str | None = None
     error: str | None = None
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
 _UPDATE = """
@@ -72,10 +83,12 @@ class Writer:
         version: this supervise's version.
         queues: the queues this host takes from.
         heartbeat: seconds between heartbeats.
+        outbox: the outbox file (see the module docstring).
     """
 
     def __init__(self, dsn: str, host_id: str, capacity: int, running: Callable[[], int],
-                 version: str, queues: list[str], heartbeat: float) -> None:  # fmt: skip
+                 version: str, queues: list[str], heartbeat: float,
+                 outbox: Path) -> None:  # fmt: skip
         self.dsn = dsn
         self.host_id = host_id
         self.capacity = capacity
@@ -83,6 +96,8 @@ class Writer:
         self.version = version
         self.queues = queues
         self.heartbeat = heartbeat
+        self.outbox = outbox
+        self._saved = outbox.exists()  # an outbox file on disk, to remove once written
         self._queue: queue.SimpleQueue[Transition | None] = queue.SimpleQueue()
         self._pending: deque[Transition] = deque()
         self._conn: psycopg.Connection | None = None
@@ -103,7 +118,33 @@ class Writer:
         self._queue.put(None)
         self._thread.join(timeout)
 
+    def _load_outbox(self) -> None:
+        """Transitions a previous run could not write go first, in their order."""
+        try:
+            lines = self.outbox.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            log.error("cluster: cannot read the outbox %s: %s", self.outbox, exc)
+            return
+        for line in lines:
+            try:
+                self._pending.append(Transition(**json.loads(line)))
+            except (ValueError, TypeError) as exc:
+                log.error("cluster: skipped a damaged outbox line in %s: %s", self.outbox, exc)
+        log.info("cluster: %d transition(s) from the outbox to write", len(self._pending))
+
+    def _save_outbox(self) -> None:
+        """Keep what is pending in the outbox file (atomically; errors logged)."""
+        text = "".join(json.dumps(dataclasses.asdict(t)) + "\n" for t in self._pending)
+        try:
+            atomic_write(self.outbox, text.encode())
+            self._saved = True
+        except OSError as exc:
+            log.error("cluster: cannot write the outbox %s: %s", self.outbox, exc)
+
     def _loop(self) -> None:
+        self._load_outbox()
         next_beat = 0.0
         stopping = False
         while not (stopping and not self._pending):
@@ -126,12 +167,16 @@ class Writer:
             if self._flush(beat):
                 if beat:
                     next_beat = time.monotonic() + self.heartbeat
-            elif stopping:
-                log.error("cluster: %d transition(s) not written at shutdown: %s",
-                          len(self._pending), self._last_error)  # fmt: skip
+                if self._saved:  # everything in it is written now
+                    self.outbox.unlink(missing_ok=True)
+                    self._saved = False
+                continue
+            self._save_outbox()
+            if stopping:
+                log.error("cluster: %d transition(s) kept in %s for the next start: %s",
+                          len(self._pending), self.outbox, self._last_error)  # fmt: skip
                 return
-            else:
-                time.sleep(RETRY_EVERY)  # the writer's own thread: nothing else waits
+            time.sleep(RETRY_EVERY)  # the writer's own thread: nothing else waits
         if self._conn is not None:
             self._conn.close()
 
@@ -149,10 +194,12 @@ class Writer:
                            item.error, item.task_id, self.host_id, item.generation)  # fmt: skip
                     conn.execute(_UPDATE, row)
                     conn.execute(
-                        "INSERT INTO supervise_events (task_id, host_id, generation, event, "
-                        "state) VALUES (%s, %s, %s, %s, %s)",
-                        (item.task_id, self.host_id, item.generation, item.event, item.state),
-                    )
+                        "INSERT INTO supervise_events (transition_id, task_id, host_id, "
+                        "generation, event, state) VALUES (%s, %s, %s, %s, %s, %s) "
+                        "ON CONFLICT (transition_id) DO NOTHING",
+                        (item.id, item.task_id, self.host_id, item.generation, item.event,
+                         item.state),
+                    )  # fmt: skip
                 self._pending.popleft()
             if beat:
                 conn.execute(_HEARTBEAT, (self.host_id, self.capacity, self.running(),
