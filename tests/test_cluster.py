@@ -260,24 +260,30 @@ def _refill_gaps(local: dict[str, tuple[float, float, list[dict]]], until: float
     return gaps
 
 
+#: The running engine of each host of :func:`engines`, by its folder.
+ENGINES: dict[Path, subprocess.Popen] = {}
+
+
 @contextmanager
 def engines(tmp_path: Path, dsn: str, count: int = 3,
             max_concurrent: int = 2) -> Iterator[dict[str, Setup]]:  # fmt: skip
     """``count`` engines (hosts ``h0``...: own state dir, tmux socket, host id) on a fresh
-    schema, running until the block ends (then SIGTERM by PID; their tmux servers killed)."""
+    schema, running until the block ends (then SIGTERM by PID; their tmux servers killed).
+    ``ENGINES[setup.root]`` is each one's process (a test may replace it)."""
     assert supervise("cluster", "init", env={"SUPERVISE_CLUSTER_DSN": dsn}).returncode == 0
     hosts = {}
     for i in range(count):
         (tmp_path / f"h{i}").mkdir()
         hosts[f"h{i}"] = Setup(tmp_path / f"h{i}", f"sv-test-{uuid.uuid4().hex[:10]}")
         cluster_profile(hosts[f"h{i}"], dsn, f"h{i}", max_concurrent=max_concurrent)
-    processes: list[subprocess.Popen] = []
     try:
-        processes += [start_engine(setup) for setup in hosts.values()]
+        for setup in hosts.values():
+            ENGINES[setup.root] = start_engine(setup)
         wait_for(lambda: len(rows(dsn, "SELECT 1 FROM supervise_hosts")) == count, timeout=30)
         yield hosts
     finally:
-        stop_engines(processes)
+        stop_engines([ENGINES.pop(setup.root) for setup in hosts.values()
+                      if setup.root in ENGINES])  # fmt: skip
         for setup in hosts.values():
             setup.tmux("kill-server")
             Path(f"/tmp/tmux-{os.getuid()}/{setup.socket_name}").unlink(missing_ok=True)
@@ -493,3 +499,35 @@ def test_database_down_transitions_kept_in_the_outbox(tmp_path: Path) -> None:
         assert all(n == 1 for _, _, n in events), events
         assert {(t, e) for t, e, _ in events} >= {(ids["ok"], "launched"),
             (ids["ok"], "completed"), (ids["bad"], "launched"), (ids["bad"], "failed")}  # fmt: skip
+
+
+def test_engine_restarted_mid_run_adopts_and_reports(tmp_path: Path, dsn: str) -> None:
+    """An engine stopped while its cluster tasks run (tmux keeps them) and started again
+    adopts them from its task folders and goes on writing their transitions under the
+    claim's generation; nothing starts twice, the task still queued is taken, and no
+    procrastinate job is left ``doing``."""
+    from supervisor.cluster.submit import submit
+    from supervisor.config import load_profile, load_task
+
+    with engines(tmp_path, dsn, count=1) as hosts:
+        setup = hosts["h0"]
+        profile = load_profile(setup.profile)
+        ids = []
+        for index in range(3):
+            file = tmp_path / f"t{index}.toml"
+            file.write_text(tomli_w.dumps(setup.task(f"t{index}", "sleep: 3\nexit: 0")))
+            ids.append(submit(dsn, profile, load_task(file, profile)).task_id)
+        running = "SELECT count(*) FROM supervise_tasks WHERE state = 'running'"
+        wait_for(lambda: rows(dsn, running) == [(2,)], timeout=30)
+        stop_engines([ENGINES[setup.root]])
+        ENGINES[setup.root] = start_engine(setup)
+        done = "SELECT count(*) FROM supervise_tasks WHERE state = 'completed'"
+        wait_for(lambda: rows(dsn, done) == [(3,)], timeout=60)
+        wait_for(lambda: rows(dsn, DOING) == [(0,)], timeout=10)
+    launched = rows(dsn, "SELECT task_id, count(*) FROM supervise_events "
+                         "WHERE event = 'launched' GROUP BY task_id")  # fmt: skip
+    assert sorted(launched) == sorted((t, 1) for t in ids)
+    local = _host_runs(setup.state)
+    assert sorted(local) == sorted(ids)
+    assert all(sum(e["event"] == "launched" for e in ev) == 1 for _, _, ev in local.values())
+    assert rows(dsn, "SELECT DISTINCT generation, owner_host FROM supervise_tasks") == [(1, "h0")]
