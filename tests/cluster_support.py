@@ -43,6 +43,24 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def wait_ready(dsn: str, timeout: float = 30) -> None:
+    """Until the server accepts a session (``pg_ctl start`` and a TCP connect succeed while
+    it still answers "the database system is starting up")."""
+    import time
+
+    import psycopg
+
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            psycopg.connect(dsn, connect_timeout=5).close()
+            return
+        except psycopg.OperationalError:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.1)
+
+
 @contextlib.contextmanager
 def postgres_server() -> Iterator[str]:
     """Start a private server; yield its DSN (unix socket, user ``postgres``, trust auth)."""
@@ -84,10 +102,10 @@ def postgres_executor() -> Iterator[tuple[str, Any]]:
     )
     executor.start()
     try:
-        executor.wait_for_postgres()
         import psycopg
 
         admin = f"host={base} port={port} user=postgres dbname=postgres"
+        wait_ready(admin)
         with psycopg.connect(admin, autocommit=True, connect_timeout=10) as conn:
             conn.execute("CREATE DATABASE supervise")
         yield f"host={base} port={port} user=postgres dbname=supervise", executor

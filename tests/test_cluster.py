@@ -460,7 +460,7 @@ def test_database_down_transitions_kept_in_the_outbox(tmp_path: Path) -> None:
     """PostgreSQL stops while tasks run: the engine keeps supervising them (they end as
     their prompts say), keeps their transitions in its outbox file when stopped meanwhile,
     and its next start writes them in order, each event once."""
-    from cluster_support import postgres_executor
+    from cluster_support import postgres_executor, wait_ready
 
     from supervisor.cluster.submit import submit
     from supervisor.config import load_profile, load_task
@@ -484,6 +484,7 @@ def test_database_down_transitions_kept_in_the_outbox(tmp_path: Path) -> None:
         assert {(t["task_id"], t["state"]) for t in kept} >= {
             (ids["ok"], "completed"), (ids["bad"], "failed")}  # fmt: skip
         server.start()
+        wait_ready(dsn)
         assert rows(dsn, running) == [(2,)]  # nothing was written while it was down
         again = start_engine(setup)
         try:

@@ -174,8 +174,7 @@ class ClusterIntake:
             self._loop.call_soon_threadsafe(self._main.cancel)
         if self._thread.is_alive():
             self._thread.join(15)
-        if self.writer._thread.is_alive():
-            self.writer.close()
+        self.writer.close()
 
     # ------------------------------------------------------------ internals
     def _generation(self, task: TaskDir) -> int | None:
@@ -237,7 +236,15 @@ class ClusterIntake:
         # must not touch the running job's entry.
         if await asyncio.to_thread(self._claim, task_id, done):
             self.wake()
-            await done
+            try:
+                await done
+            except asyncio.CancelledError:
+                if not self._stopping.is_set():
+                    raise
+                # The engine stops and leaves the task running in tmux; the next start
+                # adopts it from its folder (CLAIM_FILE). The job is done: a sweeper must
+                # not hand the task to another host for this.
+                log.info("cluster: %s left running; its job ends with this engine", task_id)
 
     def _claim(self, task_id: str, done: asyncio.Future[None]) -> bool:
         """Claim and materialize ``task_id`` (a plain thread). False: not ours to run.

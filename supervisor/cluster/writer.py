@@ -114,9 +114,11 @@ class Writer:
         self._queue.put(transition)
 
     def close(self, timeout: float = 10.0) -> None:
-        """Write what is queued (at most ``timeout`` seconds), then stop."""
-        self._queue.put(None)
-        self._thread.join(timeout)
+        """Write what is queued (at most ``timeout`` seconds; the rest stays in the
+        outbox), then stop. Nothing to do if the thread never started."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join(timeout)
 
     def _load_outbox(self) -> None:
         """Transitions a previous run could not write go first, in their order."""
