@@ -7,5 +7,8 @@ plane. Imported only for a profile with ``[cluster]`` (procrastinate and psycopg
 * :mod:`~supervisor.cluster.submit`: ``supervise submit`` into the database;
 * :mod:`~supervisor.cluster.intake`: :class:`ClusterIntake`, the engine's second
   :class:`~supervisor.engine.intake.Intake` (procrastinate's worker in a thread of its own);
-* :mod:`~supervisor.cluster.writer`: transitions and heartbeats written off the worker.
+* :mod:`~supervisor.cluster.writer`: transitions and heartbeats written off the worker,
+  with the outbox file while the database is down;
+* :mod:`~supervisor.cluster.fleet`: the rows ``supervise hosts`` and ``status --cluster``
+  print.
 """
