@@ -146,6 +146,47 @@ def analyze(path: Path, top: int = 30) -> str:
     return "\n".join(out) + "\n"
 
 
+def analyze_wall(path: Path, thread: str, top: int = 25) -> str:
+    """Wall time of the threads whose name contains ``thread`` (a ``py-spy record --idle``
+    profile): every sample counts, waits included, so it shows what keeps a thread busy
+    (a subprocess it waits on, a lock) as well as its CPU. Cumulative by ``supervisor/``
+    function, and by the leaf (where each sample stood)."""
+    data = json.loads(path.read_text())
+    frames = data["shared"]["frames"]
+    total = 0.0
+    cum: collections.Counter[str] = collections.Counter()
+    leaf: collections.Counter[str] = collections.Counter()
+    top_job: collections.Counter[str] = collections.Counter()
+    names_seen = []
+    for prof in data["profiles"]:
+        if thread not in prof["name"]:
+            continue
+        names_seen.append(prof["name"])
+        for stack, weight in zip(prof["samples"], prof["weights"], strict=True):
+            total += weight
+            if not stack:
+                continue
+            names = [short(frames[i]) for i in stack]
+            leaf[names[-1]] += weight
+            ours = [n for n in names if n.split(" (")[1].startswith("supervisor/")]
+            for name in set(ours):
+                cum[name] += weight
+            # the outermost supervisor/ frame below the job runner: which job it is
+            outer = ours[1] if len(ours) > 1 and "_guarded" in ours[0] else (ours or ["(idle)"])[0]
+            top_job[outer] += weight
+    if not total:
+        return f"{path.name}: no thread named like {thread!r}\n"
+
+    def table(counter: collections.Counter[str]) -> list[str]:
+        return [f"  {100 * v / total:6.2f} %  {v:7.2f} s  {k}" for k, v in counter.most_common(top)]
+
+    out = [f"{path.name}: wall time of {names_seen}: {total:.2f} s of samples", ""]
+    out += ["by job (outermost supervisor/ frame under the job runner):", *table(top_job), ""]
+    out += ["cumulative, supervisor/ functions:", *table(cum), ""]
+    out += ["leaf (where the thread stood):", *table(leaf)]
+    return "\n".join(out) + "\n"
+
+
 # ---------------------------------------------------------------------------- measuring
 def cpu_s(proc: psutil.Process) -> float:
     t = proc.cpu_times()
@@ -216,9 +257,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tag", default=time.strftime("%Y-%m-%d"))
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--analyze", type=Path, metavar="SPEEDSCOPE_JSON")
+    parser.add_argument(
+        "--wall",
+        metavar="THREAD",
+        help="with --analyze: wall time (waits included) of the threads named like THREAD, "
+        "e.g. ThreadPoolExecutor-0 (the check worker), from a py-spy record --idle profile",
+    )
     args = parser.parse_args(argv)
     if args.analyze:
-        print(analyze(args.analyze), end="")
+        text = analyze_wall(args.analyze, args.wall) if args.wall else analyze(args.analyze)
+        print(text, end="")
         return 0
     out_dir: Path = args.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)

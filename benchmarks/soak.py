@@ -205,8 +205,24 @@ class Sampler:
 
 
 # ---------------------------------------------------------------------------- the run
-def write_profile(root: Path, socket: str, concurrency: int) -> Path:
-    agent = [sys.executable, str(FAKE_AGENT), "--prompt-file", "{prompt_file}"]
+#: ``--agent sh``: the same cues (``sleep:``, ``exit:``) and last line as the fake agent, read
+#: by ``/bin/sh`` builtins, so a task costs one shell and one ``sleep`` instead of a Python
+#: start-up: the side-by-side shows how much of the soak's cost is the agent's own start.
+SH_AGENT = (
+    's=0; e=0; while IFS=": " read -r k v; do case $k in sleep) s=$v;; exit) e=$v;; esac; '
+    'done < "$1"; sleep "$s"; echo "fake-agent done, exit $e"; exit "$e"'
+)
+
+
+def agent_argv(kind: str) -> list[str]:
+    """The agent command of the profile: the Python fake agent, or ``/bin/sh`` (SH_AGENT)."""
+    if kind == "sh":
+        return ["/bin/sh", "-c", SH_AGENT, "sh", "{prompt_file}"]
+    return [sys.executable, str(FAKE_AGENT), "--prompt-file", "{prompt_file}"]
+
+
+def write_profile(root: Path, socket: str, concurrency: int, kind: str = "fake") -> Path:
+    agent = agent_argv(kind)
     data = {
         "max_concurrent": concurrency,
         "intake_interval": 0.2,
@@ -239,7 +255,7 @@ def soak(args: argparse.Namespace, root: Path, socket: str) -> dict[str, Any]:
     spool, state, projects = root / "spool", root / "state", root / "projects"
     for folder in (spool, projects):
         folder.mkdir(mode=0o700)
-    profile = write_profile(root, socket, args.concurrency)
+    profile = write_profile(root, socket, args.concurrency, args.agent)
     log_path = root / "engine.log"
     plans = [task_plan(i) for i in range(args.tasks)]
     task_files = []
@@ -264,6 +280,7 @@ def soak(args: argparse.Namespace, root: Path, socket: str) -> dict[str, Any]:
         "tasks": args.tasks,
         "concurrency": args.concurrency,
         "warmup_tasks": args.warmup,
+        "agent": args.agent,
     }
     failures: list[str] = []
     log_handle = log_path.open("wb")
@@ -507,6 +524,12 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="trivial tasks run before the baseline is sampled (default 1); a burst as large "
         "as --tasks shows whether RSS growth is a one-off high-water mark or a leak",
+    )
+    parser.add_argument(
+        "--agent",
+        choices=("fake", "sh"),
+        default="fake",
+        help="fake: tests/fake_agent.py (Python); sh: the same cues read by /bin/sh (SH_AGENT)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir for inspection")
     args = parser.parse_args(argv)

@@ -211,7 +211,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 2
     if args.archived:
         return cli_ops.print_archived(_profile(args.config), args.json)
-    return views_status.run(_profile(args.config), args)
+    from supervisor.profilepaths import read_paths  # status needs only the two folders
+
+    return views_status.run(read_paths(args.config) or _profile(args.config), args)
 
 
 def cmd_top(args: argparse.Namespace) -> int:

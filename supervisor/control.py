@@ -13,8 +13,8 @@ import os
 import re
 from pathlib import Path
 
+from supervisor.diskio import atomic_write, utc_iso
 from supervisor.states import TERMINAL, Status
-from supervisor.taskdir import atomic_write, utc_iso
 
 VERBS = ("stop", "resume", "approve", "deny")
 CONTROL = "control"

@@ -24,11 +24,9 @@ import contextlib
 import errno
 import json
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -36,6 +34,12 @@ from typing import Annotated, Any
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
+from supervisor.diskio import (  # noqa: F401  (also imported from here with TaskDir)
+    _fsync_dir,
+    atomic_write,
+    parse_iso,
+    utc_iso,
+)
 from supervisor.states import FailureReason, Status, Verdict
 from supervisor.workspace.model import WorkspaceReport
 
@@ -43,19 +47,6 @@ MANIFEST = "manifest.json"
 EVENTS = "events.jsonl"
 OUTPUT = "output.log"
 TAIL_LINES = 100
-
-
-def utc_iso(timestamp: float | None = None) -> str:
-    """ISO-8601 UTC with a ``Z`` suffix and millisecond precision; ``timestamp`` in epoch s."""
-    moment = datetime.now(UTC) if timestamp is None else datetime.fromtimestamp(timestamp, UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def parse_iso(value: str | None) -> float | None:
-    """Epoch seconds from :func:`utc_iso` output (``None`` passes through)."""
-    if not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
 def _inline_enum(values: type[StrEnum]) -> WithJsonSchema:
@@ -145,38 +136,6 @@ def _append_line(fd: int, line: bytes) -> None:
             os.ftruncate(fd, size)
     if written != len(line):
         raise OSError(errno.ENOSPC, f"short write to {EVENTS} ({written} of {len(line)} bytes)")
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
-    """Write ``data`` to ``path`` so a reader sees the old or the new file, never a mix.
-
-    Temp file in the same folder, fsync, rename, fsync the folder. On any error the temp
-    file is removed and the old file is left intact. Raises ``OSError``.
-    ``durable=False`` skips the two fsyncs (still atomic for readers): for writes whose loss
-    in a power cut costs nothing, like a check that only refreshes ``last_checked_at``.
-    """
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            if durable:
-                os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    if durable:
-        _fsync_dir(path.parent)
 
 
 class TaskDir:

@@ -85,6 +85,11 @@ def test_single_host_profile_loads_no_postgresql_library(setup: Setup) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60).stdout.split(" ", 1)  # fmt: skip
     assert out == ["SpoolIntake", "[]\n"]
+    # The CLI module itself (what `supervise status` loads) stays free of pydantic too.
+    code = "import sys, supervisor.cli; print('pydantic' in sys.modules)"
+    light = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True, timeout=60).stdout  # fmt: skip
+    assert light == "False\n"
 
 
 @pytest.mark.parametrize(

@@ -12,3 +12,8 @@ plane. Imported only for a profile with ``[cluster]`` (procrastinate and psycopg
 * :mod:`~supervisor.cluster.fleet`: the rows ``supervise hosts`` and ``status --cluster``
   print.
 """
+
+#: The environment variable that holds the DSN (a secret: better there than in a file).
+#: Defined here, in a package whose ``__init__`` imports nothing, so the CLI can name it
+#: without loading pydantic (``supervise status`` stays light) or psycopg.
+DSN_ENV = "SUPERVISE_CLUSTER_DSN"

@@ -44,6 +44,7 @@ from supervisor.cluster.submit import TASK_NAME
 from supervisor.cluster.writer import Transition, Writer
 from supervisor.config import LoadedProfile, ResolvedTask
 from supervisor.config.cluster import host_queue
+from supervisor.engine import stats
 from supervisor.engine.intake import SpoolIntake, Taken
 from supervisor.taskdir import Manifest, TaskDir, atomic_write
 
@@ -70,14 +71,14 @@ class ClusterIntake:
         profile: a profile with ``[cluster]``.
         disk: the state filesystem (the spool's intake waits while it is full).
         wake: called (on the worker's thread) when a claimed task is ready to queue.
-        version: this supervise's version, for the hosts table.
 
     Raises:
         ConfigError: no DSN (``SUPERVISE_CLUSTER_DSN`` or ``[cluster] dsn``).
     """
 
-    def __init__(self, profile: LoadedProfile, disk: statefs.StateDisk,
-                 wake: Callable[[], None], version: str) -> None:  # fmt: skip
+    def __init__(
+        self, profile: LoadedProfile, disk: statefs.StateDisk, wake: Callable[[], None]
+    ) -> None:
         assert profile.spec.cluster is not None
         self.profile = profile
         self.cluster = profile.spec.cluster
@@ -98,7 +99,7 @@ class ClusterIntake:
                                         daemon=True)  # fmt: skip
         self.writer = Writer(
             self.dsn, self.cluster.host_id, profile.spec.max_concurrent, self.running,
-            version, self.queues, self.cluster.heartbeat,
+            stats.version() or "unknown", self.queues, self.cluster.heartbeat,
             profile.state_dir / OUTBOX,
         )  # fmt: skip
 
@@ -135,7 +136,7 @@ class ClusterIntake:
     def report(self, task: TaskDir, manifest: Manifest, event: str, ended: bool) -> None:
         """A transition of ``task`` (engine worker; no I/O but a stat for a task not seen
         before). ``ended``: the task left the engine, its job ends and frees the slot."""
-        task_id = task.task_id
+        task_id, event = task.task_id, str(event)
         generation = self._generation(task)
         if generation is None:
             return

@@ -12,11 +12,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from supervisor.cluster import DSN_ENV
 from supervisor.config.monitor import PositiveSeconds
 from supervisor.errors import ConfigError
 
-#: The environment variable that holds the DSN (a secret: better there than in a file).
-DSN_ENV = "SUPERVISE_CLUSTER_DSN"
 #: Host ids and queue names: safe in a procrastinate queue name (``host.<id>``) and a log.
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 #: The queue every host takes from unless ``queues`` says otherwise.

@@ -37,6 +37,7 @@ from supervisor.config.monitor import MonitorOverrides, MonitorPolicy, error_mes
 from supervisor.config.tomlfile import format_errors, key_line, policy_line, read_toml
 from supervisor.config.workspace import effective_workspace
 from supervisor.errors import ConfigError
+from supervisor.profilepaths import resolve
 
 
 def effective_policy(
@@ -100,22 +101,7 @@ def _read_prompt_file(path: Path) -> str:
     return data.decode("utf-8")
 
 
-def _resolve(base: Path, value: Path) -> Path:
-    """``value`` made absolute against ``base`` (``~`` expanded).
-
-    Raises:
-        ValueError: the path cannot name a file (a NUL byte, a part over NAME_MAX).
-    """
-    with contextlib.suppress(RuntimeError):  # "~nosuchuser": keep it; it will not exist
-        value = value.expanduser()
-    if "\0" in str(value):
-        raise ValueError("a path cannot contain a NUL byte")
-    if any(len(os.fsencode(part)) > 255 for part in value.parts):
-        raise ValueError("a path component is longer than 255 bytes")
-    try:
-        return value if value.is_absolute() else (base / value).resolve()
-    except OSError as exc:
-        raise ValueError(str(exc)) from exc
+_resolve = resolve  # the one rule for paths in profile and task files (profilepaths.py)
 
 
 def _is_dir(path: Path) -> bool:

@@ -66,8 +66,9 @@ class Intake(Protocol):
         """At shutdown, after the last claim batch: stop what the source runs."""
 
 
-def make_intake(profile: LoadedProfile, disk: statefs.StateDisk, wake: Callable[[], None],
-                version: str) -> Intake:  # fmt: skip
+def make_intake(
+    profile: LoadedProfile, disk: statefs.StateDisk, wake: Callable[[], None]
+) -> Intake:
     """The profile's intake: the spool folder, or with ``[cluster]`` the fleet's database
     beside it (:class:`supervisor.cluster.intake.ClusterIntake`; imported only then, so a
     single host never loads procrastinate or psycopg).
@@ -79,7 +80,7 @@ def make_intake(profile: LoadedProfile, disk: statefs.StateDisk, wake: Callable[
         return SpoolIntake(profile, disk)
     from supervisor.cluster.intake import ClusterIntake
 
-    return ClusterIntake(profile, disk, wake, version)
+    return ClusterIntake(profile, disk, wake)
 
 
 class Claims:

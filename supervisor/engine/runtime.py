@@ -49,6 +49,7 @@ class Runtime:
     accepting: bool = False  # the acceptance check runs on the background pool
     stopping: StopInProgress | None = None  # its agent is being stopped (no decision meanwhile)
     pending: Callable[[], Outcome] | None = None  # a decision's rest, to retry (tmux silent)
+    launching: bool = False  # its launch runs on the launch thread (engine/starts.py)
     preparing: bool = False  # its worktree is being made on the background pool (queued)
     finishing: bool = False  # its worktree is being committed before the manifest's ending
 

@@ -145,7 +145,7 @@ def finish(runtime: Runtime) -> None:
 
 def _folder(runtime: Runtime) -> str | None:
     report = runtime.manifest.workspace
-    if report is None or report.mode != "shared" or runtime.preparing:
+    if report is None or report.mode != "shared" or runtime.preparing or runtime.launching:
         return None
     return os.path.realpath(report.path)
 

@@ -1,0 +1,82 @@
+"""Launches off the check worker: ``launch.json``, the run files and ``tmux new-session``
+of a queued task run on a thread of their own; the worker records the result.
+
+Under load a launch was the largest share of the check worker's time (``tmux new-session``
+and its client process: 39 % of the worker's wall time during a 1,000-file burst beside 200
+live agents, ``benchmarks/README.md``), so the other tasks' done-files waited behind it.
+One thread, so launches keep the queue's order and no two ``tmux`` clients race to start
+the server. While its launch runs a task holds its ``max_concurrent`` slot and its checks
+are skipped (``Runtime.launching``): one task's launch and checks never interleave.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from concurrent import futures
+
+from supervisor.config import LoadedProfile
+from supervisor.engine import launch
+from supervisor.engine.panes import Sessions
+from supervisor.engine.runtime import Runtime
+from supervisor.tmux import Tmux
+
+log = logging.getLogger("supervise.engine")
+
+#: What a launch gave: :class:`launch.Started`, or the exception it raised (an ``OSError``
+#: writing ``launch.json``: nothing was started).
+Result = launch.Started | Exception
+
+
+class Starts:
+    """Runs :func:`launch.start` for queued tasks on a thread of its own.
+
+    Args:
+        profile, tmux, sessions: as for :func:`launch.start`.
+        watch: called with the runtime before its agent starts (so no file event is missed).
+        kick: asks for an intake run now (it collects :meth:`take` on the worker).
+    """
+
+    def __init__(
+        self,
+        profile: LoadedProfile,
+        tmux: Tmux,
+        sessions: Sessions,
+        watch: Callable[[Runtime], None],
+        kick: Callable[[], None],
+    ) -> None:
+        self.profile, self.tmux, self.sessions = profile, tmux, sessions
+        self.watch, self.kick = watch, kick
+        self._pool = futures.ThreadPoolExecutor(1, thread_name_prefix="supervise-launch")
+        # (runtime, result) of finished launches; appended on the launch thread, taken on the
+        # worker (deque appends and pops are atomic)
+        self._done: deque[tuple[Runtime, Result]] = deque()
+
+    def start(self, runtime: Runtime) -> None:
+        """Start launching ``runtime`` (``launching`` is set until :meth:`take` hands it back)."""
+        runtime.launching = True
+        self._pool.submit(self._launch, runtime)
+
+    def _launch(self, runtime: Runtime) -> None:
+        result: Result
+        try:
+            result = launch.start(self.profile, self.tmux, self.sessions, runtime, self.watch)
+        except Exception as exc:  # handed to the worker, which keeps or ends the task
+            result = exc
+        self._done.append((runtime, result))
+        self.kick()
+
+    def take(self) -> list[tuple[Runtime, Result]]:
+        """The launches finished since the last call (``launching`` cleared), oldest first."""
+        done = []
+        while self._done:
+            runtime, result = self._done.popleft()
+            runtime.launching = False
+            done.append((runtime, result))
+        return done
+
+    def shutdown(self) -> None:
+        """Wait for the launch in progress. One that finishes after the engine stopped left
+        a session for a ``queued`` task, which the next start adopts as running."""
+        self._pool.shutdown(wait=True)
