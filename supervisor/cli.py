@@ -52,7 +52,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from supervisor import cli_ops, cli_setup, cli_workspace
+from supervisor import cli_cluster, cli_ops, cli_setup, cli_workspace
+from supervisor.cli_cluster import STATUS_HELP as CLUSTER_HELP
 from supervisor.errors import ConfigError
 from supervisor.terminal import escape_controls
 from supervisor.views import serve  # imports no web library until it runs
@@ -168,6 +169,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     profile = _profile(args.config)
     source = Path(args.task).resolve()
     resolved = load_task(source, profile)
+    if profile.spec.cluster is not None:  # into the fleet's database, not the spool
+        return cli_cluster.submit(profile, resolved, args.json)
     spec = resolved.spec
     data: dict[str, Any] = spec.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
     data["name"] = spec.name
@@ -201,6 +204,11 @@ def warn_no_engine(profile: LoadedProfile, what: str) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    if args.cluster:
+        return cli_cluster.status_cluster(args)
+    if not args.config:
+        _err("supervise status: -c/--config PROFILE is required (or --cluster)")
+        return 2
     if args.archived:
         return cli_ops.print_archived(_profile(args.config), args.json)
     from supervisor.profilepaths import read_paths  # status needs only the two folders
@@ -418,8 +426,9 @@ def build_parser() -> argparse.ArgumentParser:
     submit.set_defaults(func=cmd_submit)
 
     status = sub.add_parser("status", help="list tasks and their state")
-    status.add_argument("-c", "--config", required=True, help="profile TOML file")
+    status.add_argument("-c", "--config", help="profile TOML file")
     views_status.add_arguments(status)
+    status.add_argument("--cluster", action="store_true", help=CLUSTER_HELP)
     status.add_argument("--archived", action="store_true", help="list the archived tasks")
     status.set_defaults(func=cmd_status)
 
@@ -465,6 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_workspace.register(sub)  # diff, merge, discard, prune
     serve.register(sub)  # the web view (extra 'web')
     cli_setup.register(sub)  # init, schema, startup, completion
+    cli_cluster.register(sub)  # cluster init|check, hosts (extra 'cluster')
     return parser
 
 

@@ -19,6 +19,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
 from supervisor.config.argv import argv_placeholders_ok
+from supervisor.config.cluster import NAME_RE, ClusterSpec
 from supervisor.config.monitor import MonitorOverrides, MonitorPolicy, PositiveSeconds
 from supervisor.config.workspace import WorkspaceSpec
 
@@ -232,6 +233,15 @@ class TaskSpec(BaseModel):
     approval: ApprovalSpec | None = None
     acceptance: AcceptanceSpec | None = None
     workspace: WorkspaceSpec | None = None
+    #: ``[cluster]`` profiles only: run on this host id (its queue ``host.<id>``).
+    host: str | None = None
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str | None) -> str | None:
+        if value is not None and not NAME_RE.fullmatch(value):
+            raise ValueError(f"{value!r} is not a host id (letters, digits, '_', '.', '-')")
+        return value
 
     @field_validator("prompt")
     @classmethod
@@ -327,6 +337,7 @@ class Profile(BaseModel):
     acceptance: AcceptanceSpec | None = None
     workspace: WorkspaceSpec = Field(default_factory=WorkspaceSpec)
     security: SecuritySpec = Field(default_factory=SecuritySpec)
+    cluster: ClusterSpec | None = None
     tasks: list[TaskSpec] = Field(default_factory=list)
 
 

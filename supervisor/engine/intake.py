@@ -19,7 +19,7 @@ from typing import Protocol
 
 from supervisor import spool, statefs
 from supervisor.config import LoadedProfile, ResolvedTask, resolve_task
-from supervisor.taskdir import TaskDir, atomic_write, utc_iso
+from supervisor.taskdir import Manifest, TaskDir, atomic_write, utc_iso
 
 log = logging.getLogger("supervise.engine")
 
@@ -54,6 +54,33 @@ class Intake(Protocol):
 
     def waiting(self) -> bool:
         """True while work is waiting that :meth:`take` has not claimed yet."""
+
+    def notice(self, name: str) -> bool:
+        """A file event in the spool folder; True: intake should run now."""
+
+    def report(self, task: TaskDir, manifest: Manifest, event: str, ended: bool) -> None:
+        """A transition of a task (the engine's worker: must not block). ``event``:
+        ``launched`` or the decision's status; ``ended``: the task left the engine."""
+
+    def close(self) -> None:
+        """At shutdown, after the last claim batch: stop what the source runs."""
+
+
+def make_intake(
+    profile: LoadedProfile, disk: statefs.StateDisk, wake: Callable[[], None]
+) -> Intake:
+    """The profile's intake: the spool folder, or with ``[cluster]`` the fleet's database
+    beside it (:class:`supervisor.cluster.intake.ClusterIntake`; imported only then, so a
+    single host never loads procrastinate or psycopg).
+
+    Raises:
+        ConfigError: ``[cluster]`` without a DSN.
+    """
+    if profile.spec.cluster is None:
+        return SpoolIntake(profile, disk)
+    from supervisor.cluster.intake import ClusterIntake
+
+    return ClusterIntake(profile, disk, wake)
 
 
 class Claims:
@@ -215,6 +242,12 @@ class SpoolIntake:
     def waiting(self) -> bool:
         """True while task files wait in the spool folder."""
         return spool.has_waiting_files(self.profile.spool_dir)
+
+    def report(self, task: TaskDir, manifest: Manifest, event: str, ended: bool) -> None:
+        """Nothing: the task folder is the whole record of a spool task."""
+
+    def close(self) -> None:
+        """Nothing runs besides the claim thread (:class:`Claims` stops that)."""
 
     def _quarantine(self, path: Path, exc: BaseException) -> None:
         """Move a file that broke the claim aside with the reason (never delete it)."""

@@ -15,7 +15,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from supervisor import acceptance
 from supervisor.config import LoadedProfile
-from supervisor.engine.intake import SpoolIntake
+from supervisor.engine.intake import Intake
 from supervisor.engine.runtime import Runtime
 from supervisor.taskdir import TaskDir
 from supervisor.watch import Watcher
@@ -30,7 +30,7 @@ class Kicks:
     profile: LoadedProfile
     scheduler: BackgroundScheduler
     stopping: threading.Event
-    source: SpoolIntake
+    source: Intake
     watcher: Watcher | None
     _kicked: set[str]
 

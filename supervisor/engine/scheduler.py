@@ -46,7 +46,7 @@ from supervisor.config import ConfigError, LoadedProfile, ResolvedTask
 from supervisor.engine import launch, recovery, stats, workspaces
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.actions import Actions
-from supervisor.engine.intake import Claims, SpoolIntake, check_spool_permissions
+from supervisor.engine.intake import Claims, check_spool_permissions, make_intake
 from supervisor.engine.kicks import Kicks
 from supervisor.engine.observe import Observer, tail_pending
 from supervisor.engine.panes import Sessions
@@ -90,7 +90,7 @@ class Engine(Kicks):
         self.stopping = threading.Event()
         self.sessions = Sessions(self.tmux)
         self.disk = statefs.StateDisk(profile.state_dir, log)
-        self.source = SpoolIntake(profile, self.disk)
+        self.source = make_intake(profile, self.disk, lambda: self._kick("intake"))
         self.observer = Observer(self.tmux, self.sessions)
         self.actions = Actions(
             profile, self.tmux, self.sessions, self.disk, self._submit_background, self._wake
@@ -169,6 +169,7 @@ class Engine(Kicks):
             self.scheduler.shutdown(wait=True)
             self.claims.shutdown()
             self.starts.shutdown()
+            self.source.close()
             self._background.shutdown(wait=True)  # each job is bounded by its own timeout
             self.watcher.stop()
             self.write_stats()
@@ -345,6 +346,7 @@ class Engine(Kicks):
         self.stats["launched"] += 1
         self.live[task.task_id] = runtime  # watched from now on, whatever the writes do
         launch.record_launch(runtime, started.decision, started.now)
+        self.source.report(task, runtime.manifest, "launched", ended=False)
         self._watch(runtime)
         self._schedule_check(runtime, delay=started.decision.next_check)
         log.info("launched %s in tmux session %s", task.task_id, task.task_id)
@@ -460,6 +462,7 @@ class Engine(Kicks):
     def _settle(self, runtime: Runtime, outcome: Outcome) -> None:
         """Act on what performing a decision changed: count a resume, retire the task, or
         schedule its next check."""
+        self.source.report(runtime.task, runtime.manifest, runtime.state.status, outcome.retired)
         if outcome.resumed:
             self.stats["resumed"] += 1
         if outcome.retired:

@@ -1,0 +1,171 @@
+"""``supervise cluster init|check``, ``supervise hosts`` and ``supervise status --cluster``:
+the fleet's database (:mod:`supervisor.cluster`), from any machine with only the DSN
+(``SUPERVISE_CLUSTER_DSN``, or ``-c PROFILE`` with ``[cluster]``). procrastinate and
+psycopg are imported only when one of these commands runs (the ``cluster`` extra).
+
+Exit status: 0 done; 1 the database cannot be reached, refused, or its schema is not the one
+this supervise needs (one line each, with the fix); 2 usage (no DSN).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from supervisor.cluster import DSN_ENV
+from supervisor.errors import ConfigError
+from supervisor.terminal import escape_controls
+
+#: ``status --cluster``'s help line.
+STATUS_HELP = f"every host's tasks from the fleet's database (-c, or ${DSN_ENV})"
+#: Exit status when the extra is not installed or no DSN is given.
+EXIT_USAGE = 2
+
+
+def _err(message: str) -> None:
+    print(escape_controls(message), file=sys.stderr)
+
+
+def _dsn(args: argparse.Namespace) -> str | None:
+    """The DSN from ``-c PROFILE`` (its ``[cluster]``) or the environment; None: said why."""
+    if getattr(args, "config", None):
+        from supervisor.cluster.db import dsn_of
+        from supervisor.config import load_profile
+
+        return dsn_of(load_profile(args.config))
+    if os.environ.get(DSN_ENV):
+        return os.environ[DSN_ENV]
+    _err(f"no cluster database: set {DSN_ENV}, or give -c PROFILE with a [cluster] table")
+    return None
+
+
+def _missing_extra() -> bool:
+    import importlib.util
+
+    if importlib.util.find_spec("procrastinate") and importlib.util.find_spec("psycopg"):
+        return False
+    _err("the cluster commands need the 'cluster' extra: pip install 'supervise-agents[cluster]'")
+    return True
+
+
+def _guarded(body: Any) -> Any:
+    """Run ``body(args)`` with the extra present and a DSN; ClusterError is one line."""
+
+    def run(args: argparse.Namespace) -> int:
+        if _missing_extra():
+            return EXIT_USAGE
+        try:
+            dsn = _dsn(args)
+        except ConfigError as exc:
+            for line in exc.problems:
+                _err(line)
+            return 1
+        if dsn is None:
+            return EXIT_USAGE
+        from supervisor.cluster.db import ClusterError
+
+        try:
+            return int(body(args, dsn))
+        except ClusterError as exc:
+            _err(str(exc))
+            return 1
+
+    return run
+
+
+def _init(args: argparse.Namespace, dsn: str) -> int:
+    from supervisor.cluster import schema
+
+    result = schema.init(dsn)
+    done = ["procrastinate's schema"] if result.procrastinate else []
+    done += [f"supervise schema v{v}" for v in result.applied]
+    print(f"applied {', '.join(done)}" if done else "already up to date", end="")
+    print(f"; schema version {result.version}")
+    return 0
+
+
+def _check(args: argparse.Namespace, dsn: str) -> int:
+    from supervisor.cluster import schema
+
+    result = schema.check(dsn)
+    libs = ", ".join(f"{k} {v}" for k, v in schema.versions().items())
+    if args.json:
+        print(json.dumps({"server": result.server, "schema_version": result.version,
+                          "needs": schema.SCHEMA_VERSION, "procrastinate": result.procrastinate,
+                          "problems": result.problems}))  # fmt: skip
+    else:
+        print(f"connected: PostgreSQL {result.server}; schema version {result.version} "
+              f"(this supervise needs {schema.SCHEMA_VERSION}); {libs}")  # fmt: skip
+        for problem in result.problems:
+            _err(problem)
+    return 1 if result.problems else 0
+
+
+def _hosts(args: argparse.Namespace, dsn: str) -> int:
+    from supervisor.cluster import fleet
+
+    rows = fleet.hosts(dsn)
+    if args.json:
+        print(json.dumps(rows, default=str))
+        return 0
+    print(fleet.table(rows, ("host_id", "age_s", "capacity", "running", "version", "queues",
+                             "last_error")))  # fmt: skip
+    return 0
+
+
+def _tasks(args: argparse.Namespace, dsn: str) -> int:
+    from supervisor.cluster import fleet
+
+    rows = fleet.tasks(dsn)
+    if args.json:
+        print(json.dumps(rows, default=str))
+        return 0
+    print(fleet.table(rows, ("id", "name", "state", "owner_host", "generation", "queue",
+                             "exit_code", "failure_reason")))  # fmt: skip
+    return 0
+
+
+def submit(profile: Any, resolved: Any, as_json: bool) -> int:
+    """``supervise submit`` with a ``[cluster]`` profile: store the validated task and defer
+    its job (:func:`supervisor.cluster.submit.submit`); print its id."""
+    if _missing_extra():
+        return EXIT_USAGE
+    from supervisor.cluster.db import ClusterError, dsn_of
+    from supervisor.cluster.submit import submit as submit_task
+
+    try:
+        done = submit_task(dsn_of(profile), profile, resolved)
+    except ClusterError as exc:
+        _err(str(exc))
+        return 1
+    if as_json:
+        print(json.dumps({"task_id": done.task_id, "name": resolved.spec.name,
+                          "queue": done.queue, "job_id": done.job_id}))  # fmt: skip
+    else:
+        print(done.task_id)
+    return 0
+
+
+#: ``supervise status --cluster`` (cli.py's ``status`` calls it when the flag is given).
+status_cluster = _guarded(_tasks)
+
+
+def register(sub: Any) -> None:
+    """Add ``cluster`` (``init``, ``check``) and ``hosts`` to the ``supervise`` parser."""
+    cluster = sub.add_parser("cluster", help="the fleet's database (several hosts, preview)")
+    verbs = cluster.add_subparsers(dest="cluster_command", required=True)
+    for name, body, text in (
+        ("init", _init, "apply procrastinate's schema and ours (re-runnable)"),
+        ("check", _check, "connect and compare the schema version"),
+    ):
+        verb = verbs.add_parser(name, help=text)
+        verb.add_argument("-c", "--config", help=f"profile with [cluster] (else ${DSN_ENV})")
+        verb.add_argument("--json", action="store_true", help="machine-readable output")
+        verb.set_defaults(func=_guarded(body))
+    hosts = sub.add_parser("hosts", help="the fleet's hosts and their heartbeats")
+    hosts.add_argument("-c", "--config", help=f"profile with [cluster] (else ${DSN_ENV})")
+    hosts.add_argument("--json", action="store_true", help="the rows as JSON")
+    hosts.set_defaults(func=_guarded(_hosts))

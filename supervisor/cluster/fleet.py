@@ -1,0 +1,47 @@
+"""The fleet's view for operators: the hosts and every host's tasks, read from the
+database alone (``supervise hosts``, ``supervise status --cluster``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from tabulate import tabulate
+
+from supervisor.cluster.db import ClusterError, connect, one_line
+from supervisor.terminal import escape_controls
+
+
+def _rows(dsn: str, sql: str) -> list[dict[str, Any]]:
+    with connect(dsn) as conn:
+        try:
+            return list(conn.cursor(row_factory=dict_row).execute(sql).fetchall())
+        except psycopg.errors.UndefinedTable as exc:
+            raise ClusterError("the cluster database has no supervise tables; run "
+                               "'supervise cluster init'") from exc  # fmt: skip
+        except psycopg.Error as exc:
+            raise ClusterError(f"cannot read the fleet: {one_line(exc)}") from exc
+
+
+def hosts(dsn: str) -> list[dict[str, Any]]:
+    """One dict per host: ``host_id``, ``age_s`` (seconds since its heartbeat),
+    ``capacity``, ``running``, ``version``, ``queues``, ``last_error``, ``heartbeat_at``."""
+    return _rows(dsn, "SELECT host_id, round(extract(epoch FROM now() - heartbeat_at)::numeric"
+                      ", 1)::float AS age_s, capacity, running, version, queues, last_error, "
+                      "heartbeat_at FROM supervise_hosts ORDER BY host_id")  # fmt: skip
+
+
+def tasks(dsn: str) -> list[dict[str, Any]]:
+    """One dict per task, oldest submission first: id, name, state, owner_host, generation,
+    queue, host (pinned), exit_code, failure_reason, verdict, retry_count, submitted_at,
+    updated_at, error."""
+    return _rows(dsn, "SELECT id, name, state, owner_host, generation, queue, host, exit_code, "
+                      "failure_reason, verdict, retry_count, submitted_at, updated_at, error "
+                      "FROM supervise_tasks ORDER BY submitted_at, id")  # fmt: skip
+
+
+def table(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
+    """A plain table of ``columns``; every value escaped (names come from task files)."""
+    body = [[escape_controls("" if r[c] is None else str(r[c])) for c in columns] for r in rows]
+    return tabulate(body, headers=list(columns), tablefmt="plain") if body else "(none)"

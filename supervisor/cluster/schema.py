@@ -1,0 +1,182 @@
+"""Our tables, versioned, and procrastinate's schema: ``supervise cluster init`` / ``check``.
+
+Re-runnable: everything is applied in one transaction under an advisory lock (two inits at
+once wait for each other), procrastinate's schema only when its ``procrastinate_jobs``
+table is absent (its ``schema.sql`` is not idempotent), and each of our migrations once, in
+order, recorded in ``supervise_schema_version``.
+
+Tables:
+
+* ``supervise_tasks``: one row per submitted task: its validated spec (JSON, prompt inline),
+  ``state`` (``queued`` until a host claims it, then the manifest's status), the
+  ``owner_host`` and ``generation`` of the claim (:mod:`supervisor.cluster.intake`), the
+  manifest's summary fields;
+* ``supervise_events``: each transition a host reported (task, host, generation, event);
+* ``supervise_hosts``: one row per host: heartbeat, capacity (``max_concurrent``), running
+  count, version, queues, last error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+from procrastinate import App, SyncPsycopgConnector
+from procrastinate import __version__ as procrastinate_version
+
+from supervisor.cluster.db import ClusterError, connect, one_line
+
+#: ``pg_advisory_xact_lock`` key of ``cluster init`` ("supv" in ASCII).
+INIT_LOCK = 0x73757076
+
+MIGRATIONS: tuple[tuple[int, str], ...] = (
+    (
+        1,
+        """
+        CREATE TABLE supervise_tasks (
+            id text PRIMARY KEY,
+            name text NOT NULL,
+            spec jsonb NOT NULL,
+            host text,
+            queue text NOT NULL,
+            state text NOT NULL DEFAULT 'queued',
+            owner_host text,
+            generation integer NOT NULL DEFAULT 0,
+            submitted_at timestamptz NOT NULL DEFAULT now(),
+            claimed_at timestamptz,
+            updated_at timestamptz NOT NULL DEFAULT now(),
+            session_id text,
+            started_at text,
+            finished_at text,
+            exit_code integer,
+            retry_count integer,
+            failure_reason text,
+            verdict text,
+            error text
+        );
+        CREATE INDEX supervise_tasks_owner ON supervise_tasks (owner_host, state);
+        CREATE TABLE supervise_events (
+            id bigserial PRIMARY KEY,
+            transition_id text NOT NULL UNIQUE,
+            task_id text NOT NULL,
+            host_id text NOT NULL,
+            generation integer NOT NULL,
+            event text NOT NULL,
+            state text,
+            at timestamptz NOT NULL DEFAULT now()
+        );
+        CREATE INDEX supervise_events_task ON supervise_events (task_id);
+        CREATE TABLE supervise_hosts (
+            host_id text PRIMARY KEY,
+            heartbeat_at timestamptz NOT NULL DEFAULT now(),
+            started_at timestamptz NOT NULL DEFAULT now(),
+            capacity integer NOT NULL,
+            running integer NOT NULL DEFAULT 0,
+            version text,
+            queues text[] NOT NULL DEFAULT '{}',
+            last_error text
+        );
+        """,
+    ),
+)
+#: The schema version this code needs.
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+_VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS supervise_schema_version (
+    version integer PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)"""
+
+
+@dataclass(frozen=True)
+class InitResult:
+    """What :func:`init` did: ``procrastinate`` (its schema applied now), the versions
+    ``applied`` now, and the ``version`` the database is at."""
+
+    procrastinate: bool
+    applied: list[int]
+    version: int
+
+
+def _current_version(conn: psycopg.Connection) -> int:
+    row = conn.execute("SELECT coalesce(max(version), 0) FROM supervise_schema_version").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _has_procrastinate(conn: psycopg.Connection) -> bool:
+    row = conn.execute("SELECT to_regclass('procrastinate_jobs') IS NOT NULL").fetchone()
+    return bool(row and row[0])
+
+
+def init(dsn: str) -> InitResult:
+    """Apply procrastinate's schema (when absent) and our pending migrations.
+
+    Raises:
+        ClusterError: the database refused (its message, one line); nothing is applied.
+    """
+    with connect(dsn, autocommit=False) as conn:
+        try:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (INIT_LOCK,))
+            fresh = not _has_procrastinate(conn)
+            if fresh:
+                # The same SQL procrastinate's own `schema --apply` runs, in our transaction.
+                conn.execute(App(connector=SyncPsycopgConnector()).schema_manager.get_schema())
+            conn.execute(_VERSION_TABLE)
+            current = _current_version(conn)
+            applied = []
+            for version, sql in MIGRATIONS:
+                if version > current:
+                    conn.execute(sql)
+                    conn.execute("INSERT INTO supervise_schema_version (version) VALUES (%s)",
+                                 (version,))  # fmt: skip
+                    applied.append(version)
+            conn.commit()
+        except psycopg.Error as exc:
+            conn.rollback()
+            raise ClusterError(f"cluster init failed: {one_line(exc)}") from exc
+    return InitResult(fresh, applied, max(current, *applied) if applied else current)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """What :func:`check` found: the server's version, our schema version (0: none),
+    whether procrastinate's tables exist, and ``problems`` (each one line with the fix)."""
+
+    server: str
+    version: int
+    procrastinate: bool
+    problems: list[str]
+
+
+def check(dsn: str) -> CheckResult:
+    """Connect and compare the schema with what this code needs.
+
+    Raises:
+        ClusterError: the database cannot be reached.
+    """
+    with connect(dsn) as conn:
+        try:
+            server = str(conn.execute("SHOW server_version").fetchone()[0])  # type: ignore[index]
+            has_table = conn.execute(
+                "SELECT to_regclass('supervise_schema_version') IS NOT NULL"
+            ).fetchone()
+            version = _current_version(conn) if has_table and has_table[0] else 0
+            procrastinate = _has_procrastinate(conn)
+        except psycopg.Error as exc:
+            raise ClusterError(f"cluster check failed: {one_line(exc)}") from exc
+    problems = []
+    if not procrastinate:
+        problems.append("procrastinate's tables are missing; run 'supervise cluster init'")
+    if version < SCHEMA_VERSION:
+        problems.append(f"schema version {version}, this supervise needs {SCHEMA_VERSION}; "
+                        "run 'supervise cluster init'")  # fmt: skip
+    elif version > SCHEMA_VERSION:
+        problems.append(f"schema version {version} is newer than this supervise knows "
+                        f"({SCHEMA_VERSION}); upgrade supervise on this host")  # fmt: skip
+    return CheckResult(server, version, procrastinate, problems)
+
+
+def versions() -> dict[str, str]:
+    """Library versions for ``cluster check`` and the hosts table."""
+    return {"procrastinate": procrastinate_version, "psycopg": psycopg.__version__}

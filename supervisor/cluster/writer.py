@@ -1,0 +1,218 @@
+"""The engine's writes to the fleet's database, off the check worker.
+
+The worker only puts a :class:`Transition` on a queue (no I/O); this module's thread
+writes it: the task row (state and the manifest's summary fields, only while this host
+owns the claim's generation) and one ``supervise_events`` row. It also upserts this host's
+``supervise_hosts`` row every ``heartbeat`` seconds. Each statement is bounded by
+:data:`~supervisor.cluster.db.STATEMENT_TIMEOUT`.
+
+While the database cannot be reached, transitions wait in order, in memory and in the
+outbox file ``state_dir/cluster-outbox.jsonl`` (rewritten atomically after each failed try,
+so an engine stopped or killed meanwhile loses at most the last :data:`RETRY_EVERY` seconds);
+the next start of the engine loads it first, and the file is removed once everything in it
+is written. Each transition carries an id, unique in ``supervise_events``, so one written
+just before a crash and replayed from the outbox is not counted twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+from supervisor.cluster.db import ClusterError, connect, one_line
+from supervisor.taskdir import atomic_write
+
+log = logging.getLogger("supervise.cluster")
+#: Seconds between tries while the database does not answer.
+RETRY_EVERY = 2.0
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One state change of a task this host owns (generation ``generation``)."""
+
+    task_id: str
+    generation: int
+    event: str
+    state: str
+    session_id: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    exit_code: int | None = None
+    retry_count: int | None = None
+    failure_reason: str | None = None
+    verdict: str | None = None
+    error: str | None = None
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+_UPDATE = """
+UPDATE supervise_tasks SET state = %s, session_id = coalesce(%s, session_id),
+    started_at = coalesce(%s, started_at), finished_at = %s, exit_code = %s,
+    retry_count = %s, failure_reason = %s, verdict = %s, error = coalesce(%s, error),
+    updated_at = now()
+WHERE id = %s AND owner_host = %s AND generation = %s"""
+
+_HEARTBEAT = """
+INSERT INTO supervise_hosts (host_id, capacity, running, version, queues, last_error)
+VALUES (%s, %s, %s, %s, %s, %s)
+ON CONFLICT (host_id) DO UPDATE SET heartbeat_at = now(), capacity = excluded.capacity,
+    running = excluded.running, version = excluded.version, queues = excluded.queues,
+    last_error = coalesce(excluded.last_error, supervise_hosts.last_error)"""
+
+
+class Writer:
+    """The writer thread.
+
+    Args:
+        dsn: the database.
+        host_id: this host.
+        capacity: ``max_concurrent``.
+        running: called on the writer thread for the heartbeat's running count.
+        version: this supervise's version.
+        queues: the queues this host takes from.
+        heartbeat: seconds between heartbeats.
+        outbox: the outbox file (see the module docstring).
+    """
+
+    def __init__(self, dsn: str, host_id: str, capacity: int, running: Callable[[], int],
+                 version: str, queues: list[str], heartbeat: float,
+                 outbox: Path) -> None:  # fmt: skip
+        self.dsn = dsn
+        self.host_id = host_id
+        self.capacity = capacity
+        self.running = running
+        self.version = version
+        self.queues = queues
+        self.heartbeat = heartbeat
+        self.outbox = outbox
+        self._saved = outbox.exists()  # an outbox file on disk, to remove once written
+        self._queue: queue.SimpleQueue[Transition | None] = queue.SimpleQueue()
+        self._pending: deque[Transition] = deque()
+        self._conn: psycopg.Connection | None = None
+        self._last_error: str | None = None
+        self._thread = threading.Thread(target=self._loop, name="supervise-cluster-writer",
+                                        daemon=True)  # fmt: skip
+
+    def start(self) -> None:
+        """Start the thread (the first heartbeat is written at once)."""
+        self._thread.start()
+
+    def put(self, transition: Transition) -> None:
+        """Queue a transition (any thread; no I/O)."""
+        self._queue.put(transition)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Write what is queued (at most ``timeout`` seconds; the rest stays in the
+        outbox), then stop. Nothing to do if the thread never started."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join(timeout)
+
+    def _load_outbox(self) -> None:
+        """Transitions a previous run could not write go first, in their order."""
+        try:
+            lines = self.outbox.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            log.error("cluster: cannot read the outbox %s: %s", self.outbox, exc)
+            return
+        for line in lines:
+            try:
+                self._pending.append(Transition(**json.loads(line)))
+            except (ValueError, TypeError) as exc:
+                log.error("cluster: skipped a damaged outbox line in %s: %s", self.outbox, exc)
+        log.info("cluster: %d transition(s) from the outbox to write", len(self._pending))
+
+    def _save_outbox(self) -> None:
+        """Keep what is pending in the outbox file (atomically; errors logged)."""
+        text = "".join(json.dumps(dataclasses.asdict(t)) + "\n" for t in self._pending)
+        try:
+            atomic_write(self.outbox, text.encode())
+            self._saved = True
+        except OSError as exc:
+            log.error("cluster: cannot write the outbox %s: %s", self.outbox, exc)
+
+    def _loop(self) -> None:
+        self._load_outbox()
+        next_beat = 0.0
+        stopping = False
+        while not (stopping and not self._pending):
+            wait = max(0.0, next_beat - time.monotonic())
+            try:
+                timeout = min(wait, RETRY_EVERY) if self._pending else wait
+                item = self._queue.get(timeout=timeout)
+                if item is None:
+                    stopping = True
+                else:
+                    self._pending.append(item)
+                while True:  # take everything queued now: one connection round for all
+                    item = self._queue.get_nowait()
+                    stopping = stopping or item is None
+                    if item is not None:
+                        self._pending.append(item)
+            except queue.Empty:
+                pass
+            beat = stopping or time.monotonic() >= next_beat  # a last one at shutdown
+            if self._flush(beat):
+                if beat:
+                    next_beat = time.monotonic() + self.heartbeat
+                if self._saved:  # everything in it is written now
+                    self.outbox.unlink(missing_ok=True)
+                    self._saved = False
+                continue
+            self._save_outbox()
+            if stopping:
+                log.error("cluster: %d transition(s) kept in %s for the next start: %s",
+                          len(self._pending), self.outbox, self._last_error)  # fmt: skip
+                return
+            time.sleep(RETRY_EVERY)  # the writer's own thread: nothing else waits
+        if self._conn is not None:
+            self._conn.close()
+
+    def _flush(self, beat: bool) -> bool:
+        """Write pending transitions in order (and the heartbeat); False on failure."""
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = connect(self.dsn)
+            conn = self._conn
+            while self._pending:
+                item = self._pending[0]
+                with conn.transaction():
+                    row = (item.state, item.session_id, item.started_at, item.finished_at,
+                           item.exit_code, item.retry_count, item.failure_reason, item.verdict,
+                           item.error, item.task_id, self.host_id, item.generation)  # fmt: skip
+                    conn.execute(_UPDATE, row)
+                    conn.execute(
+                        "INSERT INTO supervise_events (transition_id, task_id, host_id, "
+                        "generation, event, state) VALUES (%s, %s, %s, %s, %s, %s) "
+                        "ON CONFLICT (transition_id) DO NOTHING",
+                        (item.id, item.task_id, self.host_id, item.generation, item.event,
+                         item.state),
+                    )  # fmt: skip
+                self._pending.popleft()
+            if beat:
+                conn.execute(_HEARTBEAT, (self.host_id, self.capacity, self.running(),
+                             self.version, self.queues, self._last_error))  # fmt: skip
+            return True
+        except (psycopg.Error, ClusterError) as exc:
+            message = one_line(exc)
+            if message != self._last_error:
+                log.error("cluster: cannot write to the database: %s", message)
+            self._last_error = message
+            if self._conn is not None:
+                self._conn.close()
+            self._conn = None
+            return False

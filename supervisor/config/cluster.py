@@ -1,0 +1,96 @@
+"""``[cluster]``: run this engine as one host of a fleet sharing a PostgreSQL database
+(``supervisor.cluster``). A profile without the table is a single-host engine and imports
+nothing of PostgreSQL (procrastinate and psycopg are the ``cluster`` extra).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from supervisor.cluster import DSN_ENV
+from supervisor.config.monitor import PositiveSeconds
+from supervisor.errors import ConfigError
+
+#: Host ids and queue names: safe in a procrastinate queue name (``host.<id>``) and a log.
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+#: The queue every host takes from unless ``queues`` says otherwise.
+SHARED_QUEUE = "supervise"
+
+
+def _default_host_id() -> str:
+    """The hostname up to its first dot, made safe for :data:`NAME_RE`."""
+    name = re.sub(r"[^A-Za-z0-9_.-]", "-", socket.gethostname().split(".")[0]).strip("-.")
+    return name[:63] or "host"
+
+
+class ClusterSpec(BaseModel):
+    """``[cluster]`` in a profile.
+
+    Attributes:
+        dsn: a libpq connection string; ``SUPERVISE_CLUSTER_DSN`` in the environment wins
+            (a password belongs there, not in a file).
+        host_id: this engine's name in the fleet (default: the hostname); a task that
+            names ``host`` runs only on the host with that id (queue ``host.<id>``).
+        queues: the shared queues this host takes tasks from (besides ``host.<id>``).
+        host_timeout: seconds without a heartbeat after which a host counts as lost.
+        on_host_lost: ``report`` (its running tasks end ``host_lost``) or ``restart``
+            (started fresh elsewhere as a new run). Acted on by the sweeper (not built yet).
+        heartbeat: seconds between this host's rows in ``supervise_hosts``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    dsn: str | None = Field(default=None, min_length=1)
+    host_id: str = Field(default_factory=_default_host_id)
+    queues: list[str] = Field(default_factory=lambda: [SHARED_QUEUE], min_length=1)
+    host_timeout: PositiveSeconds = 30.0
+    on_host_lost: Literal["report", "restart"] = "report"
+    heartbeat: PositiveSeconds = 5.0
+
+    @field_validator("host_id")
+    @classmethod
+    def _host_id(cls, value: str) -> str:
+        if not NAME_RE.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not a usable host id; use 1 to 63 letters, digits, '_', '.' "
+                "or '-', starting with a letter or digit"
+            )
+        return value
+
+    @field_validator("queues")
+    @classmethod
+    def _queues(cls, values: list[str]) -> list[str]:
+        for value in values:
+            if not NAME_RE.fullmatch(value) or value.startswith("host."):
+                raise ValueError(
+                    f"{value!r} is not a usable queue name; use letters, digits, '_', '.' or "
+                    "'-' (names starting with 'host.' are the hosts' own queues)"
+                )
+        return values
+
+
+def host_queue(host_id: str) -> str:
+    """The queue of the tasks pinned to ``host_id``."""
+    return f"host.{host_id}"
+
+
+def cluster_dsn(spec: ClusterSpec, profile_path: object) -> str:
+    """The DSN to connect with: ``SUPERVISE_CLUSTER_DSN``, else ``[cluster] dsn``.
+
+    Raises:
+        ConfigError: neither is set (one line naming the profile and the fix).
+    """
+    dsn = os.environ.get(DSN_ENV) or spec.dsn
+    if not dsn:
+        raise ConfigError(
+            [
+                f"{profile_path}: [cluster] has no database: set the environment variable "
+                f"{DSN_ENV} (e.g. 'host=/run/postgresql dbname=supervise'), or "
+                "[cluster] dsn in the profile"
+            ]
+        )
+    return dsn
