@@ -6,8 +6,9 @@ check):
 
 - ``intake``: every ``intake_interval`` seconds (and at once when a claim batch holds
   work), queues what the claim thread took (:class:`~supervisor.engine.intake.Claims`),
-  starts its next batch and launches queued tasks while fewer than ``max_concurrent`` are
-  live.
+  starts its next batch, records the launches the launch thread made
+  (:class:`~supervisor.engine.starts.Starts`) and starts more while fewer than
+  ``max_concurrent`` are live.
 - ``check:<task_id>``: one interval job per live task (``base_interval`` seconds); each run
   observes the task (:mod:`supervisor.engine.observe`), asks
   :func:`supervisor.policy.decide`, and performs the returned actions
