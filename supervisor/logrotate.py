@@ -15,11 +15,10 @@ renames; a crash between the last two renames leaves ``NAME.new`` without ``NAME
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 
-from supervisor.taskdir import atomic_write
+from supervisor.diskio import atomic_write, shift_backups
 
 
 def _fresh(path: Path) -> Path:
@@ -33,14 +32,7 @@ def rotate(path: Path, backups: int, first_line: bytes = b"") -> None:
     fresh = _fresh(path)
     atomic_write(fresh, first_line)
     if backups > 0:
-        for index in range(backups, 0, -1):
-            older = path.with_name(f"{path.name}.{index}")
-            if index == backups:
-                older.unlink(missing_ok=True)
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    os.replace(older, path.with_name(f"{path.name}.{index + 1}"))
-        os.replace(path, path.with_name(f"{path.name}.1"))
+        shift_backups(path, backups)
     os.replace(fresh, path)
 
 

@@ -38,6 +38,7 @@ from supervisor.diskio import (  # noqa: F401  (also imported from here with Tas
     atomic_write,
     fsync_dir,
     parse_iso,
+    shift_backups,
     utc_iso,
 )
 from supervisor.states import FailureReason, Status, Verdict
@@ -288,14 +289,7 @@ class TaskDir:
         if backups <= 0:
             os.truncate(path, 0)
             return False
-        for index in range(backups, 0, -1):
-            older = self.file(f"{OUTPUT}.{index}")
-            if index == backups:
-                older.unlink(missing_ok=True)
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    os.replace(older, self.file(f"{OUTPUT}.{index + 1}"))
-        os.replace(path, self.file(f"{OUTPUT}.1"))
+        shift_backups(path, backups)
         return True
 
     def output_mtime(self) -> float | None:
