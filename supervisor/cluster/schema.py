@@ -13,7 +13,15 @@ Tables:
   manifest's summary fields;
 * ``supervise_events``: each transition a host reported (task, host, generation, event);
 * ``supervise_hosts``: one row per host: heartbeat, capacity (``max_concurrent``), running
-  count, version, queues, last error.
+  count, version, queues, last error, ``state`` (``alive``, ``stopped`` after a clean stop,
+  ``dead`` once the sweeper found no heartbeat for ``host_timeout``), ``stopped_at``,
+  ``lost_at``, and the host's own ``host_timeout`` (seconds) and ``on_host_lost`` (each host
+  declares how long its silence means loss and what becomes of its tasks then);
+* ``supervise_controls``: operator requests (``stop``, ``resume``, ``approve``, ``deny``)
+  routed to the host owning the task, with its answer (``done_at``, ``ok``, ``result``).
+
+``supervise_tasks.restarted_from`` lists the runs a task had on lost hosts (``on_host_lost =
+"restart"``): ``[{"host_id", "generation", "session_id"}]``, oldest first.
 """
 
 from __future__ import annotations
@@ -76,6 +84,31 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             queues text[] NOT NULL DEFAULT '{}',
             last_error text
         );
+        """,
+    ),
+    (
+        2,
+        """
+        ALTER TABLE supervise_hosts ADD COLUMN state text NOT NULL DEFAULT 'alive';
+        ALTER TABLE supervise_hosts ADD COLUMN stopped_at timestamptz;
+        ALTER TABLE supervise_hosts ADD COLUMN lost_at timestamptz;
+        ALTER TABLE supervise_hosts ADD COLUMN host_timeout double precision NOT NULL
+            DEFAULT 30;
+        ALTER TABLE supervise_hosts ADD COLUMN on_host_lost text NOT NULL DEFAULT 'report';
+        ALTER TABLE supervise_tasks ADD COLUMN restarted_from jsonb NOT NULL DEFAULT '[]';
+        CREATE TABLE supervise_controls (
+            id bigserial PRIMARY KEY,
+            task_id text NOT NULL,
+            host_id text NOT NULL,
+            verb text NOT NULL,
+            requested_by text,
+            requested_at timestamptz NOT NULL DEFAULT now(),
+            done_at timestamptz,
+            ok boolean,
+            result text
+        );
+        CREATE INDEX supervise_controls_pending ON supervise_controls (host_id)
+            WHERE done_at IS NULL;
         """,
     ),
 )
