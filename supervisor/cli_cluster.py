@@ -104,6 +104,25 @@ def _check(args: argparse.Namespace, dsn: str) -> int:
     return 1 if result.problems else 0
 
 
+def _roles_apply(args: argparse.Namespace, dsn: str) -> int:
+    from supervisor.cluster import roles
+
+    roles.apply(dsn)
+    print(f"roles {' and '.join(roles.ROLES)} created or updated; grant them to login roles, "
+          "e.g. GRANT supervise_submit TO alice")  # fmt: skip
+    return 0
+
+
+def _roles(args: argparse.Namespace) -> int:
+    """``cluster roles``: print roles.sql; with ``--apply``, run it (needs a DSN)."""
+    if args.apply:
+        return int(_guarded(_roles_apply)(args))
+    from importlib import resources
+
+    print(resources.files("supervisor.cluster").joinpath("roles.sql").read_text("utf-8"), end="")
+    return 0
+
+
 def _hosts(args: argparse.Namespace, dsn: str) -> int:
     from supervisor.cluster import fleet
 
@@ -154,7 +173,7 @@ status_cluster = _guarded(_tasks)
 
 
 def register(sub: Any) -> None:
-    """Add ``cluster`` (``init``, ``check``) and ``hosts`` to the ``supervise`` parser."""
+    """Add ``cluster`` (``init``, ``check``, ``roles``) and ``hosts`` to the parser."""
     cluster = sub.add_parser("cluster", help="the fleet's database (several hosts, preview)")
     verbs = cluster.add_subparsers(dest="cluster_command", required=True)
     for name, body, text in (
@@ -165,6 +184,12 @@ def register(sub: Any) -> None:
         verb.add_argument("-c", "--config", help=f"profile with [cluster] (else ${DSN_ENV})")
         verb.add_argument("--json", action="store_true", help="machine-readable output")
         verb.set_defaults(func=_guarded(body))
+    roles = verbs.add_parser("roles", help="print the SQL of the supervise_submit and "
+                             "supervise_engine roles (--apply: run it)")  # fmt: skip
+    roles.add_argument("-c", "--config", help=f"profile with [cluster] (else ${DSN_ENV})")
+    roles.add_argument("--apply", action="store_true", help="run it on the database (as its "
+                       "owner, after 'cluster init')")  # fmt: skip
+    roles.set_defaults(func=_roles)
     hosts = sub.add_parser("hosts", help="the fleet's hosts and their heartbeats")
     hosts.add_argument("-c", "--config", help=f"profile with [cluster] (else ${DSN_ENV})")
     hosts.add_argument("--json", action="store_true", help="the rows as JSON")
