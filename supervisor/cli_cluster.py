@@ -147,6 +147,17 @@ def _tasks(args: argparse.Namespace, dsn: str) -> int:
     return 0
 
 
+def task_warnings(row: dict[str, Any], resolved: Any, profile: Any) -> None:
+    """``supervise validate -c PROFILE TASK``: the warning for a task naming ``host`` under a
+    profile without ``[cluster]`` (printed, and added to the row's ``warnings``)."""
+    if profile is None or profile.spec.cluster is not None or not resolved.spec.host:
+        return
+    from supervisor.config.cluster import host_ignored
+
+    row["warnings"].append(host_ignored(row["file"], resolved.spec.host, profile.path))
+    _err(row["warnings"][-1])
+
+
 def submit(profile: Any, resolved: Any, as_json: bool) -> int:
     """``supervise submit`` with a ``[cluster]`` profile: store the validated task and defer
     its job (:func:`supervisor.cluster.submit.submit`); print its id."""
