@@ -6,6 +6,7 @@ and completes a task. Real PostgreSQL (tests/cluster_support.py), real engine an
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 
@@ -91,6 +92,9 @@ def test_engine_role_runs_a_real_engine(setup: Setup, roles: str) -> None:
     cluster_profile(setup, bob, "h0")
     engine = start_engine(setup)
     try:
+        wait_for(lambda: rows(roles, "SELECT 1 FROM supervise_hosts"), timeout=30)
+        listed = supervise("hosts", "--json", env={"SUPERVISE_CLUSTER_DSN": alice})
+        assert [(h["host_id"], h["state"]) for h in json.loads(listed.stdout)] == [("h0", "alive")]
         wait_for(lambda: rows(roles, "SELECT state FROM supervise_tasks WHERE id = %s",
                               task_id) == [("completed",)], timeout=60)  # fmt: skip
         wait_for(lambda: rows(roles, "SELECT count(*) FROM procrastinate_jobs") == [(0,)],
