@@ -41,6 +41,8 @@ APPLY_TIMEOUT = 12.0
 #: Seconds before reconnecting after the connection was lost (doubling up to MAX_BACKOFF).
 BACKOFF = 0.5
 MAX_BACKOFF = 10.0
+#: The listener connection's ``application_name`` (``pg_stat_activity``).
+APPLICATION_NAME = "supervise-control"
 
 _PENDING = """
 SELECT c.id, c.task_id, c.verb, t.owner_host, t.generation FROM supervise_controls c
@@ -84,6 +86,10 @@ class ControlListener:
         while not self._stopping.is_set():
             try:
                 with connect(self.dsn) as conn:
+                    # named in pg_stat_activity: an operator sees (and can end) it
+                    conn.execute(
+                        "SELECT set_config('application_name', %s, false)", (APPLICATION_NAME,)
+                    )
                     conn.execute(f"LISTEN {CHANNEL}")
                     delay = BACKOFF  # connected: the next loss starts from the shortest wait
                     while not self._stopping.is_set():
