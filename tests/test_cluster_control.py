@@ -7,14 +7,21 @@ and ``wait`` for a task that runs on another host, from a process that has only 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+import test_claude_agent
+import test_cluster
 import tomli_w
 from conftest import wait_for
-from test_cluster import dsn, engines, rows, server, supervise  # noqa: F401 (fixtures)
+from test_cluster import engines, rows, supervise
 
 psycopg = pytest.importorskip("psycopg")
+# The fixtures of those modules: a server per module, a fresh database per test, the
+# Claude Code harness (a mock API, a throwaway HOME).
+server, dsn, harness = test_cluster.server, test_cluster.dsn, test_claude_agent.harness
 
 CONTROLS = "SELECT task_id, host_id, verb, done_at IS NOT NULL, ok, result FROM supervise_controls"
 
@@ -129,3 +136,55 @@ def test_listener_survives_its_connection_being_terminated(tmp_path: Path, dsn: 
         assert second != first
         log = (hosts["h0"].root / "engine.log").read_text()
         assert "control listener lost its connection" in log
+
+
+@pytest.mark.e2e
+def test_approve_from_a_machine_with_only_the_dsn(
+    tmp_path: Path, dsn: str, harness: Callable[..., Any]
+) -> None:
+    """THE must-show: engines h0 and h1 (fake agent) and h2 (the real Claude Code CLI
+    against the mock API, an approval rule that escalates a Bash step). The task escalates
+    on h2; a fourth process with only the DSN sees it in ``status --cluster``, runs
+    ``approve ID``, which acts on h2 and prints the local verb's line; the agent goes on in
+    the same run and completes."""
+    import subprocess
+    import sys
+
+    from claude_support import scrubbed_environ
+    from test_cluster import stop_engines
+
+    from supervisor.cluster.submit import submit
+    from supervisor.config import load_profile, load_task
+
+    only_dsn = {"SUPERVISE_CLUSTER_DSN": dsn}
+    with engines(tmp_path, dsn, count=2):
+        h = harness(final_text="approved on h2")
+        project = h.project()
+        rules = [{"tool": "Bash", "match": "^echo escalated", "action": "escalate"}]
+        h.write_profile(approval={"rules": rules},
+                        cluster={"host_id": "h2", "dsn": dsn, "heartbeat": 0.5})  # fmt: skip
+        argv = [sys.executable, "-m", "supervisor.cli", "run", str(h.profile)]
+        with open(tmp_path / "h2.log", "a") as out:
+            engine = subprocess.Popen(argv, cwd=h.root, env=scrubbed_environ(), stdout=out,
+                                      stderr=subprocess.STDOUT)  # fmt: skip
+        try:
+            profile = load_profile(h.profile)
+            file = tmp_path / "perm.toml"
+            prompt = "[[bash: echo escalated > esc.txt]] do the step"
+            file.write_text(tomli_w.dumps({"name": "perm", "project_dir": str(project),
+                                           "host": "h2", "prompt": prompt}))  # fmt: skip
+            task = submit(dsn, profile, load_task(file, profile)).task_id
+            wait_for(lambda: _state(dsn, task) == ("escalated", "h2"), timeout=120)
+            status = supervise("status", "--cluster", env=only_dsn)
+            assert status.returncode == 0, status.stderr
+            [line] = [row for row in status.stdout.splitlines() if row.startswith(task)]
+            assert line.split()[2:4] == ["escalated", "h2"]
+            approved = supervise("approve", task, env=only_dsn)
+            assert approved.returncode == 0, approved.stderr
+            assert approved.stdout == f"{task}: running (retry_count 0)\n"
+            wait_for(lambda: _state(dsn, task) == ("completed", "h2"), timeout=120)
+            assert (project / "esc.txt").exists()
+            [(verb, ok, result)] = rows(dsn, "SELECT verb, ok, result FROM supervise_controls")
+            assert (verb, ok, result) == ("approve", True, approved.stdout.strip())
+        finally:
+            stop_engines([engine])
