@@ -128,6 +128,16 @@ def test_listener_survives_its_connection_being_terminated(tmp_path: Path, dsn: 
         wait_for(lambda: _state(dsn, task) == ("running", "h0"), timeout=30)
         wait_for(lambda: len(rows(dsn, backends, APPLICATION_NAME)) == 1, timeout=15)
         [(first,)] = rows(dsn, backends, APPLICATION_NAME)
+        # A row for a task this host does not run is answered, not acted on (one line).
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO supervise_controls (task_id, host_id, verb) "
+                         "VALUES ('ghost', 'h0', 'stop')")  # fmt: skip
+        answered = ("SELECT ok, result FROM supervise_controls "
+                    "WHERE task_id = 'ghost' AND done_at IS NOT NULL")  # fmt: skip
+        wait_for(lambda: rows(dsn, answered), timeout=15)  # the poll backstop: no NOTIFY
+        assert rows(dsn, answered) == [
+            (False, "task ghost is not run by host h0 (the fleet says owner None, generation None)")
+        ]
         assert rows(dsn, "SELECT pg_terminate_backend(%s)", first) == [(True,)]
         stopped = supervise("stop", task, env={"SUPERVISE_CLUSTER_DSN": dsn})
         assert stopped.returncode == 0, stopped.stderr
