@@ -139,9 +139,11 @@ def test_listener_survives_its_connection_being_terminated(tmp_path: Path, dsn: 
             (False, "task ghost is not run by host h0 (the fleet says owner None, generation None)")
         ]
         assert rows(dsn, "SELECT pg_terminate_backend(%s)", first) == [(True,)]
-        stopped = supervise("stop", task, env={"SUPERVISE_CLUSTER_DSN": dsn})
+        stopped = supervise("stop", task, "--json", env={"SUPERVISE_CLUSTER_DSN": dsn})
         assert stopped.returncode == 0, stopped.stderr
-        assert stopped.stdout == f"{task}: abandoned (retry_count 0)\n"
+        assert json.loads(stopped.stdout) == {"task_id": task, "verb": "stop", "result": "applied",
+                                              "status": "abandoned", "retry_count": 0,
+                                              "host_id": "h0"}  # fmt: skip
         [(second,)] = rows(dsn, backends, APPLICATION_NAME)
         assert second != first
         log = (hosts["h0"].root / "engine.log").read_text()
