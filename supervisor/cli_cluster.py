@@ -15,6 +15,7 @@ import os
 import sys
 from typing import Any
 
+from supervisor import cli_fleet
 from supervisor.cluster import DSN_ENV
 from supervisor.errors import ConfigError
 from supervisor.terminal import escape_controls
@@ -205,3 +206,4 @@ def register(sub: Any) -> None:
     hosts.add_argument("-c", "--config", help=f"profile with [cluster] (else ${DSN_ENV})")
     hosts.add_argument("--json", action="store_true", help="the rows as JSON")
     hosts.set_defaults(func=_guarded(_hosts))
+    cli_fleet.register(sub)  # stop|resume|approve|deny|show|wait ID on another host

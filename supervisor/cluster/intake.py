@@ -40,6 +40,7 @@ from supervisor.cluster.db import (
     dsn_of,
     one_line,
 )
+from supervisor.cluster.listener import ControlListener
 from supervisor.cluster.submit import TASK_NAME
 from supervisor.cluster.writer import Transition, Writer
 from supervisor.config import LoadedProfile, ResolvedTask
@@ -102,6 +103,9 @@ class ClusterIntake:
             stats.version() or "unknown", self.queues, self.cluster.heartbeat,
             profile.state_dir / OUTBOX,
         )  # fmt: skip
+        # Operator requests routed here from other machines (supervisor.cluster.listener).
+        self.listener = ControlListener(self.dsn, self.cluster.host_id, profile.state_dir,
+                                        profile.tasks_dir, CLAIM_FILE)  # fmt: skip
 
     # ------------------------------------------------------------ the Intake protocol
     def notice(self, name: str) -> bool:
@@ -116,6 +120,7 @@ class ClusterIntake:
         """After adoption: start the writer and the worker; the profile's ``[[tasks]]``."""
         self.writer.start()
         self._thread.start()
+        self.listener.start()
         return self.spool.submit_initial()
 
     def take(self) -> Taken:
@@ -175,6 +180,7 @@ class ClusterIntake:
             self._loop.call_soon_threadsafe(self._main.cancel)
         if self._thread.is_alive():
             self._thread.join(15)
+        self.listener.close()
         self.writer.close()
 
     # ------------------------------------------------------------ internals
