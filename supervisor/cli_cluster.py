@@ -109,7 +109,7 @@ def _roles_apply(args: argparse.Namespace, dsn: str) -> int:
     from supervisor.cluster import roles
 
     roles.apply(dsn)
-    print(f"roles {' and '.join(roles.ROLES)} created or updated; grant them to login roles, "
+    print(f"roles {', '.join(roles.ROLES)} created or updated; grant them to login roles, "
           "e.g. GRANT supervise_submit TO alice")  # fmt: skip
     return 0
 
@@ -196,8 +196,9 @@ def register(sub: Any) -> None:
         verb.add_argument("-c", "--config", help=f"profile with [cluster] (else ${DSN_ENV})")
         verb.add_argument("--json", action="store_true", help="machine-readable output")
         verb.set_defaults(func=_guarded(body))
-    roles = verbs.add_parser("roles", help="print the SQL of the supervise_submit and "
-                             "supervise_engine roles (--apply: run it)")  # fmt: skip
+    roles = verbs.add_parser("roles", help="print the SQL of the supervise_submit, "
+                             "supervise_operator and supervise_engine roles "
+                             "(--apply: run it)")  # fmt: skip
     roles.add_argument("-c", "--config", help=f"profile with [cluster] (else ${DSN_ENV})")
     roles.add_argument("--apply", action="store_true", help="run it on the database (as its "
                        "owner, after 'cluster init')")  # fmt: skip

@@ -35,7 +35,7 @@ def roles(dsn: str) -> Iterator[str]:
     for _ in range(2):
         done = supervise("cluster", "roles", "--apply", env=env)
         assert done.returncode == 0, done.stderr
-        assert "supervise_submit and supervise_engine" in done.stdout
+        assert "supervise_submit, supervise_operator, supervise_engine" in done.stdout
     yield dsn
 
 
@@ -127,3 +127,34 @@ def test_engine_role_runs_a_real_engine(setup: Setup, roles: str) -> None:
     assert rows(roles, "SELECT host_id, last_error FROM supervise_hosts") == [("h0", None)]
     log = (setup.root / "engine.log").read_text()
     assert "permission denied" not in log, log
+
+
+def test_operator_role_stops_a_task_on_another_host_submit_role_cannot(
+    setup: Setup, roles: str
+) -> None:
+    """carol (supervise_operator) routes ``stop`` to the engine bob runs; alice
+    (supervise_submit) gets one line (permission denied) and no request row is left."""
+    _, alice = _login(roles, "supervise_submit")
+    _, carol = _login(roles, "supervise_operator")
+    _, bob = _login(roles, "supervise_engine")
+    task = setup.root / "t.toml"
+    task.write_text(tomli_w.dumps(setup.task("long", "print: working\nsleep: 60\n")))
+    done = supervise("submit", "-c", str(cluster_profile(setup, carol, "h0")), str(task))
+    assert done.returncode == 0, done.stderr
+    task_id = done.stdout.strip()
+    cluster_profile(setup, bob, "h0")
+    engine = start_engine(setup)
+    try:
+        wait_for(lambda: rows(roles, "SELECT state FROM supervise_tasks WHERE id = %s",
+                              task_id) == [("running",)], timeout=60)  # fmt: skip
+        refused = supervise("stop", task_id, env={"SUPERVISE_CLUSTER_DSN": alice})
+        assert refused.returncode == 1, refused.stderr
+        assert refused.stderr.count("\n") == 1 and "permission denied" in refused.stderr
+        assert rows(roles, "SELECT count(*) FROM supervise_controls") == [(0,)]
+        stopped = supervise("stop", task_id, env={"SUPERVISE_CLUSTER_DSN": carol})
+        assert stopped.returncode == 0, stopped.stderr
+        wait_for(lambda: rows(roles, "SELECT state FROM supervise_tasks WHERE id = %s",
+                              task_id) == [("abandoned",)], timeout=30)  # fmt: skip
+    finally:
+        stop_engines([engine])
+    assert rows(roles, "SELECT verb, ok FROM supervise_controls") == [("stop", True)]

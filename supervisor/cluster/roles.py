@@ -1,11 +1,13 @@
-"""``supervise cluster roles``: the SQL of the fleet's two group roles (``roles.sql``,
+"""``supervise cluster roles``: the SQL of the fleet's three group roles (``roles.sql``,
 shipped in the package), printed for an admin to read, or applied with ``--apply``.
 
 * ``supervise_submit``: read every table, insert a task, defer its procrastinate job;
+* ``supervise_operator``: ``supervise_submit``, plus control requests routed to another
+  host (``stop``/``resume``/``approve``/``deny``: :mod:`supervisor.cluster.control`);
 * ``supervise_engine``: what ``supervise run`` with ``[cluster]`` writes, and procrastinate's
   worker tables, sequences and functions.
 
-Both are ``NOLOGIN``: an admin grants them to login roles. The file is re-runnable (roles
+All are ``NOLOGIN``: an admin grants them to login roles. The file is re-runnable (roles
 created only when absent; grants are idempotent in PostgreSQL) and must run after
 ``supervise cluster init`` (it grants on the tables init made). Whoever can insert into
 ``supervise_tasks`` can run agents on every host: the trust model (README "Several hosts").
@@ -20,8 +22,8 @@ import psycopg
 from supervisor.cluster.db import ClusterError, connect, one_line
 from supervisor.cluster.schema import INIT_LOCK
 
-#: The two roles the SQL creates.
-ROLES = ("supervise_submit", "supervise_engine")
+#: The roles the SQL creates.
+ROLES = ("supervise_submit", "supervise_operator", "supervise_engine")
 
 
 def sql() -> str:
