@@ -32,6 +32,7 @@ import tomli_w
 from procrastinate import App, PsycopgConnector
 
 from supervisor import spool, statefs
+from supervisor.cluster import sweeper as sweep
 from supervisor.cluster.db import (
     CONNECT_TIMEOUT,
     STATEMENT_TIMEOUT,
@@ -100,7 +101,7 @@ class ClusterIntake:
         self.writer = Writer(
             self.dsn, self.cluster.host_id, profile.spec.max_concurrent, self.running,
             stats.version() or "unknown", self.queues, self.cluster.heartbeat,
-            profile.state_dir / OUTBOX,
+            profile.state_dir / OUTBOX, self.cluster.host_timeout, self.cluster.on_host_lost,
         )  # fmt: skip
 
     # ------------------------------------------------------------ the Intake protocol
@@ -219,15 +220,22 @@ class ClusterIntake:
         )  # fmt: skip
         app = App(connector=connector)
         app.task(name=TASK_NAME)(self._job)
-        async with app.open_async():
-            await app.run_worker_async(
-                queues=self.queues,
-                name=self.cluster.host_id,
-                concurrency=self.profile.spec.max_concurrent,
-                install_signal_handlers=False,
-                shutdown_graceful_timeout=1.0,
-                delete_jobs="successful",
-            )
+        beat, timeout = self.cluster.heartbeat, self.cluster.host_timeout
+        # The sweeper has a worker of its own: this one's slots are held by running tasks.
+        sweeper = asyncio.create_task(sweep.serve(self.dsn, self.cluster.host_id, beat, timeout))
+        try:
+            async with app.open_async():
+                await app.run_worker_async(
+                    queues=self.queues,
+                    name=self.cluster.host_id,
+                    concurrency=self.profile.spec.max_concurrent,
+                    install_signal_handlers=False,
+                    shutdown_graceful_timeout=1.0,
+                    delete_jobs="successful",
+                    **sweep.worker_options(beat, timeout),
+                )
+        finally:
+            sweeper.cancel()
 
     async def _job(self, task_id: str) -> None:
         """One job: claim, materialize, hand to the engine, live until the task ends."""
