@@ -332,13 +332,14 @@ def make_app(dsn: str) -> App:
 async def serve(dsn: str, host_id: str, heartbeat: float, host_timeout: float) -> None:
     """Run the sweeper's worker (queue :data:`SWEEP_QUEUE`, one job at a time) until
     cancelled; started again after :data:`BACKOFF` seconds if it dies."""
-    _quiet_sweeps()
+    name = f"{host_id}:sweeper"
+    _quiet_sweeps(name)
     while True:
         try:
             app = make_app(dsn)
             async with app.open_async():
                 await app.run_worker_async(
-                    queues=[SWEEP_QUEUE], name=f"{host_id}:sweeper", concurrency=1,
+                    queues=[SWEEP_QUEUE], name=name, concurrency=1,
                     install_signal_handlers=False, shutdown_graceful_timeout=1.0,
                     delete_jobs="successful", **worker_options(heartbeat, host_timeout),
                 )  # fmt: skip
@@ -360,8 +361,11 @@ class _SweepNoise(logging.Filter):
         return name != SWEEP_TASK and getattr(record, "task_name", None) != SWEEP_TASK
 
 
-def _quiet_sweeps() -> None:
-    for name in ("procrastinate.worker", "procrastinate.periodic", "procrastinate.manager"):
+def _quiet_sweeps(worker: str) -> None:
+    """Filter the loggers that say so (a worker named ``worker`` logs on a child logger of
+    its own: ``procrastinate.worker.<name>``, procrastinate's ``Worker.__init__``)."""
+    for name in ("procrastinate.worker", f"procrastinate.worker.{worker}",
+                 "procrastinate.periodic", "procrastinate.manager"):  # fmt: skip
         logger = logging.getLogger(name)
         if not any(isinstance(f, _SweepNoise) for f in logger.filters):
             logger.addFilter(_SweepNoise())
