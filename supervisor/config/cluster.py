@@ -39,7 +39,9 @@ class ClusterSpec(BaseModel):
         queues: the shared queues this host takes tasks from (besides ``host.<id>``).
         host_timeout: seconds without a heartbeat after which a host counts as lost.
         on_host_lost: ``report`` (its running tasks end ``host_lost``) or ``restart``
-            (started fresh elsewhere as a new run). Acted on by the sweeper (not built yet).
+            (started fresh elsewhere as a new run, unless pinned to this host). Acted on
+            by the sweeper (:mod:`supervisor.cluster.sweeper`); both are written in every
+            heartbeat, so each host declares its own.
         heartbeat: seconds between this host's rows in ``supervise_hosts``.
     """
 
