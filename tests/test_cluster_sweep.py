@@ -374,3 +374,13 @@ def test_fate_of_a_dead_hosts_task(owner: HostRow, state: str, pin: str | None,
         assert fate == "restart"
     else:
         assert fate == "host_lost"  # report mode, or pinned to the lost host
+
+
+def test_heartbeat_not_shorter_than_host_timeout_is_one_line(setup: Setup) -> None:
+    """A host beating less often than its own timeout would be swept while alive."""
+    profile = setup.write_profile(extra={"cluster": {"heartbeat": 10, "host_timeout": 5}})
+    result = supervise("validate", str(profile))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert str(profile) in line and "'cluster'" in line
+    assert "heartbeat (10 s) must be shorter than host_timeout (5 s)" in line

@@ -10,7 +10,7 @@ import re
 import socket
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from supervisor.cluster import DSN_ENV
 from supervisor.config.monitor import PositiveSeconds
@@ -62,6 +62,17 @@ class ClusterSpec(BaseModel):
                 "or '-', starting with a letter or digit"
             )
         return value
+
+    @model_validator(mode="after")
+    def _beats_within_timeout(self) -> ClusterSpec:
+        # A host beating less often than its timeout would be declared dead while alive,
+        # and the sweeper would retry its live jobs (supervisor.cluster.sweeper, rule d).
+        if self.heartbeat >= self.host_timeout:
+            raise ValueError(
+                f"heartbeat ({self.heartbeat:g} s) must be shorter than host_timeout "
+                f"({self.host_timeout:g} s), or the host counts as lost while it runs"
+            )
+        return self
 
     @field_validator("queues")
     @classmethod
