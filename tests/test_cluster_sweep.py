@@ -236,6 +236,42 @@ def test_machine_loss_requeues_loses_and_restarts(tmp_path: Path, dsn: str) -> N
     assert any(ids["pinned"] in line and HOST_LOST in line for line in status.splitlines())
 
 
+def test_report_mode_loss_is_host_lost_only_and_the_host_may_return(tmp_path: Path,
+                                                                    dsn: str) -> None:  # fmt: skip
+    """on_host_lost = report (the default): a lost host's running task is host_lost and
+    runs nowhere else; the host beating again is alive again (its lost task stays lost)."""
+    from supervisor.cluster.writer import Writer
+
+    h0, h1 = host(tmp_path, dsn, "h0"), host(tmp_path, dsn, "h1")
+    engines = {"h0": start_engine(h0)}
+    try:
+        wait_for(lambda: rows(dsn, "SELECT host_id FROM supervise_hosts") == [("h0",)], 30)
+        task = submit(dsn, h0, "long", "print: long\nsleep: 60\nexit: 0")
+        wait_for(lambda: state_of(dsn, task)[:2] == ("running", "h0"), timeout=30)
+        engines["h1"] = start_engine(h1)
+        wait_for(lambda: len(rows(dsn, "SELECT 1 FROM supervise_hosts")) == 2, timeout=30)
+        killed = lose_machine(h0, engines.pop("h0"), [h0.project / "agent_pid"])
+        wait_for(lambda: state_of(dsn, task) == (HOST_LOST, "h0", 2), timeout=HOST_TIMEOUT + 5)
+        assert time.time() - killed <= HOST_TIMEOUT + 5
+        time.sleep(2)  # h1 has every chance to take it: it must not
+        assert state_of(dsn, task) == (HOST_LOST, "h0", 2)
+        assert local_launches(h1) == {}
+        assert rows(dsn, "SELECT restarted_from FROM supervise_tasks") == [([],)]
+        assert rows(dsn, "SELECT count(*) FROM supervise_events WHERE event = %s",
+                    HOST_LOST) == [(1,)]  # fmt: skip
+        # The host's writer beats again (as a returning engine's would): alive; closed: stopped.
+        writer = Writer(dsn, "h0", 2, lambda: 0, "test", ["supervise"], 0.5,
+                        tmp_path / "outbox.jsonl", HOST_TIMEOUT, "report")  # fmt: skip
+        writer.start()
+        host_state = "SELECT state, lost_at IS NOT NULL FROM supervise_hosts WHERE host_id = 'h0'"
+        wait_for(lambda: rows(dsn, host_state) == [("alive", True)], timeout=10)
+        writer.close()
+        assert rows(dsn, host_state) == [("stopped", True)]
+        assert state_of(dsn, task) == (HOST_LOST, "h0", 2)
+    finally:
+        cleanup([h0, h1], list(engines.values()))
+
+
 # ---------------------------------------------------------------- a clean stop
 
 
