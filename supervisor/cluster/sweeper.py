@@ -34,7 +34,10 @@ d. procrastinate jobs left ``doing`` by workers whose heartbeat is older than th
    largest ``host_timeout`` are retried (procrastinate's ``select_stalled_jobs_by_heartbeat``
    and ``procrastinate_retry_job_v2``, as its docs' howto/production/retry_stalled_jobs
    does), or failed when a waiting job holds their ``queueing_lock`` already; a job retried
-   for a task that is not ``queued`` finds it taken and does nothing (the claim).
+   for a task that is not ``queued`` finds it taken and does nothing (the claim). A job
+   another transaction holds right now is left to the next sweep (``SKIP LOCKED``). A dead
+   host's worker may turn stale a sweep before the host does (both stop beating at once):
+   its task's job is then retried and does nothing, and (b)/(c) defer a new one.
 
 Workers heartbeat every ``[cluster] heartbeat`` seconds (:func:`worker_options`), so a live
 worker's heartbeat is younger than that and (d) never touches its jobs as long as
@@ -184,7 +187,7 @@ SELECT j.id, j.queueing_lock FROM procrastinate_jobs j
 LEFT JOIN procrastinate_workers w ON w.id = j.worker_id
 WHERE j.status = 'doing'
     AND (w.id IS NULL OR w.last_heartbeat < now() - make_interval(secs => %s))
-ORDER BY j.id FOR UPDATE OF j"""
+ORDER BY j.id FOR UPDATE OF j SKIP LOCKED"""
 _TODO = "SELECT 1 FROM procrastinate_jobs WHERE queueing_lock = %s AND status = 'todo'"
 _RETRY = "SELECT procrastinate_retry_job_v2(%s, now(), NULL, NULL, NULL)"
 # A retry is an UPDATE, and procrastinate notifies only on INSERT (its trigger
