@@ -95,6 +95,7 @@ class ClusterIntake:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._main: asyncio.Task[None] | None = None
+        self._sweeper: asyncio.Task[None] | None = None  # a reference keeps it alive
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="supervise-cluster-worker",
                                         daemon=True)  # fmt: skip
@@ -221,21 +222,20 @@ class ClusterIntake:
         app = App(connector=connector)
         app.task(name=TASK_NAME)(self._job)
         beat, timeout = self.cluster.heartbeat, self.cluster.host_timeout
-        # The sweeper has a worker of its own: this one's slots are held by running tasks.
-        sweeper = asyncio.create_task(sweep.serve(self.dsn, self.cluster.host_id, beat, timeout))
-        try:
-            async with app.open_async():
-                await app.run_worker_async(
-                    queues=self.queues,
-                    name=self.cluster.host_id,
-                    concurrency=self.profile.spec.max_concurrent,
-                    install_signal_handlers=False,
-                    shutdown_graceful_timeout=1.0,
-                    delete_jobs="successful",
-                    **sweep.worker_options(beat, timeout),
-                )
-        finally:
-            sweeper.cancel()
+        # The sweeper has a worker of its own (this one's slots are held by running tasks);
+        # asyncio.run (_serve) cancels it when this coroutine ends.
+        self._sweeper = asyncio.create_task(sweep.serve(self.dsn, self.cluster.host_id, beat,
+                                                        timeout))  # fmt: skip
+        async with app.open_async():
+            await app.run_worker_async(
+                queues=self.queues,
+                name=self.cluster.host_id,
+                concurrency=self.profile.spec.max_concurrent,
+                install_signal_handlers=False,
+                shutdown_graceful_timeout=1.0,
+                delete_jobs="successful",
+                **sweep.worker_options(beat, timeout),
+            )
 
     async def _job(self, task_id: str) -> None:
         """One job: claim, materialize, hand to the engine, live until the task ends."""
