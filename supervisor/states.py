@@ -43,6 +43,11 @@ TERMINAL: frozenset[Status] = frozenset({Status.COMPLETED, Status.FAILED, Status
 #: Statuses of a task that has been launched and has not ended: it holds one of the
 #: profile's ``max_concurrent`` slots (supervisord's RUNNING/BACKOFF/STOPPING, together).
 LIVE: frozenset[Status] = frozenset(Status) - TERMINAL - {Status.QUEUED}
+#: A fleet-only state (issue 15): the task's host stopped beating for its ``host_timeout``
+#: while the task ran (:mod:`supervisor.cluster.sweeper`). Only the fleet's database holds
+#: it (``supervise_tasks.state``); a host never writes it to a manifest, so it is not a
+#: :class:`Status` and the manifest's schema does not list it.
+HOST_LOST = "host_lost"
 
 
 class Verdict(StrEnum):

@@ -32,6 +32,7 @@ import tomli_w
 from procrastinate import App, PsycopgConnector
 
 from supervisor import spool, statefs
+from supervisor.cluster import sweeper as sweep
 from supervisor.cluster.db import (
     CONNECT_TIMEOUT,
     STATEMENT_TIMEOUT,
@@ -95,13 +96,14 @@ class ClusterIntake:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._main: asyncio.Task[None] | None = None
+        self._sweeper: asyncio.Task[None] | None = None  # a reference keeps it alive
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="supervise-cluster-worker",
                                         daemon=True)  # fmt: skip
         self.writer = Writer(
             self.dsn, self.cluster.host_id, profile.spec.max_concurrent, self.running,
             stats.version() or "unknown", self.queues, self.cluster.heartbeat,
-            profile.state_dir / OUTBOX,
+            profile.state_dir / OUTBOX, self.cluster.host_timeout, self.cluster.on_host_lost,
         )  # fmt: skip
         # Operator requests routed here from other machines (supervisor.cluster.listener).
         self.listener = ControlListener(self.dsn, self.cluster.host_id, profile.state_dir,
@@ -225,6 +227,11 @@ class ClusterIntake:
         )  # fmt: skip
         app = App(connector=connector)
         app.task(name=TASK_NAME)(self._job)
+        beat, timeout = self.cluster.heartbeat, self.cluster.host_timeout
+        # The sweeper has a worker of its own (this one's slots are held by running tasks);
+        # asyncio.run (_serve) cancels it when this coroutine ends.
+        self._sweeper = asyncio.create_task(sweep.serve(self.dsn, self.cluster.host_id, beat,
+                                                        timeout))  # fmt: skip
         async with app.open_async():
             await app.run_worker_async(
                 queues=self.queues,
@@ -233,6 +240,7 @@ class ClusterIntake:
                 install_signal_handlers=False,
                 shutdown_graceful_timeout=1.0,
                 delete_jobs="successful",
+                **sweep.worker_options(beat, timeout),
             )
 
     async def _job(self, task_id: str) -> None:

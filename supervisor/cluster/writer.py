@@ -64,12 +64,24 @@ UPDATE supervise_tasks SET state = %s, session_id = coalesce(%s, session_id),
     updated_at = now()
 WHERE id = %s AND owner_host = %s AND generation = %s"""
 
+# Every beat says 'alive': a host the sweeper declared dead that beats again is alive again
+# (its lost tasks stay lost: their generation moved on). ``lost_at``/``stopped_at`` keep
+# the last loss and stop for the operator.
 _HEARTBEAT = """
-INSERT INTO supervise_hosts (host_id, capacity, running, version, queues, last_error)
-VALUES (%s, %s, %s, %s, %s, %s)
+INSERT INTO supervise_hosts (host_id, capacity, running, version, queues, last_error,
+    host_timeout, on_host_lost)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (host_id) DO UPDATE SET heartbeat_at = now(), capacity = excluded.capacity,
     running = excluded.running, version = excluded.version, queues = excluded.queues,
-    last_error = coalesce(excluded.last_error, supervise_hosts.last_error)"""
+    last_error = coalesce(excluded.last_error, supervise_hosts.last_error),
+    host_timeout = excluded.host_timeout, on_host_lost = excluded.on_host_lost,
+    state = 'alive'"""
+
+#: A clean stop (:meth:`Writer.close`): the sweeper never declares a stopped host dead.
+_STOPPED = """
+UPDATE supervise_hosts SET state = 'stopped', stopped_at = now(), heartbeat_at = now(),
+    running = %s
+WHERE host_id = %s"""
 
 
 class Writer:
@@ -84,11 +96,15 @@ class Writer:
         queues: the queues this host takes from.
         heartbeat: seconds between heartbeats.
         outbox: the outbox file (see the module docstring).
+        host_timeout: seconds of silence after which the sweeper declares this host dead
+            (``[cluster] host_timeout``; written in every heartbeat).
+        on_host_lost: ``report`` | ``restart``: what the sweeper does with this host's
+            running tasks then (``[cluster] on_host_lost``).
     """
 
     def __init__(self, dsn: str, host_id: str, capacity: int, running: Callable[[], int],
-                 version: str, queues: list[str], heartbeat: float,
-                 outbox: Path) -> None:  # fmt: skip
+                 version: str, queues: list[str], heartbeat: float, outbox: Path,
+                 host_timeout: float = 30.0, on_host_lost: str = "report") -> None:  # fmt: skip
         self.dsn = dsn
         self.host_id = host_id
         self.capacity = capacity
@@ -97,6 +113,8 @@ class Writer:
         self.queues = queues
         self.heartbeat = heartbeat
         self.outbox = outbox
+        self.host_timeout = host_timeout
+        self.on_host_lost = on_host_lost
         self._saved = outbox.exists()  # an outbox file on disk, to remove once written
         self._queue: queue.SimpleQueue[Transition | None] = queue.SimpleQueue()
         self._pending: deque[Transition] = deque()
@@ -115,7 +133,8 @@ class Writer:
 
     def close(self, timeout: float = 10.0) -> None:
         """Write what is queued (at most ``timeout`` seconds; the rest stays in the
-        outbox), then stop. Nothing to do if the thread never started."""
+        outbox), mark this host ``stopped`` (``stopped_at``), then stop. Nothing to do if
+        the thread never started."""
         if self._thread.is_alive():
             self._queue.put(None)
             self._thread.join(timeout)
@@ -166,7 +185,7 @@ class Writer:
             except queue.Empty:
                 pass
             beat = stopping or time.monotonic() >= next_beat  # a last one at shutdown
-            if self._flush(beat):
+            if self._flush(beat, stopping):
                 if beat:
                     next_beat = time.monotonic() + self.heartbeat
                 if self._saved:  # everything in it is written now
@@ -182,8 +201,9 @@ class Writer:
         if self._conn is not None:
             self._conn.close()
 
-    def _flush(self, beat: bool) -> bool:
-        """Write pending transitions in order (and the heartbeat); False on failure."""
+    def _flush(self, beat: bool, stopping: bool = False) -> bool:
+        """Write pending transitions in order (and the heartbeat; when ``stopping``, the
+        host's ``stopped`` state after them); False on failure."""
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = connect(self.dsn)
@@ -205,7 +225,10 @@ class Writer:
                 self._pending.popleft()
             if beat:
                 conn.execute(_HEARTBEAT, (self.host_id, self.capacity, self.running(),
-                             self.version, self.queues, self._last_error))  # fmt: skip
+                             self.version, self.queues, self._last_error,
+                             self.host_timeout, self.on_host_lost))  # fmt: skip
+            if stopping and not self._pending:
+                conn.execute(_STOPPED, (self.running(), self.host_id))
             return True
         except (psycopg.Error, ClusterError) as exc:
             message = one_line(exc)
