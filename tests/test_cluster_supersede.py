@@ -10,28 +10,45 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 import tomli_w
+from cluster_support import postgres_server
 from conftest import Setup, wait_for
-from test_cluster import (  # noqa: F401 (fixtures)
-    DOING,
-    ENGINES,
-    dsn,
-    engines,
-    rows,
-    server,
-    start_engine,
-    stop_engines,
-)
+from test_cluster import DOING, ENGINES, engines, rows, start_engine, stop_engines
 
-from supervisor.cluster.submit import submit
 from supervisor.config import load_profile, load_task
+
+psycopg = pytest.importorskip("psycopg")
+
+
+@pytest.fixture(scope="module", name="server")
+def _server() -> Iterator[str]:
+    """One throwaway server per module (as in tests/test_cluster.py)."""
+    with postgres_server() as dsn:
+        yield dsn
+
+
+@pytest.fixture(name="dsn")
+def _dsn(server: str) -> Iterator[str]:
+    """A fresh, empty database on the module's server for one test."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield server.replace("dbname=supervise", f"dbname={name}")
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
 
 ROW = "SELECT state, owner_host, generation, updated_at FROM supervise_tasks WHERE id = %s"
 
 
 def _submit(setup: Setup, dsn: str, name: str, prompt: str, **extra: object) -> str:
+    from supervisor.cluster.submit import submit
+
     profile = load_profile(setup.profile)
     file = setup.root / f"{name}.toml"
     file.write_text(tomli_w.dumps(setup.task(name, prompt, **extra)))
