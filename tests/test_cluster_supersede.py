@@ -163,14 +163,17 @@ def test_adopted_tasks_hold_their_worker_slots(tmp_path: Path, dsn: str) -> None
                   "owner_host = 'h0'"  # fmt: skip
         wait_for(lambda: rows(dsn, running) == [(2,)], timeout=30)
         stop_engines([ENGINES.pop(h0.root), ENGINES.pop(h1.root)])  # tmux keeps the tasks
+        assert rows(dsn, "SELECT count(*) FROM procrastinate_workers") == [(0,)]
         ENGINES[h0.root] = start_engine(h0)
-        holds = "SELECT count(*) FROM procrastinate_jobs WHERE task_name = 'supervise.hold' " \
-                "AND status = 'doing'"  # fmt: skip
-        wait_for(lambda: rows(dsn, holds) == [(2,)], timeout=30)
+        workers = "SELECT count(*) FROM procrastinate_workers"  # h0's, once it fetches
+        wait_for(lambda: rows(dsn, workers) == [(1,)], timeout=30)
         later = [_submit(h0, dsn, f"b{i}", "sleep: 1\nexit: 0") for i in range(2)]
         time.sleep(2.0)  # h0's worker is listening: without holds it would take both now
         states = "SELECT state, owner_host FROM supervise_tasks WHERE id = ANY(%s)"
         assert rows(dsn, states, later) == [("queued", None)] * 2
+        holds = "SELECT count(*) FROM procrastinate_jobs WHERE task_name = 'supervise.hold' " \
+                "AND status = 'doing'"  # fmt: skip
+        assert rows(dsn, holds) == [(2,)]
         ENGINES[h1.root] = start_engine(h1)
         wait_for(lambda: sorted(rows(dsn, states, later)) == [("completed", "h1")] * 2,
                  timeout=30)  # fmt: skip
