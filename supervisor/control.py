@@ -4,7 +4,8 @@
 (atomically); the engine's intake job picks requests up on its next tick (every
 ``intake_interval`` seconds), runs that task's check at once and deletes the request file.
 The request goes through the same pure policy and the same locked manifest update as any
-other check, so an operator and the engine never lose each other's updates.
+other check, so an operator and the engine never lose each other's updates. The cluster
+intake leaves ``<ID>.supersede`` the same way (:data:`ENGINE_VERBS`: no operator verb).
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ plane. Imported only for a profile with ``[cluster]`` (procrastinate and psycopg
   :class:`~supervisor.engine.intake.Intake` (procrastinate's worker in a thread of its own);
 * :mod:`~supervisor.cluster.writer`: transitions and heartbeats written off the worker,
   with the outbox file while the database is down;
+* :mod:`~supervisor.cluster.ownership`: whether this host still owns its tasks (a copy
+  whose row went to a newer generation ends ``superseded``);
 * :mod:`~supervisor.cluster.fleet`: the rows ``supervise hosts`` and ``status --cluster``
   print.
 """
