@@ -33,6 +33,7 @@ import json
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -70,6 +71,10 @@ OUTBOX = "cluster-outbox.jsonl"
 #: Seconds before a worker that died is started again (doubling up to :data:`MAX_BACKOFF`).
 BACKOFF = 1.0
 MAX_BACKOFF = 30.0
+#: Seconds after which a task still owned here is asked to supersede again (the engine
+#: ignores a request for a task it does not know yet, e.g. one claimed and not yet queued;
+#: a stop under way takes at most the stop's grace period plus its SIGKILL wait).
+REASK = 30.0
 
 _CLAIM = """
 UPDATE supervise_tasks SET state = 'claimed', owner_host = %s, generation = generation + 1,
@@ -105,7 +110,7 @@ class ClusterIntake:
         self._not_ours: set[str] = set()  # task folders without a claim file (spool tasks)
         self._reported: dict[str, tuple[str, str]] = {}  # engine worker only
         self._jobs: dict[str, asyncio.Future[None]] = {}  # task id -> its job's end
-        self._superseded: set[str] = set()  # supersede requests left (under the lock)
+        self._superseded: dict[str, float] = {}  # task id -> when asked (monotonic s)
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._main: asyncio.Task[None] | None = None
@@ -164,6 +169,7 @@ class ClusterIntake:
             with self._lock:
                 self._owned.pop(task_id, None)
                 self._not_ours.add(task_id)  # never counted or held again
+                self._superseded.pop(task_id, None)
         self.writer.put(Transition(
             task_id, generation, event, status, manifest.session_id,
             manifest.started_at, manifest.finished_at, manifest.exit_code,
@@ -219,17 +225,19 @@ class ClusterIntake:
     def _lost(self, task_id: str, why: str) -> None:
         """``task_id``'s row no longer names this host and its generation (any thread but
         the engine's worker): leave the engine one ``supersede`` request for it."""
+        now = time.monotonic()
         with self._lock:
-            if task_id in self._not_ours or task_id in self._superseded:
-                return  # ended here already, or asked once
-            self._superseded.add(task_id)
+            asked = self._superseded.get(task_id)
+            if task_id in self._not_ours or (asked is not None and now - asked < REASK):
+                return  # ended here already, or its stop is under way
+            self._superseded[task_id] = now
         log.warning("cluster: %s is no longer this host's: %s; stopping this copy",
                     task_id, why)  # fmt: skip
         try:
             control.request(self.profile.state_dir, task_id, "supersede")
         except (OSError, ValueError) as exc:
             with self._lock:  # asked again at the next heartbeat
-                self._superseded.discard(task_id)
+                self._superseded.pop(task_id, None)
             log.error("cluster: cannot leave the supersede request of %s: %s", task_id, exc)
             return
         self.wake()
