@@ -100,7 +100,8 @@ def test_restarted_engine_stops_a_copy_the_sweeper_took_away(tmp_path: Path, dsn
     it; a second task whose generation did not move is adopted and reported as before."""
     with engines(tmp_path, dsn, count=1) as hosts:
         setup = hosts["h0"]
-        lost = _submit(setup, dsn, "lost", "tick: 0.5\nsleep: 120\nexit: 0")
+        # A stubborn agent: the stop's SIGKILL after its grace period ends it.
+        lost = _submit(setup, dsn, "lost", "ignore_term\ntick: 0.5\nsleep: 120\nexit: 0")
         kept = _submit(setup, dsn, "kept", "sleep: 6\nexit: 0")
         running = "SELECT count(*) FROM supervise_tasks WHERE state = 'running'"
         wait_for(lambda: rows(dsn, running) == [(2,)], timeout=30)
@@ -146,6 +147,7 @@ def test_running_engine_stops_its_copy_within_seconds(tmp_path: Path, dsn: str) 
         noticed = time.monotonic() - moved_at
         _assert_copy_stopped(setup, task_id, pid)
         assert noticed < 5.0, noticed  # heartbeat 0.5 s, then the bounded stop
+        print(f"copy stopped and superseded {noticed:.2f} s after its row moved")
         wait_for(lambda: rows(dsn, DOING) == [(0,)], timeout=10)
         time.sleep(1.5)
         assert rows(dsn, ROW, task_id) == taken

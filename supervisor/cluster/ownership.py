@@ -30,7 +30,7 @@ from supervisor.terminal import escape_controls
 #: The claim record in a task folder: ``{"host_id", "generation"}``.
 CLAIM_FILE = "cluster.json"
 
-_ROWS = "SELECT id, owner_host, generation FROM supervise_tasks WHERE id = ANY(%s)"
+_ROWS = "SELECT id, owner_host, generation, state FROM supervise_tasks WHERE id = ANY(%s)"
 
 
 def adopted_claims(tasks_dir: Path, host_id: str) -> dict[str, int]:
@@ -68,16 +68,16 @@ def lost_claims(conn: psycopg.Connection, host_id: str, owned: dict[str, int]) -
     if not owned:
         return {}
     rows = conn.execute(_ROWS, (list(owned),)).fetchall()
-    seen = {task_id: (owner, int(generation)) for task_id, owner, generation in rows}
+    seen = {row[0]: (row[1], int(row[2]), row[3]) for row in rows}
     lost = {}
     for task_id, generation in owned.items():
         if task_id not in seen:
             lost[task_id] = "its row is gone from the fleet's database"
             continue
-        owner, current = seen[task_id]
+        owner, current, state = seen[task_id]
         if owner != host_id or current != generation:
             lost[task_id] = escape_controls(
-                f"the fleet's database gives it to host {owner} generation {current} "
-                f"(this copy: host {host_id} generation {generation})"
+                f"its row is at generation {current} ({state}, host {owner}); this copy "
+                f"is host {host_id} generation {generation}"
             )
     return lost
