@@ -61,7 +61,6 @@ from supervisor.engine.intake import SpoolIntake, Taken
 from supervisor.taskdir import Manifest, TaskDir, atomic_write
 
 log = logging.getLogger("supervise.cluster")
-__all__ = ["CLAIM_FILE", "ClusterIntake"]
 #: The procrastinate task that holds a worker slot for an adopted task until it ends.
 HOLD_NAME = "supervise.hold"
 #: Its priority: above every task job (priority 0), so a restarted worker fetches holds first.
@@ -245,7 +244,7 @@ class ClusterIntake:
     def _check_adopted(self) -> list[str]:
         """At each start of the worker (a plain thread): register the live task folders
         this host claimed (:func:`adopted_claims`), compare every owned task with its row
-        in one query, and return those still ours that no job of this worker holds.
+        in one query (a lost one gets its ``supersede`` request), and return the others.
 
         Raises:
             ClusterError: the database cannot be reached (the worker starts later).
