@@ -6,6 +6,13 @@ owns the claim's generation) and one ``supervise_events`` row. It also upserts t
 ``supervise_hosts`` row every ``heartbeat`` seconds. Each statement is bounded by
 :data:`~supervisor.cluster.db.STATEMENT_TIMEOUT`.
 
+Ownership (issue 15, :mod:`supervisor.cluster.ownership`): a task UPDATE that matches no
+row means the task's row went to a newer generation or another host; so does a row that
+:func:`~supervisor.cluster.ownership.lost_claims` finds changed, checked with every
+heartbeat for the tasks this host owns. Either is handed to ``on_lost``. The database keeps
+the newer generation's state: such a transition writes no task row, and its event row only
+for ``superseded`` itself (the record that this host stopped its copy).
+
 While the database cannot be reached, transitions wait in order, in memory and in the
 outbox file ``state_dir/cluster-outbox.jsonl`` (rewritten atomically after each failed try,
 so an engine stopped or killed meanwhile loses at most the last :data:`RETRY_EVERY` seconds);
@@ -31,6 +38,7 @@ from pathlib import Path
 import psycopg
 
 from supervisor.cluster.db import ClusterError, connect, one_line
+from supervisor.cluster.ownership import lost_claims
 from supervisor.taskdir import atomic_write
 
 log = logging.getLogger("supervise.cluster")
@@ -100,11 +108,17 @@ class Writer:
             (``[cluster] host_timeout``; written in every heartbeat).
         on_host_lost: ``report`` | ``restart``: what the sweeper does with this host's
             running tasks then (``[cluster] on_host_lost``).
+        owned: called on the writer thread for the tasks this host owns (task id ->
+            generation), checked against their rows with each heartbeat.
+        on_lost: called on the writer thread with a task id and why (one line) when this
+            host no longer owns that task.
     """
 
     def __init__(self, dsn: str, host_id: str, capacity: int, running: Callable[[], int],
                  version: str, queues: list[str], heartbeat: float, outbox: Path,
-                 host_timeout: float = 30.0, on_host_lost: str = "report") -> None:  # fmt: skip
+                 host_timeout: float = 30.0, on_host_lost: str = "report",
+                 owned: Callable[[], dict[str, int]] | None = None,
+                 on_lost: Callable[[str, str], None] | None = None) -> None:  # fmt: skip
         self.dsn = dsn
         self.host_id = host_id
         self.capacity = capacity
@@ -115,6 +129,8 @@ class Writer:
         self.outbox = outbox
         self.host_timeout = host_timeout
         self.on_host_lost = on_host_lost
+        self.owned = owned
+        self.on_lost = on_lost
         self._saved = outbox.exists()  # an outbox file on disk, to remove once written
         self._queue: queue.SimpleQueue[Transition | None] = queue.SimpleQueue()
         self._pending: deque[Transition] = deque()
@@ -214,19 +230,26 @@ class Writer:
                     row = (item.state, item.session_id, item.started_at, item.finished_at,
                            item.exit_code, item.retry_count, item.failure_reason, item.verdict,
                            item.error, item.task_id, self.host_id, item.generation)  # fmt: skip
-                    conn.execute(_UPDATE, row)
-                    conn.execute(
-                        "INSERT INTO supervise_events (transition_id, task_id, host_id, "
-                        "generation, event, state) VALUES (%s, %s, %s, %s, %s, %s) "
-                        "ON CONFLICT (transition_id) DO NOTHING",
-                        (item.id, item.task_id, self.host_id, item.generation, item.event,
-                         item.state),
-                    )  # fmt: skip
+                    mine = conn.execute(_UPDATE, row).rowcount > 0
+                    if mine or item.state == "superseded":
+                        conn.execute(
+                            "INSERT INTO supervise_events (transition_id, task_id, host_id, "
+                            "generation, event, state) VALUES (%s, %s, %s, %s, %s, %s) "
+                            "ON CONFLICT (transition_id) DO NOTHING",
+                            (item.id, item.task_id, self.host_id, item.generation, item.event,
+                             item.state),
+                        )  # fmt: skip
                 self._pending.popleft()
+                if not mine and self.on_lost is not None:
+                    self.on_lost(item.task_id, "its row no longer names this host and "
+                                 f"generation {item.generation}")  # fmt: skip
             if beat:
                 conn.execute(_HEARTBEAT, (self.host_id, self.capacity, self.running(),
                              self.version, self.queues, self._last_error,
                              self.host_timeout, self.on_host_lost))  # fmt: skip
+                if self.owned is not None and self.on_lost is not None:
+                    for task_id, why in lost_claims(conn, self.host_id, self.owned()).items():
+                        self.on_lost(task_id, why)
             if stopping and not self._pending:
                 conn.execute(_STOPPED, (self.running(), self.host_id))
             return True
