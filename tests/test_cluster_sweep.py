@@ -272,6 +272,82 @@ def test_report_mode_loss_is_host_lost_only_and_the_host_may_return(tmp_path: Pa
         cleanup([h0, h1], list(engines.values()))
 
 
+def test_engine_killed_then_back_stops_its_copy_nothing_runs_twice(tmp_path: Path,
+                                                                  dsn: str) -> None:  # fmt: skip
+    """h0's engine alone is SIGKILLed (its tmux server and agent live on, as after a crash of
+    supervise or a partition). The real sweeper declares h0 dead, its task host_lost and
+    (restart) runs it on h1; h0's engine comes back and stops its old copy, which ends
+    superseded there and is never launched again; the task completes once, on h1."""
+    h0 = host(tmp_path, dsn, "h0", on_host_lost="restart")
+    h1 = host(tmp_path, dsn, "h1")
+    engines: dict[str, Any] = {"h0": start_engine(h0)}
+    try:
+        wait_for(lambda: rows(dsn, "SELECT host_id FROM supervise_hosts") == [("h0",)], 30)
+        task = submit(dsn, h0, "long", "print: long\nsleep: 15\nexit: 0")
+        wait_for(lambda: state_of(dsn, task)[:2] == ("running", "h0"), timeout=30)
+        pid_file = h0.state / "tasks" / task / "pid"
+        wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), timeout=10)
+        old_agent = int(pid_file.read_text())
+        engines["h1"] = start_engine(h1)
+        wait_for(lambda: len(rows(dsn, "SELECT 1 FROM supervise_hosts")) == 2, timeout=30)
+        killed = time.time()
+        engines["h0"].kill()
+        engines.pop("h0").wait()
+        wait_for(lambda: state_of(dsn, task)[:2] == ("running", "h1"), timeout=HOST_TIMEOUT + 8)
+        restarted = time.time() - killed
+        assert os.path.exists(f"/proc/{old_agent}")  # h0's copy still runs, unsupervised
+        engines["h0"] = start_engine(h0)
+        wait_for(lambda: _status(h0, task) == "superseded", timeout=20)
+        wait_for(lambda: state_of(dsn, task)[0] == "completed", timeout=40)
+        wait_for(lambda: rows(dsn, "SELECT state FROM supervise_hosts WHERE host_id = 'h0'")
+                 == [("alive",)], timeout=10)  # fmt: skip
+    finally:
+        cleanup([h0, h1], list(engines.values()))
+    print(f"kill -> running on h1 {restarted:.2f} s (host_timeout {HOST_TIMEOUT} s)")
+    assert h0.tmux("has-session", "-t", task).returncode != 0
+    assert not os.path.exists(f"/proc/{old_agent}") or "State:\tZ" in Path(
+        f"/proc/{old_agent}/status").read_text()  # fmt: skip
+    assert local_launches(h0) == {task: 1} and local_launches(h1) == {task: 1}
+    [(owner, generation, restarted_from)] = rows(
+        dsn, "SELECT owner_host, generation, restarted_from FROM supervise_tasks"
+    )
+    assert (owner, generation) == ("h1", 3)
+    assert [r["host_id"] for r in restarted_from] == ["h0"]
+    launched = rows(dsn, "SELECT host_id, generation FROM supervise_events "
+                         "WHERE event = 'launched' ORDER BY id")  # fmt: skip
+    assert launched == [("h0", 1), ("h1", 3)]
+
+
+def test_a_sweep_job_left_doing_by_a_killed_host_blocks_no_later_sweep(tmp_path: Path,
+                                                                     dsn: str) -> None:  # fmt: skip
+    """A host SIGKILLed in the middle of a sweep leaves that procrastinate job ``doing``
+    forever (only a sweep retries stalled jobs). Later sweeps must still run: a host
+    silent past its host_timeout is declared dead with such a job in the table."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO procrastinate_jobs (queue_name, task_name, lock, args, "
+                     "status) VALUES ('supervise:sweep', 'supervise.sweep', "
+                     "'supervise.sweep', '{\"timestamp\": 0}', 'doing')")  # fmt: skip
+        conn.execute(
+            "INSERT INTO supervise_hosts (host_id, capacity, heartbeat_at, "
+            "host_timeout) VALUES ('ghost', 1, now() - interval '1 minute', 4)"
+        )
+    h0 = host(tmp_path, dsn, "h0")
+    engines = [start_engine(h0)]
+    try:
+        ghost = "SELECT state FROM supervise_hosts WHERE host_id = 'ghost'"
+        wait_for(lambda: rows(dsn, ghost) == [("dead",)], timeout=15)
+    finally:
+        cleanup([h0], engines)
+
+
+def _status(setup: Setup, task_id: str) -> str | None:
+    try:
+        manifest = json.loads((setup.state / "tasks" / task_id / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return manifest.get("status")
+
+
 # ---------------------------------------------------------------- a clean stop
 
 

@@ -5,10 +5,14 @@ Every engine runs it; one sweep runs at a time fleet-wide. A procrastinate perio
 ``blueprints.periodic``) is deferred by every host's deferrer, and the database keeps one
 job per second (``procrastinate_periodic_defers`` is unique on the task, ``periodic_id``
 and timestamp: ``periodic.PeriodicDeferrer.defer_jobs``); its ``queueing_lock`` keeps at
-most one waiting and its ``lock`` one running. The job runs on a worker of its own
-(:func:`serve`, queue :data:`SWEEP_QUEUE`, concurrency 1), because the task worker's slots
-are each held by a running task for as long as it runs (:mod:`supervisor.cluster.intake`):
-a full fleet would never run a sweep there. The sweep's transaction also takes
+most one waiting. It has no procrastinate ``lock``: a host killed during a sweep would
+leave that job ``doing`` and its lock held, and the only thing that retries a stalled job
+is the sweep itself, so no sweep would ever run again (seen on this machine: a SIGKILLed
+engine's host never declared dead); the advisory lock below does that job instead.
+The job runs on a worker of its own (:func:`serve`, queue :data:`SWEEP_QUEUE`,
+concurrency 1), because the task worker's slots are each held by a running task for as
+long as it runs (:mod:`supervisor.cluster.intake`): a full fleet would never run a sweep
+there. The sweep's transaction also takes
 ``pg_try_advisory_xact_lock(`` :data:`SWEEP_LOCK` ``)`` and does nothing when another holds
 it; every UPDATE is guarded by the generation it read, so even two sweeps at once never
 bump a task twice.
@@ -322,7 +326,7 @@ def make_app(dsn: str) -> App:
     app = App(connector=connector)
 
     @app.periodic(cron=SWEEP_CRON, periodic_id="sweep")
-    @app.task(name=SWEEP_TASK, queue=SWEEP_QUEUE, queueing_lock=SWEEP_TASK, lock=SWEEP_TASK)
+    @app.task(name=SWEEP_TASK, queue=SWEEP_QUEUE, queueing_lock=SWEEP_TASK)
     async def sweep(timestamp: int) -> None:
         try:
             await asyncio.to_thread(sweep_once, dsn)
