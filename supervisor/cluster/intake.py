@@ -20,6 +20,7 @@ refuses) is recorded ``rejected`` with the reason, and its file kept in
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import queue
@@ -40,6 +41,7 @@ from supervisor.cluster.db import (
     dsn_of,
     one_line,
 )
+from supervisor.cluster.health import RECONNECT_EVERY, Health, fetch_polling_interval
 from supervisor.cluster.submit import TASK_NAME
 from supervisor.cluster.writer import Transition, Writer
 from supervisor.config import LoadedProfile, ResolvedTask
@@ -56,6 +58,8 @@ OUTBOX = "cluster-outbox.jsonl"
 #: Seconds before a worker that died is started again (doubling up to :data:`MAX_BACKOFF`).
 BACKOFF = 1.0
 MAX_BACKOFF = 30.0
+#: ``application_name`` of the worker's connections, plus the host id (``pg_stat_activity``).
+WORKER_APPLICATION = "supervise-worker-"
 
 _CLAIM = """
 UPDATE supervise_tasks SET state = 'claimed', owner_host = %s, generation = generation + 1,
@@ -91,6 +95,8 @@ class ClusterIntake:
         self._not_ours: set[str] = set()  # task folders without a claim file (spool tasks)
         self._reported: dict[str, tuple[str, str]] = {}  # engine worker only
         self._jobs: dict[str, asyncio.Future[None]] = {}  # task id -> its job's end
+        self._claiming = 0  # jobs fetched whose claim has not finished (worker's loop)
+        self.health: Health | None = None  # the running worker's
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._main: asyncio.Task[None] | None = None
@@ -160,7 +166,8 @@ class ClusterIntake:
             with self._lock:
                 job = self._jobs.pop(task_id, None)
             if job is not None and self._loop is not None:
-                self._loop.call_soon_threadsafe(_finish, job)
+                with contextlib.suppress(RuntimeError):  # its worker died meanwhile
+                    self._loop.call_soon_threadsafe(_finish, job)
 
     def running(self) -> int:
         """Tasks claimed here that have not ended (the heartbeat's running count)."""
@@ -172,7 +179,8 @@ class ClusterIntake:
         a sweeper retries them, which the claim then refuses) and flush the writer."""
         self._stopping.set()
         if self._loop is not None and self._main is not None:
-            self._loop.call_soon_threadsafe(self._main.cancel)
+            with contextlib.suppress(RuntimeError):  # that worker's loop ended already
+                self._loop.call_soon_threadsafe(self._main.cancel)
         if self._thread.is_alive():
             self._thread.join(15)
         self.writer.close()
@@ -196,7 +204,15 @@ class ClusterIntake:
         return generation
 
     def _serve(self) -> None:
-        """The worker thread: run procrastinate's worker; restart it with backoff if it dies."""
+        """The worker thread: run procrastinate's worker; start it again when it dies.
+
+        A worker that dies aborts its jobs, but never the tasks: they go on in the engine,
+        still owned here (``_owned``), and :meth:`_may_fetch` counts them against
+        ``max_concurrent`` until they end, so the next worker fetches only into free
+        slots. Each death waits for the database to answer (a probe every
+        :data:`~supervisor.cluster.health.RECONNECT_EVERY` s), then :data:`BACKOFF`
+        seconds, doubling up to :data:`MAX_BACKOFF` while the worker dies with the
+        database up (a bug, not an outage)."""
         delay = BACKOFF
         while not self._stopping.is_set():
             try:
@@ -205,29 +221,70 @@ class ClusterIntake:
                 if self._stopping.is_set():
                     return
                 log.error("cluster worker died: %s; restarted in %g s", one_line(exc), delay)
+            with self._lock:
+                self._jobs.clear()  # futures of the dead loop; their tasks still count
+            self._claiming = 0
+            if self._wait_for_database():
+                delay = BACKOFF  # an outage, not the worker's fault: no growing backoff
             if self._stopping.wait(delay):
                 return
             delay = min(delay * 2, MAX_BACKOFF)
 
+    def _wait_for_database(self) -> bool:
+        """Until a connection succeeds or the engine stops; True if it was down."""
+        was_down = False
+        while not self._stopping.is_set():
+            try:
+                connect(self.dsn).close()
+                return was_down
+            except ClusterError:
+                was_down = True
+                self._stopping.wait(RECONNECT_EVERY)
+        return was_down
+
+    def _may_fetch(self) -> bool:
+        """A free slot here: tasks owned (with a job or left by a dead worker) plus jobs
+        being claimed stay under ``max_concurrent`` (worker's loop)."""
+        with self._lock:
+            owned = len(self._owned)
+        return owned + self._claiming < self.profile.spec.max_concurrent
+
+    def _fetched(self, job: object) -> None:
+        if getattr(job, "task_name", None) == TASK_NAME:
+            self._claiming += 1
+
     async def _run_worker(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._main = asyncio.current_task()
+        # procrastinate's pool already checks each connection before lending it
+        # (AsyncConnectionPool.check_connection): one the server dropped is replaced.
         connector = PsycopgConnector(
             conninfo=self.dsn, min_size=1, max_size=4, timeout=CONNECT_TIMEOUT * 2,
             kwargs={"connect_timeout": CONNECT_TIMEOUT,
+                    "application_name": WORKER_APPLICATION + self.cluster.host_id,
                     "options": f"-c statement_timeout={int(STATEMENT_TIMEOUT * 1000)}"},
         )  # fmt: skip
         app = App(connector=connector)
         app.task(name=TASK_NAME)(self._job)
+        channel = "procrastinate_queue_v1#" + host_queue(self.cluster.host_id)
+        self.health = Health(app.job_manager, self.dsn, channel, self._stopping,
+                             self._may_fetch, self._fetched)  # fmt: skip
+        self.health.install()
         async with app.open_async():
-            await app.run_worker_async(
-                queues=self.queues,
-                name=self.cluster.host_id,
-                concurrency=self.profile.spec.max_concurrent,
-                install_signal_handlers=False,
-                shutdown_graceful_timeout=1.0,
-                delete_jobs="successful",
-            )
+            watch = asyncio.create_task(self.health.watch(), name="supervise-listen-check")
+            try:
+                await app.run_worker_async(
+                    queues=self.queues,
+                    name=self.cluster.host_id,
+                    concurrency=self.profile.spec.max_concurrent,
+                    install_signal_handlers=False,
+                    shutdown_graceful_timeout=1.0,
+                    delete_jobs="successful",
+                    fetch_job_polling_interval=fetch_polling_interval(),
+                )
+            finally:
+                watch.cancel()
+                await asyncio.gather(watch, return_exceptions=True)
 
     async def _job(self, task_id: str) -> None:
         """One job: claim, materialize, hand to the engine, live until the task ends."""
@@ -235,7 +292,11 @@ class ClusterIntake:
         # Registered by the claim itself, before the engine can see the task (a short task
         # may end before this job awaits), and only then: a duplicate job whose claim fails
         # must not touch the running job's entry.
-        if await asyncio.to_thread(self._claim, task_id, done):
+        try:
+            claimed = await asyncio.to_thread(self._claim, task_id, done)
+        finally:
+            self._claiming = max(0, self._claiming - 1)
+        if claimed:
             self.wake()
             try:
                 await done
@@ -250,11 +311,22 @@ class ClusterIntake:
     def _claim(self, task_id: str, done: asyncio.Future[None]) -> bool:
         """Claim and materialize ``task_id`` (a plain thread). False: not ours to run.
 
+        A connect that fails (the server down or restarting) is tried again every
+        :data:`~supervisor.cluster.health.RECONNECT_EVERY` s: no statement was sent, and a
+        job that failed here would leave its task ``queued`` with no job.
+
         Raises:
-            ClusterError: the database cannot be reached (the job fails; the task stays
-                ``queued``).
+            ClusterError: the engine stops while the database is down, or the claim's
+                statement failed (the job fails; the task stays ``queued``).
         """
-        with connect(self.dsn) as conn:
+        while True:
+            try:
+                conn = connect(self.dsn)
+                break
+            except ClusterError:
+                if self._stopping.wait(RECONNECT_EVERY):
+                    raise
+        with conn:
             try:
                 row = conn.execute(_CLAIM, (self.cluster.host_id, task_id)).fetchone()
             except psycopg.Error as exc:
