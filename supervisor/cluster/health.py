@@ -46,6 +46,8 @@ import psycopg
 from procrastinate import exceptions
 from procrastinate.manager import JobManager
 from procrastinate.worker import FETCH_JOB_POLLING_INTERVAL
+from psycopg_pool import AsyncConnectionPool
+from psycopg_pool.pool_async import AddConnection
 
 from supervisor.cluster.db import ClusterError, connect, one_line
 
@@ -89,6 +91,20 @@ def fetch_polling_interval() -> float:
     return value
 
 
+class ReconnectingPool(AsyncConnectionPool):
+    """procrastinate's connection pool (``PsycopgConnector(pool_factory=...)``), trying to
+    reconnect every :data:`RECONNECT_EVERY` seconds at most. psycopg_pool's own backoff
+    doubles from 1 s (``AttemptWithBackoff``): measured here, after a 10 s outage the pool's
+    next try came up to 5 s after the server's return, and every fetch and job completion
+    waited for it."""
+
+    async def schedule_task(self, task: Any, delay: float) -> None:
+        """psycopg_pool's maintenance scheduler, with reconnections capped."""
+        if isinstance(task, AddConnection):
+            delay = min(delay, RECONNECT_EVERY)
+        await super().schedule_task(task, delay)
+
+
 class Health:
     """The worker's database calls made outage-proof, and its LISTEN connection checked.
 
@@ -118,6 +134,7 @@ class Health:
         self._waiting: dict[str, asyncio.Future[None]] = {}
         self._attempt: asyncio.Task[None] | None = None
         self._relisten = False
+        self._unheard_since: float | None = None  # first NOTIFY sent and not heard since
         self._original: dict[str, Callable[..., Awaitable[Any]]] = {}
 
     def install(self) -> None:
@@ -146,6 +163,7 @@ class Health:
             await on_notification(channel=channel, notification=notification)
 
         listen = self._original["listen_for_jobs"]
+        failing = False
         while True:
             self._attempt = asyncio.create_task(listen(on_notification=handle, queues=queues))
             try:
@@ -156,8 +174,12 @@ class Health:
                 self._relisten = False
                 continue  # a check found it deaf: LISTEN again at once
             except DOWN as exc:
-                log.warning("cluster: the worker's listener failed (%s); reconnecting in "
-                            "%g s", one_line(exc), RECONNECT_EVERY)  # fmt: skip
+                level = logging.DEBUG if failing else logging.WARNING  # once per outage
+                log.log(level, "cluster: the worker's listener failed (%s); reconnecting "
+                        "every %g s", _why(exc), RECONNECT_EVERY)  # fmt: skip
+                failing = True
+            else:
+                failing = False
             await asyncio.sleep(RECONNECT_EVERY)
 
     async def _fetch(self, **kwargs: Any) -> Any:
@@ -207,7 +229,7 @@ class Health:
     def _noticed_down(self, exc: BaseException) -> None:
         if self.down_since is None:
             self.down_since = time.monotonic()
-            log.warning("cluster: database unreachable (%s); dispatch paused", one_line(exc))
+            log.warning("cluster: database unreachable (%s); dispatch paused", _why(exc))
 
     # ------------------------------------------------------------ the LISTEN check
     async def watch(self) -> None:
@@ -218,37 +240,50 @@ class Health:
         try:
             while True:
                 await asyncio.sleep(CHECK_EVERY if ok else RECHECK_AFTER)
-                ok = await self.check()
+                ok = await self.check(ECHO_TIMEOUT if ok else RECHECK_AFTER)
         finally:
             if self._conn is not None:
                 await asyncio.to_thread(self._conn.close)
 
-    async def check(self) -> bool:
-        """One round trip; True: the listener heard it. A deaf listener (the NOTIFY was
-        sent, no echo within :data:`ECHO_TIMEOUT` s) is re-established."""
+    async def check(self, wait: float = ECHO_TIMEOUT) -> bool:
+        """One round trip, waiting ``wait`` seconds for the echo; True: the listener heard
+        it. The listener is re-established when NOTIFYs went through for
+        :data:`ECHO_TIMEOUT` s without an echo (right after an outage the listener is
+        still reconnecting by itself: short checks, no verdict before that)."""
         token = uuid.uuid4().hex
         echo: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting[token] = echo
         try:
             if not await asyncio.to_thread(self._notify, token):
+                self._unheard_since = None
                 return False
+            sent = time.monotonic()
             try:
-                await asyncio.wait_for(echo, ECHO_TIMEOUT)
+                await asyncio.wait_for(echo, wait)
             except TimeoutError:
-                log.warning("cluster: the worker's LISTEN connection did not hear its check "
-                            "within %g s; listening again", ECHO_TIMEOUT)  # fmt: skip
-                if self._attempt is not None and not self._attempt.done():
-                    self._relisten = True
-                    self._attempt.cancel()
+                if self._unheard_since is None:
+                    self._unheard_since = sent
+                if time.monotonic() - self._unheard_since >= ECHO_TIMEOUT:
+                    self._relisten_now()
                 return False
         finally:
             self._waiting.pop(token, None)
+        self._unheard_since = None
         self.echoes += 1
         if self.down_since is not None:
             log.warning("cluster: database back after %.1f s; dispatch resumed on LISTEN",
                         time.monotonic() - self.down_since)  # fmt: skip
             self.down_since = None
         return True
+
+    def _relisten_now(self) -> None:
+        """A deaf listener: cancel its attempt; :meth:`_listen` LISTENs again at once."""
+        log.warning("cluster: the worker's LISTEN connection did not hear its check "
+                    "within %g s; listening again", ECHO_TIMEOUT)  # fmt: skip
+        self._unheard_since = None
+        if self._attempt is not None and not self._attempt.done():
+            self._relisten = True
+            self._attempt.cancel()
 
     def _notify(self, token: str) -> bool:
         """NOTIFY the channel (a plain thread; bounded by connect's timeouts). False: the
@@ -265,6 +300,12 @@ class Health:
                 self._conn.close()
             self._conn = None
             return False
+
+
+def _why(exc: BaseException) -> str:
+    """The first line of the error, or of its cause (procrastinate wraps psycopg's errors
+    in ``ConnectorException("Database error.")``)."""
+    return one_line(exc.__cause__ if exc.__cause__ is not None else exc)
 
 
 def _finish(future: asyncio.Future[None]) -> None:

@@ -41,7 +41,12 @@ from supervisor.cluster.db import (
     dsn_of,
     one_line,
 )
-from supervisor.cluster.health import RECONNECT_EVERY, Health, fetch_polling_interval
+from supervisor.cluster.health import (
+    RECONNECT_EVERY,
+    Health,
+    ReconnectingPool,
+    fetch_polling_interval,
+)
 from supervisor.cluster.submit import TASK_NAME
 from supervisor.cluster.writer import Transition, Writer
 from supervisor.config import LoadedProfile, ResolvedTask
@@ -260,6 +265,7 @@ class ClusterIntake:
         # (AsyncConnectionPool.check_connection): one the server dropped is replaced.
         connector = PsycopgConnector(
             conninfo=self.dsn, min_size=1, max_size=4, timeout=CONNECT_TIMEOUT * 2,
+            pool_factory=ReconnectingPool,
             kwargs={"connect_timeout": CONNECT_TIMEOUT,
                     "application_name": WORKER_APPLICATION + self.cluster.host_id,
                     "options": f"-c statement_timeout={int(STATEMENT_TIMEOUT * 1000)}"},
