@@ -123,7 +123,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 base = profile or LoadedProfile(
                     path=path.resolve(), spec=Profile.model_validate({"agent": {"command": ["x"]}})
                 )
-                load_task(path, base)
+                cli_cluster.task_warnings(row, load_task(path, base), profile)
         except ConfigError as exc:
             row["problems"] = list(exc.problems)
             for line in exc.problems:

@@ -15,6 +15,7 @@ import os
 import sys
 from typing import Any
 
+from supervisor import cli_fleet
 from supervisor.cluster import DSN_ENV
 from supervisor.errors import ConfigError
 from supervisor.terminal import escape_controls
@@ -104,6 +105,25 @@ def _check(args: argparse.Namespace, dsn: str) -> int:
     return 1 if result.problems else 0
 
 
+def _roles_apply(args: argparse.Namespace, dsn: str) -> int:
+    from supervisor.cluster import roles
+
+    roles.apply(dsn)
+    print(f"roles {', '.join(roles.ROLES)} created or updated; grant them to login roles, "
+          "e.g. GRANT supervise_submit TO alice")  # fmt: skip
+    return 0
+
+
+def _roles(args: argparse.Namespace) -> int:
+    """``cluster roles``: print roles.sql; with ``--apply``, run it (needs a DSN)."""
+    if args.apply:
+        return int(_guarded(_roles_apply)(args))
+    from importlib import resources
+
+    print(resources.files("supervisor.cluster").joinpath("roles.sql").read_text("utf-8"), end="")
+    return 0
+
+
 def _hosts(args: argparse.Namespace, dsn: str) -> int:
     from supervisor.cluster import fleet
 
@@ -111,8 +131,8 @@ def _hosts(args: argparse.Namespace, dsn: str) -> int:
     if args.json:
         print(json.dumps(rows, default=str))
         return 0
-    print(fleet.table(rows, ("host_id", "age_s", "capacity", "running", "version", "queues",
-                             "last_error")))  # fmt: skip
+    print(fleet.table(rows, ("host_id", "state", "age_s", "capacity", "running", "version",
+                             "queues", "last_error")))  # fmt: skip
     return 0
 
 
@@ -126,6 +146,17 @@ def _tasks(args: argparse.Namespace, dsn: str) -> int:
     print(fleet.table(rows, ("id", "name", "state", "owner_host", "generation", "queue",
                              "exit_code", "failure_reason")))  # fmt: skip
     return 0
+
+
+def task_warnings(row: dict[str, Any], resolved: Any, profile: Any) -> None:
+    """``supervise validate -c PROFILE TASK``: the warning for a task naming ``host`` under a
+    profile without ``[cluster]`` (printed, and added to the row's ``warnings``)."""
+    if profile is None or profile.spec.cluster is not None or not resolved.spec.host:
+        return
+    from supervisor.config.cluster import host_ignored
+
+    row["warnings"].append(host_ignored(row["file"], resolved.spec.host, profile.path))
+    _err(row["warnings"][-1])
 
 
 def submit(profile: Any, resolved: Any, as_json: bool) -> int:
@@ -154,7 +185,7 @@ status_cluster = _guarded(_tasks)
 
 
 def register(sub: Any) -> None:
-    """Add ``cluster`` (``init``, ``check``) and ``hosts`` to the ``supervise`` parser."""
+    """Add ``cluster`` (``init``, ``check``, ``roles``) and ``hosts`` to the parser."""
     cluster = sub.add_parser("cluster", help="the fleet's database (several hosts, preview)")
     verbs = cluster.add_subparsers(dest="cluster_command", required=True)
     for name, body, text in (
@@ -165,7 +196,15 @@ def register(sub: Any) -> None:
         verb.add_argument("-c", "--config", help=f"profile with [cluster] (else ${DSN_ENV})")
         verb.add_argument("--json", action="store_true", help="machine-readable output")
         verb.set_defaults(func=_guarded(body))
+    roles = verbs.add_parser("roles", help="print the SQL of the supervise_submit, "
+                             "supervise_operator and supervise_engine roles "
+                             "(--apply: run it)")  # fmt: skip
+    roles.add_argument("-c", "--config", help=f"profile with [cluster] (else ${DSN_ENV})")
+    roles.add_argument("--apply", action="store_true", help="run it on the database (as its "
+                       "owner, after 'cluster init')")  # fmt: skip
+    roles.set_defaults(func=_roles)
     hosts = sub.add_parser("hosts", help="the fleet's hosts and their heartbeats")
     hosts.add_argument("-c", "--config", help=f"profile with [cluster] (else ${DSN_ENV})")
     hosts.add_argument("--json", action="store_true", help="the rows as JSON")
     hosts.set_defaults(func=_guarded(_hosts))
+    cli_fleet.register(sub)  # stop|resume|approve|deny|show|wait ID on another host

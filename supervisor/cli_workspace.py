@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from supervisor.terminal import escape_controls
+from supervisor.terminal import counted, escape_controls
 
 if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
@@ -104,7 +104,9 @@ def cmd_discard(args: argparse.Namespace) -> int:
         return 0
     parts = [f"worktree {plan.worktree}"] if plan.worktree else []
     if plan.branch_commit:
-        parts.append(f"branch {ws.branch} ({plan.unmerged} commits not in {ws.report.base})")
+        parts.append(
+            f"branch {ws.branch} ({counted(plan.unmerged, 'commit')} not in {ws.report.base})"
+        )
     loss = f", and {plan.dirty} uncommitted paths" if plan.dirty else ""
     question = f"remove {' and '.join(parts)}{loss} of task {ws.task_id}?"
     if not args.yes:

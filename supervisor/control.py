@@ -62,3 +62,21 @@ def pending(state_dir: Path) -> list[tuple[str, str, Path]]:
             except FileNotFoundError:
                 continue
     return [(task_id, verb, Path(path)) for _, task_id, verb, path in sorted(found)]
+
+
+def acted(verb: str, before: dict, after: dict) -> bool:
+    """Whether the manifest ``after`` shows ``verb`` applied to the task that was
+    ``before`` (both manifest dicts): stop ended it; approve/deny answered the escalation;
+    resume counted a retry (or the task ended meanwhile). The same test as the CLI verbs'."""
+    if verb == "stop":
+        return after["status"] in TERMINAL
+    if verb in ("approve", "deny"):
+        return after["status"] != Status.ESCALATED
+    return after.get("retry_count", 0) > before.get("retry_count", 0) or (
+        after["status"] in TERMINAL
+    )
+
+
+def applied_line(task_id: str, manifest: dict) -> str:
+    """The line a verb prints once applied: ``ID: STATUS (retry_count N)``."""
+    return f"{task_id}: {manifest['status']} (retry_count {manifest.get('retry_count', 0)})"

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import grp
+import logging
 import os
 import pwd
 import re
@@ -48,9 +49,13 @@ from supervisor.config import (
     read_bounded,
     too_big,
 )
+from supervisor.config.cluster import spool_claim_warnings
 from supervisor.diskio import fsync_dir
 from supervisor.taskdir import Manifest, TaskDir, atomic_write, utc_iso
+from supervisor.terminal import escape_controls
 from supervisor.workspace import lifecycle
+
+log = logging.getLogger("supervise.engine")
 
 #: Seconds a spool file must be unchanged before it is claimed.
 SETTLE = 0.2
@@ -420,6 +425,8 @@ def finish_claim(task: TaskDir, profile: LoadedProfile, original: Path | None = 
         with contextlib.suppress(OSError):
             task.path.rmdir()
         return Claimed(source=shown, error="\n".join(exc.problems), rejected_to=rejected)
+    for line in spool_claim_warnings(profile, resolved.spec.host, shown):
+        log.warning("%s", escape_controls(line))
     materialize(task, resolved, source=str(shown), state_dir=profile.state_dir)
     return Claimed(source=shown, task_dir=task, resolved=resolved)
 

@@ -82,3 +82,8 @@ class ControlEscapingFormatter(logging.Formatter):
 
     def formatStack(self, stack_info: str) -> str:
         return escape_controls(super().formatStack(stack_info), keep="\n")
+
+
+def counted(count: int, noun: str) -> str:
+    """``"1 commit"``, ``"2 commits"``: a count and an English noun that takes ``-s``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

@@ -67,6 +67,8 @@ def test_the_wheel_holds_the_profiles_schemas_demo_and_license(wheel: Path) -> N
     expected |= {f"demo_tasks/{p.name}" for p in (REPO / "examples/demo/tasks").glob("*.toml")}
     assert {"schemas/task.schema.json", "profiles/demo.toml", "demo_tasks/hello.toml"} <= expected
     assert bundled == expected
+    assert {"supervisor/cluster/roles.sql", "supervisor/views/templates/fleet.html",
+            "supervisor/views/templates/fleet_tasks.html"} <= names  # fmt: skip
     dist_info = next(n.split("/")[0] for n in names if ".dist-info/" in n)
     assert f"{dist_info}/licenses/LICENSE" in names
     meta = email.message_from_bytes(zipfile.ZipFile(wheel).read(f"{dist_info}/METADATA"))

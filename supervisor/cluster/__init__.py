@@ -10,7 +10,10 @@ plane. Imported only for a profile with ``[cluster]`` (procrastinate and psycopg
 * :mod:`~supervisor.cluster.writer`: transitions and heartbeats written off the worker,
   with the outbox file while the database is down;
 * :mod:`~supervisor.cluster.fleet`: the rows ``supervise hosts`` and ``status --cluster``
-  print.
+  print;
+* :mod:`~supervisor.cluster.control`: ``stop|resume|approve|deny``, ``show`` and ``wait``
+  for a task on another host (``supervise_controls``, LISTEN/NOTIFY);
+* :mod:`~supervisor.cluster.listener`: the engine's side of those requests.
 """
 
 #: The environment variable that holds the DSN (a secret: better there than in a file).

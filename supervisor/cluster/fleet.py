@@ -25,11 +25,13 @@ def _rows(dsn: str, sql: str) -> list[dict[str, Any]]:
 
 
 def hosts(dsn: str) -> list[dict[str, Any]]:
-    """One dict per host: ``host_id``, ``age_s`` (seconds since its heartbeat),
+    """One dict per host: ``host_id``, ``state`` (``alive``, ``stopped``, ``dead``),
+    ``age_s`` (seconds since its heartbeat),
     ``capacity``, ``running``, ``version``, ``queues``, ``last_error``, ``heartbeat_at``."""
-    return _rows(dsn, "SELECT host_id, round(extract(epoch FROM now() - heartbeat_at)::numeric"
-                      ", 1)::float AS age_s, capacity, running, version, queues, last_error, "
-                      "heartbeat_at FROM supervise_hosts ORDER BY host_id")  # fmt: skip
+    return _rows(dsn, "SELECT host_id, state, round(extract(epoch FROM now() - "
+                      "heartbeat_at)::numeric, 1)::float AS age_s, capacity, running, "
+                      "version, queues, last_error, heartbeat_at FROM supervise_hosts "
+                      "ORDER BY host_id")  # fmt: skip
 
 
 def tasks(dsn: str) -> list[dict[str, Any]]:

@@ -47,6 +47,7 @@ from supervisor.cluster.health import (
     ReconnectingPool,
     fetch_polling_interval,
 )
+from supervisor.cluster.listener import ControlListener
 from supervisor.cluster.submit import TASK_NAME
 from supervisor.cluster.writer import Transition, Writer
 from supervisor.config import LoadedProfile, ResolvedTask
@@ -113,6 +114,9 @@ class ClusterIntake:
             stats.version() or "unknown", self.queues, self.cluster.heartbeat,
             profile.state_dir / OUTBOX,
         )  # fmt: skip
+        # Operator requests routed here from other machines (supervisor.cluster.listener).
+        self.listener = ControlListener(self.dsn, self.cluster.host_id, profile.state_dir,
+                                        profile.tasks_dir, CLAIM_FILE)  # fmt: skip
 
     # ------------------------------------------------------------ the Intake protocol
     def notice(self, name: str) -> bool:
@@ -127,6 +131,7 @@ class ClusterIntake:
         """After adoption: start the writer and the worker; the profile's ``[[tasks]]``."""
         self.writer.start()
         self._thread.start()
+        self.listener.start()
         return self.spool.submit_initial()
 
     def take(self) -> Taken:
@@ -188,6 +193,7 @@ class ClusterIntake:
                 self._loop.call_soon_threadsafe(self._main.cancel)
         if self._thread.is_alive():
             self._thread.join(15)
+        self.listener.close()
         self.writer.close()
 
     # ------------------------------------------------------------ internals

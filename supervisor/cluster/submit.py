@@ -84,9 +84,21 @@ def submit(dsn: str, profile: LoadedProfile, resolved: ResolvedTask) -> Submitte
                 job_id = app.configure_task(TASK_NAME, queue=queue, queueing_lock=task_id
                                             ).defer(task_id=task_id)  # fmt: skip
         except Exception as exc:
-            conn.execute("DELETE FROM supervise_tasks WHERE id = %s", (task_id,))
-            raise ClusterError(f"cannot queue the task's job: {one_line(exc)}") from exc
+            raise ClusterError(_undo(conn, task_id, exc)) from exc
     return Submitted(task_id, queue, job_id)
+
+
+def _undo(conn: psycopg.Connection, task_id: str, exc: Exception) -> str:
+    """Delete the row whose job could not be deferred; the error line to raise. A login
+    in ``supervise_submit`` may not DELETE (roles.sql): the row is then left ``queued``
+    without a job, and the line names it for an admin to remove."""
+    message = f"cannot queue the task's job: {one_line(exc)}"
+    try:
+        conn.execute("DELETE FROM supervise_tasks WHERE id = %s", (task_id,))
+    except psycopg.Error as undo:
+        return (f"{message}; task {task_id} is left queued without a job (cannot delete it: "
+                f"{one_line(undo)}); an admin may delete its row")  # fmt: skip
+    return message
 
 
 def _insert(conn: psycopg.Connection, name: str, document: str, host: str | None,

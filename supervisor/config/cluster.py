@@ -8,13 +8,17 @@ from __future__ import annotations
 import os
 import re
 import socket
-from typing import Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from supervisor.cluster import DSN_ENV
 from supervisor.config.monitor import PositiveSeconds
 from supervisor.errors import ConfigError
+
+if TYPE_CHECKING:
+    from supervisor.config import LoadedProfile
 
 #: Host ids and queue names: safe in a procrastinate queue name (``host.<id>``) and a log.
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
@@ -94,3 +98,44 @@ def cluster_dsn(spec: ClusterSpec, profile_path: object) -> str:
             ]
         )
     return dsn
+
+
+#: Profiles whose engine has already logged that spool files stay local (once per process).
+_SPOOL_NOTED: set[str] = set()
+
+
+def host_ignored(task_file: object, host: str, profile_path: object) -> str:
+    """The warning for a task naming ``host`` under a profile without ``[cluster]``: the
+    key is ignored and the task runs on the engine whose spool it is in (a single host has
+    no other host to send it to; refusing it would lose a task that can run)."""
+    return (f"warning: {task_file}: key 'host' = {host!r} is ignored: {profile_path} has no "
+            "[cluster] table, so the task runs on the engine whose spool folder it is in; "
+            "remove the key, or submit it with a [cluster] profile to pin it to a host"
+            )  # fmt: skip
+
+
+def spool_claim_warnings(profile: LoadedProfile, host: str | None, shown: Path) -> list[str]:
+    """Lines the engine logs when it claims the task file ``shown`` (warnings, no error):
+
+    * no ``[cluster]`` and the task names ``host``: :func:`host_ignored`;
+    * a ``[cluster]`` host claiming from its spool folder (``shown`` in ``spool_dir``; the
+      fleet's tasks are shown as ``postgresql/<id>.toml``): once per process, that such
+      tasks run here only and are not in the fleet's database; and, for one naming another
+      host, that the key is ignored for a spool file.
+    """
+    cluster = profile.spec.cluster
+    if cluster is None:
+        return [host_ignored(shown, host, profile.path)] if host else []
+    if Path(shown).parent != profile.spool_dir:
+        return []
+    out = []
+    if str(profile.path) not in _SPOOL_NOTED:
+        _SPOOL_NOTED.add(str(profile.path))
+        out.append(f"{profile.spool_dir}: task files dropped in the spool folder of cluster "
+                   f"host {cluster.host_id} run on this host only and are not in the fleet's "
+                   "database (use 'supervise submit' to reach the fleet); said once")  # fmt: skip
+    if host and host != cluster.host_id:
+        out.append(f"warning: {shown}: key 'host' = {host!r} is ignored for a spool file: it "
+                   f"runs on this host ({cluster.host_id}); 'supervise submit' pins it"
+                   )  # fmt: skip
+    return out

@@ -3,7 +3,8 @@ server-sent events (Starlette, sse-starlette, uvicorn; the ``web`` extra).
 
 Routes::
 
-    GET  /                        the board (engine, spool, tasks grouped by what needs you)
+    GET  /                        the board (the fleet by host with [cluster]; this host's
+                                  engine, spool, tasks grouped by what needs you)
     GET  /stream                  SSE: event "board", data = the board's HTML, on each change
     GET  /task/{id}               one task: manifest, event timeline, output tail
     GET  /task/{id}/stream        SSE: event "task", data = that page's body, on each change
@@ -19,7 +20,10 @@ stream; so a change shows within ``POLL_S`` plus one render, whatever the number
 browsers. Output and heartbeat changes alone re-render at most every :data:`SLOW_S` seconds
 (agents print all the time; a full render over 1,000 tasks is not free), and the board is
 rendered at least every :data:`MAX_AGE_S` seconds (an engine going stale changes no file).
-Renders run on a worker thread, never on the event loop.
+Renders run on a worker thread, never on the event loop. With ``[cluster]`` the fleet's
+database is read on a thread of its own at most every
+:data:`supervisor.views.fleet.FLEET_S` seconds while the board is watched, and a new read
+changes the fast fingerprint (:mod:`supervisor.views.fleet`).
 
 Every text from a task or an agent is shown through
 :func:`supervisor.terminal.escape_controls` and then HTML-escaped (Jinja2's autoescape);
@@ -178,7 +182,7 @@ def create_app(
     access = Access(token=token, allow_actions=allow_actions, loopback=loopback)
     pages = webpage.Pages(profile, access)
     hub = BoardHub(
-        lambda: webpage.fingerprint(profile),
+        lambda: (webpage.fingerprint(profile), pages.fleet_key()),
         lambda: webpage.slow_fingerprint(profile),
         pages.board,
     )

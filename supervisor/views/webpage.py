@@ -25,7 +25,7 @@ from markupsafe import Markup, escape
 from supervisor import control
 from supervisor.taskdir import TaskDir
 from supervisor.terminal import escape_controls
-from supervisor.views import model
+from supervisor.views import fleet, model
 
 if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
@@ -122,6 +122,12 @@ class Pages:
         self.env = _environment()
         self.reader = model.Reader(profile.state_dir, profile.spool_dir)
         self._lock = threading.Lock()  # a Reader is not thread-safe; renders run on threads
+        self.fleet = fleet.cache_for(profile)  # None: a single host (no [cluster])
+
+    def fleet_key(self) -> int | None:
+        """What changes when the fleet shown changed (``None`` without ``[cluster]``);
+        starts a read of the database when one is due (:class:`~.fleet.FleetCache`)."""
+        return None if self.fleet is None else self.fleet.key()
 
     def snapshot(self) -> model.Snapshot:
         """The status model now (:class:`supervisor.views.model.Snapshot`)."""
@@ -133,9 +139,12 @@ class Pages:
                 "profile": str(self.profile.path)}  # fmt: skip
 
     def board(self) -> str:
-        """The board's HTML fragment (engine line, spool, groups of tasks)."""
+        """The board's HTML fragment (the fleet by host with ``[cluster]``, then this
+        host's engine line, spool and groups of tasks)."""
         snap = self.snapshot()
-        return self.env.get_template("board.html").render(snap=snap, **self._context())
+        shown = None if self.fleet is None else self.fleet.get()
+        return self.env.get_template("board.html").render(snap=snap, fleet=shown,
+                                                          **self._context())  # fmt: skip
 
     def index(self, board_html: str) -> str:
         """The whole board page around ``board_html``."""

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from supervisor.states import TERMINAL, FailureReason
 from supervisor.taskdir import MANIFEST, TaskDir, parse_iso
+from supervisor.terminal import counted
 from supervisor.workspace.gitops import (
     ReviewError,
     Worktree,
@@ -133,7 +134,9 @@ def _judge(task: TaskDir, force: bool, older_than: float | None, now: float) -> 
         item.reason = f"uncommitted changes ({len(dirty)} paths); --force removes them"
     elif merged is None and not force:
         unmerged = count_commits(repo, ws.base_commit, head or ws.base_commit)
-        item.reason = f"unmerged: {unmerged} commits not in {ws.base}; merge, discard or --force"
+        item.reason = (
+            f"unmerged: {counted(unmerged, 'commit')} not in {ws.base}; merge, discard or --force"
+        )
     else:
         item.action = "remove"
         item.delete_branch = merged is not None and head is not None

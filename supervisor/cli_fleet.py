@@ -1,0 +1,180 @@
+"""``stop|resume|approve|deny|show|wait ID`` for a task on another host of the fleet.
+
+:func:`register` (called by :func:`supervisor.cli_cluster.register`, after every command
+exists) makes ``-c`` optional on these six commands and puts a router in front of each: a
+task found in the profile's own state dir is handled locally exactly as before; otherwise,
+with a DSN (``-c PROFILE`` with ``[cluster]``, or ``SUPERVISE_CLUSTER_DSN`` alone), the
+fleet's database answers (:mod:`supervisor.cluster.control`):
+
+* the four verbs are routed to the host owning the task and print the line the local verb
+  prints (exit 0 applied, 1 refused / unknown / host not alive, 4 not answered in
+  ``--wait`` seconds; ``--json`` as the local verbs);
+* ``show`` prints the fleet's record (the manifest's summary fields, owner, generation,
+  restarted_from, events) as JSON;
+* ``wait`` polls every :data:`WAIT_POLL` seconds until each row's state is final
+  (:data:`supervisor.cluster.control.FINAL`), and prints and exits as the local ``wait``
+  (0 every task PASS, 1 otherwise, 2 unknown id, 124 timeout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import re
+import socket
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from supervisor.cluster import DSN_ENV
+from supervisor.errors import ConfigError
+from supervisor.terminal import escape_controls, escape_json_text
+
+#: Seconds between reads of the fleet's rows in ``wait``.
+WAIT_POLL = 0.5
+EXIT_USAGE = 2
+EXIT_TIMEOUT = 124
+_LINE_RE = re.compile(r"^\S+: (\S+) \(retry_count (\d+)\)$")
+_SLUG_RE = re.compile(r"[a-z0-9][a-z0-9-]*")
+Command = Callable[[argparse.Namespace], int]
+
+
+def _err(message: str) -> None:
+    print(escape_controls(message), file=sys.stderr)
+
+
+def _ids(args: argparse.Namespace) -> list[str]:
+    return list(getattr(args, "task_ids", None) or [args.task_id])
+
+
+def _is_local(args: argparse.Namespace, profile: Any) -> bool:
+    """Every named task is in the profile's own state dir (or spool, for ``wait``)."""
+    if args.command == "wait":
+        from supervisor.cli_ops import locate
+
+        return all(locate(profile, task_id) is not None for task_id in _ids(args))
+    return all(_SLUG_RE.fullmatch(t) and (profile.tasks_dir / t / "manifest.json").exists()
+               for t in _ids(args))  # fmt: skip
+
+
+def _fleet_dsn(args: argparse.Namespace) -> str | int | None:
+    """The DSN for the fleet's path; ``None``: the local path; an int: exit with it."""
+    if args.config:
+        from supervisor.config import load_profile
+
+        profile = load_profile(args.config)
+        if profile.spec.cluster is None or _is_local(args, profile):
+            return None
+        from supervisor.cli_cluster import _missing_extra
+
+        if _missing_extra():
+            return EXIT_USAGE
+        from supervisor.cluster.db import dsn_of
+
+        return dsn_of(profile)
+    if os.environ.get(DSN_ENV):
+        from supervisor.cli_cluster import _missing_extra
+
+        return EXIT_USAGE if _missing_extra() else os.environ[DSN_ENV]
+    _err(f"supervise {args.command}: -c/--config PROFILE is required (or {DSN_ENV} for a "
+         "task on another host)")  # fmt: skip
+    return EXIT_USAGE
+
+
+def _routed(local: Command, fleet: Callable[[argparse.Namespace, str], int]) -> Command:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            dsn = _fleet_dsn(args)
+        except ConfigError as exc:
+            for line in exc.problems:
+                _err(line)
+            return 1
+        if dsn is None:
+            return local(args)
+        if isinstance(dsn, int):
+            return dsn
+        from supervisor.cluster.db import ClusterError
+
+        try:
+            return fleet(args, dsn)
+        except ClusterError as exc:
+            _err(str(exc))
+            return 1
+
+    return run
+
+
+def _verb(args: argparse.Namespace, dsn: str) -> int:
+    from supervisor.cluster.control import route
+
+    who = f"{getpass.getuser()}@{socket.gethostname()}"
+    answer = route(dsn, args.task_id, args.command, args.wait, who)
+    if answer.ok and not args.json:
+        print(escape_controls(answer.text))
+    elif not answer.ok:
+        _err(answer.text)
+    if args.json and answer.code in (0, 4):
+        match = _LINE_RE.match(answer.text)
+        print(json.dumps({"task_id": args.task_id, "verb": args.command,
+                          "result": "applied" if answer.ok else "not_applied",
+                          "status": match.group(1) if match else None,
+                          "retry_count": int(match.group(2)) if match else None,
+                          "host_id": answer.host_id}))  # fmt: skip
+    return answer.code
+
+
+def _show(args: argparse.Namespace, dsn: str) -> int:
+    from supervisor.cluster.control import show_row
+
+    row = show_row(dsn, args.task_id)
+    if row is None:
+        _err(f"no task {args.task_id!r} in the fleet; see 'supervise status --cluster'")
+        return 1
+    sys.stdout.write(escape_json_text(json.dumps(row, indent=2, default=str)) + "\n")
+    return 0
+
+
+def _wait(args: argparse.Namespace, dsn: str) -> int:
+    from supervisor.cluster.control import FINAL, final_rows
+
+    ids = list(dict.fromkeys(args.task_ids))
+    rows = final_rows(dsn, ids)
+    unknown = [task_id for task_id in ids if task_id not in rows]
+    if unknown:
+        _err(f"supervise wait: no task {', '.join(unknown)} in the fleet; see "
+             "'supervise status --cluster'")  # fmt: skip
+        return EXIT_USAGE
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    while not all(row["status"] in FINAL for row in rows.values()):
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+        time.sleep(WAIT_POLL)
+        rows = final_rows(dsn, ids)
+    shown = [rows[task_id] for task_id in ids]
+    if args.json:
+        print(escape_json_text(json.dumps(shown, indent=2, default=str)))
+    else:
+        for row in shown:
+            why = row.get("failure_reason") or row.get("error") or ""
+            line = f"{row['task_id']}: {row['status']} {row.get('verdict') or '-'}"
+            print(escape_controls(line + (f" ({why})" if why else "")))
+    still = [row for row in shown if row["status"] not in FINAL]
+    if still:
+        _err(f"supervise wait: {len(still)} task(s) still running after {args.timeout:g} s")
+        return EXIT_TIMEOUT
+    return 0 if all(row.get("verdict") == "PASS" for row in shown) else 1
+
+
+def register(sub: Any) -> None:
+    """Route ``stop|resume|approve|deny|show|wait`` (already in ``sub``) through the fleet
+    for a task not in the local state dir; ``-c`` becomes optional on them."""
+    for name in ("stop", "resume", "approve", "deny", "show", "wait"):
+        parser = sub.choices[name]
+        config = parser._option_string_actions["-c"]
+        config.required = False
+        config.help = f"profile TOML file (without it: a task on another host, via ${DSN_ENV})"
+        fleet = _show if name == "show" else _wait if name == "wait" else _verb
+        parser.set_defaults(func=_routed(parser.get_default("func"), fleet))

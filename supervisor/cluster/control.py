@@ -1,0 +1,200 @@
+"""Operator requests routed to the host that owns a task, and one task read across hosts.
+
+``supervise stop|resume|approve|deny ID`` from any machine with only the DSN: when the task
+is not in a local state dir, :func:`route` refuses as the local verbs do
+(:func:`supervisor.control.refusal` with the row's state), refuses a host that is not alive
+(no row is written then), inserts a ``supervise_controls`` row for the task's
+``owner_host``, ``NOTIFY``s :data:`CHANNEL` (payload ``"<host_id> <row id>"``) and waits,
+bounded, for the row's ``done_at``: ``LISTEN`` on :data:`REPLY_CHANNEL` (payload: the row
+id) with a poll every :data:`POLL_EVERY` seconds as the fallback. The owner's engine
+answers through :mod:`supervisor.cluster.listener`.
+
+Channel names are fixed identifiers (``LISTEN`` takes no parameter); host ids travel in the
+payload (PostgreSQL docs, NOTIFY: the payload is a string under 8000 bytes, delivered at
+commit, to every session listening on the channel).
+
+:func:`show_row` and :func:`final_rows` serve ``supervise show`` / ``supervise wait`` for
+a task on another host.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from supervisor import control
+from supervisor.cluster.db import ClusterError, connect, one_line
+
+#: Requests to hosts: payload ``"<host_id> <row id>"``.
+CHANNEL = "supervise_control"
+#: Answers: payload ``"<row id>"``.
+REPLY_CHANNEL = "supervise_control_done"
+#: Seconds between polls of the row while waiting (the net under a missed notification).
+POLL_EVERY = 1.0
+#: States after which a fleet task changes no more: the manifest's ended states plus the
+#: fleet's own (a lost host's task, a task no host could run, a superseded copy). The one
+#: place that says which fleet states are final.
+FINAL: frozenset[str] = frozenset(
+    {"completed", "failed", "abandoned", "host_lost", "rejected", "superseded"}
+)
+#: States of a task no host runs yet.
+UNCLAIMED: frozenset[str] = frozenset({"queued", "claimed"})
+
+_ALIVE = """
+SELECT state, extract(epoch FROM now() - heartbeat_at)::float AS age, host_timeout
+FROM supervise_hosts WHERE host_id = %s"""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What :func:`route` got: ``ok`` (the host applied it), ``text`` (one line: the local
+    verb's line, or why not), ``code`` (the local verb's exit status: 0 applied, 1 refused,
+    4 not answered in time), ``host_id``."""
+
+    ok: bool
+    text: str
+    code: int
+    host_id: str | None = None
+
+
+def _task(conn: psycopg.Connection, task_id: str) -> dict[str, Any] | None:
+    cursor = conn.cursor(row_factory=dict_row)
+    return cursor.execute(
+        "SELECT id, state, owner_host, generation FROM supervise_tasks WHERE id = %s",
+        (task_id,),
+    ).fetchone()
+
+
+def host_down(conn: psycopg.Connection, host_id: str) -> str | None:
+    """Why ``host_id`` cannot answer (one line), or ``None`` when it is alive: its
+    ``supervise_hosts.state`` is not ``alive``, or its heartbeat is older than its own
+    ``host_timeout`` (seconds)."""
+    row = conn.cursor(row_factory=dict_row).execute(_ALIVE, (host_id,)).fetchone()
+    if row is None:
+        return f"host {host_id} has never reported to the fleet"
+    if row["state"] != "alive":
+        return f"host {host_id} is {row['state']}"
+    if row["age"] > row["host_timeout"]:
+        return f"host {host_id} has sent no heartbeat for {row['age']:.0f} s"
+    return None
+
+
+def route(dsn: str, task_id: str, verb: str, timeout: float, requested_by: str) -> Answer:
+    """Ask the host owning ``task_id`` to apply ``verb``; wait at most ``timeout`` seconds.
+
+    Returns:
+        the answer; ``None``-free: an unknown task, a refusal, a host not alive are
+        answers with ``code`` 1 and nothing written.
+
+    Raises:
+        ClusterError: the database cannot be reached or refused.
+    """
+    try:
+        with connect(dsn) as conn:
+            row = _task(conn, task_id)
+            if row is None:
+                return Answer(False, f"no task {task_id!r} in the fleet; see "
+                                     "'supervise status --cluster'", 1)  # fmt: skip
+            state, host = str(row["state"]), row["owner_host"]
+            refused = control.refusal(task_id, state, verb)
+            if state in FINAL:
+                refused = f"task {task_id} already ended: {state}"
+            elif state in UNCLAIMED or host is None:
+                refused = f"task {task_id} is {state}, on no host yet: nothing to {verb}"
+            if refused:
+                return Answer(False, refused, 1, host)
+            down = host_down(conn, host)
+            if down:
+                return Answer(False, f"{down}: cannot {verb} {task_id}", 1, host)
+            conn.execute(f"LISTEN {REPLY_CHANNEL}")
+            with conn.transaction():
+                cursor = conn.execute(
+                    "INSERT INTO supervise_controls (task_id, host_id, verb, requested_by) "
+                    "VALUES (%s, %s, %s, %s) RETURNING id",
+                    (task_id, host, verb, requested_by),
+                )
+                request_id = int(cursor.fetchone()[0])  # type: ignore[index]
+                conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{host} {request_id}"))
+            return _await(conn, request_id, host, task_id, verb, timeout)
+    except psycopg.Error as exc:
+        raise ClusterError(f"cannot route '{verb}' for {task_id}: {one_line(exc)}") from exc
+
+
+def _await(conn: psycopg.Connection, request_id: int, host: str, task_id: str, verb: str,
+           timeout: float) -> Answer:  # fmt: skip
+    """Until the row is answered (a reply notification, or the poll); at ``timeout`` the
+    row is closed unanswered so that a host coming back later does not act on it."""
+    deadline = time.monotonic() + timeout
+    select = "SELECT done_at IS NOT NULL, ok, result FROM supervise_controls WHERE id = %s"
+    while True:
+        done, ok, result = conn.execute(select, (request_id,)).fetchone()  # type: ignore[misc]
+        if done:
+            return Answer(bool(ok), str(result or ""), 0 if ok else 1, host)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        for note in conn.notifies(timeout=min(left, POLL_EVERY)):
+            if note.channel == REPLY_CHANNEL and note.payload == str(request_id):
+                break
+    closed = conn.execute(
+        "UPDATE supervise_controls SET done_at = now(), ok = false, result = %s "
+        "WHERE id = %s AND done_at IS NULL",
+        (f"not answered within {timeout:g} s", request_id),
+    )
+    if closed.rowcount == 0:  # answered in the last instant
+        return _await(conn, request_id, host, task_id, verb, 0)
+    return Answer(False, f"requested '{verb}' for {task_id} on host {host}; not answered "
+                         f"within {timeout:g} s (the request is withdrawn)", 4, host)  # fmt: skip
+
+
+# ---------------------------------------------------------------- show and wait
+
+_SHOW = """
+SELECT id AS task_id, name, state AS status, owner_host, generation, restarted_from, queue,
+    host, session_id, started_at, finished_at, exit_code, retry_count, failure_reason,
+    verdict, error, submitted_at, claimed_at, updated_at
+FROM supervise_tasks WHERE id = %s"""
+_EVENTS = """
+SELECT at, host_id, generation, event, state FROM supervise_events
+WHERE task_id = %s ORDER BY at, id"""
+
+
+def show_row(dsn: str, task_id: str) -> dict[str, Any] | None:
+    """The fleet's record of ``task_id`` (``None``: unknown): the summary fields of its
+    manifest (``status`` is the row's ``state``), ``owner_host``, ``generation``,
+    ``restarted_from`` and ``events`` (``[{at, host_id, generation, event, state}]``,
+    oldest first).
+
+    Raises:
+        ClusterError: the database cannot be reached or refused.
+    """
+    try:
+        with connect(dsn) as conn:
+            cursor = conn.cursor(row_factory=dict_row)
+            row = cursor.execute(_SHOW, (task_id,)).fetchone()
+            if row is None:
+                return None
+            row["events"] = cursor.execute(_EVENTS, (task_id,)).fetchall()
+            return row
+    except psycopg.Error as exc:
+        raise ClusterError(f"cannot read task {task_id}: {one_line(exc)}") from exc
+
+
+def final_rows(dsn: str, ids: list[str]) -> dict[str, dict[str, Any]]:
+    """``task id -> row`` (as :func:`show_row`, without events) for each of ``ids`` the
+    fleet knows.
+
+    Raises:
+        ClusterError: the database cannot be reached or refused.
+    """
+    try:
+        with connect(dsn) as conn:
+            sql = _SHOW.replace("WHERE id = %s", "WHERE id = ANY(%s)")
+            rows = conn.cursor(row_factory=dict_row).execute(sql, (ids,)).fetchall()
+    except psycopg.Error as exc:
+        raise ClusterError(f"cannot read the fleet's tasks: {one_line(exc)}") from exc
+    return {row["task_id"]: row for row in rows}

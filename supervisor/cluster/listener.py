@@ -1,0 +1,182 @@
+"""The engine's side of routed requests (:mod:`supervisor.cluster.control`).
+
+A thread of its own with its own connection ``LISTEN``s on
+:data:`~supervisor.cluster.control.CHANNEL`; each notification for this host, and a poll of
+this host's pending ``supervise_controls`` rows every :data:`POLL_EVERY` seconds (the
+backstop for a notification missed while the connection was down), starts one handler
+thread per row. The handler turns the row into the local request
+(:func:`supervisor.control.request`: the engine's intake applies it on its next tick, as for
+``supervise stop -c``), waits (at most :data:`APPLY_TIMEOUT` seconds, polling the manifest)
+until the manifest shows the effect, then writes ``done_at``, ``ok`` and ``result`` (the
+line the local verb prints) and ``NOTIFY``s the reply channel. A row for a task this host
+does not own (no task folder, or its claim record's generation is not the row's) is
+answered ``ok = false`` with one line. Nothing here runs on the engine's check worker.
+
+A lost connection (a server restart, ``pg_terminate_backend``) is reconnected with backoff
+(:data:`BACKOFF` doubling up to :data:`MAX_BACKOFF` seconds); every statement is bounded by
+:data:`~supervisor.cluster.db.STATEMENT_TIMEOUT` and every wait for a notification by
+:data:`POLL_EVERY`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+
+from supervisor import control
+from supervisor.cluster.control import CHANNEL, REPLY_CHANNEL
+from supervisor.cluster.db import ClusterError, connect, one_line
+
+log = logging.getLogger("supervise.cluster")
+#: Seconds between polls of this host's pending rows (and the longest wait for a NOTIFY).
+POLL_EVERY = 2.0
+#: Seconds a handler waits for the engine to apply a request (the requester's default
+#: ``--wait`` is 15 s: the answer comes before it gives up).
+APPLY_TIMEOUT = 12.0
+#: Seconds before reconnecting after the connection was lost (doubling up to MAX_BACKOFF).
+BACKOFF = 0.5
+MAX_BACKOFF = 10.0
+#: The listener connection's ``application_name`` (``pg_stat_activity``).
+APPLICATION_NAME = "supervise-control"
+
+_PENDING = """
+SELECT c.id, c.task_id, c.verb, t.owner_host, t.generation FROM supervise_controls c
+LEFT JOIN supervise_tasks t ON t.id = c.task_id
+WHERE c.host_id = %s AND c.done_at IS NULL ORDER BY c.id"""
+
+
+class ControlListener:
+    """The listener thread of one engine.
+
+    Args:
+        dsn: the database.
+        host_id: this host.
+        state_dir: where requests go (``state_dir/control``).
+        tasks_dir: the task folders (their manifests and claim records).
+        claim_file: the claim record's name in a task folder (``{"host_id", "generation"}``).
+    """
+
+    def __init__(self, dsn: str, host_id: str, state_dir: Path, tasks_dir: Path,
+                 claim_file: str) -> None:  # fmt: skip
+        self.dsn, self.host_id = dsn, host_id
+        self.state_dir, self.tasks_dir, self.claim_file = state_dir, tasks_dir, claim_file
+        self._busy: set[int] = set()  # row ids a handler works on
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="supervise-cluster-control",
+                                        daemon=True)  # fmt: skip
+
+    def start(self) -> None:
+        """Start listening."""
+        self._thread.start()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop (at most ``timeout`` seconds; handlers are daemon threads)."""
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _serve(self) -> None:
+        delay = BACKOFF
+        while not self._stopping.is_set():
+            try:
+                with connect(self.dsn) as conn:
+                    # named in pg_stat_activity: an operator sees (and can end) it
+                    conn.execute(
+                        "SELECT set_config('application_name', %s, false)", (APPLICATION_NAME,)
+                    )
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    delay = BACKOFF  # connected: the next loss starts from the shortest wait
+                    while not self._stopping.is_set():
+                        self._take_pending(conn)
+                        self._wait(conn)
+            except (psycopg.Error, ClusterError) as exc:
+                if self._stopping.is_set():
+                    return
+                log.warning("cluster: control listener lost its connection: %s; again in "
+                            "%g s", one_line(exc), delay)  # fmt: skip
+            if self._stopping.wait(delay):
+                return
+            delay = min(delay * 2, MAX_BACKOFF)
+
+    def _wait(self, conn: psycopg.Connection) -> None:
+        """Until a notification for this host, or :data:`POLL_EVERY` seconds."""
+        for note in conn.notifies(timeout=POLL_EVERY):
+            if note.payload.split(" ", 1)[0] == self.host_id:
+                return
+
+    def _take_pending(self, conn: psycopg.Connection) -> None:
+        """A handler thread for each pending row of this host no handler has yet."""
+        for row_id, task_id, verb, owner, generation in conn.execute(
+            _PENDING, (self.host_id,)
+        ).fetchall():
+            with self._lock:
+                if row_id in self._busy:
+                    continue
+                self._busy.add(row_id)
+            threading.Thread(target=self._handle, args=(row_id, task_id, verb, owner, generation),
+                             name=f"supervise-control-{row_id}", daemon=True).start()  # fmt: skip
+
+    def _handle(self, row_id: int, task_id: str, verb: str, owner: str | None,
+                generation: int | None) -> None:  # fmt: skip
+        try:
+            ok, result = self._apply(task_id, verb, owner, generation)
+        except Exception as exc:  # a handler never dies silently: the requester is told
+            log.exception("cluster: control request %d (%s %s) failed", row_id, verb, task_id)
+            ok, result = False, f"host {self.host_id} could not {verb} {task_id}: {exc!r}"
+        try:
+            with connect(self.dsn) as conn, conn.transaction():
+                conn.execute("UPDATE supervise_controls SET done_at = now(), ok = %s, "
+                             "result = %s WHERE id = %s AND done_at IS NULL",
+                             (ok, result, row_id))  # fmt: skip
+                conn.execute("SELECT pg_notify(%s, %s)", (REPLY_CHANNEL, str(row_id)))
+        except (psycopg.Error, ClusterError) as exc:
+            # Left pending: the next poll hands it to a new handler (a stop applied twice
+            # finds the task ended and answers again).
+            log.error("cluster: cannot answer control request %d: %s", row_id, one_line(exc))
+        finally:
+            with self._lock:
+                self._busy.discard(row_id)
+
+    def _apply(self, task_id: str, verb: str, owner: str | None,
+               generation: int | None) -> tuple[bool, str]:  # fmt: skip
+        """Leave the local request and wait for its effect; ``(ok, one line)``."""
+        folder = self.tasks_dir / task_id
+        try:
+            claim = json.loads((folder / self.claim_file).read_text())
+            claimed = (claim["host_id"], int(claim["generation"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            claimed = None
+        if claimed is None or claimed != (owner, generation) or owner != self.host_id:
+            return False, (f"task {task_id} is not run by host {self.host_id} (the fleet says "
+                           f"owner {owner}, generation {generation})")  # fmt: skip
+        before = _manifest(folder)
+        if before is None:
+            return False, f"host {self.host_id} cannot read the manifest of {task_id}"
+        refused = control.refusal(task_id, before["status"], verb)
+        if refused:
+            return False, refused
+        control.request(self.state_dir, task_id, verb)
+        deadline = time.monotonic() + APPLY_TIMEOUT
+        while time.monotonic() < deadline and not self._stopping.is_set():
+            after = _manifest(folder)
+            if after is not None and control.acted(verb, before, after):
+                return True, control.applied_line(task_id, after)
+            time.sleep(0.1)  # the handler's own thread
+        return False, (f"host {self.host_id} has not applied '{verb}' for {task_id} "
+                       f"within {APPLY_TIMEOUT:g} s (the request stays in its control "
+                       "folder)")  # fmt: skip
+
+
+def _manifest(folder: Path) -> dict | None:
+    """The task's manifest (``None``: missing or being replaced)."""
+    try:
+        data = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("status"), str) else None

@@ -1,0 +1,160 @@
+"""The fleet's roles (issue 15, "Trust"): ``supervise cluster roles`` prints and applies
+``supervisor/cluster/roles.sql``; a login role in ``supervise_submit`` can submit and read
+but not change a task; a login role in ``supervise_engine`` runs a real engine that claims
+and completes a task. Real PostgreSQL (tests/cluster_support.py), real engine and CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import tomli_w
+from conftest import Setup, wait_for
+from test_cluster import cluster_profile, dsn, rows, server, start_engine, stop_engines, supervise
+
+psycopg = pytest.importorskip("psycopg")
+__all__ = ["dsn", "server"]  # the fixtures, imported for this module
+
+
+def _login(dsn: str, group: str) -> tuple[str, str]:
+    """A new login role in ``group`` (trust auth on the test server); ``(name, its DSN)``."""
+    name = f"u_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {name} LOGIN IN ROLE {group}")
+    return name, dsn.replace("user=postgres", f"user={name}")
+
+
+@pytest.fixture
+def roles(dsn: str) -> Iterator[str]:
+    """The schema and the roles applied (twice: re-runnable) on a fresh database."""
+    env = {"SUPERVISE_CLUSTER_DSN": dsn}
+    assert supervise("cluster", "init", env=env).returncode == 0
+    for _ in range(2):
+        done = supervise("cluster", "roles", "--apply", env=env)
+        assert done.returncode == 0, done.stderr
+        assert "supervise_submit, supervise_operator, supervise_engine" in done.stdout
+    yield dsn
+
+
+def test_roles_prints_the_sql_without_a_database() -> None:
+    done = supervise("cluster", "roles")
+    assert done.returncode == 0, done.stderr
+    assert "CREATE ROLE supervise_submit NOLOGIN" in done.stdout
+    assert "whoever can INSERT into supervise_tasks can run agents" in done.stdout
+
+
+def test_roles_before_init_is_one_line(dsn: str) -> None:
+    done = supervise("cluster", "roles", "--apply", env={"SUPERVISE_CLUSTER_DSN": dsn})
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "supervise cluster init" in done.stderr
+
+
+def test_submit_role_submits_and_reads_but_cannot_update(setup: Setup, roles: str) -> None:
+    """alice (supervise_submit) submits with the real CLI and reads ``status --cluster`` and
+    ``hosts``; her UPDATE and DELETE of a task and her writes to hosts are refused."""
+    _, alice = _login(roles, "supervise_submit")
+    profile = cluster_profile(setup, alice, "h0")
+    task = setup.root / "t.toml"
+    task.write_text(tomli_w.dumps(setup.task("a", "exit: 0")))
+    done = supervise("submit", "-c", str(profile), str(task))
+    assert done.returncode == 0, done.stderr
+    task_id = done.stdout.strip()
+    status = supervise("status", "--cluster", env={"SUPERVISE_CLUSTER_DSN": alice})
+    assert status.returncode == 0, status.stderr
+    assert task_id in status.stdout and "queued" in status.stdout
+    assert supervise("hosts", env={"SUPERVISE_CLUSTER_DSN": alice}).returncode == 0
+    with psycopg.connect(alice, autocommit=True) as conn:
+        for statement in (
+            f"UPDATE supervise_tasks SET state = 'claimed' WHERE id = '{task_id}'",
+            f"DELETE FROM supervise_tasks WHERE id = '{task_id}'",
+            "INSERT INTO supervise_hosts (host_id, capacity) VALUES ('evil', 1)",
+            "UPDATE procrastinate_jobs SET status = 'doing'",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(statement)
+    assert rows(roles, "SELECT state FROM supervise_tasks WHERE id = %s", task_id) == [("queued",)]
+    assert rows(roles, "SELECT status FROM procrastinate_jobs") == [("todo",)]
+
+
+def test_failed_defer_under_the_submit_role_is_one_line(setup: Setup, roles: str) -> None:
+    """A login that may insert a task but not defer its job (no procrastinate rights) and,
+    like supervise_submit, may not delete: one line naming the task left queued, no
+    traceback."""
+    name, partial = _login(roles, "supervise_submit")
+    with psycopg.connect(roles, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE p_{name} LOGIN")
+        conn.execute(f"GRANT INSERT, SELECT ON supervise_tasks TO p_{name}")
+    partial = partial.replace(f"user={name}", f"user=p_{name}")
+    task = setup.root / "t.toml"
+    task.write_text(tomli_w.dumps(setup.task("a", "exit: 0")))
+    done = supervise("submit", "-c", str(cluster_profile(setup, partial, "h0")), str(task))
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    [(task_id,)] = rows(roles, "SELECT id FROM supervise_tasks")
+    assert done.stderr.startswith("cannot queue the task's job: ")
+    assert f"task {task_id} is left queued without a job" in done.stderr
+
+
+def test_engine_role_runs_a_real_engine(setup: Setup, roles: str) -> None:
+    """bob (supervise_engine) runs ``supervise run``: it heartbeats, claims alice's task,
+    runs it and records it completed, with its events."""
+    _, alice = _login(roles, "supervise_submit")
+    _, bob = _login(roles, "supervise_engine")
+    task = setup.root / "t.toml"
+    task.write_text(tomli_w.dumps(setup.task("b", "print: hello\nexit: 0")))
+    done = supervise("submit", "-c", str(cluster_profile(setup, alice, "h0")), str(task))
+    assert done.returncode == 0, done.stderr
+    task_id = done.stdout.strip()
+    cluster_profile(setup, bob, "h0")
+    engine = start_engine(setup)
+    try:
+        wait_for(lambda: rows(roles, "SELECT 1 FROM supervise_hosts"), timeout=30)
+        listed = supervise("hosts", "--json", env={"SUPERVISE_CLUSTER_DSN": alice})
+        assert [(h["host_id"], h["state"]) for h in json.loads(listed.stdout)] == [("h0", "alive")]
+        wait_for(lambda: rows(roles, "SELECT state FROM supervise_tasks WHERE id = %s",
+                              task_id) == [("completed",)], timeout=60)  # fmt: skip
+        wait_for(lambda: rows(roles, "SELECT count(*) FROM procrastinate_jobs") == [(0,)],
+                 timeout=20)  # fmt: skip
+    finally:
+        stop_engines([engine])
+    [(owner, generation)] = rows(roles, "SELECT owner_host, generation FROM supervise_tasks")
+    assert (owner, generation) == ("h0", 1)
+    events = [e for (e,) in rows(roles, "SELECT event FROM supervise_events ORDER BY id")]
+    assert "launched" in events
+    assert rows(roles, "SELECT host_id, last_error FROM supervise_hosts") == [("h0", None)]
+    log = (setup.root / "engine.log").read_text()
+    assert "permission denied" not in log, log
+
+
+def test_operator_role_stops_a_task_on_another_host_submit_role_cannot(
+    setup: Setup, roles: str
+) -> None:
+    """carol (supervise_operator) routes ``stop`` to the engine bob runs; alice
+    (supervise_submit) gets one line (permission denied) and no request row is left."""
+    _, alice = _login(roles, "supervise_submit")
+    _, carol = _login(roles, "supervise_operator")
+    _, bob = _login(roles, "supervise_engine")
+    task = setup.root / "t.toml"
+    task.write_text(tomli_w.dumps(setup.task("long", "print: working\nsleep: 60\n")))
+    done = supervise("submit", "-c", str(cluster_profile(setup, carol, "h0")), str(task))
+    assert done.returncode == 0, done.stderr
+    task_id = done.stdout.strip()
+    cluster_profile(setup, bob, "h0")
+    engine = start_engine(setup)
+    try:
+        wait_for(lambda: rows(roles, "SELECT state FROM supervise_tasks WHERE id = %s",
+                              task_id) == [("running",)], timeout=60)  # fmt: skip
+        refused = supervise("stop", task_id, env={"SUPERVISE_CLUSTER_DSN": alice})
+        assert refused.returncode == 1, refused.stderr
+        assert refused.stderr.count("\n") == 1 and "permission denied" in refused.stderr
+        assert rows(roles, "SELECT count(*) FROM supervise_controls") == [(0,)]
+        stopped = supervise("stop", task_id, env={"SUPERVISE_CLUSTER_DSN": carol})
+        assert stopped.returncode == 0, stopped.stderr
+        wait_for(lambda: rows(roles, "SELECT state FROM supervise_tasks WHERE id = %s",
+                              task_id) == [("abandoned",)], timeout=30)  # fmt: skip
+    finally:
+        stop_engines([engine])
+    assert rows(roles, "SELECT verb, ok FROM supervise_controls") == [("stop", True)]
