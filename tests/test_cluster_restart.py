@@ -186,3 +186,32 @@ def test_deaf_listener_is_replaced(tmp_path: Path) -> None:
             os.kill(deaf, signal.SIGCONT)
         log = (hosts["h0"].root / "engine.log").read_text()
         assert "did not hear its check" in log
+
+
+def test_engine_started_while_the_database_is_down(tmp_path: Path) -> None:
+    """An engine started while PostgreSQL is down for 16 s: its worker's pool tries to
+    connect every second (psycopg_pool's own backoff, 1, 2, 4, 8, 16 s, would try next
+    about 15 s after the return), so a task submitted once the server is back starts
+    within 3 s."""
+    from cluster_support import postgres_executor, wait_ready
+    from test_cluster import cluster_profile, start_engine, stop_engines, supervise
+
+    with postgres_executor() as (dsn, server):
+        assert supervise("cluster", "init", env={"SUPERVISE_CLUSTER_DSN": dsn}).returncode == 0
+        (tmp_path / "h0").mkdir()
+        setup = Setup(tmp_path / "h0", f"sv-test-{os.urandom(5).hex()}")
+        cluster_profile(setup, dsn, "h0")
+        server.stop()
+        engine = start_engine(setup)
+        try:
+            time.sleep(16)
+            server.start()
+            wait_ready(dsn)
+            back = time.monotonic()
+            task_id = _submit(dsn, setup, "late", "exit: 0")
+            wait_for(lambda: _launched({"h0": setup}).get(task_id), timeout=3, every=0.05)
+            print(f"started {time.monotonic() - back:.2f} s after the database's return")
+        finally:
+            stop_engines([engine])
+            setup.tmux("kill-server")
+            Path(f"/tmp/tmux-{os.getuid()}/{setup.socket_name}").unlink(missing_ok=True)

@@ -52,6 +52,9 @@ from psycopg_pool.pool_async import AddConnection
 from supervisor.cluster.db import ClusterError, connect, one_line
 
 log = logging.getLogger("supervise.cluster")
+# psycopg_pool logs each failed reconnection (every RECONNECT_EVERY s while the database is
+# down); "database unreachable" / "database back" below say it once per outage.
+logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
 #: Environment variable (seconds, for tests and benchmarks only) overriding procrastinate's
 #: ``fetch_job_polling_interval``: a long interval proves dispatch runs on LISTEN/NOTIFY.
