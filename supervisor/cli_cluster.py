@@ -132,7 +132,7 @@ def _hosts(args: argparse.Namespace, dsn: str) -> int:
         print(json.dumps(rows, default=str))
         return 0
     print(fleet.table(rows, ("host_id", "state", "age_s", "capacity", "running", "version",
-                             "queues", "last_error")))  # fmt: skip
+                             "queues", "lost_at", "stopped_at", "last_error")))  # fmt: skip
     return 0
 
 

@@ -4,7 +4,8 @@
 (atomically); the engine's intake job picks requests up on its next tick (every
 ``intake_interval`` seconds), runs that task's check at once and deletes the request file.
 The request goes through the same pure policy and the same locked manifest update as any
-other check, so an operator and the engine never lose each other's updates.
+other check, so an operator and the engine never lose each other's updates. The cluster
+intake leaves ``<ID>.supersede`` the same way (:data:`ENGINE_VERBS`: no operator verb).
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ from supervisor.diskio import atomic_write, utc_iso
 from supervisor.states import TERMINAL, Status
 
 VERBS = ("stop", "resume", "approve", "deny")
+#: Requests only the engine's own parts leave, never an operator: ``supersede`` (the
+#: cluster intake found the task's row given to a newer generation, issue 15).
+ENGINE_VERBS = ("supersede",)
 CONTROL = "control"
-_NAME_RE = re.compile(r"^([a-z0-9-]+)\.(stop|resume|approve|deny)$")
+_NAME_RE = re.compile(r"^([a-z0-9-]+)\.(stop|resume|approve|deny|supersede)$")
 
 
 def request(state_dir: Path, task_id: str, verb: str) -> Path:
@@ -27,7 +31,7 @@ def request(state_dir: Path, task_id: str, verb: str) -> Path:
     Raises:
         ValueError: an unknown verb or a task id that is not a slug.
     """
-    if verb not in VERBS or not re.fullmatch(r"[a-z0-9-]+", task_id):
+    if verb not in (*VERBS, *ENGINE_VERBS) or not re.fullmatch(r"[a-z0-9-]+", task_id):
         raise ValueError(f"bad request {verb!r} for {task_id!r}")
     folder = state_dir / CONTROL
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -23,7 +23,10 @@ class Status(StrEnum):
     due. ``waiting``: a usage limit or a transient API failure, resumes at ``resume_at``.
     ``escalated``: waits for a human (a permission request, the circuit breaker).
     ``verifying``: the acceptance check runs. ``completed`` / ``failed`` / ``abandoned``:
-    the end (:data:`TERMINAL`).
+    the end (:data:`TERMINAL`). ``superseded``: the end of this host's copy of a cluster
+    task whose row in the fleet's database went to a newer generation (issue 15: "a host
+    that finds a newer generation stops its copy and reports superseded; it never resumes
+    it"); verdict ``ABANDONED``.
     """
 
     QUEUED = "queued"
@@ -36,13 +39,22 @@ class Status(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     ABANDONED = "abandoned"
+    SUPERSEDED = "superseded"
 
 
-#: Statuses after which nothing more happens to a task (seed vocabulary).
-TERMINAL: frozenset[Status] = frozenset({Status.COMPLETED, Status.FAILED, Status.ABANDONED})
+#: Statuses after which nothing more happens to a task (seed vocabulary, and
+#: ``superseded`` from issue 15).
+TERMINAL: frozenset[Status] = frozenset(
+    {Status.COMPLETED, Status.FAILED, Status.ABANDONED, Status.SUPERSEDED}
+)
 #: Statuses of a task that has been launched and has not ended: it holds one of the
 #: profile's ``max_concurrent`` slots (supervisord's RUNNING/BACKOFF/STOPPING, together).
 LIVE: frozenset[Status] = frozenset(Status) - TERMINAL - {Status.QUEUED}
+#: A fleet-only state (issue 15): the task's host stopped beating for its ``host_timeout``
+#: while the task ran (:mod:`supervisor.cluster.sweeper`). Only the fleet's database holds
+#: it (``supervise_tasks.state``); a host never writes it to a manifest, so it is not a
+#: :class:`Status` and the manifest's schema does not list it.
+HOST_LOST = "host_lost"
 
 
 class Verdict(StrEnum):
@@ -50,7 +62,9 @@ class Verdict(StrEnum):
 
     ``PASS``: completed, acceptance passed or none declared. ``FAIL``: failed, or the
     acceptance check failed. ``ESCALATE``: ended while escalated. ``TIMEOUT``: the deadline
-    passed. ``ABANDONED``: given up otherwise (retries spent, stopped, denied).
+    passed. ``ABANDONED``: given up otherwise (retries spent, stopped, denied, superseded: this
+    host gave its copy up to the fleet's newer generation; the task's own outcome is that
+    generation's).
     """
 
     PASS = "PASS"

@@ -7,6 +7,8 @@ and ``wait`` for a task that runs on another host, from a process that has only 
 from __future__ import annotations
 
 import json
+import os
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -107,10 +109,14 @@ def test_request_to_a_host_not_alive_is_one_line_and_leaves_no_row(
     with engines(tmp_path, dsn, count=1) as hosts:
         task = _submit(hosts, tmp_path, dsn, "long", "print: working\nsleep: 60\n", "h0")
         wait_for(lambda: _state(dsn, task) == ("running", "h0"), timeout=30)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            # the writer's heartbeat upsert leaves state alone; the sweeper sets 'dead'
-            conn.execute("UPDATE supervise_hosts SET state = 'dead' WHERE host_id = 'h0'")
-        refused = supervise("stop", task, env={"SUPERVISE_CLUSTER_DSN": dsn})
+        engine = test_cluster.ENGINES[hosts["h0"].root]
+        os.kill(engine.pid, signal.SIGSTOP)  # silent, as a host the sweeper found dead
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("UPDATE supervise_hosts SET state = 'dead' WHERE host_id = 'h0'")
+            refused = supervise("stop", task, env={"SUPERVISE_CLUSTER_DSN": dsn})
+        finally:
+            os.kill(engine.pid, signal.SIGCONT)
         assert refused.returncode == 1
         assert refused.stderr == f"host h0 is dead: cannot stop {task}\n"
         assert rows(dsn, CONTROLS) == []

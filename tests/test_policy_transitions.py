@@ -135,7 +135,7 @@ def test_a_logged_ending_is_completed_as_logged(state, last, notified, policy):
         assert decision.reason == last["reason"]
     # The engine applies logged_ending to every terminal decision: nothing moves again.
     assert logged_ending(new, events) == new
-    body = (A.STOP_AGENT,) if new.status == "abandoned" else ()
+    body = (A.STOP_AGENT,) if new.status in ("abandoned", "superseded") else ()
     body += (A.FINISH, A.CLEANUP)
     notify = not notified and new.status in policy.notify_on
     assert decision.actions == body + ((A.NOTIFY,) if notify else ())

@@ -72,6 +72,7 @@ def test_schema_headers() -> None:
         "completed",
         "failed",
         "abandoned",
+        "superseded",
     ]
 
 
@@ -152,7 +153,7 @@ def test_manifest_enums_come_from_states() -> None:
 
 def test_terminal_and_live_partition_the_statuses() -> None:
     """Every status is queued, live or terminal, and only one of them."""
-    assert {"completed", "failed", "abandoned"} == TERMINAL
+    assert {"completed", "failed", "abandoned", "superseded"} == TERMINAL
     assert not LIVE & TERMINAL and Status.QUEUED not in LIVE | TERMINAL
     assert LIVE | TERMINAL | {Status.QUEUED} == set(Status)
     assert Status.RUNNING == "running" and f"{Status.RUNNING}" == "running"

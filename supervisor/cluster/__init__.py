@@ -9,6 +9,10 @@ plane. Imported only for a profile with ``[cluster]`` (procrastinate and psycopg
   :class:`~supervisor.engine.intake.Intake` (procrastinate's worker in a thread of its own);
 * :mod:`~supervisor.cluster.writer`: transitions and heartbeats written off the worker,
   with the outbox file while the database is down;
+* :mod:`~supervisor.cluster.sweeper`: dead hosts and what becomes of their tasks
+  (a periodic procrastinate task on a worker of its own);
+* :mod:`~supervisor.cluster.ownership`: whether this host still owns its tasks (a copy
+  whose row went to a newer generation ends ``superseded``);
 * :mod:`~supervisor.cluster.fleet`: the rows ``supervise hosts`` and ``status --cluster``
   print;
 * :mod:`~supervisor.cluster.control`: ``stop|resume|approve|deny``, ``show`` and ``wait``

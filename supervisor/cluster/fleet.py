@@ -25,22 +25,25 @@ def _rows(dsn: str, sql: str) -> list[dict[str, Any]]:
 
 
 def hosts(dsn: str) -> list[dict[str, Any]]:
-    """One dict per host: ``host_id``, ``state`` (``alive``, ``stopped``, ``dead``),
-    ``age_s`` (seconds since its heartbeat),
-    ``capacity``, ``running``, ``version``, ``queues``, ``last_error``, ``heartbeat_at``."""
-    return _rows(dsn, "SELECT host_id, state, round(extract(epoch FROM now() - "
-                      "heartbeat_at)::numeric, 1)::float AS age_s, capacity, running, "
-                      "version, queues, last_error, heartbeat_at FROM supervise_hosts "
-                      "ORDER BY host_id")  # fmt: skip
+    """One dict per host: ``host_id``, ``state`` (``alive`` | ``stopped`` | ``dead``: see
+    :mod:`supervisor.cluster.sweeper`), ``age_s`` (seconds since its heartbeat),
+    ``capacity``, ``running``, ``version``, ``queues``, ``last_error``, ``heartbeat_at``,
+    ``lost_at``, ``stopped_at``, ``host_timeout`` (seconds), ``on_host_lost``."""
+    return _rows(dsn, "SELECT host_id, state, round(extract(epoch FROM now() - heartbeat_at)"
+                      "::numeric, 1)::float AS age_s, capacity, running, version, queues, "
+                      "last_error, heartbeat_at, lost_at, stopped_at, host_timeout, "
+                      "on_host_lost FROM supervise_hosts ORDER BY host_id")  # fmt: skip
 
 
 def tasks(dsn: str) -> list[dict[str, Any]]:
-    """One dict per task, oldest submission first: id, name, state, owner_host, generation,
-    queue, host (pinned), exit_code, failure_reason, verdict, retry_count, submitted_at,
-    updated_at, error."""
+    """One dict per task, oldest submission first: id, name, state (a manifest status, or
+    ``queued``/``claimed``/``rejected``/``host_lost``), owner_host, generation, queue, host
+    (pinned), exit_code, failure_reason, verdict, retry_count, submitted_at, updated_at,
+    error, restarted_from (the runs lost with their hosts: ``[{host_id, generation,
+    session_id}]``)."""
     return _rows(dsn, "SELECT id, name, state, owner_host, generation, queue, host, exit_code, "
-                      "failure_reason, verdict, retry_count, submitted_at, updated_at, error "
-                      "FROM supervise_tasks ORDER BY submitted_at, id")  # fmt: skip
+                      "failure_reason, verdict, retry_count, submitted_at, updated_at, error, "
+                      "restarted_from FROM supervise_tasks ORDER BY submitted_at, id")  # fmt: skip
 
 
 def table(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:

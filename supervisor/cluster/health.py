@@ -117,20 +117,14 @@ class Health:
             :func:`supervisor.cluster.db.connect`).
         channel: the LISTEN channel the check pings.
         stopping: set when the engine stops (a completion then stops waiting).
-        may_fetch: called before each fetch; False: this host has no free slot (tasks it
-            still runs whose jobs ended with an earlier worker).
-        fetched: called with each job fetched (before it runs).
     """
 
     def __init__(self, manager: JobManager, dsn: str, channel: str,
-                 stopping: threading.Event, may_fetch: Callable[[], bool],
-                 fetched: Callable[[Any], None]) -> None:  # fmt: skip
+                 stopping: threading.Event) -> None:  # fmt: skip
         self.manager = manager
         self.dsn = dsn
         self.channel = channel
         self.stopping = stopping
-        self.may_fetch = may_fetch
-        self.fetched = fetched
         self.down_since: float | None = None  # monotonic seconds; None: reachable
         self.echoes = 0  # checks answered (tests read it through the log)
         self._conn: psycopg.Connection | None = None  # the check's, used in to_thread
@@ -186,17 +180,12 @@ class Health:
             await asyncio.sleep(RECONNECT_EVERY)
 
     async def _fetch(self, **kwargs: Any) -> Any:
-        """One job, or None while the database is down or this host has no free slot."""
-        if not self.may_fetch():
-            return None
+        """One job, or None while the database is down."""
         try:
-            job = await self._original["fetch_job"](**kwargs)
+            return await self._original["fetch_job"](**kwargs)
         except DOWN as exc:
             self._noticed_down(exc)
             return None  # dispatch pauses; the first echo after the outage resumes it
-        if job is not None:
-            self.fetched(job)
-        return job
 
     async def _heartbeat(self, *args: Any, **kwargs: Any) -> None:
         try:

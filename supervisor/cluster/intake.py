@@ -15,6 +15,14 @@ transitions (:meth:`report`), written to the database by :mod:`supervisor.cluste
 A task this host cannot run (its ``project_dir`` missing here, a key its ``task_may_set``
 refuses) is recorded ``rejected`` with the reason, and its file kept in
 ``spool/rejected/``.
+
+Ownership (issue 15, :mod:`supervisor.cluster.ownership`): a task whose row went to a newer
+generation or another host (at start, after adoption; then from the writer) is handed to
+the engine as a ``supersede`` request (:mod:`supervisor.control`), which the policy turns
+into the ``superseded`` ending. Slots after a restart: before the worker fetches anything,
+each adopted task gets a high-priority *hold* job on ``host.<id>`` that lives until the
+task ends, like a claim's job, so a restarted host fetches no more than its free slots
+(procrastinate fetches ``ORDER BY priority DESC, id``: its ``procrastinate_fetch_job_v2``).
 """
 
 from __future__ import annotations
@@ -25,14 +33,17 @@ import json
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
 import tomli_w
 from procrastinate import App, PsycopgConnector
+from procrastinate.exceptions import AlreadyEnqueued
 
-from supervisor import spool, statefs
+from supervisor import control, spool, statefs
+from supervisor.cluster import sweeper as sweep
 from supervisor.cluster.db import (
     CONNECT_TIMEOUT,
     STATEMENT_TIMEOUT,
@@ -48,6 +59,7 @@ from supervisor.cluster.health import (
     fetch_polling_interval,
 )
 from supervisor.cluster.listener import ControlListener
+from supervisor.cluster.ownership import CLAIM_FILE, adopted_claims, lost_claims
 from supervisor.cluster.submit import TASK_NAME
 from supervisor.cluster.writer import Transition, Writer
 from supervisor.config import LoadedProfile, ResolvedTask
@@ -57,8 +69,10 @@ from supervisor.engine.intake import SpoolIntake, Taken
 from supervisor.taskdir import Manifest, TaskDir, atomic_write
 
 log = logging.getLogger("supervise.cluster")
-#: The claim record in a task folder: ``{"host_id", "generation"}``.
-CLAIM_FILE = "cluster.json"
+#: The procrastinate task that holds a worker slot for an adopted task until it ends.
+HOLD_NAME = "supervise.hold"
+#: Its priority: above every task job (priority 0), so a restarted worker fetches holds first.
+HOLD_PRIORITY = 1000
 #: The writer's outbox in ``state_dir`` (:mod:`supervisor.cluster.writer`).
 OUTBOX = "cluster-outbox.jsonl"
 #: Seconds before a worker that died is started again (doubling up to :data:`MAX_BACKOFF`).
@@ -66,6 +80,10 @@ BACKOFF = 1.0
 MAX_BACKOFF = 30.0
 #: ``application_name`` of the worker's connections, plus the host id (``pg_stat_activity``).
 WORKER_APPLICATION = "supervise-worker-"
+#: Seconds after which a task still owned here is asked to supersede again (the engine
+#: ignores a request for a task it does not know yet, e.g. one claimed and not yet queued;
+#: a stop under way takes at most the stop's grace period plus its SIGKILL wait).
+REASK = 30.0
 
 _CLAIM = """
 UPDATE supervise_tasks SET state = 'claimed', owner_host = %s, generation = generation + 1,
@@ -101,18 +119,20 @@ class ClusterIntake:
         self._not_ours: set[str] = set()  # task folders without a claim file (spool tasks)
         self._reported: dict[str, tuple[str, str]] = {}  # engine worker only
         self._jobs: dict[str, asyncio.Future[None]] = {}  # task id -> its job's end
-        self._claiming = 0  # jobs fetched whose claim has not finished (worker's loop)
         self.health: Health | None = None  # the running worker's
+        self._superseded: dict[str, float] = {}  # task id -> when asked (monotonic s)
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._main: asyncio.Task[None] | None = None
+        self._sweeper: asyncio.Task[None] | None = None  # a reference keeps it alive
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="supervise-cluster-worker",
                                         daemon=True)  # fmt: skip
         self.writer = Writer(
             self.dsn, self.cluster.host_id, profile.spec.max_concurrent, self.running,
             stats.version() or "unknown", self.queues, self.cluster.heartbeat,
-            profile.state_dir / OUTBOX,
+            profile.state_dir / OUTBOX, self.cluster.host_timeout, self.cluster.on_host_lost,
+            self._owned_now, self._lost,
         )  # fmt: skip
         # Operator requests routed here from other machines (supervisor.cluster.listener).
         self.listener = ControlListener(self.dsn, self.cluster.host_id, profile.state_dir,
@@ -164,7 +184,8 @@ class ClusterIntake:
             self._reported.pop(task_id, None)
             with self._lock:
                 self._owned.pop(task_id, None)
-            self._not_ours.add(task_id)  # never counted again (engine worker only)
+                self._not_ours.add(task_id)  # never counted or held again
+                self._superseded.pop(task_id, None)
         self.writer.put(Transition(
             task_id, generation, event, status, manifest.session_id,
             manifest.started_at, manifest.finished_at, manifest.exit_code,
@@ -202,28 +223,107 @@ class ClusterIntake:
         with self._lock:
             if task_id in self._owned:
                 return self._owned[task_id]
-        if task_id in self._not_ours:
-            return None
+            if task_id in self._not_ours:
+                return None
         try:  # adopted after a restart of this engine
             claim = json.loads(task.file(CLAIM_FILE).read_text())
         except (OSError, ValueError):
-            self._not_ours.add(task_id)
+            with self._lock:
+                self._not_ours.add(task_id)
             return None
         generation = int(claim["generation"])
         with self._lock:
             self._owned[task_id] = generation
         return generation
 
+    def _owned_now(self) -> dict[str, int]:
+        """The tasks this host owns now (task id -> generation; the writer's thread)."""
+        with self._lock:
+            return dict(self._owned)
+
+    def _lost(self, task_id: str, why: str) -> None:
+        """``task_id``'s row no longer names this host and its generation (any thread but
+        the engine's worker): leave the engine one ``supersede`` request for it."""
+        now = time.monotonic()
+        with self._lock:
+            asked = self._superseded.get(task_id)
+            if task_id in self._not_ours or (asked is not None and now - asked < REASK):
+                return  # ended here already, or its stop is under way
+            self._superseded[task_id] = now
+        log.warning("cluster: %s is no longer this host's: %s; stopping this copy",
+                    task_id, why)  # fmt: skip
+        try:
+            control.request(self.profile.state_dir, task_id, "supersede")
+        except (OSError, ValueError) as exc:
+            with self._lock:  # asked again at the next heartbeat
+                self._superseded.pop(task_id, None)
+            log.error("cluster: cannot leave the supersede request of %s: %s", task_id, exc)
+            return
+        self.wake()
+
+    def _check_adopted(self) -> list[str]:
+        """At each start of the worker (a plain thread): register the live task folders
+        this host claimed (:func:`adopted_claims`), compare every owned task with its row
+        in one query (a lost one gets its ``supersede`` request), and return the others.
+
+        Raises:
+            ClusterError: the database cannot be reached (the worker starts later).
+        """
+        found = adopted_claims(self.profile.tasks_dir, self.cluster.host_id)
+        with self._lock:
+            for task_id, generation in found.items():
+                if task_id not in self._not_ours:
+                    self._owned.setdefault(task_id, generation)
+        owned = self._owned_now()
+        with connect(self.dsn) as conn:
+            try:
+                lost = lost_claims(conn, self.cluster.host_id, owned)
+            except psycopg.Error as exc:
+                raise ClusterError(f"ownership check failed: {one_line(exc)}") from exc
+        for task_id, why in lost.items():
+            self._lost(task_id, why)
+        return [task_id for task_id in owned if task_id not in lost]
+
+    async def _hold_adopted(self, app: App) -> None:
+        """Before the worker fetches: one :data:`HOLD_NAME` job per owned task without a
+        job in this worker (adopted after a restart, or left by a worker that died), so
+        the worker's ``max_concurrent`` slots count the tasks already running here."""
+        loop = asyncio.get_running_loop()
+        for task_id in await asyncio.to_thread(self._check_adopted):
+            with self._lock:
+                job = self._jobs.get(task_id)
+                if task_id in self._not_ours or (job is not None and job.get_loop() is loop):
+                    continue
+                self._jobs[task_id] = loop.create_future()
+            deferrer = app.configure_task(HOLD_NAME, queue=host_queue(self.cluster.host_id),
+                                          priority=HOLD_PRIORITY,
+                                          queueing_lock=f"hold:{task_id}")  # fmt: skip
+            with contextlib.suppress(AlreadyEnqueued):  # one left by an earlier run holds it
+                await deferrer.defer_async(task_id=task_id)
+
+    async def _hold(self, task_id: str) -> None:
+        """A hold job: keep one worker slot until ``task_id`` ends on this host (at once
+        when it already ended, or the hold was left by an earlier run of the engine)."""
+        with self._lock:
+            done = self._jobs.get(task_id)
+        if done is None or done.get_loop() is not asyncio.get_running_loop():
+            return
+        try:
+            await done
+        except asyncio.CancelledError:
+            if not self._stopping.is_set():
+                raise
+
     def _serve(self) -> None:
         """The worker thread: run procrastinate's worker; start it again when it dies.
 
         A worker that dies aborts its jobs, but never the tasks: they go on in the engine,
-        still owned here (``_owned``), and :meth:`_may_fetch` counts them against
-        ``max_concurrent`` until they end, so the next worker fetches only into free
-        slots. Each death waits for the database to answer (a probe every
-        :data:`~supervisor.cluster.health.RECONNECT_EVERY` s), then :data:`BACKOFF`
-        seconds, doubling up to :data:`MAX_BACKOFF` while the worker dies with the
-        database up (a bug, not an outage)."""
+        still owned here (``_owned``), and the next worker holds their slots with hold
+        jobs (:meth:`_hold_adopted`) until they end. Each death waits for the database
+        to answer (a probe every :data:`~supervisor.cluster.health.RECONNECT_EVERY` s),
+        then :data:`BACKOFF` seconds, doubling up to :data:`MAX_BACKOFF` while the worker
+        dies with the database up (a bug, not an outage). With
+        :mod:`~supervisor.cluster.health` an outage no longer kills the worker."""
         delay = BACKOFF
         while not self._stopping.is_set():
             try:
@@ -234,7 +334,6 @@ class ClusterIntake:
                 log.error("cluster worker died: %s; restarted in %g s", one_line(exc), delay)
             with self._lock:
                 self._jobs.clear()  # futures of the dead loop; their tasks still count
-            self._claiming = 0
             if self._wait_for_database():
                 delay = BACKOFF  # an outage, not the worker's fault: no growing backoff
             if self._stopping.wait(delay):
@@ -253,17 +352,6 @@ class ClusterIntake:
                 self._stopping.wait(RECONNECT_EVERY)
         return was_down
 
-    def _may_fetch(self) -> bool:
-        """A free slot here: tasks owned (with a job or left by a dead worker) plus jobs
-        being claimed stay under ``max_concurrent`` (worker's loop)."""
-        with self._lock:
-            owned = len(self._owned)
-        return owned + self._claiming < self.profile.spec.max_concurrent
-
-    def _fetched(self, job: object) -> None:
-        if getattr(job, "task_name", None) == TASK_NAME:
-            self._claiming += 1
-
     async def _run_worker(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._main = asyncio.current_task()
@@ -278,11 +366,17 @@ class ClusterIntake:
         )  # fmt: skip
         app = App(connector=connector)
         app.task(name=TASK_NAME)(self._job)
+        app.task(name=HOLD_NAME)(self._hold)
+        beat, timeout = self.cluster.heartbeat, self.cluster.host_timeout
+        # The sweeper has a worker of its own (this one's slots are held by running tasks);
+        # asyncio.run (_serve) cancels it when this coroutine ends.
+        self._sweeper = asyncio.create_task(sweep.serve(self.dsn, self.cluster.host_id, beat,
+                                                        timeout))  # fmt: skip
         channel = "procrastinate_queue_v1#" + host_queue(self.cluster.host_id)
-        self.health = Health(app.job_manager, self.dsn, channel, self._stopping,
-                             self._may_fetch, self._fetched)  # fmt: skip
+        self.health = Health(app.job_manager, self.dsn, channel, self._stopping)
         self.health.install()
         async with app.open_async():
+            await self._hold_adopted(app)
             watch = asyncio.create_task(self.health.watch(), name="supervise-listen-check")
             try:
                 await app.run_worker_async(
@@ -293,6 +387,7 @@ class ClusterIntake:
                     shutdown_graceful_timeout=1.0,
                     delete_jobs="successful",
                     fetch_job_polling_interval=fetch_polling_interval(),
+                    **sweep.worker_options(beat, timeout),
                 )
             finally:
                 watch.cancel()
@@ -304,11 +399,7 @@ class ClusterIntake:
         # Registered by the claim itself, before the engine can see the task (a short task
         # may end before this job awaits), and only then: a duplicate job whose claim fails
         # must not touch the running job's entry.
-        try:
-            claimed = await asyncio.to_thread(self._claim, task_id, done)
-        finally:
-            self._claiming = max(0, self._claiming - 1)
-        if claimed:
+        if await asyncio.to_thread(self._claim, task_id, done):
             self.wake()
             try:
                 await done

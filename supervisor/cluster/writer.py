@@ -6,6 +6,13 @@ owns the claim's generation) and one ``supervise_events`` row. It also upserts t
 ``supervise_hosts`` row every ``heartbeat`` seconds. Each statement is bounded by
 :data:`~supervisor.cluster.db.STATEMENT_TIMEOUT`.
 
+Ownership (issue 15, :mod:`supervisor.cluster.ownership`): a task UPDATE that matches no
+row means the task's row went to a newer generation or another host; so does a row that
+:func:`~supervisor.cluster.ownership.lost_claims` finds changed, checked with every
+heartbeat for the tasks this host owns. Either is handed to ``on_lost``. The database keeps
+the newer generation's state: such a transition writes no task row, and its event row only
+for ``superseded`` itself (the record that this host stopped its copy).
+
 While the database cannot be reached, transitions wait in order, in memory and in the
 outbox file ``state_dir/cluster-outbox.jsonl`` (rewritten atomically after each failed try,
 so an engine stopped or killed meanwhile loses at most the last :data:`RETRY_EVERY` seconds);
@@ -31,6 +38,7 @@ from pathlib import Path
 import psycopg
 
 from supervisor.cluster.db import ClusterError, connect, one_line
+from supervisor.cluster.ownership import lost_claims
 from supervisor.taskdir import atomic_write
 
 log = logging.getLogger("supervise.cluster")
@@ -65,12 +73,24 @@ UPDATE supervise_tasks SET state = %s, session_id = coalesce(%s, session_id),
     updated_at = now()
 WHERE id = %s AND owner_host = %s AND generation = %s"""
 
+# Every beat says 'alive': a host the sweeper declared dead that beats again is alive again
+# (its lost tasks stay lost: their generation moved on). ``lost_at``/``stopped_at`` keep
+# the last loss and stop for the operator.
 _HEARTBEAT = """
-INSERT INTO supervise_hosts (host_id, capacity, running, version, queues, last_error)
-VALUES (%s, %s, %s, %s, %s, %s)
+INSERT INTO supervise_hosts (host_id, capacity, running, version, queues, last_error,
+    host_timeout, on_host_lost)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (host_id) DO UPDATE SET heartbeat_at = now(), capacity = excluded.capacity,
     running = excluded.running, version = excluded.version, queues = excluded.queues,
-    last_error = coalesce(excluded.last_error, supervise_hosts.last_error)"""
+    last_error = coalesce(excluded.last_error, supervise_hosts.last_error),
+    host_timeout = excluded.host_timeout, on_host_lost = excluded.on_host_lost,
+    state = 'alive'"""
+
+#: A clean stop (:meth:`Writer.close`): the sweeper never declares a stopped host dead.
+_STOPPED = """
+UPDATE supervise_hosts SET state = 'stopped', stopped_at = now(), heartbeat_at = now(),
+    running = %s
+WHERE host_id = %s"""
 
 
 class Writer:
@@ -85,11 +105,21 @@ class Writer:
         queues: the queues this host takes from.
         heartbeat: seconds between heartbeats.
         outbox: the outbox file (see the module docstring).
+        host_timeout: seconds of silence after which the sweeper declares this host dead
+            (``[cluster] host_timeout``; written in every heartbeat).
+        on_host_lost: ``report`` | ``restart``: what the sweeper does with this host's
+            running tasks then (``[cluster] on_host_lost``).
+        owned: called on the writer thread for the tasks this host owns (task id ->
+            generation), checked against their rows with each heartbeat.
+        on_lost: called on the writer thread with a task id and why (one line) when this
+            host no longer owns that task.
     """
 
     def __init__(self, dsn: str, host_id: str, capacity: int, running: Callable[[], int],
-                 version: str, queues: list[str], heartbeat: float,
-                 outbox: Path) -> None:  # fmt: skip
+                 version: str, queues: list[str], heartbeat: float, outbox: Path,
+                 host_timeout: float = 30.0, on_host_lost: str = "report",
+                 owned: Callable[[], dict[str, int]] | None = None,
+                 on_lost: Callable[[str, str], None] | None = None) -> None:  # fmt: skip
         self.dsn = dsn
         self.host_id = host_id
         self.capacity = capacity
@@ -98,6 +128,10 @@ class Writer:
         self.queues = queues
         self.heartbeat = heartbeat
         self.outbox = outbox
+        self.host_timeout = host_timeout
+        self.on_host_lost = on_host_lost
+        self.owned = owned
+        self.on_lost = on_lost
         self._saved = outbox.exists()  # an outbox file on disk, to remove once written
         self._queue: queue.SimpleQueue[Transition | None] = queue.SimpleQueue()
         self._pending: deque[Transition] = deque()
@@ -116,7 +150,8 @@ class Writer:
 
     def close(self, timeout: float = 10.0) -> None:
         """Write what is queued (at most ``timeout`` seconds; the rest stays in the
-        outbox), then stop. Nothing to do if the thread never started."""
+        outbox), mark this host ``stopped`` (``stopped_at``), then stop. Nothing to do if
+        the thread never started."""
         if self._thread.is_alive():
             self._queue.put(None)
             self._thread.join(timeout)
@@ -167,7 +202,7 @@ class Writer:
             except queue.Empty:
                 pass
             beat = stopping or time.monotonic() >= next_beat  # a last one at shutdown
-            if self._flush(beat):
+            if self._flush(beat, stopping):
                 if beat:
                     next_beat = time.monotonic() + self.heartbeat
                 if self._saved:  # everything in it is written now
@@ -183,8 +218,9 @@ class Writer:
         if self._conn is not None:
             self._conn.close()
 
-    def _flush(self, beat: bool) -> bool:
-        """Write pending transitions in order (and the heartbeat); False on failure."""
+    def _flush(self, beat: bool, stopping: bool = False) -> bool:
+        """Write pending transitions in order (and the heartbeat; when ``stopping``, the
+        host's ``stopped`` state after them); False on failure."""
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = connect(self.dsn)
@@ -195,18 +231,28 @@ class Writer:
                     row = (item.state, item.session_id, item.started_at, item.finished_at,
                            item.exit_code, item.retry_count, item.failure_reason, item.verdict,
                            item.error, item.task_id, self.host_id, item.generation)  # fmt: skip
-                    conn.execute(_UPDATE, row)
-                    conn.execute(
-                        "INSERT INTO supervise_events (transition_id, task_id, host_id, "
-                        "generation, event, state) VALUES (%s, %s, %s, %s, %s, %s) "
-                        "ON CONFLICT (transition_id) DO NOTHING",
-                        (item.id, item.task_id, self.host_id, item.generation, item.event,
-                         item.state),
-                    )  # fmt: skip
+                    mine = conn.execute(_UPDATE, row).rowcount > 0
+                    if mine or item.state == "superseded":
+                        conn.execute(
+                            "INSERT INTO supervise_events (transition_id, task_id, host_id, "
+                            "generation, event, state) VALUES (%s, %s, %s, %s, %s, %s) "
+                            "ON CONFLICT (transition_id) DO NOTHING",
+                            (item.id, item.task_id, self.host_id, item.generation, item.event,
+                             item.state),
+                        )  # fmt: skip
                 self._pending.popleft()
+                if not mine and self.on_lost is not None:
+                    self.on_lost(item.task_id, "its row no longer names this host and "
+                                 f"generation {item.generation}")  # fmt: skip
             if beat:
                 conn.execute(_HEARTBEAT, (self.host_id, self.capacity, self.running(),
-                             self.version, self.queues, self._last_error))  # fmt: skip
+                             self.version, self.queues, self._last_error,
+                             self.host_timeout, self.on_host_lost))  # fmt: skip
+                if self.owned is not None and self.on_lost is not None:
+                    for task_id, why in lost_claims(conn, self.host_id, self.owned()).items():
+                        self.on_lost(task_id, why)
+            if stopping and not self._pending:
+                conn.execute(_STOPPED, (self.running(), self.host_id))
             return True
         except (psycopg.Error, ClusterError) as exc:
             message = one_line(exc)

@@ -11,7 +11,7 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from supervisor.cluster import DSN_ENV
 from supervisor.config.monitor import PositiveSeconds
@@ -43,7 +43,9 @@ class ClusterSpec(BaseModel):
         queues: the shared queues this host takes tasks from (besides ``host.<id>``).
         host_timeout: seconds without a heartbeat after which a host counts as lost.
         on_host_lost: ``report`` (its running tasks end ``host_lost``) or ``restart``
-            (started fresh elsewhere as a new run). Acted on by the sweeper (not built yet).
+            (started fresh elsewhere as a new run, unless pinned to this host). Acted on
+            by the sweeper (:mod:`supervisor.cluster.sweeper`); both are written in every
+            heartbeat, so each host declares its own.
         heartbeat: seconds between this host's rows in ``supervise_hosts``.
     """
 
@@ -64,6 +66,17 @@ class ClusterSpec(BaseModel):
                 "or '-', starting with a letter or digit"
             )
         return value
+
+    @model_validator(mode="after")
+    def _beats_within_timeout(self) -> ClusterSpec:
+        # A host beating less often than its timeout would be declared dead while alive,
+        # and the sweeper would retry its live jobs (supervisor.cluster.sweeper, rule d).
+        if self.heartbeat >= self.host_timeout:
+            raise ValueError(
+                f"heartbeat ({self.heartbeat:g} s) must be shorter than host_timeout "
+                f"({self.host_timeout:g} s), or the host counts as lost while it runs"
+            )
+        return self
 
     @field_validator("queues")
     @classmethod

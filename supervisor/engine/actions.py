@@ -138,8 +138,8 @@ class Actions:
         finished = policy.Action.FINISH in decision.actions
         exit_code = state.exit_code if state.exit_code is not None else task.read_int("exit_code")
         done_at = task.done_mtime()
-        finished_at = utc_iso(done_at if done_at is not None and state.status != "abandoned"
-                              else now) if finished else None  # fmt: skip
+        own_end = done_at is not None and state.status not in ("abandoned", "superseded")
+        finished_at = utc_iso(done_at if own_end else now) if finished else None
         tail = task.output_tail() if finished else None
         return Applied(previous, state, finished, exit_code, finished_at, tail)
 

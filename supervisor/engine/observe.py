@@ -57,6 +57,7 @@ class Observer:
             resume_requested="resume" in runtime.requests,
             approve_requested="approve" in runtime.requests,
             deny_requested="deny" in runtime.requests,
+            superseded="supersede" in runtime.requests,
             # A dead agent's verdict (crash, or tmux lost) needs a fresh look at tmux.
             session_alive=task.task_id in panes,
             has_acceptance=runtime.resolved.acceptance is not None,

@@ -268,7 +268,7 @@ class Engine(Kicks):
             path.unlink(missing_ok=True)
             queued = next((t for t in self.queue if t.task_id == task_id), None)
             runtime = self.live.get(task_id)
-            if runtime is None and queued is not None and verb == "stop":
+            if runtime is None and queued is not None and verb in ("stop", "supersede"):
                 self.queue.remove(queued)
                 runtime = runtimes.load_queued(self.profile, self.tmux, queued)
             if runtime is None:

@@ -62,6 +62,8 @@ State table (like supervisord's process states; "stop" = stop the agent's proces
                   (a paused breaker escalation: abandoned, reason denied)
     running       interactive turn ended (Stop hook)        running     end the TUI session (/exit)
     any live      state filesystem full (ENOSPC)            unchanged   none: held until it has room
+    queued/live   the fleet's database gives the task to    superseded  stop (if live), finish,
+                  a newer generation (cluster, issue 15)                cleanup; never resumed
     (restart)     adopted: the manifest's status unless the see left    watched again
                   log's last word says more: queued with a
                   session -> running; a logged resume ->

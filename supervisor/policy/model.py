@@ -131,6 +131,8 @@ class Signals:
             in ``escalate``.
         spent_usd: what the task has spent so far in USD as the agent reports it (Claude
             Code's ``total_cost_usd`` summed over the task's runs); ``None``: not reported.
+        superseded: the fleet's database gives this cluster task to a newer generation
+            (or another host): this host's copy must stop and never resume (issue 15).
     """
 
     now: float
@@ -157,6 +159,7 @@ class Signals:
     state_disk_full: bool = False
     requests: int = 0
     spent_usd: float | None = None
+    superseded: bool = False
 
 
 @dataclass(frozen=True)

@@ -221,6 +221,30 @@ def abandon(state: TaskState, reason: str, why: str) -> Decision:
     )
 
 
+#: The one line a superseded copy's decision (and so its manifest summary) gives.
+SUPERSEDED_WHY = (
+    "superseded: the fleet's database gives this task to a newer generation (another host "
+    "or a restart); this host's copy was stopped and is never resumed"
+)
+
+
+def supersede(state: TaskState) -> Decision:
+    """This host's copy of a cluster task lost its claim (issue 15): stop the agent (the
+    bounded stop of an operator's ``stop``: SIGTERM, SIGKILL at the deadline), finish,
+    clean up; the task ends ``superseded`` with verdict ``ABANDONED``. No acceptance and no
+    resume: the task's outcome belongs to the newer generation. A copy still ``queued``
+    has no agent: it only finishes."""
+    new = dataclasses.replace(
+        state, status="superseded", verdict="ABANDONED", resume_at=None, stale_since=None,
+        gone_since=None, escalation=None, paused=False,
+    )  # fmt: skip
+    if state.status == "queued":
+        actions: tuple[Action, ...] = (Action.FINISH,)
+    else:
+        actions = (Action.STOP_AGENT, Action.FINISH, Action.CLEANUP)
+    return Decision(state=new, actions=actions, events=("superseded",), reason=SUPERSEDED_WHY)
+
+
 def fail_over(
     state: TaskState, status: str, now: float, policy: MonitorPolicy, why: str
 ) -> Decision:

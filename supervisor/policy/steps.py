@@ -34,6 +34,7 @@ from supervisor.policy.outcomes import (
     fail_over,
     hold_disk_full,
     resume,
+    supersede,
     verifying,
     wait_limit,
     wait_transient,
@@ -81,10 +82,12 @@ def with_rulings(state: TaskState, signals: Signals, decision: Decision) -> Deci
 
 
 def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decision:
-    if state.status in TERMINAL or state.status == "queued":
+    if state.status in TERMINAL or (state.status == "queued" and not signals.superseded):
         return _not_live(state, signals, policy)
     if signals.state_disk_full:
         return hold_disk_full(state, policy)
+    if signals.superseded:  # before the done-file: the task is no longer this host's
+        return supersede(state)
     if state.status == "verifying":
         return verifying(state, signals, policy)
     if state.status == "waiting":

@@ -76,7 +76,8 @@ def recovered_ending(
 ) -> Decision:
     """Complete an ending the event log already holds: ``supervise`` died between the
     terminal event ``last`` (written first) and the manifest write. Same outcome as the
-    log says (:func:`logged_ending`); the agent is stopped again for ``abandoned``, the
+    log says (:func:`logged_ending`); the agent is stopped again for ``abandoned`` and
+    ``superseded``, the
     cleanup repeated, and the notifier run only if ``events`` show it has not run for it.
 
     Raises:
@@ -96,7 +97,7 @@ def recovered_ending(
     notified = any(
         e.get("event") == "notified" and e.get("notified_event") == status for e in events
     )
-    actions = (Action.STOP_AGENT,) if status == "abandoned" else ()
+    actions = (Action.STOP_AGENT,) if status in ("abandoned", "superseded") else ()
     actions += (Action.FINISH, Action.CLEANUP) + (() if notified else (Action.NOTIFY,))
     decision = Decision(
         state=new,

@@ -21,7 +21,7 @@ from supervisor import control
 from supervisor.terminal import escape_controls
 from supervisor.views.model import Task, read_json
 
-_ENDED = frozenset({"completed", "failed", "abandoned"})
+_ENDED = frozenset({"completed", "failed", "abandoned", "superseded"})
 
 
 @dataclass(frozen=True)

@@ -91,8 +91,9 @@ GROUP_OF: dict[str, str] = {
     "damaged": "failed",
     "queued": "queued",
     "completed": "done",
+    "superseded": "done",  # the task lives on in the fleet; nothing here needs anyone
 }
-_ENDED = frozenset({"completed", "failed", "abandoned", "damaged"})
+_ENDED = frozenset({"completed", "failed", "abandoned", "superseded", "damaged"})
 _FROM_EVENTS = frozenset({"waiting", "crashed", "hung", "verifying", "escalated"})
 #: Sort keys of :func:`sort_tasks` (``supervise status --sort``).
 SORTS = ("group", "name", "age", "status", "cost")

@@ -1,0 +1,422 @@
+"""Several hosts (issue 15), hosts and failures: the sweeper
+(:mod:`supervisor.cluster.sweeper`). A host that stops beating for its own
+``host_timeout`` is declared dead; its unlaunched tasks go back to the queue, its running
+ones become ``host_lost`` (and run again elsewhere with ``on_host_lost = "restart"``); a
+cleanly stopped host is ``stopped``, never dead. Real PostgreSQL
+(``tests/cluster_support.py``), real engines, the fake agent; the rules themselves also as
+pure functions (hypothesis).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+from cluster_support import postgres_server
+from conftest import Setup, wait_for
+from hypothesis import given
+from hypothesis import strategies as st
+from test_cluster import rows, start_engine, stop_engines, supervise
+from test_workspace import make_repo
+
+from supervisor.cluster.sweeper import (
+    UNLAUNCHED,
+    HostRow,
+    TaskRow,
+    dead_hosts,
+    fate_of,
+    stale_after,
+)
+from supervisor.states import HOST_LOST, LIVE, TERMINAL
+
+psycopg = pytest.importorskip("psycopg")
+
+#: Seconds: small, so a loss is seen within seconds (heartbeat 0.5 s).
+HOST_TIMEOUT = 4.0
+RUN_JOBS = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'doing' " \
+           "AND task_name = 'supervise.run_task'"  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    with postgres_server() as dsn:
+        yield dsn
+
+
+@pytest.fixture
+def dsn(server: str) -> Iterator[str]:
+    """A fresh database with our schema, for one test."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    url = server.replace("dbname=supervise", f"dbname={name}")
+    assert supervise("cluster", "init", env={"SUPERVISE_CLUSTER_DSN": url}).returncode == 0
+    yield url
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def host(tmp_path: Path, dsn: str, host_id: str, max_concurrent: int = 2,
+         extra: dict[str, Any] | None = None, **cluster: Any) -> Setup:  # fmt: skip
+    """A host's folder and profile (own state dir, tmux socket, host id)."""
+    (tmp_path / host_id).mkdir()
+    setup = Setup(tmp_path / host_id, f"sv-test-{uuid.uuid4().hex[:10]}")
+    table = {"host_id": host_id, "dsn": dsn, "heartbeat": 0.5, "host_timeout": HOST_TIMEOUT,
+             **cluster}  # fmt: skip
+    setup.write_profile(max_concurrent=max_concurrent, extra={"cluster": table, **(extra or {})},
+                        max_retries=0)  # fmt: skip
+    return setup
+
+
+def submit(dsn: str, setup: Setup, name: str, prompt: str, project: Path | None = None,
+           **extra: Any) -> str:  # fmt: skip
+    from supervisor.cluster.submit import submit as submit_task
+    from supervisor.config import load_profile, load_task
+
+    profile = load_profile(setup.profile)
+    file = setup.root / f"{name}.toml"
+    file.write_text(tomli_w.dumps(setup.task(name, prompt, project, **extra)))
+    return submit_task(dsn, profile, load_task(file, profile)).task_id
+
+
+def state_of(dsn: str, task_id: str) -> tuple:
+    return rows(dsn, "SELECT state, owner_host, generation FROM supervise_tasks WHERE id = %s",
+                task_id)[0]  # fmt: skip
+
+
+def local_launches(setup: Setup) -> dict[str, int]:
+    """task id -> 'launched' events in the host's own event logs."""
+    found = {}
+    for log in (setup.state / "tasks").glob("*/events.jsonl"):
+        events = [json.loads(line) for line in log.read_text().splitlines()]
+        found[log.parent.name] = sum(e["event"] == "launched" for e in events)
+    return found
+
+
+def kill_pid(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def lose_machine(setup: Setup, engine: Any, pid_files: list[Path]) -> float:
+    """SIGKILL the engine, its tmux server and the given processes, by PID (a machine
+    loss); the time of the kill (epoch seconds)."""
+    server = setup.tmux("display-message", "-p", "#{pid}").stdout.strip()
+    at = time.time()
+    engine.kill()
+    engine.wait()
+    if server:
+        kill_pid(int(server))
+    for file in pid_files:
+        if file.exists() and file.read_text().strip():
+            kill_pid(int(file.read_text().strip()))
+    return at
+
+
+def epoch(value: Any) -> float:
+    return value.timestamp()
+
+
+def cleanup(hosts: list[Setup], engines: list[Any]) -> None:
+    stop_engines([e for e in engines if e is not None])
+    for setup in hosts:
+        setup.tmux("kill-server")
+        Path(f"/tmp/tmux-{os.getuid()}/{setup.socket_name}").unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------- a machine lost
+
+
+def test_machine_loss_requeues_loses_and_restarts(tmp_path: Path, dsn: str) -> None:
+    """h0 (on_host_lost = restart) is SIGKILLed with its tmux server while it holds a task
+    still preparing its worktree (never launched), a running task and a running task pinned
+    to it. The unlaunched one starts elsewhere within 10 s; h0 is dead and its running
+    tasks host_lost within host_timeout + 5 s; the unpinned running one runs again
+    elsewhere and completes, restarted_from naming the lost run; the pinned one is only
+    host_lost. Every task starts once per generation (every host's logs and the
+    database); no run job stays doing."""
+    setup_pid = tmp_path / "setup.pid"
+    code = f"import os, time; open({str(setup_pid)!r}, 'w').write(str(os.getpid()))"
+    slow_setup = [sys.executable, "-c", code + "; time.sleep(120)"]
+    h0 = host(tmp_path, dsn, "h0", max_concurrent=3, on_host_lost="restart",
+              extra={"workspace": {"setup": slow_setup, "branch": "h0/{task_id}"}})  # fmt: skip
+    others = [host(tmp_path, dsn, f"h{i}") for i in (1, 2)]
+    engines: dict[str, Any] = {"h0": start_engine(h0)}
+    try:
+        wait_for(lambda: rows(dsn, "SELECT host_id FROM supervise_hosts") == [("h0",)], 30)
+        projects = tmp_path / "projects"
+        ids = {
+            "slow": submit(dsn, h0, "slow", "print: prepared\nexit: 0",
+                           make_repo(projects / "repo")),
+            "run": submit(dsn, h0, "run", "print: run\nsleep: 5\nexit: 0", projects / "run"),
+            "pinned": submit(dsn, h0, "pinned", "print: pinned\nsleep: 60\nexit: 0",
+                             projects / "pinned", host="h0"),
+        }  # fmt: skip
+        wait_for(lambda: state_of(dsn, ids["run"])[:2] == ("running", "h0")
+                 and state_of(dsn, ids["pinned"])[:2] == ("running", "h0")
+                 and setup_pid.exists(), timeout=30)  # fmt: skip
+        assert state_of(dsn, ids["slow"])[0] in UNLAUNCHED
+        assert state_of(dsn, ids["slow"])[1] == "h0"
+        [(first_session,)] = rows(dsn, "SELECT session_id FROM supervise_tasks WHERE id = %s",
+                                  ids["run"])  # fmt: skip
+        for i, setup in enumerate(others, 1):
+            engines[f"h{i}"] = start_engine(setup)
+        wait_for(lambda: len(rows(dsn, "SELECT 1 FROM supervise_hosts")) == 3, timeout=30)
+        agents = [projects / n / "agent_pid" for n in ("run", "pinned")]
+        killed = lose_machine(h0, engines.pop("h0"), [setup_pid, *agents])
+
+        def lost_at() -> Any:
+            return rows(dsn, "SELECT lost_at FROM supervise_hosts WHERE host_id = 'h0' "
+                             "AND state = 'dead'")  # fmt: skip
+
+        wait_for(lambda: lost_at(), timeout=HOST_TIMEOUT + 10)
+        dead = epoch(lost_at()[0][0]) - killed
+        wait_for(lambda: state_of(dsn, ids["pinned"])[0] == HOST_LOST, timeout=10)
+        done = "SELECT count(*) FROM supervise_tasks WHERE state = 'completed'"
+        wait_for(lambda: rows(dsn, done) == [(2,)], timeout=60)
+        wait_for(lambda: rows(dsn, RUN_JOBS) == [(0,)], timeout=15)
+        events = rows(dsn, "SELECT task_id, host_id, generation, event, at FROM "
+                           "supervise_events ORDER BY id")  # fmt: skip
+    finally:
+        cleanup([h0, *others], list(engines.values()))
+
+    def at(task: str, event: str, host: str | None = None) -> list[float]:
+        return [epoch(e[4]) - killed for e in events if e[0] == ids[task] and e[3] == event
+                and host in (None, e[1])]  # fmt: skip
+
+    lost = at("pinned", HOST_LOST, host="h0") + at("run", HOST_LOST, host="h0")
+    slow_start = [t for t in at("slow", "launched") if t > 0]
+    restarted = [t for t in at("run", "launched") if t > 0]
+    print(f"kill -> dead {dead:.2f} s; -> host_lost {max(lost):.2f} s; unlaunched started "
+          f"elsewhere {slow_start[0]:.2f} s; running restarted elsewhere {restarted[0]:.2f} s "
+          f"(host_timeout {HOST_TIMEOUT} s, heartbeat 0.5 s)")  # fmt: skip
+    assert dead <= HOST_TIMEOUT + 5
+    assert len(lost) == 2 and max(lost) <= HOST_TIMEOUT + 5
+    assert len(slow_start) == 1 and slow_start[0] < 10
+    assert len(restarted) == 1
+    # Each task started exactly once per generation, on one host, in the database...
+    launches: dict[tuple[str, int], list[str]] = {}
+    for task_id, host_id, generation, event, _ in events:
+        if event == "launched":
+            launches.setdefault((task_id, generation), []).append(host_id)
+    assert all(len(h) == 1 for h in launches.values()), launches
+    assert sorted((t, len(h)) for (t, _), h in launches.items()) == sorted(
+        [(ids["run"], 1), (ids["run"], 1), (ids["pinned"], 1), (ids["slow"], 1)])  # fmt: skip
+    # ... and in every host's own logs: h0 launched run and pinned, never slow.
+    local = {name: local_launches(s) for name, s in (("h0", h0), ("h1", others[0]),
+                                                       ("h2", others[1]))}  # fmt: skip
+    assert local["h0"] == {ids["run"]: 1, ids["pinned"]: 1, ids["slow"]: 0}
+    elsewhere = {**local["h1"], **local["h2"]}
+    assert set(local["h1"]).isdisjoint(local["h2"])
+    assert elsewhere == {ids["run"]: 1, ids["slow"]: 1}
+    table = "SELECT id, state, owner_host, generation, restarted_from, session_id FROM " \
+            "supervise_tasks"  # fmt: skip
+    final = {r[0]: r[1:] for r in rows(dsn, table)}
+    assert final[ids["pinned"]][:4] == (HOST_LOST, "h0", 2, [])
+    state, owner, generation, restarted_from, session = final[ids["run"]]
+    assert (state, generation) == ("completed", 3) and owner in ("h1", "h2")
+    assert restarted_from == [{"host_id": "h0", "generation": 1, "session_id": first_session}]
+    assert session and session != first_session
+    assert final[ids["slow"]][:4] == ("completed", next(iter(
+        h for h, n in local.items() if n.get(ids["slow"]))), 3, [])  # fmt: skip
+    hosts = json.loads(supervise("hosts", "--json", env={"SUPERVISE_CLUSTER_DSN": dsn}).stdout)
+    assert {h["host_id"]: h["state"] for h in hosts}["h0"] == "dead"
+    status = supervise("status", "--cluster", env={"SUPERVISE_CLUSTER_DSN": dsn}).stdout
+    assert any(ids["pinned"] in line and HOST_LOST in line for line in status.splitlines())
+
+
+def test_report_mode_loss_is_host_lost_only_and_the_host_may_return(tmp_path: Path,
+                                                                    dsn: str) -> None:  # fmt: skip
+    """on_host_lost = report (the default): a lost host's running task is host_lost and
+    runs nowhere else; the host beating again is alive again (its lost task stays lost)."""
+    from supervisor.cluster.writer import Writer
+
+    h0, h1 = host(tmp_path, dsn, "h0"), host(tmp_path, dsn, "h1")
+    engines = {"h0": start_engine(h0)}
+    try:
+        wait_for(lambda: rows(dsn, "SELECT host_id FROM supervise_hosts") == [("h0",)], 30)
+        task = submit(dsn, h0, "long", "print: long\nsleep: 60\nexit: 0")
+        wait_for(lambda: state_of(dsn, task)[:2] == ("running", "h0"), timeout=30)
+        engines["h1"] = start_engine(h1)
+        wait_for(lambda: len(rows(dsn, "SELECT 1 FROM supervise_hosts")) == 2, timeout=30)
+        killed = lose_machine(h0, engines.pop("h0"), [h0.project / "agent_pid"])
+        wait_for(lambda: state_of(dsn, task) == (HOST_LOST, "h0", 2), timeout=HOST_TIMEOUT + 5)
+        assert time.time() - killed <= HOST_TIMEOUT + 5
+        time.sleep(2)  # h1 has every chance to take it: it must not
+        assert state_of(dsn, task) == (HOST_LOST, "h0", 2)
+        assert local_launches(h1) == {}
+        assert rows(dsn, "SELECT restarted_from FROM supervise_tasks") == [([],)]
+        assert rows(dsn, "SELECT count(*) FROM supervise_events WHERE event = %s",
+                    HOST_LOST) == [(1,)]  # fmt: skip
+        # The host's writer beats again (as a returning engine's would): alive; closed: stopped.
+        writer = Writer(dsn, "h0", 2, lambda: 0, "test", ["supervise"], 0.5,
+                        tmp_path / "outbox.jsonl", HOST_TIMEOUT, "report")  # fmt: skip
+        writer.start()
+        host_state = "SELECT state, lost_at IS NOT NULL FROM supervise_hosts WHERE host_id = 'h0'"
+        wait_for(lambda: rows(dsn, host_state) == [("alive", True)], timeout=10)
+        writer.close()
+        assert rows(dsn, host_state) == [("stopped", True)]
+        assert state_of(dsn, task) == (HOST_LOST, "h0", 2)
+    finally:
+        cleanup([h0, h1], list(engines.values()))
+
+
+# ---------------------------------------------------------------- a clean stop
+
+
+def test_cleanly_stopped_host_is_stopped_not_dead(tmp_path: Path, dsn: str) -> None:
+    """An engine stopped with SIGTERM (its task left running in tmux) is 'stopped' with
+    stopped_at, stays so past its host_timeout (the sweeper of another host runs), and its
+    task is not host_lost; started again, it is alive and the task completes there."""
+    h0 = host(tmp_path, dsn, "h0")
+    h1 = host(tmp_path, dsn, "h1")
+    engines = {"h1": start_engine(h1)}
+    try:
+        wait_for(lambda: rows(dsn, "SELECT host_id FROM supervise_hosts") == [("h1",)], 30)
+        engines["h0"] = start_engine(h0)
+        task = submit(dsn, h0, "long", "print: long\nsleep: 8\nexit: 0", host="h0")
+        wait_for(lambda: state_of(dsn, task)[:2] == ("running", "h0"), timeout=30)
+        stop_engines([engines.pop("h0")])
+        [(state, stopped_at)] = rows(dsn, "SELECT state, stopped_at FROM supervise_hosts "
+                                          "WHERE host_id = 'h0'")  # fmt: skip
+        assert state == "stopped" and stopped_at is not None
+        time.sleep(HOST_TIMEOUT + 2)  # the sweeper (h1's) ran several times meanwhile
+        assert rows(dsn, "SELECT state, lost_at FROM supervise_hosts WHERE host_id = 'h0'") == [
+            ("stopped", None)]  # fmt: skip
+        assert state_of(dsn, task) == ("running", "h0", 1)
+        assert not rows(dsn, "SELECT 1 FROM supervise_events WHERE event = %s", HOST_LOST)
+        engines["h0"] = start_engine(h0)
+        wait_for(lambda: rows(dsn, "SELECT state FROM supervise_hosts WHERE host_id = 'h0'")
+                 == [("alive",)], timeout=30)  # fmt: skip
+        wait_for(lambda: state_of(dsn, task) == ("completed", "h0", 1), timeout=30)
+    finally:
+        cleanup([h0, h1], list(engines.values()))
+
+
+# ---------------------------------------------------------------- two sweepers at once
+
+
+def test_two_sweeps_at_once_act_once(dsn: str) -> None:
+    """Sweeps run concurrently (threads, and without the advisory lock's help: the second
+    waits on the row locks) bump each lost task's generation once, write each event once
+    and retry each job once."""
+    from supervisor.cluster import sweeper
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO supervise_hosts (host_id, capacity, heartbeat_at, host_timeout,"
+                     " on_host_lost) VALUES ('gone', 2, now() - interval '1 minute', 3, "
+                     "'restart')")  # fmt: skip
+        for task_id, state, pin in (("t-run", "running", None), ("t-pin", "running", "gone"),
+                                    ("t-claimed", "claimed", None),
+                                    ("t-done", "completed", None)):  # fmt: skip
+            conn.execute("INSERT INTO supervise_tasks (id, name, spec, host, queue, state, "
+                         "owner_host, generation, session_id) VALUES (%s, %s, '{}', %s, "
+                         "'supervise', %s, 'gone', 1, 's-1')",
+                         (task_id, task_id, pin, state))  # fmt: skip
+    results: list[Any] = []
+    barrier = threading.Barrier(4)
+
+    def run() -> None:
+        barrier.wait()
+        results.append(sweeper.sweep_once(dsn))
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert len(results) == 4
+    acted = [r for r in results if r.dead]
+    assert len(acted) == 1 and acted[0].dead == ("gone",)
+    # Whatever interleaving: a sweep after all of them finds nothing left to do.
+    again = sweeper.sweep_once(dsn)
+    assert (again.dead, again.requeued, again.lost, again.restarted) == ((), (), (), ())
+    table = "SELECT id, state, owner_host, generation, restarted_from FROM supervise_tasks"
+    final = {r[0]: r[1:] for r in rows(dsn, table)}
+    assert final == {
+        "t-run": ("queued", None, 2, [{"host_id": "gone", "generation": 1, "session_id": "s-1"}]),
+        "t-pin": (HOST_LOST, "gone", 2, []),
+        "t-claimed": ("queued", None, 2, []),
+        "t-done": ("completed", "gone", 1, []),
+    }
+    events = rows(dsn, "SELECT task_id, event, count(*) FROM supervise_events "
+                       "GROUP BY task_id, event ORDER BY task_id")  # fmt: skip
+    assert events == [("t-claimed", "requeued", 1), ("t-pin", HOST_LOST, 1),
+                      ("t-run", HOST_LOST, 1)]  # fmt: skip
+    jobs = rows(dsn, "SELECT queueing_lock, status FROM procrastinate_jobs ORDER BY 1")
+    assert jobs == [("t-claimed", "todo"), ("t-run", "todo")]
+    # Without the advisory lock (two sweepers racing on the row locks alone): still once.
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE supervise_hosts SET state = 'alive'")
+        conn.execute("UPDATE supervise_tasks SET state = 'running', owner_host = 'gone', "
+                     "generation = 5 WHERE id = 't-pin'")  # fmt: skip
+    with psycopg.connect(dsn) as first, psycopg.connect(dsn) as second:
+        one = sweeper._sweep(first)
+        thread = threading.Thread(target=lambda: results.append(sweeper._sweep(second)))
+        thread.start()
+        time.sleep(0.5)  # the second waits for the first's row locks
+        first.commit()
+        thread.join(30)
+        second.commit()
+    two = results[-1]
+    assert one.lost == ("t-pin",) and two.lost == () and two.dead == ()
+    assert state_of(dsn, "t-pin") == (HOST_LOST, "gone", 6)
+
+
+# ---------------------------------------------------------------- the pure rules
+
+hosts_st = st.builds(
+    HostRow,
+    host_id=st.sampled_from(["a", "b", "c"]),
+    state=st.sampled_from(["alive", "stopped", "dead"]),
+    age=st.floats(0, 100),
+    host_timeout=st.floats(0.5, 60),
+    on_host_lost=st.sampled_from(["report", "restart"]),
+)
+TASK_STATES = sorted(UNLAUNCHED | {str(s) for s in LIVE} | {str(s) for s in TERMINAL}
+                     | {"rejected", HOST_LOST})  # fmt: skip
+
+
+@given(st.lists(hosts_st, max_size=6, unique_by=lambda h: h.host_id))
+def test_dead_hosts_are_alive_ones_silent_past_their_own_timeout(hosts: list[HostRow]) -> None:
+    dead = dead_hosts(hosts)
+    for h in hosts:
+        assert (h.host_id in dead) == (h.state == "alive" and h.age > h.host_timeout)
+    assert stale_after(hosts) == max([h.host_timeout for h in hosts], default=30.0)
+
+
+@given(hosts_st, st.sampled_from(TASK_STATES), st.sampled_from([None, "a", "b"]),
+       st.booleans())  # fmt: skip
+def test_fate_of_a_dead_hosts_task(owner: HostRow, state: str, pin: str | None,
+                                   owned: bool) -> None:  # fmt: skip
+    task = TaskRow("t", state, owner.host_id if owned else "other", 4, pin, "s")
+    fate = fate_of(task, owner)
+    if owner.state != "dead" or not owned or state not in UNLAUNCHED | set(LIVE):
+        assert fate is None  # alive and stopped hosts' tasks, and ended ones, stay as they are
+    elif state in UNLAUNCHED:
+        assert fate == "requeue"  # never launched: simply queued again, whatever the mode
+    elif owner.on_host_lost == "restart" and pin is None:
+        assert fate == "restart"
+    else:
+        assert fate == "host_lost"  # report mode, or pinned to the lost host
+
+
+def test_heartbeat_not_shorter_than_host_timeout_is_one_line(setup: Setup) -> None:
+    """A host beating less often than its own timeout would be swept while alive."""
+    profile = setup.write_profile(extra={"cluster": {"heartbeat": 10, "host_timeout": 5}})
+    result = supervise("validate", str(profile))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert str(profile) in line and "'cluster'" in line
+    assert "heartbeat (10 s) must be shorter than host_timeout (5 s)" in line
