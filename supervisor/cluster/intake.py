@@ -52,6 +52,12 @@ from supervisor.cluster.db import (
     dsn_of,
     one_line,
 )
+from supervisor.cluster.health import (
+    RECONNECT_EVERY,
+    Health,
+    ReconnectingPool,
+    fetch_polling_interval,
+)
 from supervisor.cluster.listener import ControlListener
 from supervisor.cluster.ownership import CLAIM_FILE, adopted_claims, lost_claims
 from supervisor.cluster.submit import TASK_NAME
@@ -72,6 +78,8 @@ OUTBOX = "cluster-outbox.jsonl"
 #: Seconds before a worker that died is started again (doubling up to :data:`MAX_BACKOFF`).
 BACKOFF = 1.0
 MAX_BACKOFF = 30.0
+#: ``application_name`` of the worker's connections, plus the host id (``pg_stat_activity``).
+WORKER_APPLICATION = "supervise-worker-"
 #: Seconds after which a task still owned here is asked to supersede again (the engine
 #: ignores a request for a task it does not know yet, e.g. one claimed and not yet queued;
 #: a stop under way takes at most the stop's grace period plus its SIGKILL wait).
@@ -111,6 +119,7 @@ class ClusterIntake:
         self._not_ours: set[str] = set()  # task folders without a claim file (spool tasks)
         self._reported: dict[str, tuple[str, str]] = {}  # engine worker only
         self._jobs: dict[str, asyncio.Future[None]] = {}  # task id -> its job's end
+        self.health: Health | None = None  # the running worker's
         self._superseded: dict[str, float] = {}  # task id -> when asked (monotonic s)
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -188,7 +197,8 @@ class ClusterIntake:
             with self._lock:
                 job = self._jobs.pop(task_id, None)
             if job is not None and self._loop is not None:
-                self._loop.call_soon_threadsafe(_finish, job)
+                with contextlib.suppress(RuntimeError):  # its worker died meanwhile
+                    self._loop.call_soon_threadsafe(_finish, job)
 
     def running(self) -> int:
         """Tasks claimed here that have not ended (the heartbeat's running count)."""
@@ -200,7 +210,8 @@ class ClusterIntake:
         a sweeper retries them, which the claim then refuses) and flush the writer."""
         self._stopping.set()
         if self._loop is not None and self._main is not None:
-            self._loop.call_soon_threadsafe(self._main.cancel)
+            with contextlib.suppress(RuntimeError):  # that worker's loop ended already
+                self._loop.call_soon_threadsafe(self._main.cancel)
         if self._thread.is_alive():
             self._thread.join(15)
         self.listener.close()
@@ -304,7 +315,15 @@ class ClusterIntake:
                 raise
 
     def _serve(self) -> None:
-        """The worker thread: run procrastinate's worker; restart it with backoff if it dies."""
+        """The worker thread: run procrastinate's worker; start it again when it dies.
+
+        A worker that dies aborts its jobs, but never the tasks: they go on in the engine,
+        still owned here (``_owned``), and the next worker holds their slots with hold
+        jobs (:meth:`_hold_adopted`) until they end. Each death waits for the database
+        to answer (a probe every :data:`~supervisor.cluster.health.RECONNECT_EVERY` s),
+        then :data:`BACKOFF` seconds, doubling up to :data:`MAX_BACKOFF` while the worker
+        dies with the database up (a bug, not an outage). With
+        :mod:`~supervisor.cluster.health` an outage no longer kills the worker."""
         delay = BACKOFF
         while not self._stopping.is_set():
             try:
@@ -313,16 +332,36 @@ class ClusterIntake:
                 if self._stopping.is_set():
                     return
                 log.error("cluster worker died: %s; restarted in %g s", one_line(exc), delay)
+            with self._lock:
+                self._jobs.clear()  # futures of the dead loop; their tasks still count
+            if self._wait_for_database():
+                delay = BACKOFF  # an outage, not the worker's fault: no growing backoff
             if self._stopping.wait(delay):
                 return
             delay = min(delay * 2, MAX_BACKOFF)
 
+    def _wait_for_database(self) -> bool:
+        """Until a connection succeeds or the engine stops; True if it was down."""
+        was_down = False
+        while not self._stopping.is_set():
+            try:
+                connect(self.dsn).close()
+                return was_down
+            except ClusterError:
+                was_down = True
+                self._stopping.wait(RECONNECT_EVERY)
+        return was_down
+
     async def _run_worker(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._main = asyncio.current_task()
+        # procrastinate's pool already checks each connection before lending it
+        # (AsyncConnectionPool.check_connection): one the server dropped is replaced.
         connector = PsycopgConnector(
             conninfo=self.dsn, min_size=1, max_size=4, timeout=CONNECT_TIMEOUT * 2,
+            pool_factory=ReconnectingPool,
             kwargs={"connect_timeout": CONNECT_TIMEOUT,
+                    "application_name": WORKER_APPLICATION + self.cluster.host_id,
                     "options": f"-c statement_timeout={int(STATEMENT_TIMEOUT * 1000)}"},
         )  # fmt: skip
         app = App(connector=connector)
@@ -333,17 +372,26 @@ class ClusterIntake:
         # asyncio.run (_serve) cancels it when this coroutine ends.
         self._sweeper = asyncio.create_task(sweep.serve(self.dsn, self.cluster.host_id, beat,
                                                         timeout))  # fmt: skip
+        channel = "procrastinate_queue_v1#" + host_queue(self.cluster.host_id)
+        self.health = Health(app.job_manager, self.dsn, channel, self._stopping)
+        self.health.install()
         async with app.open_async():
             await self._hold_adopted(app)
-            await app.run_worker_async(
-                queues=self.queues,
-                name=self.cluster.host_id,
-                concurrency=self.profile.spec.max_concurrent,
-                install_signal_handlers=False,
-                shutdown_graceful_timeout=1.0,
-                delete_jobs="successful",
-                **sweep.worker_options(beat, timeout),
-            )
+            watch = asyncio.create_task(self.health.watch(), name="supervise-listen-check")
+            try:
+                await app.run_worker_async(
+                    queues=self.queues,
+                    name=self.cluster.host_id,
+                    concurrency=self.profile.spec.max_concurrent,
+                    install_signal_handlers=False,
+                    shutdown_graceful_timeout=1.0,
+                    delete_jobs="successful",
+                    fetch_job_polling_interval=fetch_polling_interval(),
+                    **sweep.worker_options(beat, timeout),
+                )
+            finally:
+                watch.cancel()
+                await asyncio.gather(watch, return_exceptions=True)
 
     async def _job(self, task_id: str) -> None:
         """One job: claim, materialize, hand to the engine, live until the task ends."""
@@ -366,11 +414,22 @@ class ClusterIntake:
     def _claim(self, task_id: str, done: asyncio.Future[None]) -> bool:
         """Claim and materialize ``task_id`` (a plain thread). False: not ours to run.
 
+        A connect that fails (the server down or restarting) is tried again every
+        :data:`~supervisor.cluster.health.RECONNECT_EVERY` s: no statement was sent, and a
+        job that failed here would leave its task ``queued`` with no job.
+
         Raises:
-            ClusterError: the database cannot be reached (the job fails; the task stays
-                ``queued``).
+            ClusterError: the engine stops while the database is down, or the claim's
+                statement failed (the job fails; the task stays ``queued``).
         """
-        with connect(self.dsn) as conn:
+        while True:
+            try:
+                conn = connect(self.dsn)
+                break
+            except ClusterError:
+                if self._stopping.wait(RECONNECT_EVERY):
+                    raise
+        with conn:
             try:
                 row = conn.execute(_CLAIM, (self.cluster.host_id, task_id)).fetchone()
             except psycopg.Error as exc:

@@ -42,8 +42,9 @@ from supervisor.cluster.ownership import lost_claims
 from supervisor.taskdir import atomic_write
 
 log = logging.getLogger("supervise.cluster")
-#: Seconds between tries while the database does not answer.
-RETRY_EVERY = 2.0
+#: Seconds between tries while the database does not answer (also how late, at most,
+#: the outbox starts flushing after the database's return).
+RETRY_EVERY = 1.0
 
 
 @dataclass(frozen=True)
