@@ -37,6 +37,7 @@ from supervisor.cluster.sweeper import (
     dead_hosts,
     fate_of,
     stale_after,
+    sweep_once,
 )
 from supervisor.states import HOST_LOST, LIVE, TERMINAL
 
@@ -340,6 +341,40 @@ def test_a_sweep_job_left_doing_by_a_killed_host_blocks_no_later_sweep(tmp_path:
         cleanup([h0], engines)
 
 
+def test_database_down_longer_than_host_timeout_declares_no_host_dead(tmp_path: Path) -> None:
+    """The server is stopped for twice the hosts' host_timeout while a task runs: on its
+    return every heartbeat is stale for a moment, and no sweep may take that for a loss:
+    both hosts stay alive, the task is never host_lost or restarted, and completes once."""
+    from cluster_support import postgres_executor
+
+    with postgres_executor() as (url, server):
+        assert supervise("cluster", "init", env={"SUPERVISE_CLUSTER_DSN": url}).returncode == 0
+        h0 = host(tmp_path, url, "h0", on_host_lost="restart")
+        h1 = host(tmp_path, url, "h1", on_host_lost="restart")
+        engines = [start_engine(h0), start_engine(h1)]
+        try:
+            wait_for(lambda: len(rows(url, "SELECT 1 FROM supervise_hosts")) == 2, timeout=30)
+            task = submit(url, h0, "long", "print: long\nsleep: 16\nexit: 0")
+            wait_for(lambda: state_of(url, task)[0] == "running", timeout=30)
+            server.stop()
+            time.sleep(2 * HOST_TIMEOUT)
+            server.start()
+            # A sweep at once, before any writer got through (they retry every second):
+            # every heartbeat is older than host_timeout now.
+            assert sweep_once(url).dead == ()
+            hosts = "SELECT host_id, state FROM supervise_hosts ORDER BY host_id"
+            wait_for(lambda: rows(url, hosts) == [("h0", "alive"), ("h1", "alive")], 15)
+            time.sleep(HOST_TIMEOUT)  # every host beats again; sweeps ran meanwhile
+            assert rows(url, hosts) == [("h0", "alive"), ("h1", "alive")]
+            wait_for(lambda: state_of(url, task)[0] == "completed", timeout=40)
+        finally:
+            cleanup([h0, h1], engines)
+        assert state_of(url, task)[2] == 1
+        assert rows(url, "SELECT count(*) FROM supervise_events WHERE event = %s",
+                    HOST_LOST) == [(0,)]  # fmt: skip
+        assert sum(local_launches(h0).values()) + sum(local_launches(h1).values()) == 1
+
+
 def _status(setup: Setup, task_id: str) -> str | None:
     try:
         manifest = json.loads((setup.state / "tasks" / task_id / "manifest.json").read_text())
@@ -469,6 +504,18 @@ def test_dead_hosts_are_alive_ones_silent_past_their_own_timeout(hosts: list[Hos
     dead = dead_hosts(hosts)
     for h in hosts:
         assert (h.host_id in dead) == (h.state == "alive" and h.age > h.host_timeout)
+
+
+@given(st.lists(hosts_st, max_size=6, unique_by=lambda h: h.host_id), st.floats(0, 100))
+def test_silence_counts_only_while_the_sweeper_watched(hosts: list[HostRow],
+                                                       watched: float) -> None:  # fmt: skip
+    """After an outage, a heartbeat older than what the sweeper saw proves nothing."""
+    dead = dead_hosts(hosts, watched)
+    for h in hosts:
+        silent = min(h.age, watched)
+        assert (h.host_id in dead) == (h.state == "alive" and silent > h.host_timeout)
+        if watched <= h.host_timeout:
+            assert h.host_id not in dead
     assert stale_after(hosts) == max([h.host_timeout for h in hosts], default=30.0)
 
 

@@ -23,7 +23,9 @@ One transaction per sweep (:func:`sweep_once`), decided in Python from rows
 a. an ``alive`` host whose heartbeat is older than ITS OWN ``host_timeout`` becomes
    ``dead`` (``lost_at``): each host declares its timeout in its heartbeat row
    (:mod:`supervisor.cluster.writer`); a ``stopped`` host (clean stop) is never declared
-   dead: its tasks keep running in tmux and its next start adopts them;
+   dead: its tasks keep running in tmux and its next start adopts them; silence counts
+   only while the sweeper itself has been reaching a database that has been up (after an
+   outage longer than ``host_timeout`` every heartbeat looks stale for a moment);
 b. a dead host's tasks claimed but never launched (``claimed``, or the manifest's
    ``queued`` the writer reports before the launch) go back to the queue: ``queued``,
    owner NULL, generation + 1, their job retried (or a new one deferred), so another host
@@ -53,6 +55,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -131,10 +135,18 @@ class SweepResult:
 # ------------------------------------------------------------------ the pure rules
 
 
-def dead_hosts(hosts: Iterable[HostRow]) -> list[str]:
+def dead_hosts(hosts: Iterable[HostRow], watched: float = math.inf) -> list[str]:
     """Rule (a): the ``alive`` hosts silent for longer than their own ``host_timeout``.
-    ``stopped`` and already ``dead`` hosts are not (re)declared."""
-    return sorted(h.host_id for h in hosts if h.state == "alive" and h.age > h.host_timeout)
+    ``stopped`` and already ``dead`` hosts are not (re)declared.
+
+    ``watched``: seconds for which this sweeper has seen the database answer without a break
+    (and the database has been up). Silence counts only from then: after an outage of the
+    database (or of this sweeper's link to it) longer than ``host_timeout``, every host's
+    heartbeat looks stale until its writer gets through again (about a second: its
+    ``RETRY_EVERY``); without this rule, one sweep would declare the whole fleet dead and
+    restart tasks that never stopped running."""
+    return sorted(h.host_id for h in hosts
+                  if h.state == "alive" and min(h.age, watched) > h.host_timeout)  # fmt: skip
 
 
 def fate_of(task: TaskRow, owner: HostRow) -> Fate | None:
@@ -162,6 +174,7 @@ _HOSTS = """
 SELECT host_id, state, extract(epoch FROM now() - heartbeat_at)::float, host_timeout,
     on_host_lost
 FROM supervise_hosts"""
+_UPTIME = "SELECT extract(epoch FROM now() - pg_postmaster_start_time())::float"
 _MARK_DEAD = """
 UPDATE supervise_hosts SET state = 'dead', lost_at = now()
 WHERE host_id = ANY(%s) AND state = 'alive'
@@ -209,8 +222,10 @@ SELECT procrastinate_defer_jobs_v1(ARRAY[ROW(queue, %s, 0, NULL, id, %s::jsonb,
 FROM supervise_tasks WHERE id = %s"""
 
 
-def sweep_once(dsn: str) -> SweepResult:
-    """One sweep, one transaction (see the module docstring for the rules).
+def sweep_once(dsn: str, watched: float = math.inf) -> SweepResult:
+    """One sweep, one transaction (see the module docstring for the rules); ``watched``:
+    seconds this sweeper has had the database without a break (:func:`dead_hosts`; the
+    server's own uptime bounds it too).
 
     Raises:
         ClusterError: the database cannot be reached or refused (nothing is applied).
@@ -221,7 +236,7 @@ def sweep_once(dsn: str) -> SweepResult:
             if not (got and got[0]):
                 conn.rollback()
                 return SweepResult(swept=False)
-            result = _sweep(conn)
+            result = _sweep(conn, watched)
             conn.commit()
         except psycopg.Error as exc:
             conn.rollback()
@@ -229,11 +244,13 @@ def sweep_once(dsn: str) -> SweepResult:
     return result
 
 
-def _sweep(conn: psycopg.Connection) -> SweepResult:
+def _sweep(conn: psycopg.Connection, watched: float) -> SweepResult:
     """Rules (a)–(d) inside the caller's transaction."""
     hosts = {r[0]: HostRow(*r) for r in conn.execute(_HOSTS).fetchall()}
+    uptime = conn.execute(_UPTIME).fetchone()
+    watched = min(watched, float(uptime[0])) if uptime else watched
     dead: tuple[str, ...] = ()
-    if candidates := dead_hosts(hosts.values()):
+    if candidates := dead_hosts(hosts.values(), watched):
         dead = tuple(sorted(r[0] for r in conn.execute(_MARK_DEAD, (candidates,)).fetchall()))
     for host_id in dead:
         hosts[host_id] = HostRow(host_id, "dead", *_rest(hosts[host_id]))
@@ -317,21 +334,30 @@ def worker_options(heartbeat: float, host_timeout: float) -> dict[str, Any]:
 
 
 def make_app(dsn: str) -> App:
-    """A procrastinate app with the periodic sweep (one small pool of its own)."""
+    """A procrastinate app with the periodic sweep (one small pool of its own). The app
+    counts how long its sweeps have reached the database without a break (``watched`` of
+    :func:`dead_hosts`): from its first good sweep, reset by a failed one; :func:`serve`
+    makes a new app, so a new count, whenever the worker restarts."""
     connector = PsycopgConnector(
         conninfo=dsn, min_size=1, max_size=2, timeout=CONNECT_TIMEOUT * 2,
         kwargs={"connect_timeout": CONNECT_TIMEOUT,
                 "options": f"-c statement_timeout={int(STATEMENT_TIMEOUT * 1000)}"},
     )  # fmt: skip
     app = App(connector=connector)
+    reached: dict[str, float] = {}  # "since": monotonic time of the first good sweep
 
     @app.periodic(cron=SWEEP_CRON, periodic_id="sweep")
     @app.task(name=SWEEP_TASK, queue=SWEEP_QUEUE, queueing_lock=SWEEP_TASK)
     async def sweep(timestamp: int) -> None:
+        since = reached.get("since")
+        watched = 0.0 if since is None else time.monotonic() - since
         try:
-            await asyncio.to_thread(sweep_once, dsn)
+            await asyncio.to_thread(sweep_once, dsn, watched)
         except ClusterError as exc:  # the next second tries again; no failed job piles up
+            reached.pop("since", None)
             log.error("cluster: %s", exc)
+            return
+        reached.setdefault("since", time.monotonic() if since is None else since)
 
     return app
 
