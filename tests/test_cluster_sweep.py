@@ -376,6 +376,38 @@ def test_database_down_longer_than_host_timeout_declares_no_host_dead(tmp_path: 
         assert sum(local_launches(h0).values()) + sum(local_launches(h1).values()) == 1
 
 
+def test_a_host_back_from_the_dead_may_run_its_own_restarted_task(tmp_path: Path,
+                                                                   dsn: str) -> None:  # fmt: skip
+    """on_host_lost = restart while every other slot is full: h0, back, takes the job of its
+    own lost task. Its earlier copy is stopped (superseded) and its folder set aside to
+    ``state_dir/superseded/<id>.g1``; the new run gets a fresh folder and session of the
+    same name and completes (it was rejected with FileExistsError before)."""
+    h0 = host(tmp_path, dsn, "h0", on_host_lost="restart")
+    h1 = host(tmp_path, dsn, "h1", max_concurrent=1)
+    engines: dict[str, Any] = {"h0": start_engine(h0)}
+    try:
+        wait_for(lambda: rows(dsn, "SELECT host_id FROM supervise_hosts") == [("h0",)], 30)
+        task = submit(dsn, h0, "long", "print: long\nsleep: 12\nexit: 0")
+        wait_for(lambda: state_of(dsn, task)[:2] == ("running", "h0"), timeout=30)
+        engines["h1"] = start_engine(h1)
+        blocker = submit(dsn, h1, "blocker", "sleep: 60\nexit: 0", host="h1")
+        wait_for(lambda: state_of(dsn, blocker)[:2] == ("running", "h1"), timeout=30)
+        engines["h0"].kill()
+        engines.pop("h0").wait()
+        wait_for(lambda: state_of(dsn, task) == ("queued", None, 2), timeout=HOST_TIMEOUT + 8)
+        engines["h0"] = start_engine(h0)
+        wait_for(lambda: state_of(dsn, task)[0] == "completed", timeout=60)
+    finally:
+        cleanup([h0, h1], list(engines.values()))
+    assert state_of(dsn, task) == ("completed", "h0", 3)
+    assert _status(h0, task) == "completed"
+    earlier = h0.state / "superseded" / f"{task}.g1" / "manifest.json"
+    assert json.loads(earlier.read_text())["status"] == "superseded"
+    launched = rows(dsn, "SELECT host_id, generation FROM supervise_events "
+                         "WHERE task_id = %s AND event = 'launched' ORDER BY id", task)  # fmt: skip
+    assert launched == [("h0", 1), ("h0", 3)]
+
+
 def _status(setup: Setup, task_id: str) -> str | None:
     try:
         manifest = json.loads((setup.state / "tasks" / task_id / "manifest.json").read_text())

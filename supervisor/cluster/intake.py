@@ -59,7 +59,7 @@ from supervisor.cluster.health import (
     fetch_polling_interval,
 )
 from supervisor.cluster.listener import ControlListener
-from supervisor.cluster.ownership import CLAIM_FILE, adopted_claims, lost_claims
+from supervisor.cluster.ownership import CLAIM_FILE, adopted_claims, lost_claims, ready_to_claim
 from supervisor.cluster.submit import TASK_NAME
 from supervisor.cluster.writer import Transition, Writer
 from supervisor.config import LoadedProfile, ResolvedTask
@@ -430,6 +430,8 @@ class ClusterIntake:
                 if self._stopping.wait(RECONNECT_EVERY):
                     raise
         with conn:
+            if not ready_to_claim(conn, self.profile, task_id, self._stopping):
+                return False
             try:
                 row = conn.execute(_CLAIM, (self.cluster.host_id, task_id)).fetchone()
             except psycopg.Error as exc:

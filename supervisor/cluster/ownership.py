@@ -20,13 +20,22 @@ Pure reads: the caller turns a lost claim into a ``supersede`` request for the e
 from __future__ import annotations
 
 import json
+import logging
+import threading
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psycopg
 
+from supervisor.cluster.submit import TASK_NAME
 from supervisor.states import TERMINAL
 from supervisor.terminal import escape_controls
 
+if TYPE_CHECKING:
+    from supervisor.config import LoadedProfile
+
+log = logging.getLogger("supervise.cluster")
 #: The claim record in a task folder: ``{"host_id", "generation"}``.
 CLAIM_FILE = "cluster.json"
 
@@ -81,3 +90,102 @@ def lost_claims(conn: psycopg.Connection, host_id: str, owned: dict[str, int]) -
                 f"is host {host_id} generation {generation}"
             )
     return lost
+
+
+#: Where an earlier generation's folder of a task goes when this host claims the task again
+#: (``state_dir/superseded/<id>.g<generation>``): the record of that copy is kept, out of
+#: ``tasks/`` (``status`` lists the new run; the fleet's database has both).
+SET_ASIDE = "superseded"
+#: Seconds a claim waits for an earlier copy on this host to end (it is being stopped:
+#: supersede request, then the stop's grace period and SIGKILL).
+EARLIER_COPY_WAIT = 60.0
+#: Seconds between looks at the earlier copy's manifest.
+EARLIER_COPY_POLL = 0.2
+
+
+def set_aside_earlier_copy(tasks_dir: Path, state_dir: Path, task_id: str,
+                           stopping: threading.Event,
+                           timeout: float = EARLIER_COPY_WAIT) -> bool:  # fmt: skip
+    """Before this host claims ``task_id`` again (``on_host_lost = "restart"`` re-queued it
+    and this very host, back from the dead, took its job): wait until the earlier copy's
+    folder ``tasks_dir/<id>`` is terminal (its copy is stopped as superseded by then), then
+    rename it to ``state_dir/superseded/<id>.g<generation>``, so the new run gets a fresh
+    folder and tmux session of the same name. Runs on the claim's own thread.
+
+    Returns:
+        True: no earlier folder, or it was set aside; False: the earlier copy did not end
+        within ``timeout`` seconds, or the engine stops (the caller leaves the task for
+        another host or a later job).
+
+    Raises:
+        OSError: the rename failed (the claim rejects the task with the reason).
+    """
+    folder = tasks_dir / task_id
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            manifest = json.loads((folder / "manifest.json").read_text())
+        except FileNotFoundError:
+            if not folder.exists():
+                return True
+            manifest = {}
+        except (OSError, ValueError):
+            manifest = {}
+        if manifest.get("status") in TERMINAL:
+            break
+        if time.monotonic() >= deadline or stopping.wait(EARLIER_COPY_POLL):
+            return False
+    try:
+        generation = int(json.loads((folder / CLAIM_FILE).read_text())["generation"])
+    except (OSError, ValueError, KeyError, TypeError):
+        generation = 0
+    target = state_dir / SET_ASIDE / f"{task_id}.g{generation}"
+    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    folder.rename(target)
+    return True
+
+
+def still_queued(conn: psycopg.Connection, task_id: str) -> bool:
+    """Whether ``task_id``'s row waits for a claim (``queued``).
+
+    Raises:
+        psycopg.Error: the query failed.
+    """
+    row = "SELECT 1 FROM supervise_tasks WHERE id = %s AND state = 'queued'"
+    return conn.execute(row, (task_id,)).fetchone() is not None
+
+
+_LATER = """
+SELECT procrastinate_defer_jobs_v1(ARRAY[ROW(queue, %s, 0, NULL, id, %s::jsonb,
+    now() + make_interval(secs => %s))::procrastinate_job_to_defer_v1])
+FROM supervise_tasks WHERE id = %s AND state = 'queued'"""
+
+
+def defer_again(conn: psycopg.Connection, task_name: str, task_id: str, seconds: float) -> None:
+    """A new job for the still ``queued`` ``task_id`` on its queue, ``seconds`` from now
+    (the job that declined it is done; without this the task would wait with no job).
+
+    Raises:
+        psycopg.Error: the database refused (the caller's job fails and is logged).
+    """
+    conn.execute(_LATER, (task_name, json.dumps({"task_id": task_id}), seconds, task_id))
+
+
+def ready_to_claim(conn: psycopg.Connection, profile: LoadedProfile, task_id: str,
+                   stopping: threading.Event) -> bool:  # fmt: skip
+    """Whether this host's job may go on to claim ``task_id``: yes when no folder of it is
+    here, or the row is not ``queued`` (a duplicate job: its claim takes nothing), or an
+    earlier copy's folder was set aside (:func:`set_aside_earlier_copy`). When that copy
+    does not end in time the task is left ``queued`` with a job 5 s later (any host).
+
+    Raises:
+        psycopg.Error: the database refused (the job fails; the task stays ``queued``).
+    """
+    tasks_dir, state_dir = profile.tasks_dir, profile.state_dir
+    if not (tasks_dir / task_id).exists() or not still_queued(conn, task_id):
+        return True
+    if set_aside_earlier_copy(tasks_dir, state_dir, task_id, stopping):
+        return True
+    log.warning("cluster: an earlier copy of %s still runs here; left for later", task_id)
+    defer_again(conn, TASK_NAME, task_id, 5.0)
+    return False
