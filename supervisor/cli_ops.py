@@ -74,6 +74,21 @@ def log_handler(args: argparse.Namespace) -> Any:
     )
 
 
+def _cluster_preflight(profile: LoadedProfile) -> str | None:
+    """:func:`supervisor.cluster.schema.engine_preflight`, or the DSN's own problem."""
+    from supervisor.errors import ConfigError
+
+    try:
+        from supervisor.cluster.db import dsn_of
+        from supervisor.cluster.schema import engine_preflight
+    except ImportError:
+        return "[cluster] needs the 'cluster' extra: pip install 'supervise-agents[cluster]'"
+    try:
+        return engine_preflight(dsn_of(profile))
+    except ConfigError as exc:
+        return "; ".join(exc.problems)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import logging  # only the engine logs; validate and status start faster without it
 
@@ -93,6 +108,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     # while one was running; it runs right after) and is counted in engine-stats.json.
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
     profile = _profile(args.profile)
+    if profile.spec.cluster is not None and (refused := _cluster_preflight(profile)):
+        _err(f"supervise run: {refused}")
+        return 1
     try:
         return run_profile(profile, exit_when_idle=args.exit_when_idle)
     except (EngineBusy, UnsafeSpool) as exc:

@@ -168,6 +168,16 @@ def test_submit_before_init_says_run_init(setup: Setup, dsn: str) -> None:
 # ---------------------------------------------------------------- submission
 
 
+def test_engine_on_a_database_without_init_is_one_line(setup: Setup, dsn: str) -> None:
+    """``supervise run`` against a database that answers but has no schema: one line with
+    the fix, exit 1 (it used to start and log "Database error." forever)."""
+    profile = cluster_profile(setup, dsn, "h1")
+    done = supervise("run", str(profile), "--exit-when-idle")
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == ("supervise run: procrastinate's tables are missing; run "
+                           "'supervise cluster init'\n")  # fmt: skip
+
+
 def test_submit_validates_like_the_spool(setup: Setup, dsn: str) -> None:
     """The same checks and error lines as the spool path; a valid task becomes a queued row
     with its prompt inline and one procrastinate job (queue, queueing_lock = task id)."""

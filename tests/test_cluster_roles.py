@@ -158,3 +158,16 @@ def test_operator_role_stops_a_task_on_another_host_submit_role_cannot(
     finally:
         stop_engines([engine])
     assert rows(roles, "SELECT verb, ok FROM supervise_controls") == [("stop", True)]
+
+
+def test_engine_refuses_a_login_without_engine_rights_in_one_line(setup: Setup,
+                                                                   roles: str) -> None:  # fmt: skip
+    """``supervise run`` with a supervise_submit login: one line naming the login and the
+    role to grant, exit 1 (it used to start and retry "permission denied" forever)."""
+    name, alice = _login(roles, "supervise_submit")
+    cluster_profile(setup, alice, "h0")
+    done = supervise("run", str(setup.profile), "--exit-when-idle")
+    assert done.returncode == 1
+    assert done.stderr == (f"supervise run: the database login '{name}' cannot run an engine "
+                           "(it may not update tasks or write heartbeats); grant it the "
+                           "supervise_engine role ('supervise cluster roles')\n")  # fmt: skip

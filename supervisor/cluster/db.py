@@ -57,6 +57,14 @@ def connect(dsn: str, autocommit: bool = True) -> psycopg.Connection:
 
 
 def one_line(exc: BaseException) -> str:
-    """The first line of an error's text (libpq's messages run over several)."""
+    """The first line of an error's text (libpq's messages run over several), followed by
+    its cause's when it has one: procrastinate wraps every psycopg error in a bare
+    "Database error." (``ConnectorException``), which alone names nothing."""
     text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+    line = text[0] if text else type(exc).__name__
+    cause = exc.__cause__
+    if cause is not None and cause is not exc:
+        inner = one_line(cause)
+        if inner and inner not in line:  # a message that quotes its cause already stays
+            return f"{line.rstrip('.:')}: {inner}"
+    return line

@@ -213,3 +213,35 @@ def check(dsn: str) -> CheckResult:
 def versions() -> dict[str, str]:
     """Library versions for ``cluster check`` and the hosts table."""
     return {"procrastinate": procrastinate_version, "psycopg": psycopg.__version__}
+
+
+#: What an engine writes (``supervise_engine`` in roles.sql grants these).
+_ENGINE_RIGHTS = """
+SELECT has_table_privilege('supervise_tasks', 'UPDATE')
+    AND has_table_privilege('supervise_hosts', 'INSERT')
+    AND has_table_privilege('supervise_events', 'INSERT')
+    AND has_table_privilege('procrastinate_jobs', 'UPDATE'), current_user"""
+
+
+def engine_preflight(dsn: str) -> str | None:
+    """Before ``supervise run`` starts a cluster engine: one line naming what is wrong and
+    the fix when the database answers but cannot serve an engine (schema missing or of
+    another version, a login without the engine's rights), else None. A database that
+    does not answer is no reason to refuse: the engine starts, supervises its own tasks and
+    dispatches once the database is back (issue 15, "PostgreSQL down")."""
+    try:
+        found = check(dsn)
+    except ClusterError:
+        return None
+    if found.problems:
+        return found.problems[0]
+    try:
+        with connect(dsn) as conn:
+            row = conn.execute(_ENGINE_RIGHTS).fetchone()
+    except (ClusterError, psycopg.Error):
+        return None
+    if row is not None and not row[0]:
+        return (f"the database login {row[1]!r} cannot run an engine (it may not update "
+                "tasks or write heartbeats); grant it the supervise_engine role "
+                "('supervise cluster roles')")  # fmt: skip
+    return None
