@@ -921,3 +921,16 @@ def test_engine_survives_a_hostile_batch(setup: Any) -> None:
         assert not Path(stray).exists(), f"{stray} was created"
     assert sorted(os.listdir(tmp.parent)) == parent_before
     assert snapshot(tmp, {"spool", "state", "project"}) == outside_before
+
+
+def test_output_into_a_closed_pipe_is_no_traceback(setup: Any) -> None:
+    """``supervise config -c P | true``: the reader is gone before supervise writes (it
+    starts in ~0.1 s, ``true`` in ~1 ms); supervise ends quietly with 141 (128 + SIGPIPE),
+    not a BrokenPipeError traceback."""
+    setup.write_profile()
+    script = (f"{sys.executable} -m supervisor.cli config -c {setup.profile} | true; "
+              "echo ${PIPESTATUS[0]}")  # fmt: skip
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
+                          cwd=setup.root)  # fmt: skip
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+    assert done.stdout.strip() == "141"
