@@ -171,3 +171,27 @@ def test_engine_refuses_a_login_without_engine_rights_in_one_line(setup: Setup,
     assert done.stderr == (f"supervise run: the database login '{name}' cannot run an engine "
                            "(it may not update tasks or write heartbeats); grant it the "
                            "supervise_engine role ('supervise cluster roles')\n")  # fmt: skip
+
+
+def test_operator_stops_a_task_no_host_has_claimed(setup: Setup, roles: str) -> None:
+    """A task pinned to a host that never comes waits ``queued``: carol (operator) stops it
+    (abandoned, its waiting job cancelled, ``wait`` ends); alice (submit) may not."""
+    _, alice = _login(roles, "supervise_submit")
+    _, carol = _login(roles, "supervise_operator")
+    task = setup.root / "t.toml"
+    task.write_text(tomli_w.dumps(setup.task("pinned", "exit: 0", host="nowhere")))
+    done = supervise("submit", "-c", str(cluster_profile(setup, alice, "h0")), str(task))
+    assert done.returncode == 0, done.stderr
+    task_id = done.stdout.strip()
+    refused = supervise("stop", task_id, env={"SUPERVISE_CLUSTER_DSN": alice})
+    assert refused.returncode == 1 and "permission denied" in refused.stderr
+    assert refused.stderr.count("\n") == 1
+    stopped = supervise("stop", task_id, env={"SUPERVISE_CLUSTER_DSN": carol})
+    assert (stopped.returncode, stopped.stdout) == (
+        0, f"{task_id}: abandoned (stopped before any host claimed it)\n")  # fmt: skip
+    assert rows(roles, "SELECT state, verdict FROM supervise_tasks") == [("abandoned", "ABANDONED")]
+    assert rows(roles, "SELECT count(*) FROM procrastinate_jobs WHERE status = 'todo'") == [(0,)]
+    again = supervise("stop", task_id, env={"SUPERVISE_CLUSTER_DSN": carol})
+    assert again.returncode == 1 and "already ended: abandoned" in again.stderr
+    waited = supervise("wait", task_id, "--timeout", "5", env={"SUPERVISE_CLUSTER_DSN": carol})
+    assert waited.returncode == 1 and "abandoned" in waited.stdout

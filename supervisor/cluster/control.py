@@ -103,6 +103,8 @@ def route(dsn: str, task_id: str, verb: str, timeout: float, requested_by: str) 
             refused = control.refusal(task_id, state, verb)
             if state in FINAL:
                 refused = f"task {task_id} already ended: {state}"
+            elif verb == "stop" and state == "queued" and host is None:
+                return _cancel_queued(conn, task_id, requested_by)
             elif state in UNCLAIMED or host is None:
                 refused = f"task {task_id} is {state}, on no host yet: nothing to {verb}"
             if refused:
@@ -122,6 +124,17 @@ def route(dsn: str, task_id: str, verb: str, timeout: float, requested_by: str) 
             return _await(conn, request_id, host, task_id, verb, timeout)
     except psycopg.Error as exc:
         raise ClusterError(f"cannot route '{verb}' for {task_id}: {one_line(exc)}") from exc
+
+
+def _cancel_queued(conn: psycopg.Connection, task_id: str, requested_by: str) -> Answer:
+    """``stop`` of a task no host has claimed: ``supervise_cancel_queued`` (schema v3) ends
+    it ``abandoned`` and cancels its waiting job; a host that claimed it a moment before
+    wins (then ``stop`` is to be asked again, of that host)."""
+    done = conn.execute("SELECT supervise_cancel_queued(%s, %s)", (task_id, requested_by))
+    row = done.fetchone()
+    if row and row[0]:
+        return Answer(True, f"{task_id}: abandoned (stopped before any host claimed it)", 0)
+    return Answer(False, f"task {task_id} was claimed by a host just now; ask again", 1)
 
 
 def _await(conn: psycopg.Connection, request_id: int, host: str, task_id: str, verb: str,

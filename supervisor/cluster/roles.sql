@@ -66,6 +66,9 @@ GRANT supervise_submit TO supervise_operator;
 GRANT INSERT ON supervise_controls TO supervise_operator;
 GRANT UPDATE (done_at, ok, result) ON supervise_controls TO supervise_operator;
 GRANT USAGE ON SEQUENCE supervise_controls_id_seq TO supervise_operator;
+-- `stop` of a task no host has claimed: a SECURITY DEFINER function that touches only a
+-- `queued` row and its waiting job (schema v3).
+GRANT EXECUTE ON FUNCTION supervise_cancel_queued(text, text) TO supervise_operator;
 
 -- supervise_engine: rows of tasks, events, hosts and controls (no DELETE of tasks), and
 -- procrastinate's tables, sequences and functions in full.
