@@ -115,3 +115,21 @@ def postgres_executor() -> Iterator[tuple[str, Any]]:
         shutil.rmtree(base, ignore_errors=True)
         if pg_ctl != str(binaries / "pg_ctl"):
             shutil.rmtree(Path(pg_ctl).parent, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def fresh_database(server: str) -> Iterator[str]:
+    """A new, empty database on ``server`` (a DSN naming ``dbname=supervise``) for one
+    test; yields its DSN; dropped afterwards ``WITH (FORCE)`` (engines may hold sessions)."""
+    import uuid
+
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    try:
+        yield server.replace("dbname=supervise", f"dbname={name}")
+    finally:
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE {name} WITH (FORCE)")

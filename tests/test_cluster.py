@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import tomli_w
-from cluster_support import postgres_server
+from cluster_support import fresh_database, postgres_server
 from conftest import Setup, wait_for
 
 psycopg = pytest.importorskip("psycopg")
@@ -38,12 +38,8 @@ def server() -> Iterator[str]:
 @pytest.fixture
 def dsn(server: str) -> Iterator[str]:
     """A fresh, empty database on the module's server for one test."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    yield server.replace("dbname=supervise", f"dbname={name}")
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+    with fresh_database(server) as url:
+        yield url
 
 
 def supervise(*args: str, env: dict[str, str] | None = None,

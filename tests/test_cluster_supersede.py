@@ -10,13 +10,11 @@ from __future__ import annotations
 import json
 import os
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import test_cluster
 import tomli_w
-from cluster_support import postgres_server
 from conftest import Setup, wait_for
 from test_cluster import DOING, ENGINES, engines, rows, start_engine, stop_engines
 
@@ -25,22 +23,8 @@ from supervisor.config import load_profile, load_task
 psycopg = pytest.importorskip("psycopg")
 
 
-@pytest.fixture(scope="module", name="server")
-def _server() -> Iterator[str]:
-    """One throwaway server per module (as in tests/test_cluster.py)."""
-    with postgres_server() as dsn:
-        yield dsn
-
-
-@pytest.fixture(name="dsn")
-def _dsn(server: str) -> Iterator[str]:
-    """A fresh, empty database on the module's server for one test."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    yield server.replace("dbname=supervise", f"dbname={name}")
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+# The fixtures of tests/test_cluster.py: a server per module, a fresh database per test.
+server, dsn = test_cluster.server, test_cluster.dsn
 
 
 EVENTS = "SELECT generation, event FROM supervise_events WHERE task_id = %s ORDER BY id"

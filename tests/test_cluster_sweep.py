@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 import tomli_w
-from cluster_support import postgres_server
+from cluster_support import fresh_database, postgres_server
 from conftest import Setup, wait_for
 from hypothesis import given
 from hypothesis import strategies as st
@@ -59,14 +59,9 @@ def server() -> Iterator[str]:
 @pytest.fixture
 def dsn(server: str) -> Iterator[str]:
     """A fresh database with our schema, for one test."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    url = server.replace("dbname=supervise", f"dbname={name}")
-    assert supervise("cluster", "init", env={"SUPERVISE_CLUSTER_DSN": url}).returncode == 0
-    yield url
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+    with fresh_database(server) as url:
+        assert supervise("cluster", "init", env={"SUPERVISE_CLUSTER_DSN": url}).returncode == 0
+        yield url
 
 
 def host(tmp_path: Path, dsn: str, host_id: str, max_concurrent: int = 2,
