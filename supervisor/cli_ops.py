@@ -84,7 +84,9 @@ def _cluster_preflight(profile: LoadedProfile) -> str | None:
     except ImportError:
         return "[cluster] needs the 'cluster' extra: pip install 'supervise-agents[cluster]'"
     try:
-        return engine_preflight(dsn_of(profile))
+        cluster = profile.spec.cluster
+        assert cluster is not None
+        return engine_preflight(dsn_of(profile), cluster.host_id, cluster.heartbeat)
     except ConfigError as exc:
         return "; ".join(exc.problems)
 

@@ -174,6 +174,28 @@ def test_engine_on_a_database_without_init_is_one_line(setup: Setup, dsn: str) -
                            "'supervise cluster init'\n")  # fmt: skip
 
 
+def test_second_engine_with_a_host_id_in_use_is_refused(tmp_path: Path, dsn: str) -> None:
+    """An engine runs as h0; another state dir whose profile also says h0 is refused in
+    one line (they would share h0's queue and heartbeat row). After the first is
+    SIGKILLed (its heartbeat stays still) the same id starts again."""
+    with engines(tmp_path, dsn, count=1) as hosts:
+        (tmp_path / "twin").mkdir()
+        twin = Setup(tmp_path / "twin", f"sv-test-{uuid.uuid4().hex[:10]}")
+        cluster_profile(twin, dsn, "h0")
+        done = supervise("run", str(twin.profile), "--exit-when-idle")
+        assert (done.returncode, done.stdout) == (1, "")
+        assert done.stderr == ("supervise run: host id 'h0' is in use by an engine that is "
+                               "running (its heartbeat moves); give this engine its own "
+                               "[cluster] host_id\n")  # fmt: skip
+        first = ENGINES.pop(hosts["h0"].root)
+        first.kill()
+        first.wait()
+        ENGINES[hosts["h0"].root] = start_engine(hosts["h0"])
+        beat = "SELECT heartbeat_at FROM supervise_hosts WHERE host_id = 'h0'"
+        before = rows(dsn, beat)
+        wait_for(lambda: rows(dsn, beat) != before, timeout=20)
+
+
 def test_submit_validates_like_the_spool(setup: Setup, dsn: str) -> None:
     """The same checks and error lines as the spool path; a valid task becomes a queued row
     with its prompt inline and one procrastinate job (queue, queueing_lock = task id)."""

@@ -30,6 +30,7 @@ Tables:
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import psycopg
@@ -261,12 +262,13 @@ SELECT has_table_privilege('supervise_tasks', 'UPDATE')
     AND has_table_privilege('procrastinate_jobs', 'UPDATE'), current_user"""
 
 
-def engine_preflight(dsn: str) -> str | None:
+def engine_preflight(dsn: str, host_id: str, heartbeat: float) -> str | None:
     """Before ``supervise run`` starts a cluster engine: one line naming what is wrong and
     the fix when the database answers but cannot serve an engine (schema missing or of
-    another version, a login without the engine's rights), else None. A database that
-    does not answer is no reason to refuse: the engine starts, supervises its own tasks and
-    dispatches once the database is back (issue 15, "PostgreSQL down")."""
+    another version, a login without the engine's rights, ``host_id`` taken by an engine
+    that is running: :func:`host_id_in_use`), else None. A database that does not answer is
+    no reason to refuse: the engine starts, supervises its own tasks and dispatches once
+    the database is back (issue 15, "PostgreSQL down")."""
     try:
         found = check(dsn)
     except ClusterError:
@@ -282,4 +284,34 @@ def engine_preflight(dsn: str) -> str | None:
         return (f"the database login {row[1]!r} cannot run an engine (it may not update "
                 "tasks or write heartbeats); grant it the supervise_engine role "
                 "('supervise cluster roles')")  # fmt: skip
+    return host_id_in_use(dsn, host_id, heartbeat)
+
+
+_BEAT = "SELECT heartbeat_at, extract(epoch FROM now() - heartbeat_at)::float, host_timeout " \
+        "FROM supervise_hosts WHERE host_id = %s AND state = 'alive'"  # fmt: skip
+
+
+def host_id_in_use(dsn: str, host_id: str, heartbeat: float) -> str | None:
+    """One line when another engine runs under ``host_id`` now, else None. Two engines
+    with one id would share its queue and its heartbeat row, and each would take the
+    other's tasks for lost. A row that beat within its ``host_timeout`` is watched for up
+    to two of this profile's ``heartbeat`` periods (seconds): a heartbeat that moves is
+    another engine's (this one has not started its writer yet); one that stays is this
+    host's previous run, ended without a clean stop (SIGKILL, a crash), and no reason to
+    refuse. Database errors are no reason either (None)."""
+    try:
+        with connect(dsn) as conn:
+            row = conn.execute(_BEAT, (host_id,)).fetchone()
+            if row is None or row[1] > row[2]:
+                return None
+            deadline = time.monotonic() + 2 * heartbeat + 0.5
+            while time.monotonic() < deadline:
+                time.sleep(min(0.25, heartbeat / 4))
+                now = conn.execute(_BEAT, (host_id,)).fetchone()
+                if now is not None and now[0] != row[0]:
+                    return (f"host id {host_id!r} is in use by an engine that is running "
+                            "(its heartbeat moves); give this engine its own "
+                            "[cluster] host_id")  # fmt: skip
+    except (ClusterError, psycopg.Error):
+        return None
     return None
