@@ -14,6 +14,7 @@ import json
 import math
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -382,7 +383,8 @@ def test_a_host_back_from_the_dead_may_run_its_own_restarted_task(tmp_path: Path
     engines: dict[str, Any] = {"h0": start_engine(h0)}
     try:
         wait_for(lambda: rows(dsn, "SELECT host_id FROM supervise_hosts") == [("h0",)], 30)
-        task = submit(dsn, h0, "long", "print: long\nsleep: 12\nexit: 0")
+        repo = make_repo(tmp_path / "repo")  # a worktree and branch per run (the default)
+        task = submit(dsn, h0, "long", "print: long\nsleep: 12\nexit: 0", repo)
         wait_for(lambda: state_of(dsn, task)[:2] == ("running", "h0"), timeout=30)
         engines["h1"] = start_engine(h1)
         blocker = submit(dsn, h1, "blocker", "sleep: 60\nexit: 0", host="h1")
@@ -396,8 +398,21 @@ def test_a_host_back_from_the_dead_may_run_its_own_restarted_task(tmp_path: Path
         cleanup([h0, h1], list(engines.values()))
     assert state_of(dsn, task) == ("completed", "h0", 3)
     assert _status(h0, task) == "completed"
-    earlier = h0.state / "superseded" / f"{task}.g1" / "manifest.json"
-    assert json.loads(earlier.read_text())["status"] == "superseded"
+    earlier = json.loads((h0.state / "superseded" / f"{task}.g1" / "manifest.json").read_text())
+    assert earlier["status"] == "superseded"
+    # Both runs' worktrees and branches: the earlier one set aside with its generation.
+    now = json.loads((h0.state / "tasks" / task / "manifest.json").read_text())["workspace"]
+    assert (now["branch"], earlier["workspace"]["branch"]) == (
+        f"supervise/{task}", f"supervise/{task}.g1")  # fmt: skip
+    assert earlier["workspace"]["path"] == now["path"] + ".g1"
+    branches = subprocess.run(
+        ["git", "branch", "--format=%(refname:short)"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert {f"supervise/{task}", f"supervise/{task}.g1"} <= set(branches)
     launched = rows(dsn, "SELECT host_id, generation FROM supervise_events "
                          "WHERE task_id = %s AND event = 'launched' ORDER BY id", task)  # fmt: skip
     assert launched == [("h0", 1), ("h0", 3)]

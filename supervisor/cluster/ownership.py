@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
@@ -142,7 +142,43 @@ def set_aside_earlier_copy(tasks_dir: Path, state_dir: Path, task_id: str,
     target = state_dir / SET_ASIDE / f"{task_id}.g{generation}"
     target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     folder.rename(target)
+    _set_aside_worktree(target, generation)
     return True
+
+
+def _set_aside_worktree(folder: Path, generation: int) -> None:
+    """The earlier copy's worktree and branch renamed with the same ``.g<generation>``
+    suffix (``git worktree move``, ``git branch -m``: git-worktree(1), git-branch(1)), so
+    the new run can make ``supervise/<id>`` again; its record (the manifest set aside)
+    names the new places. A git that refuses (a worktree with submodules cannot be moved)
+    is logged: the new run then fails its workspace in one line ("branch taken")."""
+    from supervisor.taskdir import TaskDir
+    from supervisor.workspace.git import GitError, run_git
+
+    task = TaskDir(folder)
+    try:
+        ws = task.read_manifest().workspace
+    except (OSError, ValueError):
+        return
+    if ws is None or ws.mode != "worktree" or ws.removed or not ws.branch or not ws.repository:
+        return
+    path, branch = Path(ws.path), f"{ws.branch}.g{generation}"
+    moved = path.with_name(f"{path.name}.g{generation}")
+    try:
+        if path.is_dir():
+            run_git(["worktree", "move", str(path), str(moved)], ws.repository)
+        run_git(["branch", "-m", ws.branch, branch], ws.repository)
+    except GitError as exc:
+        log.warning("cluster: cannot set aside the worktree of %s: %s", folder.name, exc)
+        return
+
+    def renamed(manifest: Any) -> None:
+        if manifest.workspace is not None:
+            manifest.workspace = manifest.workspace.model_copy(
+                update={"path": str(moved) if moved.is_dir() else ws.path, "branch": branch}
+            )
+
+    task.update_manifest(renamed)
 
 
 def still_queued(conn: psycopg.Connection, task_id: str) -> bool:
