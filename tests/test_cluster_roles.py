@@ -27,6 +27,15 @@ def _login(dsn: str, group: str) -> tuple[str, str]:
     return name, dsn.replace("user=postgres", f"user={name}")
 
 
+def _submit_as(setup: Setup, dsn: str, name: str, prompt: str, **task: object) -> str:
+    """``supervise submit`` of a task ``name`` with a profile on ``dsn`` (a login's); its id."""
+    file = setup.root / f"{name}.toml"
+    file.write_text(tomli_w.dumps(setup.task(name, prompt, **task)))
+    done = supervise("submit", "-c", str(cluster_profile(setup, dsn, "h0")), str(file))
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
 @pytest.fixture
 def roles(dsn: str) -> Iterator[str]:
     """The schema and the roles applied (twice: re-runnable) on a fresh database."""
@@ -103,11 +112,7 @@ def test_engine_role_runs_a_real_engine(setup: Setup, roles: str) -> None:
     runs it and records it completed, with its events."""
     _, alice = _login(roles, "supervise_submit")
     _, bob = _login(roles, "supervise_engine")
-    task = setup.root / "t.toml"
-    task.write_text(tomli_w.dumps(setup.task("b", "print: hello\nexit: 0")))
-    done = supervise("submit", "-c", str(cluster_profile(setup, alice, "h0")), str(task))
-    assert done.returncode == 0, done.stderr
-    task_id = done.stdout.strip()
+    task_id = _submit_as(setup, alice, "b", "print: hello\nexit: 0")
     cluster_profile(setup, bob, "h0")
     engine = start_engine(setup)
     try:
@@ -137,11 +142,7 @@ def test_operator_role_stops_a_task_on_another_host_submit_role_cannot(
     _, alice = _login(roles, "supervise_submit")
     _, carol = _login(roles, "supervise_operator")
     _, bob = _login(roles, "supervise_engine")
-    task = setup.root / "t.toml"
-    task.write_text(tomli_w.dumps(setup.task("long", "print: working\nsleep: 60\n")))
-    done = supervise("submit", "-c", str(cluster_profile(setup, carol, "h0")), str(task))
-    assert done.returncode == 0, done.stderr
-    task_id = done.stdout.strip()
+    task_id = _submit_as(setup, carol, "long", "print: working\nsleep: 60\n")
     cluster_profile(setup, bob, "h0")
     engine = start_engine(setup)
     try:
@@ -178,11 +179,7 @@ def test_operator_stops_a_task_no_host_has_claimed(setup: Setup, roles: str) -> 
     (abandoned, its waiting job cancelled, ``wait`` ends); alice (submit) may not."""
     _, alice = _login(roles, "supervise_submit")
     _, carol = _login(roles, "supervise_operator")
-    task = setup.root / "t.toml"
-    task.write_text(tomli_w.dumps(setup.task("pinned", "exit: 0", host="nowhere")))
-    done = supervise("submit", "-c", str(cluster_profile(setup, alice, "h0")), str(task))
-    assert done.returncode == 0, done.stderr
-    task_id = done.stdout.strip()
+    task_id = _submit_as(setup, alice, "pinned", "exit: 0", host="nowhere")
     refused = supervise("stop", task_id, env={"SUPERVISE_CLUSTER_DSN": alice})
     assert refused.returncode == 1 and "permission denied" in refused.stderr
     assert refused.stderr.count("\n") == 1

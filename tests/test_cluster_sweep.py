@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import test_cluster
 import tomli_w
-from cluster_support import fresh_database, postgres_server
+from cluster_support import fresh_database
 from conftest import Setup, wait_for
 from hypothesis import given
 from hypothesis import strategies as st
@@ -51,10 +52,7 @@ RUN_JOBS = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'doing' " \
            "AND task_name = 'supervise.run_task'"  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    with postgres_server() as dsn:
-        yield dsn
+server = test_cluster.server  # one throwaway PostgreSQL per module
 
 
 @pytest.fixture
