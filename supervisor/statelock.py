@@ -1,0 +1,115 @@
+"""Locks held on the folders of a state dir, so no one can delete them from under a holder.
+
+Two owners use them: the engine holds :func:`engine_lock` (the ``state_dir`` folder itself)
+while it runs, one engine per ``state_dir``; ``supervise archive`` holds :func:`held` on
+``state_dir/archive`` while it writes (:func:`supervisor.archive.locked`), one archive run
+per state dir. The views and ``engine_probe`` ask :func:`engine_running`.
+
+Why a folder and not a lock file (issue 20): a lock file such as the former
+``state_dir/engine.lock`` can be unlinked while its holder runs; the next opener creates a new
+inode, locks that one too, and a second engine ran on the same ``state_dir`` (doubled
+``crashed``/``resumed`` events, ``retry_count`` 2 for one crash). A folder full of state
+cannot be removed from under its holder, and renaming it moves the whole state along.
+
+How: ``flock(2)`` on an ``O_RDONLY|O_DIRECTORY`` descriptor. The kernel releases it when
+the holder dies, SIGKILL included, so it never goes stale; Python opens descriptors
+non-inheritable, so the tmux server and the agents the engine starts never hold it. The
+``filelock`` library cannot lock a folder (it opens its path ``O_RDWR|O_CREAT``), hence
+``fcntl`` here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+#: Seconds an engine start retries a lock held for an instant by a probe (``status``,
+#: ``serve``) before it says another engine runs.
+PROBE_GRACE = 1.0
+
+
+class LockBusy(RuntimeError):
+    """Another process holds the lock on this folder."""
+
+
+class EngineBusy(LockBusy):
+    """Another engine holds the state directory's lock (one engine per ``state_dir``)."""
+
+
+def acquire(folder: Path, grace: float = 0.0) -> int:
+    """Take the exclusive lock on ``folder``; returns its descriptor (close it to release).
+
+    ``grace``: seconds to keep trying while it is held (0: one try).
+
+    Raises:
+        LockBusy: another process holds it (after ``grace`` seconds).
+        OSError: the folder cannot be opened (missing, not a folder, no permission).
+    """
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    give_up = time.monotonic() + grace
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= give_up:
+                os.close(fd)
+                raise LockBusy(str(folder)) from None
+            time.sleep(0.05)
+        except BaseException:
+            os.close(fd)
+            raise
+
+
+@contextlib.contextmanager
+def held(folder: Path, grace: float = 0.0) -> Iterator[None]:
+    """:func:`acquire` for the ``with`` block (same errors)."""
+    fd = acquire(folder, grace)
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
+def is_held(folder: Path) -> bool:
+    """Whether another process holds the lock on ``folder`` (a non-blocking shared
+    ``flock``, released at once: two probes never see each other). A missing folder, or
+    one this user cannot open, is not held: a probe cannot tell, and says so by ``False``."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as exc:
+        return exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
+    finally:
+        os.close(fd)
+    return False
+
+
+def engine_lock(state_dir: Path) -> int:
+    """Take the engine's lock on ``state_dir`` (one engine per state dir); returns the
+    descriptor, held until the engine ends. Retries :data:`PROBE_GRACE` seconds.
+
+    Raises:
+        EngineBusy: another engine runs on ``state_dir``.
+        OSError: ``state_dir`` cannot be opened.
+    """
+    try:
+        return acquire(state_dir, PROBE_GRACE)
+    except LockBusy:
+        raise EngineBusy(
+            f"another 'supervise run' already owns {state_dir} (it holds the lock on that "
+            "folder); stop it first"
+        ) from None
+
+
+def engine_running(state_dir: Path) -> bool:
+    """Whether an engine holds ``state_dir`` (:func:`is_held`)."""
+    return is_held(state_dir)
