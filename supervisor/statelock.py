@@ -25,7 +25,7 @@ import errno
 import fcntl
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 #: Seconds an engine start retries a lock held for an instant by a probe (``status``,
@@ -113,3 +113,92 @@ def engine_lock(state_dir: Path) -> int:
 def engine_running(state_dir: Path) -> bool:
     """Whether an engine holds ``state_dir`` (:func:`is_held`)."""
     return is_held(state_dir)
+
+
+# ---------------------------------------------------------------- a task's folder
+
+#: The file in a task folder that the engine holds a shared ``flock`` on while work it
+#: started for the task still runs after its ending (the notifier, the leftover-process
+#: sweep); ``supervise archive`` leaves such a folder where it is (issue 20).
+TASK_HOLD = ".inflight.lock"
+
+
+def hold_task(task_path: Path) -> int:
+    """Take a shared hold on a task folder (:data:`TASK_HOLD`); returns the descriptor,
+    held until closed. Several holds of one task coexist. Blocks while ``supervise archive``
+    moves the folder away (a rename: an instant).
+
+    Raises:
+        OSError: the folder is gone or not writable.
+    """
+    fd = os.open(task_path / TASK_HOLD, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def claim_task(task_path: Path) -> int | None:
+    """The exclusive hold on an ended task's folder, for moving it away: the descriptor
+    (close it to release), or ``None`` while the engine holds it (:func:`hold_task`). A
+    folder without :data:`TASK_HOLD` was never held: a descriptor on the folder itself."""
+    try:
+        fd = os.open(task_path / TASK_HOLD, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return os.open(task_path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def task_busy(task_path: Path) -> bool:
+    """Whether the engine still holds the task folder (:func:`hold_task`); nothing held after."""
+    fd = claim_task(task_path)
+    if fd is None:
+        return True
+    os.close(fd)
+    return False
+
+
+def _try_hold(task_path: Path) -> int | None:
+    """:func:`hold_task`, or ``None`` when it cannot be taken (a folder gone, a full disk):
+    the engine's work goes on without it rather than fail the task."""
+    try:
+        return hold_task(task_path)
+    except OSError:
+        return None
+
+
+@contextlib.contextmanager
+def task_held(task_path: Path, when: bool = True) -> Iterator[None]:
+    """Hold the task folder for a ``with`` block when ``when`` (:func:`hold_task`; a hold
+    that cannot be taken is skipped)."""
+    fd = _try_hold(task_path) if when else None
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def held_while(task_path: Path, body: Callable[[], None]) -> Callable[[], None]:
+    """``body`` holding the task folder from now (the caller's thread) until it returns on
+    whichever thread runs it: for work the engine starts on a task that has ended."""
+    fd = _try_hold(task_path)
+
+    def run() -> None:
+        try:
+            body()
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    return run
