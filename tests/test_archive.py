@@ -13,6 +13,7 @@ import sys
 import tarfile
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 from conftest import Setup, wait_for
 from test_workspace import make_repo
@@ -203,3 +204,50 @@ def test_an_archive_killed_halfway_loses_nothing_and_the_next_run_finishes(setup
     assert archived_sizes(setup) == sizes  # every output whole
     assert [p.name for p in tasks.iterdir() if p.is_dir()] == []
     assert [p.name for p in folder.iterdir()] == ["2026-10.tar.gz"]
+
+
+def test_a_task_whose_notifier_still_runs_is_archived_next_time(
+    setup: Setup, tmp_path: Path
+) -> None:
+    """Issue 20: archiving while the engine's notifier still ran on an ended task raised a
+    traceback in the engine and lost the ``notified`` event. Now the task stays (one reason)
+    until the notifier is done; the next archive takes it, ``notified`` included."""
+    began, release = tmp_path / "notifier-began", tmp_path / "release"
+    notifier = [sys.executable, "-c",
+                "import pathlib, sys, time\n"
+                f"pathlib.Path({str(began)!r}).touch()\n"
+                "for _ in range(600):\n"
+                f"    if pathlib.Path({str(release)!r}).exists(): sys.exit(0)\n"
+                "    time.sleep(0.05)\n"]  # fmt: skip
+    setup.write_profile(notifier=notifier, notifier_timeout=60)
+    setup.drop("done.toml", setup.task("done", "exit: 0"))
+    log = (tmp_path / "engine.log").open("w")
+    engine = subprocess.Popen(
+        [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile)],
+        stdout=subprocess.DEVNULL, stderr=log,
+    )  # fmt: skip
+    try:
+        wait_for(began.exists, timeout=30)
+        task_id = setup.manifests()["done"]["task_id"]
+        early = setup.supervise("archive", "-c", str(setup.profile), "--older-than", "0s",
+                                "--json")  # fmt: skip
+        assert early.returncode == 0, early.stderr
+        (row,) = [r for r in json.loads(early.stdout) if r["task_id"] == task_id]
+        assert row["action"] == "keep" and "notifier" in row["reason"]
+        assert (setup.state / "tasks" / task_id / "manifest.json").exists()
+        release.touch()
+        wait_for(lambda: any(e["event"] == "notified" for e in setup.events(task_id)))
+        later = setup.supervise("archive", "-c", str(setup.profile), "--older-than", "0s")
+        assert later.returncode == 0, later.stderr
+        assert not (setup.state / "tasks" / task_id).exists()
+    finally:
+        release.touch()
+        engine.send_signal(signal.SIGTERM)
+        engine.wait(timeout=30)
+        log.close()
+    err = (tmp_path / "engine.log").read_text()
+    assert engine.returncode == 0 and "Traceback" not in err, err
+    tarball = next((setup.state / "archive").glob("*.tar.gz"))
+    with tarfile.open(tarball) as archive:
+        events = archive.extractfile(f"{task_id}/events.jsonl").read().decode()
+    assert '"notified"' in events
