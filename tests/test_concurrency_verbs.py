@@ -4,9 +4,11 @@ refuses in one line, and the state is consistent after. Real processes throughou
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 
 from conftest import Setup
 from test_archive import archived_sizes, ended_tasks, places
@@ -43,3 +45,58 @@ def test_two_archives_at_once_leave_one_good_tarball(setup: Setup) -> None:
     again = setup.supervise("archive", "-c", str(setup.profile), "--older-than", "30d")
     assert again.returncode == 0, again.stderr
     assert places(setup) == Counter(dict.fromkeys(sizes, 1))
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "supervisor.cli", *args]
+
+
+def test_two_inits_into_one_folder_at_once(tmp_path: Path) -> None:
+    """One writes the starter profile and the demo's tasks, the other refuses in one line
+    (the profile exists); the folder is whole: every demo task once in the spool."""
+    folder = tmp_path / "here"
+    results = _together(_cli("init", str(folder)), _cli("init", str(folder)))
+    assert sorted(code for code, _, _ in results) == [0, 1], results
+    (refusal,) = [err for code, _, err in results if code == 1]
+    assert len(refusal.strip().splitlines()) == 1 and "exists; not overwriting" in refusal
+    tasks = sorted(p.name for p in (folder / "tasks").iterdir())
+    assert tasks and sorted(p.name for p in (folder / "spool").iterdir()) == tasks
+    for name in tasks:
+        assert (folder / "spool" / name).read_bytes() == (folder / "tasks" / name).read_bytes()
+    check = subprocess.run(_cli("validate", str(folder / "profile.toml")), capture_output=True,
+                           text=True, timeout=60)  # fmt: skip
+    assert check.returncode == 0, check.stderr
+
+
+INSTALL = """
+import sys
+from supervisor import systemd
+systemd.booted = lambda root=None: True  # this test box runs no systemd; systemctl is faked
+from supervisor.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_two_installs_at_once_run_one_after_the_other(setup: Setup, tmp_path: Path) -> None:
+    """``startup --install`` twice at once: both end 0 with the same unit, and their
+    systemctl calls never interleave (the second waits for the first instead of reading a
+    unit half written and calling it "another profile's")."""
+    setup.write_profile()
+    bin_dir, home = tmp_path / "bin", tmp_path / "home"
+    bin_dir.mkdir()
+    home.mkdir()
+    calls = tmp_path / "calls"
+    systemctl = bin_dir / "systemctl"
+    systemctl.write_text(f'#!/bin/sh\necho "start $PPID $*" >> {calls}\nsleep 0.3\n'
+                         f'echo "end $PPID" >> {calls}\n')  # fmt: skip
+    systemctl.chmod(0o755)
+    env = {**os.environ, "HOME": str(home), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    argv = [sys.executable, "-c", INSTALL, "startup", "-c", str(setup.profile), "--install"]
+    results = _together(argv, argv, env=env)
+    assert [code for code, _, _ in results] == [0, 0], results
+    (unit,) = (home / ".config/systemd/user").glob("*.service")
+    assert str(setup.profile) in unit.read_text()
+    lines = calls.read_text().splitlines()
+    assert len(lines) == 8
+    for start, end in zip(lines[::2], lines[1::2], strict=True):
+        assert start.startswith("start ") and end == f"end {start.split()[1]}", lines
