@@ -4,12 +4,16 @@ refuses in one line, and the state is consistent after. Real processes throughou
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
+import tomli_w
+from cluster_support import fresh_database, postgres_server
 from conftest import Setup
 from test_archive import archived_sizes, ended_tasks, places
 
@@ -100,3 +104,33 @@ def test_two_installs_at_once_run_one_after_the_other(setup: Setup, tmp_path: Pa
     assert len(lines) == 8
     for start, end in zip(lines[::2], lines[1::2], strict=True):
         assert start.startswith("start ") and end == f"end {start.split()[1]}", lines
+
+
+def test_two_cluster_inits_at_once_against_one_database() -> None:
+    """Both end 0: one applies every schema, the other waits for it (an advisory lock in
+    the same transaction) and finds the database up to date; ``check`` is clean after."""
+    pytest.importorskip("psycopg")
+    with postgres_server() as server, fresh_database(server) as dsn:
+        env = {**os.environ, "SUPERVISE_CLUSTER_DSN": dsn}
+        argv = _cli("cluster", "init")
+        results = _together(argv, argv, env=env)
+        assert [code for code, _, _ in results] == [0, 0], results
+        outs = sorted(out for _, out, _ in results)
+        assert outs[0].startswith("already up to date") and outs[1].startswith("applied")
+        check = subprocess.run(_cli("cluster", "check", "--json"), capture_output=True,
+                               text=True, env=env, timeout=60)  # fmt: skip
+        assert check.returncode == 0 and not json.loads(check.stdout)["problems"], check.stdout
+
+
+def test_two_submits_of_one_task_file_at_once_spool_two_tasks(setup: Setup) -> None:
+    """Two submits of the same file at once: two tasks, each its own id and spool file
+    (the staging and spool names carry the new id; nothing is overwritten)."""
+    setup.write_profile()
+    task = setup.root / "t.toml"
+    task.write_text(tomli_w.dumps(setup.task("same", "exit: 0")))
+    argv = _cli("submit", "-c", str(setup.profile), str(task))
+    results = _together(argv, argv)
+    assert [code for code, _, _ in results] == [0, 0], results
+    ids = sorted(out.strip() for _, out, _ in results)
+    assert ids[0] != ids[1]
+    assert sorted(p.name for p in setup.spool.iterdir()) == [f"{i}.toml" for i in ids]
