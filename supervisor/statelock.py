@@ -24,6 +24,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -121,6 +122,9 @@ def engine_running(state_dir: Path) -> bool:
 #: started for the task still runs after its ending (the notifier, the leftover-process
 #: sweep); ``supervise archive`` leaves such a folder where it is (issue 20).
 TASK_HOLD = ".inflight.lock"
+#: Flags that keep opening :data:`TASK_HOLD` from blocking on a FIFO or following a symlink
+#: (an agent can write into its own task folder).
+_NO_SURPRISES = os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def hold_task(task_path: Path) -> int:
@@ -131,8 +135,10 @@ def hold_task(task_path: Path) -> int:
     Raises:
         OSError: the folder is gone or not writable.
     """
-    fd = os.open(task_path / TASK_HOLD, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = os.open(task_path / TASK_HOLD, os.O_RDWR | os.O_CREAT | _NO_SURPRISES, 0o600)
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(task_path / TASK_HOLD))
         fcntl.flock(fd, fcntl.LOCK_SH)
     except BaseException:
         os.close(fd)
@@ -143,10 +149,24 @@ def hold_task(task_path: Path) -> int:
 def claim_task(task_path: Path) -> int | None:
     """The exclusive hold on an ended task's folder, for moving it away: the descriptor
     (close it to release), or ``None`` while the engine holds it (:func:`hold_task`). A
-    folder without :data:`TASK_HOLD` was never held: a descriptor on the folder itself."""
+    folder without :data:`TASK_HOLD` was never held, nor one where it is not a regular file
+    (a FIFO or a symlink an agent left: :func:`hold_task` refuses those too): a descriptor
+    on the folder itself then.
+
+    Raises:
+        OSError: the folder cannot be opened.
+    """
+    folder = os.open(task_path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        fd = os.open(task_path / TASK_HOLD, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
+        fd = os.open(TASK_HOLD, os.O_RDONLY | _NO_SURPRISES, dir_fd=folder)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENXIO):
+            return folder
+        os.close(folder)
+        raise
+    os.close(folder)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
         return os.open(task_path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

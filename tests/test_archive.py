@@ -18,6 +18,7 @@ from pathlib import Path
 from conftest import Setup, wait_for
 from test_workspace import make_repo
 
+from supervisor import statelock
 from supervisor.taskdir import atomic_write
 
 OLD = "2026-10-03T10:00:00Z"  # the month of the tarball: 2026-10
@@ -251,3 +252,23 @@ def test_a_task_whose_notifier_still_runs_is_archived_next_time(
     with tarfile.open(tarball) as archive:
         events = archive.extractfile(f"{task_id}/events.jsonl").read().decode()
     assert '"notified"' in events
+
+
+def test_an_odd_inflight_file_an_agent_left_neither_blocks_nor_keeps_the_task(
+    setup: Setup, tmp_path: Path
+) -> None:
+    """An agent can write into its own task folder: a FIFO or a symlink (to a FIFO) at the
+    engine's hold file must not block ``archive`` in ``open()`` nor keep the task forever."""
+    sizes = ended_tasks(setup, 2)
+    fifo_task, link_task = sorted(sizes)
+    fifo, link = (setup.state / "tasks" / t / statelock.TASK_HOLD for t in (fifo_task, link_task))
+    fifo.unlink(missing_ok=True)  # the engine's own, from the seed task's ending
+    link.unlink(missing_ok=True)
+    os.mkfifo(fifo)
+    os.mkfifo(tmp_path / "elsewhere")
+    link.symlink_to(tmp_path / "elsewhere")
+    done = setup.supervise("archive", "-c", str(setup.profile), "--older-than", "30d",
+                           timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert places(setup) == Counter(dict.fromkeys(sizes, 1))
+    assert not any((setup.state / "tasks").iterdir())
