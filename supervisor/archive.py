@@ -19,17 +19,18 @@ once or one is SIGKILLed halfway: one run at a time per state dir (:func:`locked
 is written beside the old one under a unique temporary name (the old tarball's members, less
 any of the folders being added again after an interrupted run, then the new folders),
 fsynced, renamed over the old one and the folder fsynced; it is read back, and only then is
-each archived task folder renamed to ``tasks/.archived-ID`` (atomic, hidden from every
-reader) and removed. Any error before the rename leaves everything as it was; a run killed
-after it leaves ``.archived-*`` folders and temporary files that the next run removes (their
-tasks are in the tarball), or task folders still in place that the next run archives again
-(replacing their copies in the tarball). ``gzip`` through the standard library's
+each archived task folder renamed to ``archive/.removing-ID`` (atomic, out of sight of every
+reader of ``tasks/``) and removed. Any error before the rename leaves everything as it was; a
+run killed after it leaves ``.removing-*`` folders and temporary files that the next run
+removes (their tasks are in the tarball), or task folders still in place that the next run
+archives again (replacing their copies in the tarball). ``gzip`` through the standard library's
 :mod:`tarfile`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -48,8 +49,11 @@ from supervisor.states import TERMINAL
 from supervisor.taskdir import MANIFEST, TaskDir, parse_iso
 
 ARCHIVE = "archive"
-#: Prefix of a task folder renamed away once its tarball is durable (removed next).
-GONE = ".archived-"
+#: Prefix of a task folder renamed into ``state_dir/archive`` once its tarball is durable,
+#: then removed: no reader of ``tasks/`` (the engine's adoption, ``status``) sees it there.
+GONE = ".removing-"
+#: The same within ``tasks/`` when ``archive/`` is on another filesystem (EXDEV).
+GONE_IN_PLACE = ".archived-"
 #: Suffix of a tarball being written (``.YYYY-MM.tar.gz.<random>.tmp``).
 TMP_SUFFIX = ".tmp"
 
@@ -118,7 +122,11 @@ def _judge(task: TaskDir, older_than: float, now: float) -> ArchiveItem:
     ended = _ended_at(task, manifest)
     if now - ended < older_than:
         return ArchiveItem(task.task_id, "keep", f"ended {(now - ended) / 3600:.1f} h ago")
-    if statelock.task_busy(task.path):
+    try:
+        busy = statelock.task_busy(task.path)
+    except OSError as exc:  # moved by another run meanwhile (a --dry-run does not lock)
+        return ArchiveItem(task.task_id, "keep", f"its folder cannot be opened ({exc})")
+    if busy:
         why = "the engine still runs its notifier or cleanup on it; archived next time"
         return ArchiveItem(task.task_id, "keep", why)
     hold = _workspace_hold(task, now)
@@ -185,7 +193,7 @@ def _holds(target: Path, ids: list[str]) -> set[str]:
     return {task_id for task_id in ids if f"{task_id}/{MANIFEST}" in names}
 
 
-def _remove(tasks_dir: Path, task_id: str, tarball: str) -> str:
+def _remove(tasks_dir: Path, archive: Path, task_id: str, tarball: str) -> str:
     """Move an archived task folder away (rename, then remove); returns the item's result.
     Kept, not moved, when the engine took it up again meanwhile."""
     folder = tasks_dir / task_id
@@ -193,8 +201,14 @@ def _remove(tasks_dir: Path, task_id: str, tarball: str) -> str:
     if fd is None:
         return f"kept: the engine works on it again; {tarball} takes its newer copy next time"
     try:
-        gone = tasks_dir / f"{GONE}{task_id}"
-        os.rename(folder, gone)  # atomic: the folder is in tasks/ or nowhere a reader looks
+        gone = archive / f"{GONE}{task_id}"
+        try:  # atomic: the whole folder is in tasks/ or out of every reader's sight
+            os.rename(folder, gone)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+            gone = tasks_dir / f"{GONE_IN_PLACE}{task_id}"
+            os.rename(folder, gone)
     finally:
         os.close(fd)
     fsync_dir(tasks_dir)
@@ -208,7 +222,7 @@ def _clean_leftovers(folder: Path, tasks_dir: Path) -> None:
     for entry in folder.glob(f".*{TMP_SUFFIX}"):
         if entry.is_file() and not entry.is_symlink():
             entry.unlink(missing_ok=True)
-    for entry in tasks_dir.glob(f"{GONE}*"):
+    for entry in [*folder.glob(f"{GONE}*"), *tasks_dir.glob(f"{GONE_IN_PLACE}*")]:
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
 
@@ -233,7 +247,7 @@ def apply(found: Plan, tasks_dir: Path) -> bool:
                 ok, item.result = False, f"error: not found in {target.name}; kept"
                 continue
             try:
-                item.result = _remove(tasks_dir, item.task_id, target.name)
+                item.result = _remove(tasks_dir, found.folder, item.task_id, target.name)
             except OSError as exc:
                 ok, item.result = False, f"error: archived in {target.name}, not removed: {exc}"
     return ok
