@@ -39,7 +39,8 @@ class LockBusy(RuntimeError):
 
 
 class EngineBusy(LockBusy):
-    """Another engine holds the state directory's lock (one engine per ``state_dir``)."""
+    """Another engine holds the state directory's lock (one engine per ``state_dir``), or
+    the lock cannot be taken at all (the folder is not this user's to open). One line."""
 
 
 def acquire(folder: Path, grace: float = 0.0) -> int:
@@ -99,8 +100,7 @@ def engine_lock(state_dir: Path) -> int:
     descriptor, held until the engine ends. Retries :data:`PROBE_GRACE` seconds.
 
     Raises:
-        EngineBusy: another engine runs on ``state_dir``.
-        OSError: ``state_dir`` cannot be opened.
+        EngineBusy: another engine runs on ``state_dir``, or it cannot be opened.
     """
     try:
         return acquire(state_dir, PROBE_GRACE)
@@ -108,6 +108,11 @@ def engine_lock(state_dir: Path) -> int:
         raise EngineBusy(
             f"another 'supervise run' already owns {state_dir} (it holds the lock on that "
             "folder); stop it first"
+        ) from None
+    except OSError as exc:
+        raise EngineBusy(
+            f"cannot open {state_dir} to lock it ({exc.strerror or exc}); the state_dir must "
+            "be a folder of this user's (mode 0700)"
         ) from None
 
 
