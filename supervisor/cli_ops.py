@@ -14,7 +14,8 @@ Exit codes of ``wait`` (``timeout(1)``'s 124 for a timeout): 0 every task ended 
 seconds passed first; 2 usage error (argparse, or an id that names no task, spool file or
 rejected file). ``run``: 0 on a normal stop, 1 when it cannot start (another engine, an
 unsafe spool). ``archive``: 0 done (also nothing to do), 1 an archive could not be written
-(nothing removed then), 2 usage error.
+(nothing removed then) or another ``archive`` runs on the state dir (nothing done), 2 usage
+error.
 """
 
 from __future__ import annotations
@@ -278,8 +279,18 @@ def cmd_archive(args: argparse.Namespace) -> int:
         _err(f"supervise archive: --older-than: {exc}")
         return EXIT_USAGE
     profile = _profile(args.config)
-    found = archive.plan(profile.tasks_dir, profile.state_dir, older_than)
-    ok = True if args.dry_run else archive.apply(found, profile.tasks_dir)
+    if args.dry_run:
+        found, ok = archive.plan(profile.tasks_dir, profile.state_dir, older_than), True
+    else:
+        try:
+            found, ok = archive.run(profile.tasks_dir, profile.state_dir, older_than)
+        except archive.ArchiveBusy as exc:
+            _err(f"supervise archive: {exc}")
+            return 1
+        except OSError as exc:
+            where = exc.filename or profile.state_dir
+            _err(f"supervise archive: cannot open {where}: {exc.strerror or exc}")
+            return 1
     rows = [{"task_id": i.task_id, "action": i.action, "reason": i.reason, "month": i.month,
              "result": i.result} for i in found.items]  # fmt: skip
     if args.json:

@@ -36,6 +36,11 @@ SCHEMAS = {
     "status": "status.schema.json",
 }
 
+#: Seconds ``supervise init`` waits for another init writing into the same folder.
+INIT_WAIT = 30.0
+#: Seconds ``supervise startup --install`` waits for another install: its two systemctl
+#: calls of at most ``systemd.SYSTEMD_TIMEOUT`` (10) seconds each, with room to spare.
+INSTALL_WAIT = 30.0
 #: Header of the profile ``supervise init`` writes.
 INIT_HEADER = """\
 # A starter profile written by `supervise init`: the honest demo agent (no model, no
@@ -108,35 +113,51 @@ def starter_profile(folder: Path) -> str:
 def cmd_init(args: argparse.Namespace) -> int:
     """Write ``DIR/profile.toml``, ``DIR/spool/`` and ``DIR/state/`` (mode 0700: the engine
     refuses a spool others can write to), ``DIR/project/``, the demo's task files in
-    ``DIR/tasks/`` and a copy of each in the spool. Refuses an existing profile."""
-    from supervisor import bundled
+    ``DIR/tasks/`` and a copy of each in the spool. Refuses an existing profile. Two inits
+    into one folder at once: one writes, the other waits for it (a lock on ``DIR``,
+    :mod:`supervisor.statelock`) and then refuses, as for any existing profile."""
+    from supervisor import statelock
 
     folder = Path(args.dir)
     profile = folder / "profile.toml"
-    if profile.exists():
-        _err(f"supervise init: {profile} exists; not overwriting it (remove it, or give "
-             "another folder: supervise init DIR)")  # fmt: skip
-        return 1
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        for name in ("spool", "state"):
-            (folder / name).mkdir(mode=0o700, exist_ok=True)
-            os.chmod(folder / name, 0o700)  # mkdir's mode is masked by the umask
-        (folder / "project").mkdir(exist_ok=True)
-        (folder / "tasks").mkdir(exist_ok=True)
-        for entry in bundled.folder("demo_tasks").iterdir():
-            if entry.name.endswith(".toml"):
-                text = entry.read_text(encoding="utf-8")
-                (folder / "tasks" / entry.name).write_text(text, encoding="utf-8")
-                (folder / "spool" / entry.name).write_text(text, encoding="utf-8")
-        with open(profile, "x", encoding="utf-8") as handle:  # "x": never over a racing one
-            handle.write(starter_profile(folder))
+        if not profile.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            with statelock.held(folder, grace=INIT_WAIT):
+                if not profile.exists():
+                    _write_starter(folder, profile)
+                    return 0
+    except statelock.LockBusy:
+        _err(f"supervise init: another 'supervise init' is still writing {folder}; "
+             "run it again once that one ends")  # fmt: skip
+        return 1
     except OSError as exc:
         _err(f"supervise init: cannot write {exc.filename or folder}: {exc.strerror}")
         return 1
+    _err(f"supervise init: {profile} exists; not overwriting it (remove it, or give "
+         "another folder: supervise init DIR)")  # fmt: skip
+    return 1
+
+
+def _write_starter(folder: Path, profile: Path) -> None:
+    """The files of :func:`cmd_init` (the caller holds the folder's lock). Raises OSError."""
+    from supervisor import bundled
+    from supervisor.diskio import atomic_write
+
+    for name in ("spool", "state"):
+        (folder / name).mkdir(mode=0o700, exist_ok=True)
+        os.chmod(folder / name, 0o700)  # mkdir's mode is masked by the umask
+    (folder / "project").mkdir(exist_ok=True)
+    (folder / "tasks").mkdir(exist_ok=True)
+    for entry in bundled.folder("demo_tasks").iterdir():
+        if entry.name.endswith(".toml"):
+            data = entry.read_bytes()
+            atomic_write(folder / "tasks" / entry.name, data, durable=False)
+            atomic_write(folder / "spool" / entry.name, data, durable=False)
+    with open(profile, "x", encoding="utf-8") as handle:  # "x": never over another's
+        handle.write(starter_profile(folder))
     print(f"wrote {profile}, {folder / 'spool'}/ (holding the demo tasks), {folder / 'state'}/")
     print(f"run:  supervise run {profile} --exit-when-idle")
-    return 0
 
 
 # ---------------------------------------------------------------- schema
@@ -185,20 +206,36 @@ def cmd_startup(args: argparse.Namespace) -> int:
 
 
 def _install(name: str, text: str) -> int:
-    from supervisor import systemd
+    """Write, enable and start the unit. Two installs at once run one after the other (a
+    lock on the unit folder, :mod:`supervisor.statelock`): the second finds the same unit
+    in place, never a half-written one, and enables it again (a no-op)."""
+    from supervisor import statelock, systemd
 
     folder = systemd.USER_UNIT_DIR.expanduser()
-    path = folder / name
     try:
-        if path.exists() and path.read_text(encoding="utf-8") != text:
-            _err(f"supervise startup: {path} exists and differs (another profile, or another "
-                 f"supervise); remove it first: systemctl --user disable --now {name}")  # fmt: skip
-            return 1
         folder.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        _err(f"supervise startup: cannot write {path}: {exc.strerror}")
+        with statelock.held(folder, grace=INSTALL_WAIT):
+            return _install_locked(folder / name, text)
+    except statelock.LockBusy:
+        _err(f"supervise startup: another 'supervise startup --install' still runs in {folder}; "
+             "run it again once that one ends")  # fmt: skip
         return 1
+    except OSError as exc:
+        _err(f"supervise startup: cannot write {exc.filename or folder}: {exc.strerror}")
+        return 1
+
+
+def _install_locked(path: Path, text: str) -> int:
+    """:func:`_install` under its lock. Raises OSError when the unit cannot be written."""
+    from supervisor import systemd
+    from supervisor.diskio import atomic_write
+
+    name = path.name
+    if path.exists() and path.read_text(encoding="utf-8") != text:
+        _err(f"supervise startup: {path} exists and differs (another profile, or another "
+             f"supervise); remove it first: systemctl --user disable --now {name}")  # fmt: skip
+        return 1
+    atomic_write(path, text.encode())
     print(f"wrote {path}")
     for argv in (["systemctl", "--user", "daemon-reload"],
                  ["systemctl", "--user", "enable", "--now", name]):  # fmt: skip

@@ -1,9 +1,10 @@
 """Is a live engine holding a state dir? The warning of the commands that need one.
 
 The rule is the status model's (:func:`supervisor.views.model.engine_state`): ``running``
-when ``state_dir/engine.lock`` is held and the heartbeat ``engine-stats.json`` is at most
-15 s old; ``stale`` when the lock is held without a fresh heartbeat (a stuck engine) or a
-fresh heartbeat's writer does not hold the lock; ``not running`` otherwise.
+when the engine's lock on the ``state_dir`` folder (:mod:`supervisor.statelock`) is held and
+the heartbeat ``engine-stats.json`` is at most 15 s old; ``stale`` when the lock is held
+without a fresh heartbeat (a stuck engine) or a fresh heartbeat's writer does not hold the
+lock; ``not running`` otherwise.
 :func:`warning` turns the last two into the one stderr line that ``submit``, ``wait``,
 ``stop``, ``resume``, ``approve`` and ``deny`` print (issue 14: a request must not sit
 silently in a queue nobody reads); ``status`` shows the same engine line itself.

@@ -5,14 +5,20 @@ worktree is unreviewed; an archive that cannot be written removes nothing."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
 import subprocess
 import sys
 import tarfile
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
 
 from conftest import Setup, wait_for
 from test_workspace import make_repo
 
+from supervisor import statelock
 from supervisor.taskdir import atomic_write
 
 OLD = "2026-10-03T10:00:00Z"  # the month of the tarball: 2026-10
@@ -95,13 +101,174 @@ def test_an_archive_that_cannot_be_written_removes_nothing(setup: Setup) -> None
     setup.drop("done.toml", setup.task("done", "exit: 0"))
     assert setup.run().returncode == 0
     task_id = _age(setup, "done")
-    # The month's temp name taken by a folder: the tarball cannot be opened for writing.
-    (setup.state / "archive" / ".2026-10.tar.gz.tmp").mkdir(parents=True)
+    # The month's tarball is a folder: it cannot be read nor replaced.
+    (setup.state / "archive" / "2026-10.tar.gz").mkdir(parents=True)
     failed = _archive(setup)
     assert failed.returncode == 1
     assert f"supervise archive: {task_id}: error:" in failed.stderr
     assert "nothing removed" in failed.stderr
     assert (setup.state / "tasks" / task_id / "manifest.json").exists()
-    assert not (setup.state / "archive" / "2026-10.tar.gz").exists()
+    assert (setup.state / "archive" / "2026-10.tar.gz").is_dir()
     bad = _archive(setup, "--older-than", "soon")
     assert bad.returncode == 2 and "--older-than" in bad.stderr
+
+
+# ---------------------------------------------------------------- issue 20: interruption
+
+
+def ended_tasks(setup: Setup, count: int, size: int = 0, files: int = 0) -> dict[str, int]:
+    """``count`` ended task folders (ended in 2026-10): one real run, cloned. Each gets
+    ``size`` random bytes in ``output.log`` (gzip cannot shrink them: writing takes a
+    while) and ``files`` small extra files (removing takes a while). Returns id -> the
+    size of its ``output.log``."""
+    setup.write_profile()
+    setup.drop("seed.toml", setup.task("seed", "exit: 0"))
+    assert setup.run().returncode == 0
+    seed = _age(setup, "seed")
+    tasks = setup.state / "tasks"
+    ids = [seed] + [f"clone-{i:03d}-a1b2c3" for i in range(count - 1)]
+    for task_id in ids[1:]:
+        shutil.copytree(tasks / seed, tasks / task_id)
+        m = json.loads((tasks / task_id / "manifest.json").read_text())
+        m["task_id"] = task_id
+        atomic_write(tasks / task_id / "manifest.json", json.dumps(m).encode())
+    for task_id in ids:
+        if size:
+            (tasks / task_id / "output.log").write_bytes(os.urandom(size))
+        for n in range(files):
+            (tasks / task_id / f"extra-{n:03d}.txt").write_text(f"{task_id} {n}\n")
+    return {task_id: (tasks / task_id / "output.log").stat().st_size for task_id in ids}
+
+
+def places(setup: Setup) -> Counter[str]:
+    """How many times each task id is found: a folder in ``tasks/`` (hidden ones are no
+    task) plus a manifest in any tarball (each tarball must open)."""
+    found: Counter[str] = Counter(
+        p.name for p in (setup.state / "tasks").iterdir() if not p.name.startswith(".")
+    )
+    for tarball in sorted((setup.state / "archive").glob("*.tar.gz")):
+        with tarfile.open(tarball) as archive:
+            for name in archive.getnames():
+                parts = name.split("/")
+                if len(parts) == 2 and parts[1] == "manifest.json":
+                    found[parts[0]] += 1
+    return found
+
+
+def archived_sizes(setup: Setup) -> dict[str, int]:
+    """id -> size of its ``output.log`` in the month's tarball."""
+    with tarfile.open(setup.state / "archive" / "2026-10.tar.gz") as archive:
+        return {
+            m.name.split("/")[0]: m.size
+            for m in archive.getmembers()
+            if m.name.endswith("/output.log")
+        }
+
+
+def _start_archive(setup: Setup) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "supervisor.cli", "archive", "-c", str(setup.profile),
+         "--older-than", "30d"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def _kill_when(proc: subprocess.Popen[str], moment: Callable[[], bool]) -> None:
+    """SIGKILL our archive process (by pid) at ``moment`` (or once it ended by itself)."""
+    wait_for(lambda: moment() or proc.poll() is not None, timeout=60, every=0.002)
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+
+
+def test_an_archive_killed_halfway_loses_nothing_and_the_next_run_finishes(setup: Setup) -> None:
+    """Issue 20: SIGKILL while the tarball is written, then while the folders are removed.
+    After each kill every task is somewhere, whole; the next run leaves each in exactly one
+    place (the tarball), with its full output, and no temporary file behind."""
+    sizes = ended_tasks(setup, 12, size=1_500_000, files=300)
+    folder, tasks = setup.state / "archive", setup.state / "tasks"
+
+    writing = _start_archive(setup)
+    _kill_when(writing, lambda: any(folder.glob(".*.tmp")))
+    assert set(places(setup)) == set(sizes) and min(places(setup).values()) >= 1
+
+    removing = _start_archive(setup)
+    watched = [tasks / t / n for t in sizes for n in ("manifest.json", "output.log",
+               "extra-000.txt", "extra-150.txt", "extra-299.txt")]  # fmt: skip
+    _kill_when(removing, lambda: not all(p.exists() for p in watched))  # removal began
+    found = places(setup)
+    assert set(found) == set(sizes) and min(found.values()) >= 1, found
+
+    again = _archive(setup)
+    assert again.returncode == 0, again.stderr
+    assert places(setup) == Counter(dict.fromkeys(sizes, 1))
+    assert archived_sizes(setup) == sizes  # every output whole
+    assert [p.name for p in tasks.iterdir() if p.is_dir()] == []
+    assert [p.name for p in folder.iterdir()] == ["2026-10.tar.gz"]
+
+
+def test_a_task_whose_notifier_still_runs_is_archived_next_time(
+    setup: Setup, tmp_path: Path
+) -> None:
+    """Issue 20: archiving while the engine's notifier still ran on an ended task raised a
+    traceback in the engine and lost the ``notified`` event. Now the task stays (one reason)
+    until the notifier is done; the next archive takes it, ``notified`` included."""
+    began, release = tmp_path / "notifier-began", tmp_path / "release"
+    notifier = [sys.executable, "-c",
+                "import pathlib, sys, time\n"
+                f"pathlib.Path({str(began)!r}).touch()\n"
+                "for _ in range(600):\n"
+                f"    if pathlib.Path({str(release)!r}).exists(): sys.exit(0)\n"
+                "    time.sleep(0.05)\n"]  # fmt: skip
+    setup.write_profile(notifier=notifier, notifier_timeout=60)
+    setup.drop("done.toml", setup.task("done", "exit: 0"))
+    log = (tmp_path / "engine.log").open("w")
+    engine = subprocess.Popen(
+        [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile)],
+        stdout=subprocess.DEVNULL, stderr=log,
+    )  # fmt: skip
+    try:
+        wait_for(began.exists, timeout=30)
+        task_id = setup.manifests()["done"]["task_id"]
+        early = setup.supervise("archive", "-c", str(setup.profile), "--older-than", "0s",
+                                "--json")  # fmt: skip
+        assert early.returncode == 0, early.stderr
+        (row,) = [r for r in json.loads(early.stdout) if r["task_id"] == task_id]
+        assert row["action"] == "keep" and "notifier" in row["reason"]
+        assert (setup.state / "tasks" / task_id / "manifest.json").exists()
+        release.touch()
+        wait_for(lambda: any(e["event"] == "notified" for e in setup.events(task_id)))
+        later = setup.supervise("archive", "-c", str(setup.profile), "--older-than", "0s")
+        assert later.returncode == 0, later.stderr
+        assert not (setup.state / "tasks" / task_id).exists()
+    finally:
+        release.touch()
+        engine.send_signal(signal.SIGTERM)
+        engine.wait(timeout=30)
+        log.close()
+    err = (tmp_path / "engine.log").read_text()
+    assert engine.returncode == 0 and "Traceback" not in err, err
+    tarball = next((setup.state / "archive").glob("*.tar.gz"))
+    with tarfile.open(tarball) as archive:
+        events = archive.extractfile(f"{task_id}/events.jsonl").read().decode()
+    assert '"notified"' in events
+
+
+def test_an_odd_inflight_file_an_agent_left_neither_blocks_nor_keeps_the_task(
+    setup: Setup, tmp_path: Path
+) -> None:
+    """An agent can write into its own task folder: a FIFO or a symlink (to a FIFO) at the
+    engine's hold file must not block ``archive`` in ``open()`` nor keep the task forever."""
+    sizes = ended_tasks(setup, 2)
+    fifo_task, link_task = sorted(sizes)
+    fifo, link = (setup.state / "tasks" / t / statelock.TASK_HOLD for t in (fifo_task, link_task))
+    fifo.unlink(missing_ok=True)  # the engine's own, from the seed task's ending
+    link.unlink(missing_ok=True)
+    os.mkfifo(fifo)
+    os.mkfifo(tmp_path / "elsewhere")
+    link.symlink_to(tmp_path / "elsewhere")
+    done = setup.supervise("archive", "-c", str(setup.profile), "--older-than", "30d",
+                           timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert places(setup) == Counter(dict.fromkeys(sizes, 1))
+    assert not any((setup.state / "tasks").iterdir())

@@ -91,7 +91,7 @@ class Engines:
         starts adopting); False if it ended first or took longer than ``timeout``."""
         end = time.time() + timeout
         while time.time() < end and engine.poll() is None:
-            if _holds_flock(engine.pid, self.setup.state / "engine.lock"):
+            if _holds_flock(engine.pid, self.setup.state):
                 self._ready = True
                 return True
             time.sleep(0.01)
@@ -114,8 +114,8 @@ class Engines:
 
 
 def _holds_flock(pid: int, path: Path) -> bool:
-    """``pid`` holds a ``flock`` on ``path`` (read from /proc/locks, without touching the
-    lock: trying it ourselves could make the engine's own attempt fail)."""
+    """``pid`` holds a ``flock`` on ``path``, a file or folder (read from /proc/locks,
+    without touching the lock: trying it ourselves could make the engine's own attempt fail)."""
     try:
         inode = str(path.stat().st_ino)
         lines = Path("/proc/locks").read_text().splitlines()

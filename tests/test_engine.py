@@ -283,8 +283,8 @@ def test_second_engine_on_the_same_state_dir_refuses(setup: Setup) -> None:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        wait_for(lambda: (setup.state / "engine.lock").exists(), timeout=20)
-        time.sleep(0.5)
+        # its heartbeat is written right after it took the lock
+        wait_for(lambda: (setup.state / "engine-stats.json").exists(), timeout=20)
         second = setup.run(timeout=30)
         assert second.returncode == 1
         assert "already owns" in second.stderr and str(setup.state) in second.stderr
@@ -293,6 +293,29 @@ def test_second_engine_on_the_same_state_dir_refuses(setup: Setup) -> None:
         assert first.wait(timeout=15) == 0
     # Once the first is gone the lock is free again.
     assert setup.run(timeout=30).returncode == 0
+
+
+def test_second_engine_refuses_after_the_lock_file_was_deleted(setup: Setup) -> None:
+    """Issue 20: deleting ``state_dir/engine.lock`` (the lock file of earlier versions) let a
+    second engine start on the same state dir. The lock is now held on the state dir folder
+    itself, which nobody can delete from under the engine: the second refuses in one line."""
+    setup.write_profile()
+    first = subprocess.Popen(
+        [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: (setup.state / "engine-stats.json").exists(), timeout=20)
+        for leftover in setup.state.glob("*.lock"):
+            leftover.unlink()  # whatever lock file there is, gone
+        second = setup.run(timeout=30)
+        assert second.returncode == 1, second.stderr
+        lines = second.stderr.strip().splitlines()
+        assert len(lines) == 1 and "already owns" in lines[0] and str(setup.state) in lines[0]
+        assert first.poll() is None
+    finally:
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=15) == 0
 
 
 def test_inline_tasks_run_once_per_state_dir(setup: Setup) -> None:

@@ -180,9 +180,9 @@ def test_wait_is_woken_by_the_manifest_write_not_a_poll(setup: Setup, tmp_path: 
     manifest = {"task_id": "t-abcdef", "status": "running", "verdict": None}
     atomic_write(folder / "manifest.json", json.dumps(manifest).encode())
     # a live-looking engine so no warning is printed: the lock held by this test
-    from filelock import FileLock
+    from supervisor.statelock import held
 
-    with FileLock(str(setup.state / "engine.lock")):
+    with held(setup.state):
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         (setup.state / "engine-stats.json").write_text(json.dumps({"written_at": now}))
         waiter = subprocess.Popen(

@@ -1,6 +1,6 @@
 """The status model (supervisor/views/model.py) on fixture state dirs: every group, time in
 state, spool files, pending requests, damaged folders, and the engine's state with a real
-process holding ``engine.lock``."""
+process holding the engine lock on the state dir."""
 
 from __future__ import annotations
 
@@ -22,10 +22,10 @@ from supervisor.taskdir import utc_iso
 from supervisor.views import model
 
 HOLDER = """
-import sys, time
-from filelock import FileLock
-lock = FileLock(sys.argv[1], timeout=5)
-lock.acquire()
+import sys
+from pathlib import Path
+from supervisor.statelock import engine_lock
+held = engine_lock(Path(sys.argv[1]))
 print("held", flush=True)
 sys.stdin.read()
 """
@@ -139,8 +139,8 @@ def test_sort_keys(fixture: vf.Fixture) -> None:
 
 @pytest.fixture
 def holder(fixture: vf.Fixture) -> Iterator[subprocess.Popen[str]]:
-    """A real process holding ``engine.lock`` (as ``Engine.run`` does), ended by pid."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(fixture.state_dir / "engine.lock")],
+    """A real process holding the engine's lock (as ``Engine.run`` does), ended by pid."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(fixture.state_dir)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
     assert proc.stdout is not None and proc.stdout.readline() == "held\n"
     yield proc
@@ -155,9 +155,10 @@ def _heartbeat(state_dir: Path, pid: int, written: float, started: float) -> Non
 
 
 def test_engine_not_running_without_lock_or_heartbeat(fixture: vf.Fixture) -> None:
+    before = sorted(fixture.state_dir.iterdir())
     engine = model.engine_state(fixture.state_dir)
     assert (engine.state, engine.lock_held) == ("not running", False)
-    assert not (fixture.state_dir / "engine.lock").exists()  # probing never creates it
+    assert sorted(fixture.state_dir.iterdir()) == before  # probing never creates anything
     assert engine.line() == "engine: not running"
 
 
@@ -192,9 +193,8 @@ def test_engine_stale_when_heartbeat_pid_alive_without_lock(fixture: vf.Fixture)
     try:
         now = time.time()
         _heartbeat(fixture.state_dir, proc.pid, now - 1, now - 60)
-        (fixture.state_dir / "engine.lock").touch()
         engine = model.engine_state(fixture.state_dir, now)
-        assert engine.state == "stale" and "does not hold engine.lock" in (engine.reason or "")
+        assert engine.state == "stale" and "does not hold the engine lock" in (engine.reason or "")
     finally:
         proc.kill()
         proc.wait(timeout=10)

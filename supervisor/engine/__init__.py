@@ -19,7 +19,8 @@ the scheduler or calls back up. Each returns facts and the scheduler acts on the
 
 from supervisor.engine.intake import Intake, SpoolIntake, UnsafeSpool, check_spool_permissions
 from supervisor.engine.launch import LaunchSpec, expand_argv
-from supervisor.engine.scheduler import Engine, EngineBusy, run_profile
+from supervisor.engine.scheduler import Engine, run_profile
+from supervisor.statelock import EngineBusy
 
 __all__ = [
     "Engine",

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from supervisor import acceptance, notify, policy, processes, statefs, stopping
+from supervisor import acceptance, notify, policy, processes, statefs, statelock, stopping
 from supervisor.config import LoadedProfile
 from supervisor.engine import launch, workspaces
 from supervisor.engine.panes import Sessions
@@ -269,7 +269,17 @@ class Actions:
     def _conclude(
         self, runtime: Runtime, decision: policy.Decision, now: float, applied: Applied
     ) -> Outcome:
-        """Step 3: write the manifest, start the notifier, retire or look again."""
+        """Step 3: write the manifest, start the notifier, retire or look again. An ending
+        holds the task folder from before its manifest says so until its notifiers hold it
+        themselves, so ``supervise archive`` never takes a folder whose notification is
+        still to come (:func:`supervisor.statelock.hold_task`, issue 20)."""
+        with statelock.task_held(runtime.task.path, applied.state.status in TERMINAL):
+            return self._write_and_notify(runtime, decision, now, applied)
+
+    def _write_and_notify(
+        self, runtime: Runtime, decision: policy.Decision, now: float, applied: Applied
+    ) -> Outcome:
+        """:meth:`_conclude` within its hold."""
         task, state, previous = runtime.task, applied.state, applied.previous
         ended_escalated = previous.status == "escalated" and state.status in TERMINAL
         if runtime.agent is not None and ended_escalated:
@@ -362,7 +372,7 @@ class Actions:
         for event in decision.notified(runtime.policy.notify_on):
             manifest = runtime.manifest.model_copy()
             body = functools.partial(self._notify, runtime, manifest, event, decision.reason)
-            self.submit_background(body)
+            self.submit_background(statelock.held_while(runtime.task.path, body))
 
     @staticmethod
     def _notify(runtime: Runtime, manifest: Manifest, event_name: str, why: str) -> None:
@@ -409,7 +419,7 @@ class Actions:
                 task.append_event("processes_ended", pids=ended, killed=killed)
                 log.info("%s: ended %d leftover process(es) %s", task.task_id, len(ended), ended)
 
-        self.submit_background(body)
+        self.submit_background(statelock.held_while(task.path, body))
 
     @staticmethod
     def _signal_agent(task: TaskDir, signum: int) -> None:

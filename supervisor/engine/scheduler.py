@@ -40,7 +40,6 @@ from datetime import UTC, datetime
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
-from filelock import FileLock, Timeout
 
 from supervisor import control, policy, statefs, systemd
 from supervisor.config import ConfigError, LoadedProfile, ResolvedTask
@@ -53,6 +52,7 @@ from supervisor.engine.observe import Observer, tail_pending
 from supervisor.engine.panes import Sessions
 from supervisor.engine.runtime import Outcome, Runtime
 from supervisor.engine.starts import Result, Starts
+from supervisor.statelock import engine_lock
 from supervisor.taskdir import TaskDir
 from supervisor.tmux import Tmux, TmuxError
 from supervisor.watch import Watcher
@@ -65,10 +65,6 @@ ADOPT_RETRY = 5.0
 STATS_EVERY = 5.0
 #: Seconds between looks for the wrapper's end line in output.log.
 TAIL_POLL = 0.05
-
-
-class EngineBusy(RuntimeError):
-    """Another engine holds the state directory's lock (one engine per ``state_dir``)."""
 
 
 class Engine(Kicks):
@@ -125,24 +121,18 @@ class Engine(Kicks):
         Returns the process exit status (0).
 
         Raises:
-            EngineBusy: another engine runs on the same ``state_dir`` (an OS file lock,
-                released by the kernel if that engine dies, so it never goes stale).
+            EngineBusy: another engine runs on the same ``state_dir`` (a lock on the folder
+                itself, :mod:`supervisor.statelock`; released by the kernel if that engine
+                dies, so it never goes stale).
         """
         for folder in (self.profile.state_dir, self.profile.spool_dir, self.profile.tasks_dir):
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         check_spool_permissions(self.profile)
-        lock = FileLock(str(self.profile.state_dir / "engine.lock"), timeout=0)
-        try:
-            lock.acquire()
-        except Timeout:
-            raise EngineBusy(
-                f"another 'supervise run' already owns {self.profile.state_dir} "
-                f"(lock {self.profile.state_dir / 'engine.lock'}); stop it first"
-            ) from None
+        lock = engine_lock(self.profile.state_dir)  # raises EngineBusy
         try:
             return self._run_locked()
         finally:
-            lock.release()
+            os.close(lock)
 
     def _run_locked(self) -> int:
         log.info(stats.start_line(self.profile.path, self.profile.state_dir,

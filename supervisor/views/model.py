@@ -5,7 +5,7 @@
 its **group** (what it needs from a person) and the figures an operator scans for. A
 :class:`Reader` does the same repeatedly, re-reading only the task folders that changed
 (a live view refreshes every second). Plain ``os`` and ``json``, no pydantic, no
-third-party import but ``filelock``: this runs over thousands of folders
+third-party import: this runs over thousands of folders
 (``benchmarks/views.py``), and the core install needs nothing more.
 
 **Engine state** and spool files: :mod:`.sources` (re-exported here).
@@ -43,7 +43,6 @@ from typing import Any
 from supervisor.terminal import escape_controls
 from supervisor.views.sources import (
     HEARTBEAT,
-    LOCK,
     STALE_AFTER,
     Engine,
     SpoolFile,
@@ -58,7 +57,7 @@ from supervisor.views.sources import (
 
 #: The model's API; the names from :mod:`.sources` are part of it.
 __all__ = [
-    "GROUPS", "GROUP_OF", "HEARTBEAT", "LOCK", "SORTS", "STALE_AFTER", "Engine", "Reader",
+    "GROUPS", "GROUP_OF", "HEARTBEAT", "SORTS", "STALE_AFTER", "Engine", "Reader",
     "Snapshot", "SpoolFile", "Task", "duration", "engine_state", "epoch", "finish",
     "last_line", "lock_held", "pending_requests", "pid_alive", "read_json", "snapshot",
     "sort_tasks", "spool_files", "status_since", "task_from_manifest", "totals",

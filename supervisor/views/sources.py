@@ -2,15 +2,15 @@
 (:mod:`.model` re-exports every name here): the engine's lock and heartbeat, the spool.
 
 **Engine state** (:class:`Engine`, :func:`engine_state`). The engine holds an OS lock on
-``state_dir/engine.lock`` while it runs (``Engine.run``; released by the kernel when the
-process dies) and rewrites its heartbeat ``state_dir/engine-stats.json`` every 5 s
-(:mod:`supervisor.engine.stats`). ``running``: the lock is held and the heartbeat is at most
-:data:`STALE_AFTER` (3 × 5 = 15) seconds old. ``stale``: the lock is held but the heartbeat
-is older or missing (an engine stuck, or a lock held by something else), or the lock is
-free while a fresh heartbeat's pid is alive (an engine whose ``engine.lock`` was deleted
-under it). ``not running``: anything else. Probing takes the lock for an instant
-(non-blocking) and releases it at once; an engine starting in that same microsecond
-would be refused with "another engine runs" and can be started again.
+the ``state_dir`` folder itself while it runs (:func:`supervisor.statelock.engine_lock`;
+released by the kernel when the process dies) and rewrites its heartbeat
+``state_dir/engine-stats.json`` every 5 s (:mod:`supervisor.engine.stats`). ``running``: the
+lock is held and the heartbeat is at most :data:`STALE_AFTER` (3 × 5 = 15) seconds old.
+``stale``: the lock is held but the heartbeat is older or missing (an engine stuck, or a lock
+held by something else), or the lock is free while a fresh heartbeat's pid is alive (an engine
+of a state dir that was moved or replaced under it). ``not running``: anything else. Probing
+takes a shared lock for an instant (non-blocking) and releases it at once; an engine starting
+in that same instant retries for a second (:data:`supervisor.statelock.PROBE_GRACE`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from typing import Any
 #: (``supervisor.engine.scheduler.STATS_EVERY``).
 STALE_AFTER = 15.0
 HEARTBEAT = "engine-stats.json"
-LOCK = "engine.lock"
 
 
 @dataclass(slots=True)
@@ -37,7 +36,8 @@ class Engine:
     (the profile file's path) and ``socket`` (tmux ``-L`` name) from the last heartbeat;
     ``uptime_s`` (seconds since it started; ``None`` unless running or stale);
     ``heartbeat_age_s`` (seconds since the heartbeat was written; ``None`` without one);
-    ``lock_held`` (whether ``engine.lock`` is held); ``reason``: why stale, in a sentence.
+    ``lock_held`` (whether the engine's lock on ``state_dir`` is held); ``reason``: why
+    stale, in a sentence.
     """
 
     state: str
@@ -85,22 +85,11 @@ def read_json(path: str | Path) -> dict[str, Any] | None:
 
 
 def lock_held(state_dir: Path) -> bool:
-    """Whether some process holds ``state_dir/engine.lock`` (a non-blocking ``flock`` with
-    ``filelock``, released at once). A missing lock file is not held (never created here)."""
-    path = state_dir / LOCK
-    if not path.exists():
-        return False
-    from filelock import FileLock, Timeout
+    """Whether some process holds the engine's lock on ``state_dir``
+    (:func:`supervisor.statelock.engine_running`; never creates anything)."""
+    from supervisor.statelock import engine_running
 
-    lock = FileLock(str(path), timeout=0)
-    try:
-        lock.acquire()
-    except Timeout:
-        return True
-    except OSError:  # not ours to open (permissions): cannot tell, say not held
-        return False
-    lock.release()
-    return False
+    return engine_running(state_dir)
 
 
 def pid_alive(pid: int) -> bool:
@@ -137,10 +126,12 @@ def engine_state(state_dir: Path, now: float | None = None) -> Engine:
         return Engine("running", uptime_s=uptime, **known)
     if held:
         why = "no heartbeat" if age is None else f"heartbeat {duration(age)} old"
-        reason = f"engine.lock is held but {HEARTBEAT} has {why} (written every 5 s)"
+        reason = f"the engine lock is held but {HEARTBEAT} has {why} (written every 5 s)"
         return Engine("stale", uptime_s=uptime, reason=reason, **known)
     if fresh and pid is not None and pid_alive(pid):
-        reason = f"pid {pid} wrote a heartbeat {duration(age)} ago but does not hold engine.lock"
+        reason = (
+            f"pid {pid} wrote a heartbeat {duration(age)} ago but does not hold the engine lock"
+        )
         return Engine("stale", uptime_s=uptime, reason=reason, **known)
     return Engine("not running", **known)
 
