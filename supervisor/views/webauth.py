@@ -6,7 +6,8 @@ stream is covered as well as the pages):
 1. **Host** (loopback binds only): the ``Host`` header must name a loopback address or
    ``localhost``. A page on another site that makes its own name resolve to 127.0.0.1 (DNS
    rebinding) sends its own name and is refused (400).
-2. **Token** (when one is set): ``Authorization: Bearer T``, or the cookie
+2. **Token** (always, except for reads over ``--socket``, whose 0600 socket in the 0700
+   state folder only its owner can reach): ``Authorization: Bearer T``, or the cookie
    ``supervise_token`` that a first visit with ``?token=T`` sets (``HttpOnly``,
    ``SameSite=Strict``; the redirect drops the token from the address bar and history).
    Anything else gets 401. Tokens are compared in constant time.
@@ -38,7 +39,7 @@ class Access:
     """The access settings of one ``supervise serve``.
 
     Attributes:
-        token: the secret every request needs, or ``None`` (loopback, read-only).
+        token: the secret every request needs, or ``None`` (read-only over ``--socket``).
         allow_actions: whether approve, deny, stop and resume are served.
         loopback: whether the server is bound to a loopback address (Host check on).
         csrf: the synchronizer token written into pages (new at each start).
