@@ -398,6 +398,33 @@ def test_socket_in_the_state_dir_serves_its_owner_without_a_token(fixture: Fixtu
     assert done.returncode == 1 and "chmod 700" in done.stderr, done
 
 
+def test_socket_left_by_a_killed_server_is_taken_over(fixture: Fixture) -> None:
+    """A ``serve --socket`` SIGKILLed leaves its socket file behind; the next start finds
+    nobody answering on it and listens there."""
+    _web_extra()
+    os.chmod(fixture.state_dir, 0o700)
+    sock = fixture.state_dir / "serve.sock"
+    argv = [sys.executable, "-m", "supervisor.cli", "serve", "-c", str(fixture.profile), "--socket"]
+    killed = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+    assert killed.stderr is not None
+    assert killed.stderr.readline().startswith("supervise serve: unix:")
+    killed.kill()
+    killed.wait()
+    killed.stderr.close()
+    assert stat.S_ISSOCK(sock.lstat().st_mode)
+    with serve(fixture.profile, "--socket", bind=None):
+        assert unix_request(str(sock), "/api/snapshot")[0] == 200
+
+
+def test_a_token_that_cannot_travel_in_a_url_or_cookie_is_refused(fixture: Fixture) -> None:
+    """``--token`` goes into a URL and a cookie: a space, ``;``, ``+`` or a control character
+    would be cut or changed on the way and lock the browser out; one line names the rule."""
+    for bad in ("two words", "a;Path=/x", "a+b", "ctl\x1b[2J", ""):
+        done = _serve_line("serve", "-c", str(fixture.profile), "--token", bad or " ")
+        assert done.returncode == 1 and done.stderr.count("\n") == 1, done
+        assert "--token" in done.stderr and "\x1b" not in done.stderr, done
+
+
 def test_non_loopback_bind_warns_that_the_token_travels_in_clear_text(fixture: Fixture) -> None:
     """A bind that is not loopback (with its token) says, after the URL, that the token and
     the pages travel unencrypted without TLS."""

@@ -33,6 +33,7 @@ import argparse
 import contextlib
 import ipaddress
 import os
+import re
 import secrets
 import socket
 import stat
@@ -53,6 +54,9 @@ if TYPE_CHECKING:
 DEFAULT_BIND = "127.0.0.1:8765"
 #: The environment variable read when ``--token`` is not given.
 TOKEN_ENV = "SUPERVISE_TOKEN"
+#: What a token may hold: URL-unreserved characters (RFC 3986 section 2.3), which travel
+#: unchanged in ``?token=`` and in a cookie value (``secrets.token_urlsafe`` makes them).
+TOKEN_RE = re.compile(r"[A-Za-z0-9._~-]+")
 #: ``--socket``'s unix socket in the state dir (its lock: this name plus ``.lock``).
 SOCKET_NAME = "serve.sock"
 #: The modules the ``web`` extra provides (``pip install 'supervise-agents[web]'``).
@@ -172,7 +176,13 @@ def listen_unix(path: Path) -> socket.socket:
 def _token(args: argparse.Namespace, host: str | None) -> tuple[str | None, str | None]:
     """``(token, problem)``: the token every request needs (``None`` only for reads over
     ``--socket``), or the one line that refuses the start."""
-    token = args.token or os.environ.get(TOKEN_ENV) or None
+    token = args.token if args.token is not None else os.environ.get(TOKEN_ENV) or None
+    if token is not None and not TOKEN_RE.fullmatch(token):
+        return None, (
+            f"--token (or {TOKEN_ENV}) may hold only letters, digits and . _ ~ - "
+            "(it travels in a URL and a cookie); e.g. python3 -c 'import secrets; "
+            "print(secrets.token_urlsafe(24))'"
+        )
     if host is not None and not is_loopback(host) and not token:
         return None, (
             f"refusing to bind {host} (not loopback) without a token; give "
