@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 from test_claude_agent import harness  # noqa: F401 (the real CLI's fixture, for the e2e test)
-from views_fixture import TASKS, Fixture, build
+from views_fixture import TASKS, Fixture, build, write_profile
 
 from supervisor.taskdir import Manifest, TaskDir, utc_iso
 
@@ -423,6 +423,22 @@ def test_a_token_that_cannot_travel_in_a_url_or_cookie_is_refused(fixture: Fixtu
         done = _serve_line("serve", "-c", str(fixture.profile), "--token", bad or " ")
         assert done.returncode == 1 and done.stderr.count("\n") == 1, done
         assert "--token" in done.stderr and "\x1b" not in done.stderr, done
+
+
+def test_socket_makes_a_missing_state_dir_0700_and_names_a_path_too_long(tmp_path: Path) -> None:
+    """``serve --socket`` before any engine ran makes the state dir 0700 (not with the umask,
+    as its lock file's folder would be); a state dir whose socket path passes the 107 bytes
+    of ``sun_path`` is one line naming the limit."""
+    _web_extra()
+    profile = write_profile(tmp_path)
+    with serve(profile, "--socket", bind=None) as served:
+        assert stat.S_IMODE((tmp_path / "state").stat().st_mode) == 0o700
+        assert unix_request(served.url.removeprefix("unix:"), "/api/snapshot")[0] == 200
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    done = _serve_line("serve", "-c", str(write_profile(deep)), "--socket")
+    assert done.returncode == 1 and "107 bytes" in done.stderr, done
+    assert done.stderr.count("\n") == 1
 
 
 def test_non_loopback_bind_warns_that_the_token_travels_in_clear_text(fixture: Fixture) -> None:

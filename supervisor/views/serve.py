@@ -54,6 +54,8 @@ if TYPE_CHECKING:
 DEFAULT_BIND = "127.0.0.1:8765"
 #: The environment variable read when ``--token`` is not given.
 TOKEN_ENV = "SUPERVISE_TOKEN"
+#: The longest unix socket path Linux takes (``sun_path`` is 108 bytes with its NUL).
+SUN_PATH_MAX = 107
 #: What a token may hold: URL-unreserved characters (RFC 3986 section 2.3), which travel
 #: unchanged in ``?token=`` and in a cookie value (``secrets.token_urlsafe`` makes them).
 TOKEN_RE = re.compile(r"[A-Za-z0-9._~-]+")
@@ -142,7 +144,6 @@ def listen_unix(path: Path) -> socket.socket:
             cannot be bound (too long for ``sun_path``, ...).
     """
     folder = path.parent
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     mode = stat.S_IMODE(folder.stat().st_mode)
     if mode & 0o077:
         raise ValueError(
@@ -159,6 +160,11 @@ def listen_unix(path: Path) -> socket.socket:
                 path.unlink()  # stale: its server is gone
             else:
                 raise ValueError(f"{path} is in use by another 'supervise serve'")
+    if len(os.fsencode(path)) > SUN_PATH_MAX:
+        raise ValueError(
+            f"{path} is longer than a unix socket path may be ({SUN_PATH_MAX} "
+            "bytes); set a shorter [paths] state_dir, or serve on TCP with its token"
+        )
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)  # the socket file is made 0600, never briefly wider
     try:
@@ -222,6 +228,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         shown = f"[{host}]" if ":" in host else host
         return _serve(args, profile, sock, f"http://{shown}:{sock.getsockname()[1]}/", token)
     path = profile.state_dir / SOCKET_NAME
+    # Made here, 0700 as the engine makes it: the lock below would make it with the umask.
+    profile.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     lock = FileLock(f"{path}.lock", timeout=0)
     try:
         with lock:
