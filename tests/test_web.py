@@ -207,6 +207,27 @@ def test_escalation_approved_from_the_page(browser: Any, fixture: Fixture) -> No
         page.close()
 
 
+def test_two_boards_on_one_machine_keep_their_own_cookies(
+    browser: Any, fixture: Fixture, tmp_path: Path
+) -> None:
+    """Cookies are not kept apart by port: with a token on every server, two boards (two
+    state dirs) in one browser must not log each other out."""
+    (tmp_path / "other").mkdir()
+    other = build(tmp_path / "other", now=time.time())
+    with serve(fixture.profile) as first, serve(other.profile) as second:
+        context = browser.new_context()
+        page = context.new_page()
+        page.goto(first.url)
+        page.wait_for_selector("#live.on")
+        page.goto(second.url)
+        page.wait_for_selector("#live.on")
+        for served in (first, second):
+            answer = page.goto(served.base)
+            assert answer is not None and answer.status == 200, served.base
+            page.wait_for_selector("#live.on")
+        context.close()
+
+
 def test_actions_need_the_token_and_the_csrf_check(fixture: Fixture) -> None:
     """A POST without the token, without the CSRF header, with a foreign Origin, or to a
     read-only server is refused and writes no request; a Host that is not loopback (DNS
