@@ -5,9 +5,10 @@ prompt holds a secret, leaves a second task waiting in the spool, starts ``super
 on TCP (its default: a token made at start) and on ``--socket``, and then, running as that
 user (``runuser -u USER --``, the system ``python3``, stdlib only), tries to read every
 file of the state dir and the spool, the board over HTTP without the token, and the unix
-socket. The folders above the state dir are opened to everyone (0755), so only the state
-dir's, the spool's and the socket's own modes stand in the way; a world-readable file
-beside them proves that the user reaches them.
+socket, and to write a task file into the spool or a request into the state dir. The
+folders above the state dir are opened to everyone (0755), so only the state dir's, the
+spool's and the socket's own modes stand in the way; a world-readable file beside them
+proves that the user reaches them.
 
 Not root: skipped, unless ``CI`` is set (``.ci/run`` runs as root): then it fails.
 """
@@ -56,6 +57,13 @@ for url in todo["urls"]:
             out[url] = "read: " + answer.read(2000).decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
         out[url] = exc.code
+for path in todo["writes"]:
+    try:
+        with open(path, "x") as handle:
+            handle.write("prompt = 'run this as the owner'\n")
+        out[path] = "read: written"
+    except PermissionError:
+        out[path] = "denied"
 for path in todo["sockets"]:
     with socket.socket(socket.AF_UNIX) as sock:
         try:
@@ -142,8 +150,10 @@ def test_another_user_cannot_read_the_board_or_the_state(
     with serve(setup.profile) as tcp, serve(setup.profile, "--socket", bind=None) as unix:
         urls = [tcp.base + path for path in ("", "api/snapshot", "task/" + _task_id(setup))]
         sock = unix.url.removeprefix("unix:")
+        writes = [str(setup.spool / "evil.toml"), str(setup.state / "control" / "x.stop"),
+                  str(setup.state / "tasks" / "evil")]  # fmt: skip
         got = _as_user(other_user, {"files": files, "folders": folders, "urls": urls,
-                                    "sockets": [sock]})  # fmt: skip
+                                    "sockets": [sock], "writes": writes})  # fmt: skip
     assert got.pop(str(public)) == "read: anyone may read this"  # it does reach the folder
     leaked = {where: what for where, what in got.items() if what not in ("denied", 401)}
     assert not leaked, leaked
