@@ -37,6 +37,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psutil
 
@@ -48,6 +49,8 @@ from views_fixture import many, write_profile  # noqa: E402
 from supervisor.taskdir import TaskDir  # noqa: E402
 
 CLI = [sys.executable, "-m", "supervisor.cli"]
+#: The token the benchmark's server is started with (every request needs one).
+TOKEN = "benchmark-token"
 
 
 class Client:
@@ -57,7 +60,7 @@ class Client:
         self.events = 0
         self.changed = threading.Condition()
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        self.conn.request("GET", "/stream")
+        self.conn.request("GET", "/stream", headers={"Authorization": f"Bearer {TOKEN}"})
         self.answer = self.conn.getresponse()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -80,11 +83,15 @@ class Client:
 
 
 def start_serve(profile: Path) -> tuple[subprocess.Popen[str], int]:
-    proc = subprocess.Popen([*CLI, "serve", "-c", str(profile), "--bind", "127.0.0.1:0"],
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [*CLI, "serve", "-c", str(profile), "--bind", "127.0.0.1:0", "--token", TOKEN],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stderr is not None
-    line = proc.stderr.readline()
-    port = int(line.rsplit(":", 1)[1].strip().rstrip("/"))
+    line = proc.stderr.readline()  # supervise serve: http://127.0.0.1:PORT/?token=T
+    port = urlsplit(line.split(": ", 1)[1].strip()).port
+    assert port is not None, line
     return proc, port
 
 

@@ -137,15 +137,9 @@ def _hosts(args: argparse.Namespace, dsn: str) -> int:
 
 
 def _tasks(args: argparse.Namespace, dsn: str) -> int:
-    from supervisor.cluster import fleet
+    from supervisor.views import fleet_status
 
-    rows = fleet.tasks(dsn)
-    if args.json:
-        print(json.dumps(rows, default=str))
-        return 0
-    print(fleet.table(rows, ("id", "name", "state", "owner_host", "generation", "queue",
-                             "exit_code", "failure_reason")))  # fmt: skip
-    return 0
+    return fleet_status.run(args, dsn)
 
 
 def task_warnings(row: dict[str, Any], resolved: Any, profile: Any) -> None:

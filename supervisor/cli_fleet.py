@@ -13,7 +13,10 @@ fleet's database answers (:mod:`supervisor.cluster.control`):
   restarted_from, events) as JSON;
 * ``wait`` polls every :data:`WAIT_POLL` seconds until each row's state is final
   (:data:`supervisor.cluster.control.FINAL`), and prints and exits as the local ``wait``
-  (0 every task PASS, 1 otherwise, 2 unknown id, 124 timeout).
+  (0 every task PASS, 1 otherwise, 2 unknown id, 124 timeout). It rides out a database
+  that stops answering (a PostgreSQL restart, a failover): one line on stderr, then it
+  reads again every :data:`WAIT_POLL` seconds until its own deadline (``--timeout``), or
+  for at most :data:`OUTAGE_S` seconds without one; the tasks go on meanwhile (issue 20).
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ from supervisor.terminal import escape_controls, escape_json_text
 
 #: Seconds between reads of the fleet's rows in ``wait``.
 WAIT_POLL = 0.5
+#: Seconds ``wait`` without ``--timeout`` waits for a database that does not answer before
+#: it gives up (exit 1): a restart or failover takes seconds to a minute.
+OUTAGE_S = 300.0
 EXIT_USAGE = 2
 EXIT_TIMEOUT = 124
 _LINE_RE = re.compile(r"^\S+: (\S+) \(retry_count (\d+)\)$")
@@ -137,23 +143,76 @@ def _show(args: argparse.Namespace, dsn: str) -> int:
     return 0
 
 
+class _Reader:
+    """``final_rows`` for ``wait``, riding out a database that does not answer: a failed
+    read returns the rows read last (``None`` before the first), says so once on stderr,
+    and raises only when the outage has lasted past ``limit`` (a monotonic time)."""
+
+    def __init__(self, dsn: str, ids: list[str], deadline: float | None) -> None:
+        self.dsn, self.ids = dsn, ids
+        self.deadline = deadline
+        self.rows: dict[str, dict[str, Any]] | None = None
+        self.down_since: float | None = None
+        self.error: str | None = None
+
+    def read(self) -> dict[str, dict[str, Any]] | None:
+        """The rows now, or the last ones read while the database is away.
+
+        Raises:
+            ClusterError: the database has not answered for :data:`OUTAGE_S` seconds
+                (without a deadline), or at the deadline before any read succeeded.
+        """
+        from supervisor.cluster.control import final_rows
+        from supervisor.cluster.db import ClusterError
+
+        try:
+            self.rows = final_rows(self.dsn, self.ids)
+        except ClusterError as exc:
+            now = time.monotonic()
+            if self.down_since is None:
+                self.down_since = now
+                _err(f"supervise wait: {exc}; retrying every {WAIT_POLL:g} s (the tasks go on)")
+            self.error = str(exc)
+            limit = self.deadline if self.deadline is not None else self.down_since + OUTAGE_S
+            if now >= limit and (self.rows is None or self.deadline is None):
+                raise ClusterError(f"{exc} (for {now - self.down_since:.0f} s; gave up)") from None
+            return self.rows
+        if self.down_since is not None:
+            _err("supervise wait: the database answers again")
+            self.down_since = None
+        return self.rows
+
+
 def _wait(args: argparse.Namespace, dsn: str) -> int:
-    from supervisor.cluster.control import FINAL, final_rows
+    from supervisor.cluster.control import FINAL
 
     ids = list(dict.fromkeys(args.task_ids))
-    rows = final_rows(dsn, ids)
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    reader = _Reader(dsn, ids, deadline)
+    rows = reader.read()
+    while rows is None:  # no answer yet: each read raises at the end of its patience
+        time.sleep(WAIT_POLL)
+        rows = reader.read()
     unknown = [task_id for task_id in ids if task_id not in rows]
     if unknown:
         _err(f"supervise wait: no task {', '.join(unknown)} in the fleet; see "
              "'supervise status --cluster'")  # fmt: skip
         return EXIT_USAGE
-    deadline = None if args.timeout is None else time.monotonic() + args.timeout
     while not all(row["status"] in FINAL for row in rows.values()):
         if deadline is not None and time.monotonic() >= deadline:
             break
         time.sleep(WAIT_POLL)
-        rows = final_rows(dsn, ids)
-    shown = [rows[task_id] for task_id in ids]
+        rows = reader.read() or rows
+    if reader.down_since is not None:
+        _err(f"supervise wait: the rows below are from before the database stopped answering "
+             f"({reader.error})")  # fmt: skip
+    return _print_waited(args, [rows[task_id] for task_id in ids])
+
+
+def _print_waited(args: argparse.Namespace, shown: list[dict[str, Any]]) -> int:
+    """Print the rows ``wait`` ends with; its exit code (0 all PASS, 1 not, 124 timeout)."""
+    from supervisor.cluster.control import FINAL
+
     if args.json:
         print(escape_json_text(json.dumps(shown, indent=2, default=str)))
     else:

@@ -6,7 +6,11 @@ window title or write the clipboard (OSC 52). Everything ``supervise`` prints to
 (``status``, ``show``, ``tail``, the engine log, the notifier's message) goes through this
 module, so such characters show as visible escapes: ``\\x1b`` for C0 controls and DEL,
 ``\\u009b`` for C1 controls (U+0080-U+009F, ECMA-48 section 5.3), ``\\udc9b`` for a lone
-surrogate (a byte that was not UTF-8, decoded with ``surrogateescape``).
+surrogate (a byte that was not UTF-8, decoded with ``surrogateescape``), and ``\\u202e`` or
+``\\U000e0001`` for Unicode's format characters (category Cf: bidi overrides and isolates,
+zero-width spaces and joiners, the BOM, tag characters), which reorder or hide text without
+being seen ("Trojan Source", CVE-2021-42574), and for the line and paragraph separators
+U+2028/U+2029, which some terminals and pages break lines at.
 
 Machine-readable output stays exact: JSON encodes these characters itself
 (:func:`escape_json_text` covers JSON text read from a file).
@@ -19,8 +23,18 @@ import logging
 import re
 from typing import Any
 
-#: Every C0 control, DEL, every C1 control and every lone surrogate.
-_CONTROLS = "\x00-\x1f\x7f-\x9f\ud800-\udfff"
+#: Unicode's format characters (general category Cf, Unicode 14/15 as Python 3.11/3.12 know
+#: them; tests/test_terminal.py checks the list against the running Python's unicodedata)
+#: and the line/paragraph separators (Zl, Zp). Hard-coded: scanning unicodedata at import
+#: would cost every ``supervise`` command 0.2 s.
+_FORMAT = (
+    "\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e\u200b-\u200f"
+    "\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
+    "\U000e0020-\U000e007f"
+)
+#: Every C0 control, DEL, every C1 control, every lone surrogate and every format character.
+_CONTROLS = "\x00-\x1f\x7f-\x9f\ud800-\udfff" + _FORMAT
 
 
 @functools.cache
@@ -34,7 +48,9 @@ def _pattern(keep: str) -> re.Pattern[str]:
 
 def _visible(match: re.Match[str]) -> str:
     code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x80 else f"\\u{code:04x}"
+    if code < 0x80:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def escape_controls(text: str, keep: str = "") -> str:
@@ -46,8 +62,9 @@ def escape_controls(text: str, keep: str = "") -> str:
             output; the default escapes newlines too, so one value stays on one line.
 
     Returns:
-        The text with C0 controls and DEL as ``\\xHH``, C1 controls (U+0080-U+009F) and lone
-        surrogates as ``\\uHHHH``; every other character unchanged. Backslashes are not
+        The text with C0 controls and DEL as ``\\xHH``, C1 controls (U+0080-U+009F), lone
+        surrogates and format characters as ``\\uHHHH`` (``\\UHHHHHHHH`` above U+FFFF);
+        every other character unchanged. Backslashes are not
         doubled: the aim is a safe, readable line, not a reversible encoding.
     """
     return _pattern(keep).sub(_visible, text)
@@ -56,17 +73,26 @@ def escape_controls(text: str, keep: str = "") -> str:
 _JSON_UNSAFE = re.compile(f"[{_CONTROLS}]")
 
 
+def _json_escape(char: str) -> str:
+    if char in "\n\t":
+        return char
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    # JSON has no escape above U+FFFF: a UTF-16 surrogate pair (RFC 8259, section 7).
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
 def escape_json_text(text: str) -> str:
-    """JSON text with each control character, wherever it stands, as a ``\\uHHHH`` escape.
+    """JSON text with each control or format character, wherever it stands, as ``\\uHHHH``.
 
     Inside a JSON string that is the same value (RFC 8259, section 7), so valid JSON stays
     valid and equal; JSON that holds raw C1 controls (``ensure_ascii=False``, pydantic's
     ``model_dump_json``) or a damaged file prints safely. Newline and tab are kept for
-    the layout.
+    the layout; a character above U+FFFF becomes its UTF-16 surrogate pair of escapes.
     """
-    return _JSON_UNSAFE.sub(
-        lambda m: m.group() if m.group() in "\n\t" else f"\\u{ord(m.group()):04x}", text
-    )
+    return _JSON_UNSAFE.sub(lambda m: _json_escape(m.group()), text)
 
 
 class ControlEscapingFormatter(logging.Formatter):

@@ -7,13 +7,17 @@ title or write the clipboard (OSC 52).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
 import sys
+import tempfile
+import unicodedata
 from pathlib import Path
 
 from conftest import Setup
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from supervisor import notify
@@ -30,7 +34,18 @@ def assert_no_raw_controls(text: str, where: str) -> None:
 
 
 def _control(ch: str) -> bool:
-    return ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F or 0xD800 <= ord(ch) <= 0xDFFF
+    """A character no view may print raw: Cc, Cf (bidi, zero-width), Cs, Zl and Zp."""
+    return unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp")
+
+
+#: Bidi overrides and isolates, zero-width characters and the BOM (Unicode category Cf):
+#: they reorder or hide text on a terminal ("Trojan Source", CVE-2021-42574).
+FORMAT_CHARS = (
+    "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200b\u200c\u200d"
+    "\u200e\u200f\u2060\ufeff\u00ad\u061c\U000e0001\u2028\u2029"
+)
+#: Hostile text for the views: controls and format characters among ordinary ones.
+HOSTILE = st.text(st.sampled_from(FORMAT_CHARS + "\x1b\x07\x9b\x85\r\t\nab<&"), max_size=40)
 
 
 @given(st.text(st.characters(), max_size=300))
@@ -48,11 +63,22 @@ def test_escape_controls_keeps_only_what_is_asked(text: str) -> None:
     assert [ch for ch in out if _control(ch)] == [ch for ch in text if ch in "\n\t"]
 
 
-@given(st.characters(min_codepoint=0, max_codepoint=0x9F).filter(_control))
+@given(st.characters().filter(_control))
 def test_each_control_has_its_visible_form(ch: str) -> None:
     code = ord(ch)
-    expected = f"\\x{code:02x}" if code < 0x80 else f"\\u{code:04x}"
+    if code < 0x80:
+        expected = f"\\x{code:02x}"
+    else:
+        expected = f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
     assert escape_controls(f"a{ch}b") == f"a{expected}b"
+
+
+def test_every_format_character_of_this_python_is_escaped() -> None:
+    """The hard-coded ranges in supervisor/terminal.py cover Unicode's Cf set as this
+    Python's unicodedata knows it (a newer Unicode adds to it: this test says so)."""
+    wanted = (chr(c) for c in range(0x110000))
+    missed = [f"U+{ord(ch):04X}" for ch in wanted if _control(ch) and escape_controls(ch) == ch]
+    assert not missed
 
 
 def test_a_lone_surrogate_is_escaped() -> None:
@@ -146,3 +172,61 @@ def test_status_show_tail_and_engine_log_print_controls_escaped(setup: Setup) ->
     follow = setup.supervise("tail", "-c", str(setup.profile), task_id, "-f", timeout=30)
     assert follow.returncode == 0 and "clip \\u009b31m" in follow.stdout
     assert_no_raw_controls(follow.stdout, "tail -f")
+
+
+def _views_of(root: Path, name: str, line: str) -> dict[str, str]:
+    """What every view prints for one task named ``name`` whose output holds ``line``:
+    ``status``, ``show``, ``tail`` (the CLI in this process), the web board and task page,
+    the notifier's message and expanded argv, and an engine log line."""
+    from supervisor import cli
+    from supervisor.config import load_profile
+    from supervisor.taskdir import Manifest, TaskDir, utc_iso
+    from supervisor.views import webpage
+    from supervisor.views.webauth import Access
+
+    profile = root / "profile.toml"
+    profile.write_text(
+        f'[paths]\nspool_dir = "{root / "spool"}"\nstate_dir = "{root / "state"}"\n'
+        '[tmux]\nsocket_name = "sv-terminal-views"\n[agent]\ncommand = ["true"]\n'
+    )
+    folder = root / "state" / "tasks" / "hostile-1a2b3c"
+    folder.mkdir(parents=True)
+    (root / "spool").mkdir()
+    fields = {
+        "task_id": "hostile-1a2b3c", "task_name": name, "status": "failed",
+              "model": line, "project_dir": "/tmp/p", "session_name": "x", "session_id": "s",
+              "tmpdir": str(folder), "created_at": utc_iso(), "failure_reason": "auth",
+              "abandon_reason": line}  # fmt: skip
+    TaskDir(folder).write_manifest(Manifest.model_validate(fields))
+    (folder / "output.log").write_text(f"before\n{line}\n", errors="surrogateescape")
+    out: dict[str, str] = {}
+    for verb in (["status"], ["status", "--status", "failed"], ["show", "hostile-1a2b3c"],
+                 ["tail", "hostile-1a2b3c", "-n", "5"]):  # fmt: skip
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+            cli.main([verb[0], "-c", str(profile), *verb[1:]])
+        out[" ".join(verb)] = buffer.getvalue()
+    pages = webpage.Pages(
+        load_profile(profile), Access(token=None, allow_actions=False, loopback=True)
+    )
+    out["web board"] = pages.index(pages.board())
+    out["web task"] = pages.task("hostile-1a2b3c", pages.task_body("hostile-1a2b3c") or "")
+    event = {"task_id": "hostile-1a2b3c", "task_name": name, "status": "failed",
+             "reason": line, "last_lines": f"{line}\n{line}"}  # fmt: skip
+    out["notification"] = notify.message_for(event)
+    out["notifier argv"] = "".join(notify.expand(["{task_name}", "{last_lines}"], event))
+    record = logging.LogRecord("t", logging.INFO, __file__, 1, "%s: %s", (name, line), None)
+    out["engine log"] = ControlEscapingFormatter("%(message)s").format(record)
+    return out
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=HOSTILE, line=HOSTILE)
+def test_no_control_or_format_character_survives_any_view(name: str, line: str) -> None:
+    """Issue 20: bidi and zero-width characters (Cf) passed status, tail, the web page and
+    notifications raw. Only newline and tab may stand in multi-line views."""
+    with tempfile.TemporaryDirectory() as tmp:
+        views = _views_of(Path(tmp), name, line)
+    for where, text in views.items():
+        raw = sorted({f"U+{ord(ch):04X}" for ch in text if _control(ch) and ch not in "\n\t"})
+        assert not raw, f"{where} printed {raw} raw: {text!r}"

@@ -126,7 +126,7 @@ def test_board_shows_the_fleet_by_host(browser: Any, setup: Setup, dsn: str) -> 
                               ids["local"]) == [("running",)], timeout=60)  # fmt: skip
         with serve(profile) as served:
             page = browser.new_page()
-            page.goto(served.base)
+            page.goto(served.url)
             page.wait_for_selector("#live.on")
             page.wait_for_selector("#host-h0[data-state=alive]", timeout=10_000)
             states = page.eval_on_selector_all(
@@ -171,7 +171,7 @@ def test_unreachable_database_is_one_line_and_the_local_view_works(
     fixture.profile.write_text(tomli_w.dumps(profile))
     with serve(fixture.profile) as served:
         page = browser.new_page()
-        page.goto(served.base)
+        page.goto(served.url)
         page.wait_for_selector("#live.on")
         page.wait_for_selector("#fleet-error", timeout=10_000)
         line = page.inner_text("#fleet-error")

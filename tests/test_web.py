@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -27,7 +28,7 @@ from typing import Any
 
 import pytest
 from test_claude_agent import harness  # noqa: F401 (the real CLI's fixture, for the e2e test)
-from views_fixture import TASKS, Fixture, build
+from views_fixture import TASKS, Fixture, build, write_profile
 
 from supervisor.taskdir import Manifest, TaskDir, utc_iso
 
@@ -88,11 +89,14 @@ def fixture(tmp_path: Path) -> Fixture:
 
 
 class Served:
-    """A running ``supervise serve``: its base URL, token (if any) and process."""
+    """A running ``supervise serve``: the URL it printed (with its token), its base URL,
+    token, ``Authorization`` header and process."""
 
     def __init__(self, proc: subprocess.Popen[str], url: str) -> None:
         self.proc = proc
+        self.url = url
         self.base, _, self.token = url.partition("?token=")
+        self.auth = {"Authorization": f"Bearer {self.token}"}
 
     def request(self, method: str, path: str, headers: dict[str, str] | None = None,
                 host: str | None = None) -> tuple[int, str]:  # fmt: skip
@@ -110,18 +114,20 @@ class Served:
 
 
 @contextmanager
-def serve(profile: Path, *args: str) -> Iterator[Served]:
-    """Start ``supervise serve -c PROFILE --bind 127.0.0.1:0 ARGS`` and stop it (by PID)."""
+def serve(profile: Path, *args: str, bind: str | None = "127.0.0.1:0") -> Iterator[Served]:
+    """Start ``supervise serve -c PROFILE --bind BIND ARGS`` and stop it (by PID); with
+    ``bind=None`` no ``--bind`` is given (``--socket``). The first line on stderr is the
+    URL (``unix:PATH`` for a socket); the others stay readable on ``proc.stderr``."""
     env = {k: v for k, v in os.environ.items() if k != "SUPERVISE_TOKEN"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "supervisor.cli", "serve", "-c", str(profile),
-         "--bind", "127.0.0.1:0", *args],
+         *(["--bind", bind] if bind else []), *args],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env,
     )  # fmt: skip
     try:
         assert proc.stderr is not None
         line = proc.stderr.readline()
-        assert line.startswith("supervise serve: http://127.0.0.1:"), line
+        assert line.startswith(("supervise serve: http://", "supervise serve: unix:")), line
         yield Served(proc, line.split(": ", 1)[1].strip())
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -146,7 +152,7 @@ def test_board_shows_every_group(browser: Any, fixture: Fixture) -> None:
     engine line are shown; the screenshot of this page is docs/serve.png."""
     with serve(fixture.profile) as served:
         page = browser.new_page()
-        page.goto(served.base)
+        page.goto(served.url)
         page.wait_for_selector("#live.on")
         counts = _counts(page)
         wanted = {group: len(ids) for group, ids in fixture.ids.items()}
@@ -201,6 +207,27 @@ def test_escalation_approved_from_the_page(browser: Any, fixture: Fixture) -> No
         page.close()
 
 
+def test_two_boards_on_one_machine_keep_their_own_cookies(
+    browser: Any, fixture: Fixture, tmp_path: Path
+) -> None:
+    """Cookies are not kept apart by port: with a token on every server, two boards (two
+    state dirs) in one browser must not log each other out."""
+    (tmp_path / "other").mkdir()
+    other = build(tmp_path / "other", now=time.time())
+    with serve(fixture.profile) as first, serve(other.profile) as second:
+        context = browser.new_context()
+        page = context.new_page()
+        page.goto(first.url)
+        page.wait_for_selector("#live.on")
+        page.goto(second.url)
+        page.wait_for_selector("#live.on")
+        for served in (first, second):
+            answer = page.goto(served.base)
+            assert answer is not None and answer.status == 200, served.base
+            page.wait_for_selector("#live.on")
+        context.close()
+
+
 def test_actions_need_the_token_and_the_csrf_check(fixture: Fixture) -> None:
     """A POST without the token, without the CSRF header, with a foreign Origin, or to a
     read-only server is refused and writes no request; a Host that is not loopback (DNS
@@ -230,9 +257,9 @@ def test_actions_need_the_token_and_the_csrf_check(fixture: Fixture) -> None:
         assert status == 409 and "already ended" in body
     (control / "ask-perm-a1b2c3.approve").unlink()
     with serve(fixture.profile) as served:  # read-only
-        status, page = served.request("GET", "/")
+        status, page = served.request("GET", "/", served.auth)
         assert status == 200 and "csrf-token" not in page
-        assert served.request("POST", path, {"X-CSRF-Token": "anything"})[0] == 403
+        assert served.request("POST", path, {**served.auth, "X-CSRF-Token": "x"})[0] == 403
     assert not list(control.iterdir())
 
 
@@ -245,7 +272,7 @@ def test_live_update_within_one_second(browser: Any, fixture: Fixture) -> None:
              ("escalated", "needs_you", 0.6), ("completed", "done", 0.9)]  # fmt: skip
     with serve(fixture.profile) as served:
         page = browser.new_page()
-        page.goto(served.base)
+        page.goto(served.url)
         page.wait_for_selector("#live.on")
         page.evaluate("window.sameDocument = true")
         assert page.locator("#group-queued #task-later-4a5b6c").count() == 1
@@ -270,7 +297,7 @@ def test_script_and_escapes_in_a_task_render_as_text(browser: Any, fixture: Fixt
     show as text on the board and on the task's page; nothing of theirs runs."""
     with serve(fixture.profile) as served:
         page = browser.new_page()
-        page.goto(served.base)
+        page.goto(served.url)
         page.wait_for_selector("#live.on")
         name = page.inner_text("#task-evil-script-7a8b9c td.name a")
         assert name == "<script>window.pwned=1</script>\\x1b[31mred"
@@ -295,7 +322,7 @@ def test_task_page_shows_manifest_events_and_output(browser: Any, fixture: Fixtu
     folder = fixture.state_dir / "tasks" / "refactor-0a1b2c"
     with serve(fixture.profile) as served:
         page = browser.new_page()
-        page.goto(served.base + "task/refactor-0a1b2c")
+        page.goto(served.base + f"task/refactor-0a1b2c?token={served.token}")
         page.wait_for_selector("#live.on")
         assert '"branch": "supervise/refactor-0a1b2c"' in page.inner_text(".manifest pre")
         events = page.locator(".events tbody tr td:nth-child(2)").all_inner_texts()
@@ -307,7 +334,7 @@ def test_task_page_shows_manifest_events_and_output(browser: Any, fixture: Fixtu
             "document.getElementById('output').textContent.includes('a new line')",
             timeout=3000,
         )
-        assert served.request("GET", "/task/no-such-task")[0] == 404
+        assert served.request("GET", "/task/no-such-task", served.auth)[0] == 404
         page.close()
 
 
@@ -315,12 +342,134 @@ def test_snapshot_json_is_the_model(fixture: Fixture) -> None:
     """``/api/snapshot`` is the status model's ``to_dict`` (exact text, not escaped)."""
     _web_extra()
     with serve(fixture.profile) as served:
-        status, body = served.request("GET", "/api/snapshot")
+        status, body = served.request("GET", "/api/snapshot", served.auth)
     data = json.loads(body)
     assert status == 200
     assert {t["task_id"] for t in data["tasks"]} >= {row[0] for row in TASKS}
     names = {t["task_id"]: t["name"] for t in data["tasks"]}
     assert names["evil-script-7a8b9c"] == EVIL
+
+
+#: Every read route; none may answer another local user who lacks the token.
+READS = ("/", "/api/snapshot", "/task/refactor-0a1b2c", "/stream", "/task/refactor-0a1b2c/stream")
+
+
+def unix_request(socket_path: str, path: str) -> tuple[int, str]:
+    """``GET path`` over the unix socket ``socket_path``: ``(status, body)``."""
+    import http.client
+    import socket
+
+    class Connection(http.client.HTTPConnection):
+        def connect(self) -> None:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(10)
+            self.sock.connect(socket_path)
+
+    connection = Connection("localhost", timeout=10)
+    try:
+        connection.request("GET", path)
+        answer = connection.getresponse()
+        return answer.status, answer.read().decode()
+    finally:
+        connection.close()
+
+
+def test_reads_need_the_token_by_default(fixture: Fixture) -> None:
+    """Issue 20: on loopback without ``--token`` every read was open, so any other local
+    user could read prompts, manifests and output through ``/api/snapshot`` and ``/task/ID``
+    although the 0700 state folder denies them the files. Now a token is made and printed
+    once at start, and every read route needs it."""
+    _web_extra()
+    with serve(fixture.profile) as served:
+        assert len(served.token) >= 20, served.url
+        for path in READS:
+            status, body = served.request("GET", path)
+            assert status == 401 and "refactor" not in body, (path, status, body)
+        status, body = served.request("GET", "/api/snapshot", served.auth)
+        assert status == 200 and "refactor-0a1b2c" in body
+        assert served.request("GET", "/task/refactor-0a1b2c", served.auth)[0] == 200
+        served.proc.send_signal(signal.SIGTERM)
+        assert served.proc.stderr is not None
+        rest = served.proc.stderr.read()
+    assert served.token not in rest  # printed once
+
+
+def test_socket_in_the_state_dir_serves_its_owner_without_a_token(fixture: Fixture) -> None:
+    """``--socket``: the server listens on ``STATE_DIR/serve.sock`` (mode 0600 in the 0700
+    state folder), so only its owner reaches it and reads need no token; a second server on
+    the same socket is refused in one line, and a stale socket file is replaced."""
+    _web_extra()
+    sock = fixture.state_dir / "serve.sock"
+    os.chmod(fixture.state_dir, 0o700)
+    with serve(fixture.profile, "--socket", bind=None) as served:
+        assert served.url == f"unix:{sock}"
+        assert stat.S_ISSOCK(sock.lstat().st_mode) and stat.S_IMODE(sock.lstat().st_mode) == 0o600
+        status, body = unix_request(str(sock), "/api/snapshot")
+        assert status == 200 and "refactor-0a1b2c" in body
+        again = _serve_line("serve", "-c", str(fixture.profile), "--socket")
+        assert again.returncode == 1 and "in use" in again.stderr, again
+        assert again.stderr.count("\n") == 1
+    assert not sock.exists()  # removed at the end
+    sock.write_text("")  # not a socket: refused, never unlinked
+    done = _serve_line("serve", "-c", str(fixture.profile), "--socket")
+    assert done.returncode == 1 and "not a socket" in done.stderr and sock.exists(), done
+    sock.unlink()
+    os.chmod(fixture.state_dir, 0o755)
+    done = _serve_line("serve", "-c", str(fixture.profile), "--socket")
+    assert done.returncode == 1 and "chmod 700" in done.stderr, done
+
+
+def test_socket_left_by_a_killed_server_is_taken_over(fixture: Fixture) -> None:
+    """A ``serve --socket`` SIGKILLed leaves its socket file behind; the next start finds
+    nobody answering on it and listens there."""
+    _web_extra()
+    os.chmod(fixture.state_dir, 0o700)
+    sock = fixture.state_dir / "serve.sock"
+    argv = [sys.executable, "-m", "supervisor.cli", "serve", "-c", str(fixture.profile), "--socket"]
+    killed = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+    assert killed.stderr is not None
+    assert killed.stderr.readline().startswith("supervise serve: unix:")
+    killed.kill()
+    killed.wait()
+    killed.stderr.close()
+    assert stat.S_ISSOCK(sock.lstat().st_mode)
+    with serve(fixture.profile, "--socket", bind=None):
+        assert unix_request(str(sock), "/api/snapshot")[0] == 200
+
+
+def test_a_token_that_cannot_travel_in_a_url_or_cookie_is_refused(fixture: Fixture) -> None:
+    """``--token`` goes into a URL and a cookie: a space, ``;``, ``+`` or a control character
+    would be cut or changed on the way and lock the browser out; one line names the rule."""
+    for bad in ("two words", "a;Path=/x", "a+b", "ctl\x1b[2J", ""):
+        done = _serve_line("serve", "-c", str(fixture.profile), "--token", bad or " ")
+        assert done.returncode == 1 and done.stderr.count("\n") == 1, done
+        assert "--token" in done.stderr and "\x1b" not in done.stderr, done
+
+
+def test_socket_makes_a_missing_state_dir_0700_and_names_a_path_too_long(tmp_path: Path) -> None:
+    """``serve --socket`` before any engine ran makes the state dir 0700 (not with the umask,
+    as its lock file's folder would be); a state dir whose socket path passes the 107 bytes
+    of ``sun_path`` is one line naming the limit."""
+    _web_extra()
+    profile = write_profile(tmp_path)
+    with serve(profile, "--socket", bind=None) as served:
+        assert stat.S_IMODE((tmp_path / "state").stat().st_mode) == 0o700
+        assert unix_request(served.url.removeprefix("unix:"), "/api/snapshot")[0] == 200
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    done = _serve_line("serve", "-c", str(write_profile(deep)), "--socket")
+    assert done.returncode == 1 and "107 bytes" in done.stderr, done
+    assert done.stderr.count("\n") == 1
+
+
+def test_non_loopback_bind_warns_that_the_token_travels_in_clear_text(fixture: Fixture) -> None:
+    """A bind that is not loopback (with its token) says, after the URL, that the token and
+    the pages travel unencrypted without TLS."""
+    _web_extra()
+    with serve(fixture.profile, "--token", "s3cret", bind="0.0.0.0:0") as served:
+        assert served.proc.stderr is not None
+        warning = served.proc.stderr.readline()
+    assert "clear text" in warning and "TLS" in warning, warning
 
 
 def _serve_line(*args: str, env: dict[str, str] | None = None,

@@ -82,7 +82,7 @@ INSERT INTO supervise_hosts (host_id, capacity, running, version, queues, last_e
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (host_id) DO UPDATE SET heartbeat_at = now(), capacity = excluded.capacity,
     running = excluded.running, version = excluded.version, queues = excluded.queues,
-    last_error = coalesce(excluded.last_error, supervise_hosts.last_error),
+    last_error = excluded.last_error,
     host_timeout = excluded.host_timeout, on_host_lost = excluded.on_host_lost,
     state = 'alive'"""
 
@@ -248,6 +248,9 @@ class Writer:
                 conn.execute(_HEARTBEAT, (self.host_id, self.capacity, self.running(),
                              self.version, self.queues, self._last_error,
                              self.host_timeout, self.on_host_lost))  # fmt: skip
+                # Reported once, by the first beat that got through; the next good beat
+                # clears it, so 'hosts' shows only an error that is recent (issue 20).
+                self._last_error = None
                 if self.owned is not None and self.on_lost is not None:
                     for task_id, why in lost_claims(conn, self.host_id, self.owned()).items():
                         self.on_lost(task_id, why)

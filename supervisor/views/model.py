@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from supervisor.states import HOST_LOST
 from supervisor.terminal import escape_controls
 from supervisor.views.sources import (
     HEARTBEAT,
@@ -92,6 +93,8 @@ GROUP_OF: dict[str, str] = {
     "completed": "done",
     "superseded": "done",  # the task lives on in the fleet; nothing here needs anyone
 }
+#: The group of each state that only the fleet's database holds (``status --cluster``).
+FLEET_GROUP_OF: dict[str, str] = {"claimed": "queued", "rejected": "failed", HOST_LOST: "failed"}
 _ENDED = frozenset({"completed", "failed", "abandoned", "superseded", "damaged"})
 _FROM_EVENTS = frozenset({"waiting", "crashed", "hung", "verifying", "escalated"})
 #: Sort keys of :func:`sort_tasks` (``supervise status --sort``).

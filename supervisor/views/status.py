@@ -23,9 +23,13 @@ from supervisor.terminal import escape_controls
 from supervisor.views import model
 
 #: What ``--status`` accepts: every status of :mod:`supervisor.states`, plus ``damaged``
-#: (a folder whose manifest cannot be read) and the group names of :data:`model.GROUPS`
-#: that are no status.
-STATUS_CHOICES = (*model.GROUP_OF, *(g for g in model.GROUPS if g not in model.GROUP_OF))
+#: (a folder whose manifest cannot be read), the group names of :data:`model.GROUPS`
+#: that are no status, and the fleet's own states (``status --cluster``).
+STATUS_CHOICES = (
+    *model.GROUP_OF,
+    *(g for g in model.GROUPS if g not in model.GROUP_OF),
+    *model.FLEET_GROUP_OF,
+)
 #: Characters of the last output line shown in the table.
 LAST_LINE_CHARS = 48
 
@@ -49,13 +53,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def select(snap: model.Snapshot, statuses: list[str] | None, sort: str | None) -> list[model.Task]:
+    """:func:`pick` over a snapshot's tasks (task id order when ``sort`` is ``None``)."""
+    return pick(snap.tasks, statuses, sort)
+
+
+def pick(tasks: list[model.Task], statuses: list[str] | None, sort: str | None) -> list[model.Task]:
     """The tasks to show: those whose status is in ``statuses``, or whose group is, for a
     group name that is no status (``needs_you``, ``recovering``, ``done``; ``failed`` is the
-    status); all when ``None``. Ordered by ``sort`` (task id order when ``None``)."""
+    status); all when ``None``. Ordered by ``sort``, else kept in the order given. Used by
+    ``status`` and ``status --cluster`` (:mod:`.fleet_status`)."""
     wanted = set(statuses or ())
     groups = wanted - set(model.GROUP_OF)
-    tasks = [t for t in snap.tasks if not wanted or t.status in wanted or t.group in groups]
-    return model.sort_tasks(tasks, sort) if sort else tasks
+    chosen = [t for t in tasks if not wanted or t.status in wanted or t.group in groups]
+    return model.sort_tasks(chosen, sort) if sort else chosen
 
 
 def spool_line(snap: model.Snapshot) -> str | None:

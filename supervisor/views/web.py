@@ -40,6 +40,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import signal
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -238,12 +239,22 @@ def create_app(
     return AccessMiddleware(app, access)
 
 
+def _stopped(signum: int, frame: Any) -> None:
+    raise SystemExit(0)
+
+
 def run(app: Any, sock: socket.socket) -> None:
-    """Serve ``app`` on the listening ``sock`` with uvicorn until SIGINT or SIGTERM."""
+    """Serve ``app`` on the listening ``sock`` with uvicorn until SIGINT or SIGTERM; returns
+    (or raises ``SystemExit(0)``) so the caller's cleanup runs: uvicorn re-raises the signal
+    it caught after its shutdown, which by default would end the process on the spot."""
     import uvicorn
 
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2,
                             access_log=False)  # fmt: skip
     server = uvicorn.Server(config)
-    with contextlib.suppress(KeyboardInterrupt):
-        server.run(sockets=[sock])
+    previous = signal.signal(signal.SIGTERM, _stopped)
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            server.run(sockets=[sock])
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -6,9 +6,12 @@ stream is covered as well as the pages):
 1. **Host** (loopback binds only): the ``Host`` header must name a loopback address or
    ``localhost``. A page on another site that makes its own name resolve to 127.0.0.1 (DNS
    rebinding) sends its own name and is refused (400).
-2. **Token** (when one is set): ``Authorization: Bearer T``, or the cookie
-   ``supervise_token`` that a first visit with ``?token=T`` sets (``HttpOnly``,
-   ``SameSite=Strict``; the redirect drops the token from the address bar and history).
+2. **Token** (always, except for reads over ``--socket``, whose 0600 socket in the 0700
+   state folder only its owner can reach): ``Authorization: Bearer T``, or the cookie
+   ``supervise_token_<12 hex of sha256(T)>`` (:func:`cookie_name`) that a first visit with
+   ``?token=T`` sets (``HttpOnly``, ``SameSite=Strict``; the redirect drops the token from
+   the address bar and history). Browsers keep cookies per host, not per port: a name per
+   token keeps two boards on one machine from logging each other out.
    Anything else gets 401. Tokens are compared in constant time.
 3. **CSRF** (actions only, :func:`csrf_problem`): a POST must carry ``X-CSRF-Token`` equal
    to a secret made at start and written into the page (a synchronizer token; a page on
@@ -19,6 +22,7 @@ stream is covered as well as the pages):
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
@@ -27,6 +31,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from supervisor.views.serve import is_loopback
 
+#: The cookie's name without its token-derived suffix (:func:`cookie_name`).
 COOKIE = "supervise_token"
 CSRF_HEADER = "x-csrf-token"
 _NEED_TOKEN = ("token required: open the URL with ?token=... that 'supervise serve' printed, "
@@ -38,7 +43,7 @@ class Access:
     """The access settings of one ``supervise serve``.
 
     Attributes:
-        token: the secret every request needs, or ``None`` (loopback, read-only).
+        token: the secret every request needs, or ``None`` (read-only over ``--socket``).
         allow_actions: whether approve, deny, stop and resume are served.
         loopback: whether the server is bound to a loopback address (Host check on).
         csrf: the synchronizer token written into pages (new at each start).
@@ -60,8 +65,15 @@ def host_ok(host_header: str) -> bool:
     return is_loopback(host)
 
 
-def token_of(headers: dict[str, str]) -> str | None:
-    """The token a request carries: the bearer token, else the cookie, else ``None``."""
+def cookie_name(token: str) -> str:
+    """The cookie that holds ``token``: :data:`COOKIE` plus 12 hex digits of its SHA-256
+    (one per server's token; 48 bits of a hash say nothing usable of a 192-bit token)."""
+    return f"{COOKIE}_{hashlib.sha256(token.encode()).hexdigest()[:12]}"
+
+
+def token_of(headers: dict[str, str], name: str = COOKIE) -> str | None:
+    """The token a request carries: the bearer token, else the cookie ``name``, else
+    ``None``."""
     auth = headers.get("authorization", "")
     if auth[:7].lower() == "bearer ":
         return auth[7:].strip()
@@ -70,7 +82,7 @@ def token_of(headers: dict[str, str]) -> str | None:
         cookie.load(headers.get("cookie", ""))
     except Exception:  # a malformed Cookie header is no token, never a 500
         return None
-    morsel = cookie.get(COOKIE)
+    morsel = cookie.get(name)
     return morsel.value if morsel else None
 
 
@@ -120,10 +132,10 @@ class AccessMiddleware:
                 return
             rest = urlencode([(k, v) for k, v in query if k != "token"])
             location = scope.get("root_path", "") + scope["path"] + (f"?{rest}" if rest else "")
-            cookie = f"{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"
+            cookie = f"{cookie_name(token)}={token}; HttpOnly; SameSite=Strict; Path=/"
             await _reply(send, 303, "", [("location", location), ("set-cookie", cookie)])
             return
-        if not same(token_of(headers), token):
+        if not same(token_of(headers, cookie_name(token)), token):
             await _reply(send, 401, _NEED_TOKEN)
             return
         await self.app(scope, receive, send)
