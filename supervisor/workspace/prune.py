@@ -193,6 +193,24 @@ def _repository_of(path: Path) -> str | None:
     return str(Path(common.stdout.decode(errors="surrogateescape").strip()).parent)
 
 
+def repositories(tasks_dir: Path) -> set[Path]:
+    """The repositories the worktree tasks of ``tasks_dir`` name (to lock before
+    :func:`plan`, :mod:`supervisor.workspace.repolock`); unreadable manifests are skipped."""
+    found: set[Path] = set()
+    try:
+        folders = [p for p in tasks_dir.iterdir() if p.is_dir()]
+    except FileNotFoundError:
+        return found
+    for folder in folders:
+        try:
+            ws = TaskDir(folder).read_manifest().workspace
+        except (OSError, ValueError):
+            continue
+        if ws is not None and ws.mode == "worktree" and ws.repository:
+            found.add(Path(ws.repository))
+    return found
+
+
 def plan(
     tasks_dir: Path,
     root: Path,
