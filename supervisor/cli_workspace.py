@@ -10,14 +10,19 @@ Commands::
 
 Exit codes (as :mod:`supervisor.cli`): 0 done (also: nothing to do, such as a merge that is
 already contained in its target), 1 refused or failed (unknown task, a task without a worktree
-or not ended, a dirty target checkout, a conflict, discard without confirmation, a prune
-removal that failed), 2 usage error (argparse, e.g. a bad ``--older-than``). A refusal is one
-line on stderr.
+or not ended, a dirty target checkout, a path the merge would write that is ignored or
+untracked there, a conflict, a failed merge (undone), discard without confirmation, another
+copy holding the repository's lock for 60 s, a prune removal that failed), 2 usage error
+(argparse, e.g. a bad ``--older-than``). A refusal is one line on stderr.
 
 ``diff`` writes git's bytes unchanged when stdout is not a terminal (a file or a pipe gets a
 patch ``git apply`` takes); on a terminal, control characters in it (the agent wrote those
 files) are shown as visible escapes (:func:`supervisor.terminal.escape_controls`), keeping
 newlines and tabs.
+
+``merge``, ``discard`` and ``prune`` hold a lock per repository
+(:mod:`supervisor.workspace.repolock`); a line starting ``note:`` on stdout says what an
+interrupted earlier merge had left and how it was finished.
 
 The git work is in :mod:`supervisor.workspace.review` and :mod:`supervisor.workspace.prune`.
 """

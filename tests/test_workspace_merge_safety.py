@@ -368,3 +368,52 @@ def test_a_branch_in_a_submodule_path_merges_and_a_failure_leaves_it(env: Repo) 
     (env.repo / "sub" / "untracked-in-sub").unlink()
     assert env.proc("merge", "t1").returncode == 0
     assert (env.repo / "sub" / "f").read_text() == "f\n"
+
+
+def test_a_prune_sigkilled_halfway_is_finished_by_the_next_run(env: Repo) -> None:
+    paths = [env.task(f"t{i}") for i in range(2)]
+    _kill_halfway(env, wrap_git(env.root, "branch", "before"), "prune")
+    again = env.proc("prune")
+    assert again.returncode == 0, again.stderr
+    assert not any(p.exists() for p in paths) and env.branches() == {"main"}
+    assert all(len(events(env, f"t{i}", "pruned")) == 1 for i in range(2))
+
+
+def test_a_checkout_left_half_fast_forwarded_is_restored_by_the_next_merge(env: Repo) -> None:
+    """What a fast-forward killed between writing the index and moving the branch leaves
+    (the files and index at the merge commit, the branch not moved, the journal there):
+    the next merge restores the checkout, says so, and merges."""
+    from supervisor.workspace import journal
+
+    env.task("t1", {"a.txt": "a\n"})
+    before = env.head("main")
+    tree = git(env.repo, "merge-tree", "--write-tree", "main", "supervise/t1")
+    commit = git(env.repo, "commit-tree", tree, "-p", "main", "-m", "interrupted")
+    intent = journal.MergeIntent(str(env.tasks / "t1"), "main", before, commit,
+                                 env.head("supervise/t1"), True, str(env.repo))  # fmt: skip
+    journal.write(env.repo / ".git", intent)
+    git(env.repo, "read-tree", "-m", "-u", "HEAD", commit)
+    assert git(env.repo, "status", "--porcelain") == "A  a.txt"
+    proc = env.proc("merge", "t1", "--squash")
+    assert proc.returncode == 0, proc.stderr
+    assert b"note: an interrupted merge into main had not merged" in proc.stdout
+    assert git(env.repo, "rev-parse", "main^") == before
+    assert git(env.repo, "status", "--porcelain") == ""
+    assert not (env.repo / ".git" / journal.JOURNAL).exists()
+
+
+def test_colliding_paths_with_odd_names_and_many_of_them_are_one_line(env: Repo) -> None:
+    """31 untracked files at paths the branch adds, one named with a newline and an escape
+    sequence: one line, ten named, the rest counted, no raw control character."""
+    wt = env.task("t1")
+    names = [f"f{i:02}" for i in range(30)] + ["new\nline\x1b[31m"]
+    for name in names:
+        (wt / name).write_text("agent\n")
+    git(wt, "add", "-A")
+    git(wt, "commit", "-q", "-m", "many")
+    for name in names:
+        (env.repo / name).write_text("the user's\n")
+    proc = env.proc("merge", "t1")
+    line = one_line(proc)
+    assert "f00 (untracked)" in line and "and 21 more" in line and "\x1b" not in line, line
+    assert all((env.repo / n).read_text() == "the user's\n" for n in names)

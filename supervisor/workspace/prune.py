@@ -38,6 +38,7 @@ from supervisor.workspace.gitops import (
     run_git,
     worktrees,
 )
+from supervisor.workspace.journal import MERGED
 from supervisor.workspace.review import mark_removed, remove_worktree
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
@@ -100,7 +101,7 @@ def _merged_reason(task: TaskDir, repo: Path, branch: str, base: str | None, hea
     if base_head is not None and is_ancestor(repo, head, base_head):
         return f"merged into {base}"
     for event in reversed(task.events()):
-        if event.get("event") == "merged" and event.get("head") == head:
+        if event.get("event") == MERGED and event.get("head") == head:
             return f"merged into {event.get('into')} by 'supervise merge'"
     return None
 

@@ -17,14 +17,19 @@ Git rules used (git 2.39 here; ``git merge-tree --write-tree`` needs git >= 2.38
 - A merge is checked for conflicts first with ``git merge-tree --write-tree`` (git-merge-tree(1)),
   which touches no checkout and no ref; a conflicting merge is refused with the files named
   and nothing changed anywhere.
-- The target branch checked out in a worktree (``git worktree list --porcelain``) is merged
-  there with ``git merge --no-ff`` (a merge commit that names the task) or ``--squash`` plus
-  a commit, only when ``git status --porcelain`` is empty (no change, no untracked file). A
-  merge that fails anyway is undone (``git merge --abort`` / ``git reset --merge``).
-- A target branch checked out nowhere is merged without any checkout: the tree from
-  ``merge-tree``, a commit from ``git commit-tree``, and ``git update-ref REF NEW OLD`` (which
-  refuses if the branch moved meanwhile): what ``git fetch`` does to a branch nobody has
-  checked out.
+- The merge commit is always made without a checkout: the tree from ``merge-tree``, a
+  commit from ``git commit-tree`` (parents: the target and, unless squashed, the task head;
+  the user's commit hooks do not run, as for any commit made outside a checkout).
+- A target branch checked out in a worktree (``git worktree list --porcelain``) is moved
+  there by one fast-forward to that commit (:mod:`supervisor.workspace.checkout`), only when
+  ``git status --porcelain`` is empty and no path the merge writes is ignored or untracked
+  there; a failed step is undone and the checkout checked to be exactly as it was.
+- A target branch checked out nowhere only has its ref moved: ``git update-ref REF NEW OLD``
+  (which refuses if the branch moved meanwhile), what ``git fetch`` does to a branch nobody
+  has checked out.
+- ``merge`` and ``discard`` hold the repository's lock (:mod:`supervisor.workspace.repolock`),
+  and a merge keeps a journal (:mod:`supervisor.workspace.journal`) until its event is
+  written, so a second copy waits and a killed copy is finished by the next run.
 """
 
 from __future__ import annotations
