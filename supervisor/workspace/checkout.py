@@ -93,7 +93,8 @@ def refuse_collisions(checkout: Path, what: str, before: str, tree: str) -> None
     more = f" and {len(found) - SHOWN_PATHS} more" if len(found) > SHOWN_PATHS else ""
     raise ReviewError(
         f"{what} would overwrite {counted(len(found), 'path')} of yours in {checkout}: "
-        f"{shown}{more}; nothing was changed: move them aside (or commit them) and merge again"
+        f"{shown}{more}; nothing was changed: move them out of {checkout} (or commit them) and "
+        "merge again"
     )
 
 

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from supervisor.states import TERMINAL, FailureReason
 from supervisor.taskdir import MANIFEST, Manifest, TaskDir
+from supervisor.terminal import counted
 from supervisor.workspace import journal
 from supervisor.workspace.checkout import fast_forward, problems, refuse_collisions
 from supervisor.workspace.gitops import (
@@ -290,7 +291,7 @@ def _check_clean(repo: Path, target: str, checkout: Path) -> None:
     if dirty:
         raise ReviewError(
             f"{checkout} (branch {target}) has uncommitted changes or untracked files "
-            f"({len(dirty)} paths, 'git status' there): left untouched; commit or "
+            f"({counted(len(dirty), 'path')}, 'git status' there): left untouched; commit or "
             "clean them, or merge --into another branch"
         )
 
