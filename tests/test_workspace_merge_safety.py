@@ -417,3 +417,26 @@ def test_colliding_paths_with_odd_names_and_many_of_them_are_one_line(env: Repo)
     line = one_line(proc)
     assert "f00 (untracked)" in line and "and 21 more" in line and "\x1b" not in line, line
     assert all((env.repo / n).read_text() == "the user's\n" for n in names)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dangling-symlink", "directory"])
+def test_an_odd_file_type_at_a_path_the_branch_adds_is_refused_and_kept(
+    env: Repo, kind: str
+) -> None:
+    """A FIFO (nothing may open it: git would block), a dangling symlink (ignored) and a
+    folder holding a file where the branch adds a file of that name."""
+    _ignore(env, "link")
+    _commit_forced(env.task("t1", {"fifo": "f\n", "dir": "d\n"}), "link", "agent\n")
+    target = env.repo / {"fifo": "fifo", "dangling-symlink": "link", "directory": "dir"}[kind]
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "dangling-symlink":
+        target.symlink_to(env.root / "nowhere")
+    else:
+        target.mkdir()
+        (target / "inside").write_text("the user's\n")
+    before = snapshot(env.repo)
+    proc = env.proc("merge", "t1")
+    line = one_line(proc)
+    assert proc.returncode == 1 and target.name in line, line
+    assert snapshot(env.repo) == before and os.path.lexists(target)

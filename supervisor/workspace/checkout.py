@@ -18,6 +18,7 @@ stops that only for the same path) and writes into an ignored directory without 
 from __future__ import annotations
 
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -72,12 +73,44 @@ def collisions(checkout: Path, before: str, tree: str) -> list[str]:
     around = {prefix for path in written for prefix in _prefixes(path)}
     base = ["ls-files", "-z", "-o", "--directory", "--exclude-standard"]
     found: list[str] = []
+    named: set[str] = set()
     for kind, args in (("ignored", [*base, "-i"]), ("untracked", base)):
         for entry in _z_list(args, checkout):
             path = entry.rstrip("/")
             if path in around or any(p in written for p in _prefixes(path)):
                 found.append(f"{entry} ({kind})")
+                named.add(path)
+    return found + _unlisted(checkout, before, tree, written, named)
+
+
+def _unlisted(checkout: Path, before: str, tree: str, written: set[str],
+              named: set[str]) -> list[str]:  # fmt: skip
+    """What git does not list at all but is there: a FIFO, socket or device at a path the
+    merge adds (``ls-files`` and ``status`` skip them), or any non-folder where an added
+    path needs a folder. Looked up with ``lstat`` only: nothing is opened."""
+    args = ["diff-tree", "-r", "-z", "--name-only", "--diff-filter=A", before, tree]
+    found: list[str] = []
+    for added in _z_list(args, checkout):
+        for prefix in _prefixes(added):
+            if prefix in named or (prefix != added and prefix in written):
+                continue  # reported already, or a tracked file the merge replaces
+            try:
+                mode = os.lstat(checkout / prefix).st_mode
+            except (FileNotFoundError, NotADirectoryError):
+                break
+            if prefix == added or not stat.S_ISDIR(mode):
+                found.append(f"{prefix} (untracked {_kind(mode)})")
+                named.add(prefix)
+                break
     return found
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
+                       (stat.S_ISLNK, "symlink"), (stat.S_ISDIR, "folder")):  # fmt: skip
+        if test(mode):
+            return name
+    return "file" if stat.S_ISREG(mode) else "device"
 
 
 def refuse_collisions(checkout: Path, what: str, before: str, tree: str) -> None:
@@ -198,8 +231,13 @@ def fast_forward(checkout: Path, target: str, before: str, commit: str) -> None:
 
 
 def _cause(stderr: bytes) -> str:
-    """git's first ``fatal:``/``error:`` line (a lock failure's last line is only "remove
-    the file manually to continue."), else its last line."""
-    lines = [x.strip() for x in stderr.decode(errors="replace").splitlines() if x.strip()]
-    first = next((x for x in lines if x.startswith(("fatal:", "error:"))), None)
-    return first or (lines[-1] if lines else "failed")
+    """git's first ``fatal:``/``error:`` line with the paths listed under it (a lock
+    failure's last line is only "remove the file manually to continue."), else its last
+    line."""
+    raw = [x for x in stderr.decode(errors="replace").splitlines() if x.strip()]
+    at = next((i for i, x in enumerate(raw) if x.startswith(("fatal:", "error:"))), None)
+    if at is None:
+        return raw[-1].strip() if raw else "failed"
+    # the paths git lists under its line are tab-indented ("would be overwritten by merge:")
+    listed = [x.strip() for x in raw[at + 1 :] if x.startswith("\t")]
+    return raw[at].strip() + (" " + ", ".join(listed) if listed else "")
