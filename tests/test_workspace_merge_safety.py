@@ -26,9 +26,9 @@ from test_workspace_review import Repo, _no_git_identity, git
 _REAL_GIT = shutil.which("git") or "/usr/bin/git"
 
 #: The wrapper: for the git verb $WRAP_VERB only (the first word after ``-c K=V`` pairs):
-#: "slow" sleeps $WRAP_SLEEP s then runs git; "lock" runs git, then creates index.lock,
-#: marks $WRAP_MARK and exits 1; "after" runs git, marks, then becomes ``sleep`` (to be
-#: SIGKILLed by PID); "before" marks and becomes ``sleep`` without running git.
+#: "slow" marks $WRAP_MARK, sleeps $WRAP_SLEEP s, then runs git; "lock" runs git, then
+#: creates index.lock, marks and exits 1; "after" runs git, marks, then becomes ``sleep``
+#: (to be SIGKILLed by PID); "before" marks and becomes ``sleep`` without running git.
 _WRAPPER = """#!/bin/sh
 verb=""; skip=0
 for a in "$@"; do
@@ -37,7 +37,7 @@ for a in "$@"; do
 done
 [ "$verb" = "$WRAP_VERB" ] || exec {git} "$@"
 case "$WRAP_MODE" in
-  slow) sleep "$WRAP_SLEEP"; exec {git} "$@";;
+  slow) echo $$ > "$WRAP_MARK"; sleep "$WRAP_SLEEP"; exec {git} "$@";;
   lock) {git} "$@"; touch "$({git} rev-parse --git-path index).lock"; echo $$ > "$WRAP_MARK"
         exit 1;;
   after) {git} "$@"; echo $$ > "$WRAP_MARK"; exec sleep 60;;
@@ -440,3 +440,26 @@ def test_an_odd_file_type_at_a_path_the_branch_adds_is_refused_and_kept(
     line = one_line(proc)
     assert proc.returncode == 1 and target.name in line, line
     assert snapshot(env.repo) == before and os.path.lexists(target)
+
+
+def test_a_ctrl_c_during_the_merge_step_lets_it_finish_and_be_recorded(env: Repo) -> None:
+    """SIGINT while git moves the checkout: Python would kill git halfway (subprocess.run
+    kills its child on KeyboardInterrupt); the step, its event and the journal's removal
+    finish first, then the command exits 130."""
+    env.task("t1", {"a.txt": "a\n"})
+    argv = [sys.executable, "-m", "supervisor.cli", "merge", "-c", str(env.profile), "t1"]
+    proc = subprocess.Popen(argv, env=wrap_git(env.root, "merge", "slow", 1.5),
+                            stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    mark = env.root / "mark"
+    deadline = time.monotonic() + 60
+    while not mark.exists() or not mark.read_text().strip():
+        assert proc.poll() is None and time.monotonic() < deadline, "no mark"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and b"Traceback" not in err, err
+    assert (env.repo / "a.txt").read_text() == "a\n"
+    assert git(env.repo, "rev-parse", "HEAD^2") == env.head("supervise/t1")
+    assert git(env.repo, "status", "--porcelain") == ""
+    assert len(events(env, "t1", "merged")) == 1
+    assert not (env.repo / ".git" / "supervise-merge.json").exists()

@@ -18,8 +18,12 @@ stops that only for the same path) and writes into an ignored directory without 
 from __future__ import annotations
 
 import os
+import signal
 import stat
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from supervisor.terminal import counted
@@ -241,3 +245,30 @@ def _cause(stderr: bytes) -> str:
     # the paths git lists under its line are tab-indented ("would be overwritten by merge:")
     listed = [x.strip() for x in raw[at + 1 :] if x.startswith("\t")]
     return raw[at].strip() + (" " + ", ".join(listed) if listed else "")
+
+
+@contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Hold a Ctrl-C (SIGINT) until the block has ended, then raise KeyboardInterrupt.
+
+    Why: on KeyboardInterrupt, :func:`subprocess.run` kills its child, and a git killed
+    while it writes a checkout leaves half-written files and a stale ``index.lock``; the
+    block (the git step, its undo and the event) is short and bounded by git's timeout.
+    Only in the main thread (where Python runs signal handlers), and not when SIGINT is
+    ignored already.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+    if caught:
+        raise KeyboardInterrupt

@@ -42,7 +42,12 @@ from supervisor.states import TERMINAL, FailureReason
 from supervisor.taskdir import MANIFEST, Manifest, TaskDir
 from supervisor.terminal import counted
 from supervisor.workspace import journal
-from supervisor.workspace.checkout import fast_forward, problems, refuse_collisions
+from supervisor.workspace.checkout import (
+    fast_forward,
+    interrupts_deferred,
+    problems,
+    refuse_collisions,
+)
 from supervisor.workspace.gitops import (
     LONG_GIT_TIMEOUT,
     MergeConflict,
@@ -319,19 +324,34 @@ def _merge_locked(ws: TaskWorkspace, into: str | None, squash: bool, common: Pat
     commit = git_out([*identity_args(repo), "commit-tree", tree, *parents, "-m", message], repo)
     intent = journal.MergeIntent(str(ws.task.path.resolve()), target, before, commit, head,
                                  squash, str(checkout) if checkout else None)  # fmt: skip
-    journal.write(common, intent)
-    try:
-        if checkout is not None:
-            fast_forward(checkout, target, before, commit)
-        else:
-            run_git(["update-ref", "-m", message, f"refs/heads/{target}", commit, before], repo)
-    except ReviewError:
-        if not (checkout and problems(checkout, target, before)):
-            journal.clear(common)  # undone and checked; else the next run finishes the undo
-        raise
-    journal.record_merged(intent)
-    journal.clear(common)
+    _apply(intent, common, message, repo)
     return MergeResult(target, commit, head, checkout, squash)
+
+
+def _apply(intent: journal.MergeIntent, common: Path, message: str, repo: Path) -> None:
+    """Move the target to the merge commit (the checkout's fast-forward, or only the ref)
+    and log the event, journalled, with Ctrl-C held until done.
+
+    Raises:
+        ReviewError: the step failed; it was undone (journal cleared) or the undo failed
+            (journal kept, so the next run finishes it).
+    """
+    checkout = Path(intent.checkout) if intent.checkout else None
+    target, before, commit = intent.target, intent.before, intent.commit
+    with interrupts_deferred():
+        journal.write(common, intent)
+        try:
+            if checkout is not None:
+                fast_forward(checkout, target, before, commit)
+            else:
+                ref = f"refs/heads/{target}"
+                run_git(["update-ref", "-m", message, ref, commit, before], repo)
+        except ReviewError:
+            if not (checkout and problems(checkout, target, before)):
+                journal.clear(common)  # undone and checked; else the next run finishes the undo
+            raise
+        journal.record_merged(intent)
+        journal.clear(common)
 
 
 # ---------------------------------------------------------------- discard
