@@ -463,3 +463,21 @@ def test_a_ctrl_c_during_the_merge_step_lets_it_finish_and_be_recorded(env: Repo
     assert git(env.repo, "status", "--porcelain") == ""
     assert len(events(env, "t1", "merged")) == 1
     assert not (env.repo / ".git" / "supervise-merge.json").exists()
+
+
+def test_a_discard_whose_branch_moved_since_the_question_removes_nothing(env: Repo) -> None:
+    """The question showed one branch commit; under the lock the branch has another (more
+    work would be lost than was confirmed): refused, nothing removed."""
+    from supervisor.workspace import review
+    from supervisor.workspace.gitops import ReviewError
+
+    wt = env.task("t1", {"a.txt": "a\n"})
+    ws = review.load_task(env.tasks, "t1")
+    asked = review.discard_plan(ws)
+    (wt / "b.txt").write_text("b\n")
+    git(wt, "add", "b.txt")
+    git(wt, "commit", "-q", "-m", "more work")
+    with pytest.raises(ReviewError, match="changed since the question"):
+        review.discard_confirmed(ws, asked)
+    assert wt.is_dir() and "supervise/t1" in env.branches()
+    assert events(env, "t1", "discarded") == []
