@@ -10,14 +10,19 @@ Commands::
 
 Exit codes (as :mod:`supervisor.cli`): 0 done (also: nothing to do, such as a merge that is
 already contained in its target), 1 refused or failed (unknown task, a task without a worktree
-or not ended, a dirty target checkout, a conflict, discard without confirmation, a prune
-removal that failed), 2 usage error (argparse, e.g. a bad ``--older-than``). A refusal is one
-line on stderr.
+or not ended, a dirty target checkout, a path the merge would write that is ignored or
+untracked there, a conflict, a failed merge (undone), discard without confirmation, another
+copy holding the repository's lock for 60 s, a prune removal that failed), 2 usage error
+(argparse, e.g. a bad ``--older-than``). A refusal is one line on stderr.
 
 ``diff`` writes git's bytes unchanged when stdout is not a terminal (a file or a pipe gets a
 patch ``git apply`` takes); on a terminal, control characters in it (the agent wrote those
 files) are shown as visible escapes (:func:`supervisor.terminal.escape_controls`), keeping
 newlines and tabs.
+
+``merge``, ``discard`` and ``prune`` hold a lock per repository
+(:mod:`supervisor.workspace.repolock`); a line starting ``note:`` on stdout says what an
+interrupted earlier merge had left and how it was finished.
 
 The git work is in :mod:`supervisor.workspace.review` and :mod:`supervisor.workspace.prune`.
 """
@@ -33,7 +38,7 @@ from supervisor.terminal import counted, escape_controls
 
 if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
-    from supervisor.workspace.review import TaskWorkspace
+    from supervisor.workspace.review import DiscardPlan, TaskWorkspace
 
 
 def _err(message: str) -> None:
@@ -74,6 +79,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
     _, ws = _load(args)
     result = review.merge(ws, into=args.into, squash=args.squash)
+    for note in result.notes:
+        _say(note)
     if result.up_to_date:
         _say(f"{ws.task_id}: {result.target} already contains {ws.branch} ({result.head[:12]})")
         return 0
@@ -92,6 +99,16 @@ def _confirm(question: str) -> bool:
     return answer.strip().lower().startswith("y")
 
 
+def _removal(ws: TaskWorkspace, plan: DiscardPlan) -> list[str]:
+    """What ``plan`` removes, for the question and the answer."""
+    parts = [f"worktree {plan.worktree}"] if plan.worktree else []
+    if plan.branch_commit:
+        parts.append(
+            f"branch {ws.branch} ({counted(plan.unmerged, 'commit')} not in {ws.report.base})"
+        )
+    return parts
+
+
 def cmd_discard(args: argparse.Namespace) -> int:
     from supervisor.workspace import review
 
@@ -102,13 +119,8 @@ def cmd_discard(args: argparse.Namespace) -> int:
         if not ws.report.removed:
             review.mark_removed(ws.task)
         return 0
-    parts = [f"worktree {plan.worktree}"] if plan.worktree else []
-    if plan.branch_commit:
-        parts.append(
-            f"branch {ws.branch} ({counted(plan.unmerged, 'commit')} not in {ws.report.base})"
-        )
     loss = f", and {plan.dirty} uncommitted paths" if plan.dirty else ""
-    question = f"remove {' and '.join(parts)}{loss} of task {ws.task_id}?"
+    question = f"remove {' and '.join(_removal(ws, plan))}{loss} of task {ws.task_id}?"
     if not args.yes:
         if not sys.stdin.isatty():
             _err(f"supervise discard: not confirmed (no terminal; pass --yes): {question}")
@@ -116,8 +128,14 @@ def cmd_discard(args: argparse.Namespace) -> int:
         if not _confirm(question):
             _err("nothing removed")
             return 1
-    review.discard(ws, plan)
-    _say(f"{ws.task_id}: removed {' and '.join(parts)}")
+    notes: list[str] = []
+    done = review.discard_confirmed(ws, plan, notes)
+    for note in notes:
+        _say(note)
+    if done is None:
+        _say(f"{ws.task_id}: worktree and branch {ws.branch} are already gone")
+    else:
+        _say(f"{ws.task_id}: removed {' and '.join(_removal(ws, done))}")
     return 0
 
 
@@ -135,16 +153,21 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
     from supervisor.cli import _profile
     from supervisor.workspace import prune
+    from supervisor.workspace.repolock import repo_locks
 
     profile = _profile(args.config)
-    items = prune.plan(
-        profile.tasks_dir,
-        worktree_root(profile),
-        profile.spec.workspace.branch,
-        older_than=args.older_than,
-        force=args.force,
-    )
-    ok = True if args.dry_run else prune.apply(items, profile.tasks_dir, force=args.force)
+    notes: list[str] = []
+    with repo_locks(prune.repositories(profile.tasks_dir), "prune", notes):
+        for note in notes:
+            _say(note)
+        items = prune.plan(
+            profile.tasks_dir,
+            worktree_root(profile),
+            profile.spec.workspace.branch,
+            older_than=args.older_than,
+            force=args.force,
+        )
+        ok = True if args.dry_run else prune.apply(items, profile.tasks_dir, force=args.force)
     if not items:
         _say(f"nothing to prune in {profile.tasks_dir}")
         return 0

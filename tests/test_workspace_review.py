@@ -216,24 +216,31 @@ def test_merge_first_of_two_tasks_succeeds_second_names_the_conflict(
 
 
 @pytest.mark.parametrize("squash", [False, True])
-def test_a_merge_that_conflicts_in_the_checkout_is_undone_exactly(
+def test_a_target_that_moves_after_the_checks_is_left_as_the_user_made_it(
     env: Repo, squash: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The branch moved between the merge-tree check and the merge (here: the check is made
-    to miss): ``git merge`` stops on the conflict, and the checkout is restored."""
+    """The user commits on the target between the merge's checks and its one git step
+    (here: right after ``merge-tree``): the merge refuses and changes nothing."""
     from supervisor.workspace import review
 
     env.task("task-a", {"shared.txt": "one\nTWO by a\nthree\n"})
-    env.task("task-b", {"shared.txt": "one\nTWO by b\nthree\n"})
-    assert env.cli("merge", "task-a") == 0
-    before = env.head("main")
     real = review.merge_tree
-    monkeypatch.setattr(review, "merge_tree", lambda *a: (real(*a)[0], []))
-    assert env.cli("merge", "task-b", *(["--squash"] if squash else [])) == 1
-    assert "conflicts in: shared.txt; the merge was undone" in capsys.readouterr().err
-    assert env.head("main") == before and git(env.repo, "status", "--porcelain") == ""
+
+    def then_the_user_commits(*args: Any) -> tuple[str, list[str]]:
+        result = real(*args)
+        (env.repo / "mine.txt").write_text("mine\n")
+        git(env.repo, "add", "mine.txt")
+        git(env.repo, "commit", "-q", "-m", "the user's commit")
+        return result
+
+    monkeypatch.setattr(review, "merge_tree", then_the_user_commits)
+    assert env.cli("merge", "task-a", *(["--squash"] if squash else [])) == 1
+    assert "main moved in" in capsys.readouterr().err
+    assert git(env.repo, "log", "-1", "--format=%s") == "the user's commit"
+    assert git(env.repo, "status", "--porcelain") == ""
     assert not (env.repo / ".git" / "MERGE_HEAD").exists()
-    assert (env.repo / "shared.txt").read_text() == "one\nTWO by a\nthree\n"
+    assert (env.repo / "shared.txt").read_text() == "one\ntwo\nthree\n"
+    assert not (env.tasks / "task-a" / "events.jsonl").exists()
 
 
 @pytest.mark.parametrize("kind", ["modified", "untracked", "staged"])

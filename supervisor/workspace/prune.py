@@ -38,6 +38,7 @@ from supervisor.workspace.gitops import (
     run_git,
     worktrees,
 )
+from supervisor.workspace.journal import MERGED
 from supervisor.workspace.review import mark_removed, remove_worktree
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
@@ -100,7 +101,7 @@ def _merged_reason(task: TaskDir, repo: Path, branch: str, base: str | None, hea
     if base_head is not None and is_ancestor(repo, head, base_head):
         return f"merged into {base}"
     for event in reversed(task.events()):
-        if event.get("event") == "merged" and event.get("head") == head:
+        if event.get("event") == MERGED and event.get("head") == head:
             return f"merged into {event.get('into')} by 'supervise merge'"
     return None
 
@@ -191,6 +192,24 @@ def _repository_of(path: Path) -> str | None:
     except ReviewError:
         return None
     return str(Path(common.stdout.decode(errors="surrogateescape").strip()).parent)
+
+
+def repositories(tasks_dir: Path) -> set[Path]:
+    """The repositories the worktree tasks of ``tasks_dir`` name (to lock before
+    :func:`plan`, :mod:`supervisor.workspace.repolock`); unreadable manifests are skipped."""
+    found: set[Path] = set()
+    try:
+        folders = [p for p in tasks_dir.iterdir() if p.is_dir()]
+    except FileNotFoundError:
+        return found
+    for folder in folders:
+        try:
+            ws = TaskDir(folder).read_manifest().workspace
+        except (OSError, ValueError):
+            continue
+        if ws is not None and ws.mode == "worktree" and ws.repository:
+            found.add(Path(ws.repository))
+    return found
 
 
 def plan(

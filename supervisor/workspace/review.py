@@ -17,23 +17,37 @@ Git rules used (git 2.39 here; ``git merge-tree --write-tree`` needs git >= 2.38
 - A merge is checked for conflicts first with ``git merge-tree --write-tree`` (git-merge-tree(1)),
   which touches no checkout and no ref; a conflicting merge is refused with the files named
   and nothing changed anywhere.
-- The target branch checked out in a worktree (``git worktree list --porcelain``) is merged
-  there with ``git merge --no-ff`` (a merge commit that names the task) or ``--squash`` plus
-  a commit, only when ``git status --porcelain`` is empty (no change, no untracked file). A
-  merge that fails anyway is undone (``git merge --abort`` / ``git reset --merge``).
-- A target branch checked out nowhere is merged without any checkout: the tree from
-  ``merge-tree``, a commit from ``git commit-tree``, and ``git update-ref REF NEW OLD`` (which
-  refuses if the branch moved meanwhile): what ``git fetch`` does to a branch nobody has
-  checked out.
+- The merge commit is always made without a checkout: the tree from ``merge-tree``, a
+  commit from ``git commit-tree`` (parents: the target and, unless squashed, the task head;
+  the user's commit hooks do not run, as for any commit made outside a checkout).
+- A target branch checked out in a worktree (``git worktree list --porcelain``) is moved
+  there by one fast-forward to that commit (:mod:`supervisor.workspace.checkout`), only when
+  ``git status --porcelain`` is empty and no path the merge writes is ignored or untracked
+  there; a failed step is undone and the checkout checked to be exactly as it was.
+- A target branch checked out nowhere only has its ref moved: ``git update-ref REF NEW OLD``
+  (which refuses if the branch moved meanwhile), what ``git fetch`` does to a branch nobody
+  has checked out.
+- ``merge`` and ``discard`` hold the repository's lock (:mod:`supervisor.workspace.repolock`),
+  and a merge keeps a journal (:mod:`supervisor.workspace.journal`) until its event is
+  written, so a second copy waits and a killed copy is finished by the next run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 from supervisor.states import TERMINAL, FailureReason
 from supervisor.taskdir import MANIFEST, Manifest, TaskDir
+from supervisor.terminal import counted
+from supervisor.workspace import journal
+from supervisor.workspace.checkout import (
+    fast_forward,
+    interrupts_deferred,
+    problems,
+    refuse_collisions,
+)
 from supervisor.workspace.gitops import (
     LONG_GIT_TIMEOUT,
     MergeConflict,
@@ -47,7 +61,9 @@ from supervisor.workspace.gitops import (
     run_git,
     worktrees,
 )
+from supervisor.workspace.journal import MERGED
 from supervisor.workspace.model import WorkspaceReport
+from supervisor.workspace.repolock import repo_lock
 
 # ---------------------------------------------------------------- the task
 
@@ -188,7 +204,9 @@ class MergeResult:
         checkout: the worktree the merge was made in, ``None`` when the branch was
             checked out nowhere and only its ref moved.
         squash: one squashed commit instead of a merge commit.
-        up_to_date: the target already contained the task's commits; nothing was done.
+        up_to_date: the target already contained the task's commits (or a recorded squash
+            of them); nothing was done.
+        notes: lines about an interrupted earlier merge that was finished first.
     """
 
     target: str
@@ -197,6 +215,7 @@ class MergeResult:
     checkout: Path | None
     squash: bool
     up_to_date: bool = False
+    notes: tuple[str, ...] = ()
 
 
 def target_branch(ws: TaskWorkspace, into: str | None) -> str:
@@ -233,7 +252,8 @@ def merge_tree(repo: Path, target: str, head: str) -> tuple[str, list[str]]:
 
 
 def merge(ws: TaskWorkspace, into: str | None = None, squash: bool = False) -> MergeResult:
-    """Merge the task's branch into its base branch (or ``into``) and log a ``merged`` event.
+    """Merge the task's branch into its base branch (or ``into``) and log a ``merged`` event,
+    holding the repository's lock (:mod:`supervisor.workspace.repolock`).
 
     Returns:
         :class:`MergeResult`.
@@ -241,85 +261,97 @@ def merge(ws: TaskWorkspace, into: str | None = None, squash: bool = False) -> M
     Raises:
         MergeConflict: the merge would conflict (files named; nothing changed).
         ReviewError: the task has not ended, the target is not a local branch, its checkout
-            has uncommitted changes or untracked files, or git failed.
+            has uncommitted changes or untracked files, the merge would write a path that is
+            ignored or untracked there, another copy holds the lock, or git failed (the
+            checkout is then as it was, or the line says what is left).
     """
     ws.require_ended("merge")
+    notes: list[str] = []
+    with repo_lock(ws.repository, "merge", notes) as common:
+        result = _merge_locked(ws, into, squash, common)
+    return dataclasses.replace(result, notes=tuple(notes))
+
+
+def _already_merged(ws: TaskWorkspace, head: str, target_commit: str) -> bool:
+    """The target contains ``head``, or a ``merged`` event of ``head`` whose commit it
+    contains (a squash leaves no ancestry)."""
+    repo = ws.repository
+    if is_ancestor(repo, head, target_commit):
+        return True
+    return any(
+        e.get("event") == MERGED and e.get("head") == head
+        and commit_of(repo, str(e.get("commit"))) is not None
+        and is_ancestor(repo, str(e.get("commit")), target_commit)
+        for e in ws.task.events()
+    )  # fmt: skip
+
+
+def _check_clean(repo: Path, target: str, checkout: Path) -> None:
+    """Raises ReviewError unless ``checkout`` (where ``target`` is checked out) is there and
+    has no changes and no untracked files."""
+    if not checkout.is_dir():
+        raise ReviewError(f"{target} is checked out in {checkout}, which is gone; "
+                          f"run 'git worktree prune' in {repo}")  # fmt: skip
+    dirty = dirty_paths(checkout)
+    if dirty:
+        raise ReviewError(
+            f"{checkout} (branch {target}) has uncommitted changes or untracked files "
+            f"({counted(len(dirty), 'path')}, 'git status' there): left untouched; commit or "
+            "clean them, or merge --into another branch"
+        )
+
+
+def _merge_locked(ws: TaskWorkspace, into: str | None, squash: bool, common: Path) -> MergeResult:
     repo = ws.repository
     target = target_branch(ws, into)
     head = task_commit(ws)
     before = commit_of(repo, f"refs/heads/{target}") or ""
-    if is_ancestor(repo, head, before):
+    if _already_merged(ws, head, before):
         return MergeResult(target, before, head, None, squash, up_to_date=True)
-    checkout = next((w.path for w in worktrees(repo) if w.branch == target), None)
-    if checkout is not None:
-        if not checkout.is_dir():
-            raise ReviewError(f"{target} is checked out in {checkout}, which is gone; "
-                              f"run 'git worktree prune' in {repo}")  # fmt: skip
-        dirty = dirty_paths(checkout)
-        if dirty:
-            raise ReviewError(
-                f"{checkout} (branch {target}) has uncommitted changes or untracked files "
-                f"({len(dirty)} paths, 'git status' there): left untouched; commit or "
-                "clean them, or merge --into another branch"
-            )
     tree, conflicts = merge_tree(repo, before, head)
-    if conflicts:
-        raise MergeConflict(
-            f"merging {ws.branch} into {target} conflicts in: {', '.join(conflicts)}; "
-            "nothing was changed",
-            conflicts,
-        )
-    name = ws.manifest.task_name
-    kind = "Squash" if squash else "Merge"
-    message = f"{kind} task {ws.task_id} ({name}) from {ws.branch}"
+    checkout = next((w.path for w in worktrees(repo) if w.branch == target), None)
+    what = f"merging {ws.branch} into {target}"
     if checkout is not None:
-        commit = _merge_in_checkout(checkout, ws.branch, head, message, squash)
-    else:
-        commit = _merge_ref(repo, target, before, head, tree, message, squash)
-    ws.task.append_event(
-        "merged", into=target, commit=commit, head=head, squash=squash,
-        checkout=str(checkout) if checkout else None,
-    )  # fmt: skip
+        if checkout.is_dir():  # named first: "untracked files" alone would hide which
+            refuse_collisions(checkout, what, before, tree)
+        _check_clean(repo, target, checkout)
+    if conflicts:
+        raise MergeConflict(f"{what} conflicts in: {', '.join(conflicts)}; nothing was changed",
+                            conflicts)  # fmt: skip
+    kind = "Squash" if squash else "Merge"
+    message = f"{kind} task {ws.task_id} ({ws.manifest.task_name}) from {ws.branch}"
+    parents = ["-p", before] + ([] if squash else ["-p", head])
+    commit = git_out([*identity_args(repo), "commit-tree", tree, *parents, "-m", message], repo)
+    intent = journal.MergeIntent(str(ws.task.path.resolve()), target, before, commit, head,
+                                 squash, str(checkout) if checkout else None)  # fmt: skip
+    _apply(intent, common, message, repo)
     return MergeResult(target, commit, head, checkout, squash)
 
 
-def _merge_in_checkout(checkout: Path, branch: str, head: str, message: str, squash: bool) -> str:
-    """Merge ``head`` in a clean checkout; on failure restore it and raise. Returns the new
-    HEAD commit."""
-    ident = identity_args(checkout)
-    if squash:
-        commit = [*ident, "commit", "--no-edit", "-m", message]
-        steps = [[*ident, "merge", "--squash", head], commit]
-    else:
-        steps = [[*ident, "merge", "--no-ff", "--no-edit", "-m", message, head]]
-    try:
-        for step in steps:
-            run_git(step, checkout, LONG_GIT_TIMEOUT)
-    except ReviewError as exc:
-        unmerged = git_out(["diff", "--name-only", "--diff-filter=U", "-z"], checkout)
-        files = sorted(f for f in unmerged.split("\0") if f)
-        # The checkout was clean before: --merge resets index and files to HEAD, keeping
-        # nothing of the failed merge (git-reset(1); also what "merge --abort" runs).
-        run_git(["reset", "--merge"], checkout, LONG_GIT_TIMEOUT)
-        if files:
-            raise MergeConflict(
-                f"merging {branch} in {checkout} conflicts in: {', '.join(files)}; "
-                "the merge was undone",
-                files,
-            ) from None
-        raise ReviewError(f"{exc}; the merge was undone") from None
-    return git_out(["rev-parse", "HEAD"], checkout)
+def _apply(intent: journal.MergeIntent, common: Path, message: str, repo: Path) -> None:
+    """Move the target to the merge commit (the checkout's fast-forward, or only the ref)
+    and log the event, journalled, with Ctrl-C held until done.
 
-
-def _merge_ref(
-    repo: Path, target: str, before: str, head: str, tree: str, message: str, squash: bool
-) -> str:
-    """Commit ``tree`` on ``target`` (parents: ``before`` and, unless squashed, ``head``) and
-    move the branch there if it still points at ``before``. Returns the new commit."""
-    parents = ["-p", before] + ([] if squash else ["-p", head])
-    commit = git_out([*identity_args(repo), "commit-tree", tree, *parents, "-m", message], repo)
-    run_git(["update-ref", "-m", message, f"refs/heads/{target}", commit, before], repo)
-    return commit
+    Raises:
+        ReviewError: the step failed; it was undone (journal cleared) or the undo failed
+            (journal kept, so the next run finishes it).
+    """
+    checkout = Path(intent.checkout) if intent.checkout else None
+    target, before, commit = intent.target, intent.before, intent.commit
+    with interrupts_deferred():
+        journal.write(common, intent)
+        try:
+            if checkout is not None:
+                fast_forward(checkout, target, before, commit)
+            else:
+                ref = f"refs/heads/{target}"
+                run_git(["update-ref", "-m", message, ref, commit, before], repo)
+        except ReviewError:
+            if not (checkout and problems(checkout, target, before)):
+                journal.clear(common)  # undone and checked; else the next run finishes the undo
+            raise
+        journal.record_merged(intent)
+        journal.clear(common)
 
 
 # ---------------------------------------------------------------- discard
@@ -408,3 +440,36 @@ def discard(ws: TaskWorkspace, plan: DiscardPlan) -> None:
         unmerged=plan.unmerged, dirty=plan.dirty,
     )  # fmt: skip
     mark_removed(ws.task)
+
+
+def discard_confirmed(
+    ws: TaskWorkspace, confirmed: DiscardPlan, notes: list[str] | None = None
+) -> DiscardPlan | None:
+    """:func:`discard` under the repository's lock, from a plan made anew under it (a
+    second copy may have removed things meanwhile). Returns the plan carried out, or
+    ``None`` when the worktree and the branch were already gone (``workspace.removed`` is
+    then set). Lines about an interrupted merge finished first are appended to ``notes``.
+
+    Raises:
+        ReviewError: another copy holds the lock; or the branch or worktree changed since
+            ``confirmed`` was shown, so that more would be lost (nothing removed); or git
+            failed.
+    """
+    with repo_lock(ws.repository, "discard", notes):
+        fresh = load_task(ws.task.path.parent, ws.task_id)
+        plan = discard_plan(fresh)
+        if plan.worktree is None and plan.branch_commit is None:
+            if not fresh.report.removed:
+                mark_removed(fresh.task)
+            return None
+        if (
+            plan.branch_commit not in (None, confirmed.branch_commit)
+            or plan.dirty > confirmed.dirty
+            or (plan.worktree is not None and confirmed.worktree is None)
+        ):
+            raise ReviewError(
+                f"task {ws.task_id}'s branch or worktree changed since the question: nothing "
+                "removed; run discard again to see what it holds now"
+            )
+        discard(fresh, plan)
+        return plan
