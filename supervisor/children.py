@@ -157,6 +157,7 @@ def run(
         :class:`Finished`. Never raises for the child's behaviour; an ``OSError`` at start
         (a missing program, a missing ``cwd``) is ``Finished.error``.
     """
+    err = subprocess.PIPE if stderr is not None else subprocess.DEVNULL
     try:
         proc = subprocess.Popen(
             list(argv),
@@ -164,10 +165,9 @@ def run(
             env=dict(env) if env is not None else None,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE if stdout is not None else subprocess.DEVNULL,
-            stderr=(subprocess.STDOUT if merge_stderr else
-                    subprocess.PIPE if stderr is not None else subprocess.DEVNULL),
+            stderr=subprocess.STDOUT if merge_stderr else err,
             start_new_session=True,
-        )  # fmt: skip
+        )
     except OSError as exc:
         return Finished(None, error=exc.strerror or str(exc))
     streams = {}

@@ -59,8 +59,7 @@ def grandchild(pidfile: Path) -> int:
 
 def test_runner_keeps_head_and_tail_of_a_flood_and_says_how_much_it_left_out() -> None:
     flood = "import sys; sys.stdout.write('A' * 1000 + 'B' * 5_000_000 + 'Z' * 1000)"
-    done = children.run([sys.executable, "-c", flood], timeout=30,
-                        stdout=children.Capture(4096))  # fmt: skip
+    done = children.run([sys.executable, "-c", flood], timeout=30, stdout=children.Capture(4096))
     assert done.returncode == 0
     assert done.stdout.startswith(b"A" * 1000) and done.stdout.endswith(b"Z" * 1000)
     assert b"[supervise: 4997904 bytes left out]" in done.stdout  # 5_002_000 - 4096
@@ -77,6 +76,19 @@ def test_runner_ends_a_child_that_ignores_sigterm_at_its_timeout(pidfile: Path) 
     done = children.run(["sh", "-c", script, "sh", str(pidfile)], timeout=1)
     assert done.timed_out and done.returncode is None
     assert not alive(grandchild(pidfile))
+
+
+def test_runner_returns_when_an_escaped_grandchild_holds_the_pipe(pidfile: Path) -> None:
+    """A grandchild that left the group (``setsid``) is out of reach of the group signal;
+    the runner stops reading its output soon after the group ended instead of waiting."""
+    script = 'setsid sleep 300 & echo $! > "$1"; sleep 0.5; echo done'  # setsid ran by then
+    started = time.monotonic()
+    done = children.run(
+        ["sh", "-c", script, "sh", str(pidfile)], timeout=30, stdout=children.Capture()
+    )
+    assert done.returncode == 0 and done.stdout == b"done\n"
+    assert time.monotonic() - started < 20  # DRAIN_AFTER_END (1 s) plus a loaded machine
+    assert alive(grandchild(pidfile))  # the documented limit; the fixture ends it
 
 
 def test_runner_reports_a_program_that_cannot_start() -> None:
@@ -110,8 +122,11 @@ def test_acceptance_timeout_ends_the_whole_group(tmp_path: Path, pidfile: Path) 
 
 
 def test_notifier_that_leaves_a_background_child_ends_it(pidfile: Path) -> None:
-    code = notify.run_notifier(["sh", "-c", LEAVE_CHILD, "sh", str(pidfile)],
-                               {"task_id": "t-1", "status": "failed"}, timeout=20)  # fmt: skip
+    code = notify.run_notifier(
+        ["sh", "-c", LEAVE_CHILD, "sh", str(pidfile)],
+        {"task_id": "t-1", "status": "failed"},
+        timeout=20,
+    )
     assert code == 0
     assert not alive(grandchild(pidfile))
 
@@ -130,8 +145,13 @@ print(code, base, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 def test_a_notifier_flooding_stderr_keeps_the_engine_small() -> None:
     """200 MB on the notifier's stderr: the peak RSS of the process that ran it (the
     kernel's ``ru_maxrss``, KiB) grows by far less than the flood."""
-    done = subprocess.run([sys.executable, "-c", ENGINE_WITH_FLOOD], capture_output=True,
-                          text=True, timeout=120, check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", ENGINE_WITH_FLOOD],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     code, base, peak = (int(x) for x in done.stdout.split())
     assert code == 3
     assert peak - base < 30 * 1024, f"peak RSS grew by {(peak - base) // 1024} MiB"
@@ -149,8 +169,13 @@ def test_a_200_kb_last_line_still_notifies_with_a_bounded_argv_and_env(tmp_path:
         f"open({str(out)!r}, 'w'))"
     )
     line = "x" * 200_000
-    event = {"task_id": "t-1", "status": "failed", "last_lines": line, "summary": line,
-             "reason": line}  # fmt: skip
+    event = {
+        "task_id": "t-1",
+        "status": "failed",
+        "last_lines": line,
+        "summary": line,
+        "reason": line,
+    }
     argv = [sys.executable, "-c", record, "{message}", "{last_lines}", "{summary} {reason}"]
     assert notify.run_notifier(argv, event, timeout=30) == 0
     got = json.loads(out.read_text())
@@ -167,8 +192,7 @@ def test_a_200_kb_last_line_still_notifies_with_a_bounded_argv_and_env(tmp_path:
 
 def test_setup_that_leaves_a_background_child_ends_it(tmp_path: Path, pidfile: Path) -> None:
     repo = make_repo(tmp_path / "repo")
-    spec = WorkspaceSpec(setup=["sh", "-c", f"echo installing; {LEAVE_CHILD}", "sh",
-                                str(pidfile)])  # fmt: skip
+    spec = WorkspaceSpec(setup=["sh", "-c", f"echo installing; {LEAVE_CHILD}", "sh", str(pidfile)])
     task = new_task(tmp_path)
     report = lifecycle.resolve(task.task_id, repo, spec, tmp_path / "state")
     lifecycle.prepare(task, report, spec, repo)

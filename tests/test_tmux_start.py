@@ -27,10 +27,14 @@ def test_tmux_server_gets_the_hard_open_file_limit(setup: Setup) -> None:
     engine raises the server's soft RLIMIT_NOFILE to the hard limit."""
     setup.write_profile()
     setup.drop("long.toml", setup.task("long", "print: hi\nsleep: 8\nexit: 0"))
-    command = shlex.join([sys.executable, "-m", "supervisor.cli", "run", str(setup.profile),
-                          "--exit-when-idle"])  # fmt: skip
-    engine = subprocess.Popen(["sh", "-c", f"ulimit -Sn 128 && exec {command}"],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    command = shlex.join(
+        [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile), "--exit-when-idle"]
+    )
+    engine = subprocess.Popen(
+        ["sh", "-c", f"ulimit -Sn 128 && exec {command}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         pid = wait_for(lambda: server_pid(setup), 30)
         assert psutil.Process(engine.pid).rlimit(psutil.RLIMIT_NOFILE)[0] == 128
@@ -59,8 +63,9 @@ def test_run_without_tmux_says_so_in_one_line_and_exits_non_zero(
 ) -> None:
     setup.write_profile()
     setup.drop("t.toml", setup.task("t", "print: hi\nexit: 0"))
-    done = setup.supervise("run", str(setup.profile), "--exit-when-idle", timeout=30,
-                           env=_no_tmux_env(tmp_path))  # fmt: skip
+    done = setup.supervise(
+        "run", str(setup.profile), "--exit-when-idle", timeout=30, env=_no_tmux_env(tmp_path)
+    )
     assert done.returncode == 1, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr

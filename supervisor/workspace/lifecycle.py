@@ -307,11 +307,11 @@ def _setup(
     if done.cancelled:
         raise InterruptedError("supervise is stopping")
     if done.timed_out:
-        raise WorkspaceError(f"setup {spec.setup[0]!r} ran out of time "
-                             f"(setup_timeout = {spec.setup_timeout:g} s)")  # fmt: skip
+        limit = f"setup_timeout = {spec.setup_timeout:g} s"
+        raise WorkspaceError(f"setup {spec.setup[0]!r} ran out of time ({limit})")
     if done.returncode != 0:
-        raise WorkspaceError(f"setup {' '.join(spec.setup)!r} exited {done.returncode} "
-                             f"(its output is in {task.file('output.log')})")  # fmt: skip
+        where = f"its output is in {task.file('output.log')}"
+        raise WorkspaceError(f"setup {' '.join(spec.setup)!r} exited {done.returncode} ({where})")
 
 
 def finish(
