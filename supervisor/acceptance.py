@@ -52,6 +52,8 @@ def run(task: TaskDir, project_dir: Path, spec: AcceptanceSpec) -> dict[str, Any
             output += f"\n[supervise] acceptance command timed out after {spec.timeout:g} s"
         elif done.error is not None:
             output = f"[supervise] cannot run {spec.command[0]!r}: {done.error}"
+        elif done.left_behind:
+            output += "\n[supervise] ended the background process(es) the command left running"
     if missing:
         output += "\n[supervise] missing artifacts: " + ", ".join(missing)
     result = {

@@ -105,6 +105,7 @@ def test_acceptance_that_leaves_a_background_child_ends_it(tmp_path: Path, pidfi
     result = acceptance.run(task, tmp_path, spec)
     assert result["passed"] and result["exit_code"] == 0
     assert result["duration_s"] < 15  # the grandchild holding the pipe is not waited for
+    assert "ended the background process(es)" in result["output_tail"]
     assert not alive(grandchild(pidfile))
 
 
