@@ -281,19 +281,27 @@ def end_group(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE) -> bool:
     and SIGCONT, SIGKILL after ``grace`` s for whatever still runs; ``proc`` is reaped.
 
     Returns whether the group had members other than an exited ``proc`` when called.
+    Blocks at most about ``3 * grace`` s.
     The group id stays safe to signal while any member lives: Linux does not hand out a
     PID that is still in use as a process group id.
     """
     pgid = proc.pid
     if not _signal_group(pgid, signal.SIGTERM):
-        proc.wait()
+        _reap(proc, grace)
         return False
     _signal_group(pgid, signal.SIGCONT)  # a stopped member must see the SIGTERM
     if not _wait_group(proc, pgid, grace):
         _signal_group(pgid, signal.SIGKILL)
         _wait_group(proc, pgid, grace)
-    proc.wait()
+    _reap(proc, grace)
     return True
+
+
+def _reap(proc: subprocess.Popen[bytes], bound: float) -> None:
+    """Wait up to ``bound`` s for ``proc``; one we may not signal (a set-user-ID program
+    that refused every signal) is left to run rather than waited for for ever."""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(bound)
 
 
 def _signal_group(pgid: int, signum: int) -> bool:
