@@ -177,12 +177,14 @@ def test_a_200_kb_last_line_still_notifies_with_a_bounded_argv_and_env(tmp_path:
         "summary": line,
         "reason": line,
     }
-    argv = [sys.executable, "-c", record, "{message}", "{last_lines}", "{summary} {reason}"]
+    many = "{last_lines}" * 20  # 20 cut values in one element: cut again as a whole
+    argv = [sys.executable, "-c", record, "{message}", "{last_lines}", "{summary} {reason}", many]
     assert notify.run_notifier(argv, event, timeout=30) == 0
     got = json.loads(out.read_text())
     assert got["stdin"]["last_lines"] == line  # exact on stdin
-    shown = [*got["argv"], *got["env"].values()]
+    shown = [*got["argv"][:-1], *got["env"].values()]
     assert all(len(v.encode()) <= notify.FIELD_BYTES * 2 + 200 for v in shown)
+    assert notify.ARGV_BYTES < len(got["argv"][-1].encode()) < notify.ARGV_BYTES + 200
     assert got["env"]["SUPERVISE_LAST_LINES"].startswith("x" * 1000)
     assert "[cut: 200000 bytes, whole on stdin]" in got["env"]["SUPERVISE_LAST_LINES"]
     assert got["argv"][1].endswith("[cut: 200000 bytes, whole on stdin]")
