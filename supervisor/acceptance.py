@@ -3,24 +3,29 @@
 :func:`run` executes a task's ``[acceptance]`` after its agent exited 0: every
 ``artifacts`` path must exist (relative paths resolve against the project folder) and the
 ``command`` argv (never a shell) must exit 0 within ``timeout`` seconds in the project
-folder. The result goes to ``TASK_DIR/acceptance.json`` atomically; the engine's inotify
+folder; it runs in a process group of its own, ended at its timeout and at its end, so a
+background process it started does not outlive it (:mod:`supervisor.children`). The
+result goes to ``TASK_DIR/acceptance.json`` atomically; the engine's inotify
 watch turns that into an immediate check.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
+from supervisor import children
 from supervisor.config import AcceptanceSpec
 from supervisor.taskdir import TaskDir, atomic_write
 
 RESULT = "acceptance.json"
 #: Characters of the command's output kept in the result and the summary.
 TAIL_CHARS = 2000
+#: Bytes of the command's output read into memory (its start and its end, see
+#: :class:`supervisor.children.Capture`); the rest is read and dropped.
+OUTPUT_BYTES = 64 * 1024
 #: Characters of the agent's final text kept in the summary.
 SUMMARY_RESULT_CHARS = 600
 
@@ -37,25 +42,18 @@ def run(task: TaskDir, project_dir: Path, spec: AcceptanceSpec) -> dict[str, Any
     code: int | None = None
     output = ""
     if spec.command:
-        try:
-            done = subprocess.run(
-                spec.command,
-                cwd=project_dir,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                timeout=spec.timeout,
-                check=False,
-            )
-            code = done.returncode
-            output = done.stdout.decode("utf-8", "replace")
-        except subprocess.TimeoutExpired as exc:
-            code = -1
-            partial = exc.stdout.decode("utf-8", "replace") if exc.stdout else ""
-            output = f"{partial}\n[supervise] acceptance command timed out after {spec.timeout:g} s"
-        except OSError as exc:
-            code = -1
-            output = f"[supervise] cannot run {spec.command[0]!r}: {exc.strerror}"
+        capture = children.Capture(OUTPUT_BYTES)
+        done = children.run(
+            spec.command, timeout=spec.timeout, cwd=project_dir, stdout=capture, merge_stderr=True
+        )
+        output = done.stdout.decode("utf-8", "replace")
+        code = -1 if done.returncode is None else done.returncode
+        if done.timed_out:
+            output += f"\n[supervise] acceptance command timed out after {spec.timeout:g} s"
+        elif done.error is not None:
+            output = f"[supervise] cannot run {spec.command[0]!r}: {done.error}"
+        elif done.left_behind:
+            output += "\n[supervise] ended the background process(es) the command left running"
     if missing:
         output += "\n[supervise] missing artifacts: " + ", ".join(missing)
     result = {

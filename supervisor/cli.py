@@ -93,6 +93,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         load_task,
         looks_like_profile,
     )
+    from supervisor.tmux import require_tmux
 
     profile: LoadedProfile | None = None
     results: list[dict[str, Any]] = []  # --json: {"file", "kind", "ok", "problems", "warnings"}
@@ -118,6 +119,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 if warning:
                     row["warnings"].append(warning)
                     _err(warning)
+                require_tmux(path)
             else:
                 row["kind"] = "task"
                 base = profile or LoadedProfile(

@@ -97,6 +97,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from supervisor.engine import EngineBusy, UnsafeSpool, run_profile
     from supervisor.terminal import ControlEscapingFormatter
+    from supervisor.tmux import missing_tmux
+
+    if (no_tmux := missing_tmux()) is not None:  # else adoption would wait for it for ever
+        _err(f"supervise run: {no_tmux}")
+        return 1
 
     try:
         handler = log_handler(args)

@@ -1,10 +1,12 @@
 """The notifier: an argv run once per notified event, with a timeout, never through a shell.
 
-It receives the event as one JSON object on stdin and the same facts as ``SUPERVISE_*``
-environment variables. Argv elements may use ``{message}``, ``{task_id}``, ``{task_name}``,
-``{status}``, ``{reason}``, ``{failure_reason}``, ``{verdict}``, ``{summary}`` (the
-summary's first sentence), ``{exit_code}``, ``{retry_count}`` and ``{task_dir}``; each is
-substituted inside its own argv element, so values never become extra arguments or code.
+It receives the event as one JSON object on stdin, whole and exact, and the same facts as
+``SUPERVISE_*`` environment variables, each cut to :data:`FIELD_BYTES` bytes with a marker
+(Linux's per-string limit on argv and the environment is 128 KiB). Argv elements may use
+``{message}``, ``{task_id}``, ``{task_name}``, ``{status}``, ``{reason}``,
+``{failure_reason}``, ``{verdict}``, ``{summary}`` (the summary's first sentence),
+``{exit_code}``, ``{retry_count}`` and ``{task_dir}``; each is substituted inside its own
+argv element, so values never become extra arguments or code.
 Values in argv and in the environment are for display: control characters from agent output
 or task files are escaped there (:mod:`supervisor.terminal`); the JSON on stdin is exact.
 The seed sent ``openclaw system event --text "..." --mode now`` fire-and-forget; here a
@@ -13,15 +15,14 @@ failure or a timeout is logged and never blocks or undoes the task's cleanup.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import re
-import signal
-import subprocess
 from typing import Any
 
+from supervisor import children
+from supervisor.children import Capture
 from supervisor.config.argv import expand_placeholders
 from supervisor.terminal import escape_controls
 
@@ -30,6 +31,18 @@ log = logging.getLogger("supervise.notify")
 
 #: Characters of the summary's first sentence kept in a message.
 SENTENCE_CHARS = 200
+#: UTF-8 bytes of one value in argv or the environment, before the marker. Linux refuses
+#: any single argv or environment string over 128 KiB (MAX_ARG_STRLEN, execve(2): E2BIG,
+#: "Argument list too long"); a 200 KB last output line lost its failure notification.
+#: 8 KiB keeps an argv element that holds every placeholder under that limit.
+FIELD_BYTES = 8 * 1024
+#: UTF-8 bytes of one whole argv element after substitution (with its marker), below
+#: MAX_ARG_STRLEN (131072) for templates that repeat placeholders.
+ARGV_BYTES = 120 * 1024
+#: Bytes of the notifier's stderr read into memory (its start and end); the rest is drained.
+STDERR_BYTES = 16 * 1024
+#: Characters of its stderr's end in the log line of a failed notifier.
+LOGGED_CHARS = 500
 
 
 def first_sentence(text: str | None, limit: int = SENTENCE_CHARS) -> str:
@@ -75,57 +88,53 @@ def _display(key: str, value: Any) -> str:
     return escape_controls(str(value), keep="\n\t" if key == "last_lines" else "")
 
 
+def bounded(text: str, limit: int = FIELD_BYTES) -> str:
+    """``text`` cut to at most ``limit`` UTF-8 bytes plus a marker naming its whole size
+    (``…[cut: N bytes, whole on stdin]``); unchanged when it fits. Cut on a character
+    boundary, so the result is valid UTF-8."""
+    data = text.encode("utf-8", "surrogateescape")
+    if len(data) <= limit:
+        return text
+    kept = data[:limit].decode("utf-8", "ignore")
+    return f"{kept}…[cut: {len(data)} bytes, whole on stdin]"
+
+
 def expand(argv: list[str], event: dict[str, Any]) -> list[str]:
-    """Substitute ``{field}`` placeholders from ``event`` in each argv element, once."""
-    values = {k: _display(k, v) for k, v in event.items()}
-    values["message"] = message_for(event)
+    """Substitute ``{field}`` placeholders from ``event`` in each argv element, once; each
+    value at most :data:`FIELD_BYTES` bytes (:func:`bounded`)."""
+    values = {k: bounded(_display(k, v)) for k, v in event.items()}
+    values["message"] = bounded(message_for(event))
     return expand_placeholders(argv, values)
 
 
 def run_notifier(argv: list[str], event: dict[str, Any], timeout: float) -> int | None:
     """Run the notifier for ``event``; return its exit code, or ``None`` if it failed to run
-    or timed out (it is killed then). Never raises.
+    or timed out. Never raises. It runs in a process group of its own, ended at its
+    timeout and at its end, and only the last :data:`LOGGED_CHARS` characters of its
+    stderr are logged (:mod:`supervisor.children` reads at most :data:`STDERR_BYTES`).
 
     Args:
         argv: the notifier argv template (empty: nothing is run).
         event: the event facts (task_id, task_name, status, reason, exit_code,
             retry_count, task_dir, last_lines).
-        timeout: seconds before the notifier is killed.
+        timeout: seconds before the notifier is ended.
     """
     if not argv:
         return None
-    command = expand(argv, event)
+    command = [bounded(arg, ARGV_BYTES) for arg in expand(argv, event)]
     env = dict(os.environ)
     for key, value in event.items():
-        env[f"SUPERVISE_{key.upper()}"] = _display(key, value)
-    env["SUPERVISE_MESSAGE"] = message_for(event)
+        env[f"SUPERVISE_{key.upper()}"] = bounded(_display(key, value))
+    env["SUPERVISE_MESSAGE"] = bounded(message_for(event))
     payload = json.dumps({**event, "message": message_for(event)}).encode()
-    try:
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env=env,
-            start_new_session=True,  # its own process group, so a timeout ends all of it
-        )
-    except OSError as exc:
-        log.warning("notifier %s could not run: %s", command[0], exc)
-        return None
-    try:
-        _, err = process.communicate(payload, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.communicate(timeout=1.0)
-        log.warning("notifier %s timed out after %g s; killed", command[0], timeout)
-        return None
-    if process.returncode != 0:
-        log.warning(
-            "notifier %s exited %d: %s",
-            command[0],
-            process.returncode,
-            err.decode(errors="replace").strip()[-500:],
-        )
-    return process.returncode
+    done = children.run(
+        command, timeout=timeout, env=env, stdin=payload, stderr=Capture(STDERR_BYTES)
+    )
+    if done.error is not None:
+        log.warning("notifier %s could not run: %s", command[0], done.error)
+    elif done.timed_out:
+        log.warning("notifier %s timed out after %g s; ended", command[0], timeout)
+    elif done.returncode != 0:
+        err = done.stderr.decode(errors="replace").strip()[-LOGGED_CHARS:]
+        log.warning("notifier %s exited %d: %s", command[0], done.returncode, err)
+    return done.returncode

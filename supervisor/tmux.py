@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from supervisor import wrapper
+from supervisor.errors import ConfigError
+from supervisor.rlimits import raise_nofile
 
 #: A valid UTF-8 sequence of two to four bytes (RFC 3629, section 4: no overlong forms, no
 #: surrogates, nothing above U+10FFFF), as a byte-wise ERE for sed under ``LC_ALL=C``.
@@ -103,10 +105,47 @@ class TmuxResult:
     stderr: list[str]
 
 
+#: The environment variable naming the tmux executable (the wrapper reads it too).
+TMUX_ENV = "SUPERVISE_TMUX"
+
+
 def tmux_binary() -> str:
     """The tmux executable: ``$SUPERVISE_TMUX`` when set (the wrapper reads the same
     variable), else ``tmux`` found on ``PATH``."""
-    return os.environ.get("SUPERVISE_TMUX") or shutil.which("tmux") or "tmux"
+    return os.environ.get(TMUX_ENV) or shutil.which("tmux") or "tmux"
+
+
+def missing_tmux() -> str | None:
+    """One line saying why no tmux can be run (``$SUPERVISE_TMUX`` names no executable
+    file, or none is on ``PATH``) with the fix, or ``None`` when it can. Read by
+    ``supervise run`` before it starts (else the engine would retry adoption for ever) and
+    by ``supervise validate`` for a profile."""
+    named = os.environ.get(TMUX_ENV)
+    if named:
+        if shutil.which(named) is None:
+            return (
+                f"{TMUX_ENV}={named} is not an executable file; set it to tmux's path "
+                f"(e.g. {shutil.which('tmux') or '/usr/bin/tmux'}) or unset it"
+            )
+        return None
+    if shutil.which("tmux") is None:
+        return (
+            f"tmux is not found on PATH ({os.environ.get('PATH', '')}); supervise runs every "
+            f"agent in tmux. Fix: install tmux (apt install tmux, brew install tmux), or set "
+            f"{TMUX_ENV} to its path"
+        )
+    return None
+
+
+def require_tmux(profile_path: Path) -> None:
+    """``supervise validate``'s check of a profile: tmux can be run here.
+
+    Raises:
+        ConfigError: one problem line, ``PROFILE: <why>`` (:func:`missing_tmux`).
+    """
+    problem = missing_tmux()
+    if problem is not None:
+        raise ConfigError([f"{profile_path}: {problem}"])
 
 
 #: Wrapper files that a full disk may send to pane options instead (wrapper.py, step 5).
@@ -174,6 +213,7 @@ class Tmux:
         self.timeout = timeout
         self.scope = list(scope)
         self.binary = tmux_binary()
+        self._limits_of = 0  # the server PID whose open-file limit was raised
 
     def cmd(self, *args: str, prefix: Sequence[str] = ()) -> TmuxResult:
         """Run one tmux client ``tmux -L socket_name ARGS...`` with the timeout, behind
@@ -215,23 +255,23 @@ class Tmux:
         """
         return self.cmd("list-sessions", "-F", "#{session_name}").returncode == 0
 
-    def _launch_scoped(self, args: Sequence[str]) -> bool:
+    def _launch_scoped(self, args: Sequence[str]) -> list[str] | None:
         """Run the ``new-session`` client ``args`` through :attr:`scope` when no server runs
-        yet, so the server it starts is born in its own systemd scope. Returns whether it
-        did; ``False`` (nothing started) when there is no scope, a server already runs, or
-        ``systemd-run`` failed (no user manager reachable: logged, and the caller starts the
-        server plainly)."""
+        yet, so the server it starts is born in its own systemd scope. Returns its output
+        when it did; ``None`` (nothing started) when there is no scope, a server already
+        runs, or ``systemd-run`` failed (no user manager reachable: logged, and the caller
+        starts the server plainly)."""
         if not self.scope or self.server_running():
-            return False
+            return None
         result = self.cmd(*args, prefix=self.scope)
         if result.returncode == 0:
-            return True
+            return result.stdout
         if self.server_running():  # systemd-run worked; tmux refused: report tmux's error
             raise TmuxError(f"tmux new-session failed: {' '.join(result.stderr).strip()}")
         log.warning("could not start the tmux server in its own systemd scope (%s); "
                     "starting it in this process's cgroup: agents end with this login if "
                     "logind kills user processes", " ".join(result.stderr).strip())  # fmt: skip
-        return False
+        return None
 
     def launch(self, session: str, task_dir: Path, start_dir: Path) -> None:
         """Create a detached session running the wrapper, with output capture in place.
@@ -253,10 +293,21 @@ class Tmux:
             # Claude Code's TUI prints a notice over its screen when focus events are off.
             ";", "set-option", "-g", "focus-events", "on",
             ";", "pipe-pane", "-t", f"={session}:", pipe_command(task_dir / "output.log"),
+            ";", "display-message", "-p", "#{pid}",  # the server's PID, for its limits
             ";", "wait-for", "-S", gate,
         )  # fmt: skip
-        if not self._launch_scoped(args):
-            self._run(*args)
+        printed = self._launch_scoped(args)
+        if printed is None:
+            printed = self._run(*args)
+        self._check_limits(printed)
+
+    def _check_limits(self, printed: list[str]) -> None:
+        """Raise the open-file limit of the server whose PID ``launch`` printed, once per
+        server (:func:`raise_nofile`)."""
+        pid = printed[-1].strip() if printed else ""
+        if pid.isdigit() and int(pid) != self._limits_of:
+            self._limits_of = int(pid)
+            raise_nofile(int(pid))
 
     def respawn(self, session: str, task_dir: Path, start_dir: Path) -> None:
         """Run the wrapper again in the session's (dead or hung) pane: ``respawn-pane -k``.

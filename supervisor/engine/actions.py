@@ -5,7 +5,8 @@ notifier payload.
 Nothing here schedules: each entry returns an :class:`Outcome` (a check wanted in so many
 seconds, the task retired, a resume done) and the scheduler acts on it. Work that may take
 seconds (acceptance, notifiers, the sweep of leftover processes) goes to
-``submit_background``, never the engine's check worker.
+``submit_background`` (a pool per kind, :mod:`supervisor.engine.pools`), never the
+engine's check worker.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from supervisor import acceptance, notify, policy, processes, statefs, statelock
 from supervisor.config import LoadedProfile
 from supervisor.engine import launch, workspaces
 from supervisor.engine.panes import Sessions
+from supervisor.engine.pools import Submit
 from supervisor.engine.runtime import Outcome, Runtime
 from supervisor.states import TERMINAL
 from supervisor.stopping import STOP_TIMEOUT, StopInProgress
@@ -83,7 +85,8 @@ class Actions:
         tmux: the profile's tmux server.
         sessions: the shared ``list-panes`` snapshot (forgotten when a session changes).
         disk: the state filesystem's fullness.
-        submit_background: runs a callable off the check worker (the engine's notify pool).
+        submit_background: runs a callable off the check worker, on the pool of its kind
+            (:meth:`supervisor.engine.pools.Pools.submit`).
         wake: asks for a check of the task id now (e.g. when an acceptance run ends).
     """
 
@@ -93,7 +96,7 @@ class Actions:
         tmux: Tmux,
         sessions: Sessions,
         disk: statefs.StateDisk,
-        submit_background: Callable[[Callable[[], None]], None],
+        submit_background: Submit,
         wake: Callable[[str], None],
     ) -> None:
         self.profile = profile
@@ -241,7 +244,7 @@ class Actions:
                 runtime.finishing = False
                 self.wake(runtime.task.task_id)
 
-        self.submit_background(body)
+        self.submit_background("workspace", body)
         return Outcome(next_check=runtime.policy.base_interval, resumed=resumed)
 
     def _act(self, runtime: Runtime, action: policy.Action, now: float) -> None:
@@ -372,7 +375,7 @@ class Actions:
         for event in decision.notified(runtime.policy.notify_on):
             manifest = runtime.manifest.model_copy()
             body = functools.partial(self._notify, runtime, manifest, event, decision.reason)
-            self.submit_background(statelock.held_while(runtime.task.path, body))
+            self.submit_background("notify", statelock.held_while(runtime.task.path, body))
 
     @staticmethod
     def _notify(runtime: Runtime, manifest: Manifest, event_name: str, why: str) -> None:
@@ -404,7 +407,7 @@ class Actions:
                 runtime.accepting = False
                 self.wake(runtime.task.task_id)
 
-        self.submit_background(body)
+        self.submit_background("acceptance", body)
 
     def _sweep(self, runtime: Runtime, session: int | None) -> None:
         """End whatever the task left running (its tmux pane's session members and every
@@ -419,7 +422,7 @@ class Actions:
                 task.append_event("processes_ended", pids=ended, killed=killed)
                 log.info("%s: ended %d leftover process(es) %s", task.task_id, len(ended), ended)
 
-        self.submit_background(statelock.held_while(task.path, body))
+        self.submit_background("sweep", statelock.held_while(task.path, body))
 
     @staticmethod
     def _signal_agent(task: TaskDir, signum: int) -> None:

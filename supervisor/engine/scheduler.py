@@ -1,8 +1,8 @@
 """The engine: APScheduler 3.11 jobs that take tasks from the intake and run the policy.
 
 Jobs (all state changes run on one worker thread, so the engine needs no locks of its own;
-notifiers, acceptance runs and sweeps run on a separate pool so a slow one never delays a
-check):
+notifiers, acceptance runs, worktrees and sweeps run on a pool per kind, ``pools``, so a
+slow one never delays a check or another kind):
 
 - ``intake``: every ``intake_interval`` seconds (and at once when a claim batch holds
   work), queues what the claim thread took (:class:`~supervisor.engine.intake.Claims`),
@@ -34,7 +34,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent import futures
 from datetime import UTC, datetime
 
 from apscheduler.executors.pool import ThreadPoolExecutor
@@ -50,6 +49,7 @@ from supervisor.engine.intake import Claims, check_spool_permissions, make_intak
 from supervisor.engine.kicks import Kicks
 from supervisor.engine.observe import Observer, tail_pending
 from supervisor.engine.panes import Sessions
+from supervisor.engine.pools import Pools
 from supervisor.engine.runtime import Outcome, Runtime
 from supervisor.engine.starts import Result, Starts
 from supervisor.statelock import engine_lock
@@ -89,24 +89,24 @@ class Engine(Kicks):
         self.disk = statefs.StateDisk(profile.state_dir, log)
         self.source = make_intake(profile, self.disk, lambda: self._kick("intake"))
         self.observer = Observer(self.tmux, self.sessions)
+        self.stats = stats.new_counters()
+        self.pools = Pools(self.stats)  # background work, one pool per kind (pools.py)
         self.actions = Actions(
-            profile, self.tmux, self.sessions, self.disk, self._submit_background, self._wake
+            profile, self.tmux, self.sessions, self.disk, self.pools.submit, self._wake
         )
         self.watcher: Watcher | None = None
         kick_intake = functools.partial(self._kick, "intake")
-        self.preparer = workspaces.Preparer(self._submit_background, kick_intake, self.stopping)
+        self.preparer = workspaces.Preparer(
+            self.pools.submitter("workspace"), kick_intake, self.stopping
+        )
         self.starts = Starts(profile, self.tmux, self.sessions, self._watch_folder, kick_intake)
         self._kicked: set[str] = set()  # task ids with an event since their last check
         # Held by every job body. Stopping takes it once before shutting the scheduler down,
         # so no job is inside a scheduler call then (shutdown(wait=True) holds APScheduler's
         # job-store lock while it waits: a job calling modify_job at that moment deadlocks).
         self._job_lock = threading.Lock()
-        self.stats = stats.new_counters()
         self._stats_written = 0.0
         self._started = time.time()
-        # Notifiers, acceptance checks and sweeps: a plain pool, not one-off APScheduler jobs
-        # (removing a finished one-off job races with shutdown: JobLookupError in its thread).
-        self._background = futures.ThreadPoolExecutor(4, thread_name_prefix="supervise-bg")
         self.claims = Claims(self.source, lambda: self._kick("intake"))
         self.scheduler = BackgroundScheduler(
             executors={"default": ThreadPoolExecutor(max_workers=1)},
@@ -161,7 +161,7 @@ class Engine(Kicks):
             self.claims.shutdown()
             self.starts.shutdown()
             self.source.close()
-            self._background.shutdown(wait=True)  # each job is bounded by its own timeout
+            self.pools.shutdown()  # each job is bounded by its own timeout
             self.watcher.stop()
             self.write_stats()
             for sig, handler in previous.items():
@@ -207,17 +207,6 @@ class Engine(Kicks):
                 # and runs as soon as this one returns (benchmarks/perf-notes.md, section 1.3).
                 max_instances=2,
             )
-
-    def _submit_background(self, body: Callable[[], None]) -> None:
-        """Run ``body`` on the background pool, never on the check worker."""
-        self._background.submit(self._logged, body)
-
-    def _logged(self, body: Callable[[], None]) -> None:
-        try:
-            body()
-        except Exception:
-            self.stats["jobs_failed"] += 1
-            log.exception("background job %r failed", body)
 
     # ------------------------------------------------------------------ stats
     def write_stats(self) -> None:

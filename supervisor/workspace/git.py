@@ -4,6 +4,9 @@ Every call runs with ``LC_ALL=C`` (messages and ``--shortstat`` lines are parsed
 English), ``GIT_TERMINAL_PROMPT=0`` (a remote asking for a password fails instead of
 waiting on a terminal), stdin from ``/dev/null`` and in a session of its own (no
 controlling terminal: git(1) and ssh cannot prompt), so no call can wait on a person.
+It runs through :mod:`supervisor.children`: its process group is ended at the timeout and
+at its end (a hook or a shell alias that leaves a background process behind does not hold
+the call open), and its stderr is read with a cap.
 """
 
 from __future__ import annotations
@@ -14,8 +17,13 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from supervisor import children
+
 #: Seconds a git call may take before it is killed (:class:`GitError`).
 GIT_TIMEOUT = 30.0
+#: Bytes of git's stderr read into memory (its start and end; :func:`why_failed` reads
+#: the first ``error:`` line and the last line).
+STDERR_BYTES = 64 * 1024
 #: ``git diff --shortstat``: " 2 files changed, 3 insertions(+), 1 deletion(-)" (any part
 #: may be missing; git(1) diff-options, ``--shortstat``).
 _SHORTSTAT = re.compile(r"(\d+) (file|insertion|deletion)")
@@ -66,25 +74,22 @@ def run_git_bytes(
             :func:`why_failed`), the timeout, or git not being runnable.
     """
     shown = "git " + " ".join(args)
-    try:
-        done = subprocess.run(
-            ["git", *args],
-            cwd=cwd,
-            env=git_env(),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=timeout,
-            start_new_session=True,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise GitError(f"{shown}: no answer within {timeout:g} s") from None
-    except OSError as exc:
-        raise GitError(f"{shown}: cannot run git in {cwd}: {exc.strerror or exc}") from None
+    done = children.run(
+        ["git", *args],
+        timeout=timeout,
+        cwd=cwd,
+        env=git_env(),
+        stdout=children.Capture(None),  # the output is the result (a diff, a listing)
+        stderr=children.Capture(STDERR_BYTES),
+    )
+    if done.timed_out:
+        raise GitError(f"{shown}: no answer within {timeout:g} s")
+    if done.error is not None or done.returncode is None:
+        raise GitError(f"{shown}: cannot run git in {cwd}: {done.error}")
     if ok is not None and done.returncode not in ok:
         why = why_failed(done.stderr.decode(errors="replace"))
         raise GitError(f"{shown}: {why or f'exit {done.returncode}'}", done.returncode)
-    return done
+    return subprocess.CompletedProcess(["git", *args], done.returncode, done.stdout, done.stderr)
 
 
 def run_git(

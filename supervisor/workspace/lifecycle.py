@@ -26,13 +26,11 @@ import contextlib
 import errno
 import os
 import shutil
-import signal
-import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from supervisor import children
 from supervisor.config.workspace import WorkspaceSpec
 from supervisor.taskdir import TaskDir
 from supervisor.workspace import git
@@ -41,8 +39,9 @@ from supervisor.workspace.model import WorkspaceReport
 
 #: Events of :func:`prepare` (``events.jsonl``): before ``git worktree add``, when done.
 PREPARING, READY = "workspace_preparing", "workspace_ready"
-#: Seconds between SIGTERM and SIGKILL of a ``setup`` that ran out of time.
-KILL_AFTER = 3.0
+#: Bytes of a ``setup``'s output written to ``output.log``; the rest is read and dropped
+#: (one line says so), so a flooding ``setup`` cannot fill the state filesystem.
+SETUP_LOG_BYTES = 16 * 1024 * 1024
 
 
 class WorkspaceError(RuntimeError):
@@ -279,8 +278,9 @@ def _log(task: TaskDir, line: str) -> None:
 def _setup(
     task: TaskDir, cwd: Path, spec: WorkspaceSpec, cancelled: Callable[[], bool] | None
 ) -> None:
-    """Run ``setup`` in ``cwd``, its output appended to ``output.log``, in a session of
-    its own (no terminal; its whole process group is ended on timeout or cancel).
+    """Run ``setup`` in ``cwd``, its output appended to ``output.log`` (at most
+    :data:`SETUP_LOG_BYTES`), in a session of its own (no terminal; its whole process group
+    is ended on timeout, on cancel and at its end, :mod:`supervisor.children`).
 
     Raises:
         WorkspaceError: a non-zero exit, the timeout, or a program that cannot run.
@@ -290,42 +290,28 @@ def _setup(
     _log(task, f"workspace: setup: {' '.join(spec.setup)} (in {cwd})")
     env = {**os.environ, "SUPERVISE_TASK_ID": task.task_id, "SUPERVISE_TASK_DIR": str(task.path),
            "SUPERVISE_WORKSPACE": str(cwd)}  # fmt: skip
-    with open(task.file("output.log"), "ab") as out:
-        try:
-            proc = subprocess.Popen(
-                spec.setup, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
-        except OSError as exc:
-            raise WorkspaceError(f"setup {spec.setup[0]!r} cannot run: {exc.strerror}") from None
-        deadline = time.monotonic() + spec.setup_timeout
-        while proc.poll() is None:
-            if cancelled is not None and cancelled():
-                _end_group(proc)
-                raise InterruptedError("supervise is stopping")
-            if time.monotonic() >= deadline:
-                _end_group(proc)
-                raise WorkspaceError(f"setup {spec.setup[0]!r} ran out of time "
-                                     f"(setup_timeout = {spec.setup_timeout:g} s)")  # fmt: skip
-            time.sleep(0.1)
-    if proc.returncode != 0:
-        raise WorkspaceError(f"setup {' '.join(spec.setup)!r} exited {proc.returncode} "
-                             f"(its output is in {task.file('output.log')})")  # fmt: skip
-
-
-def _end_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the setup's process group, SIGKILL after :data:`KILL_AFTER` seconds."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(KILL_AFTER)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    proc.wait()
+    with open(task.file("output.log"), "ab", buffering=0) as out:
+        # Nothing kept in memory (cap 0): the log gets the first SETUP_LOG_BYTES as they come.
+        sink = children.Capture(0, sink=out, sink_limit=SETUP_LOG_BYTES)
+        done = children.run(
+            spec.setup,
+            timeout=spec.setup_timeout,
+            cwd=cwd,
+            env=env,
+            stdout=sink,
+            merge_stderr=True,
+            cancelled=cancelled,
+        )
+    if done.error is not None:
+        raise WorkspaceError(f"setup {spec.setup[0]!r} cannot run: {done.error}")
+    if done.cancelled:
+        raise InterruptedError("supervise is stopping")
+    if done.timed_out:
+        limit = f"setup_timeout = {spec.setup_timeout:g} s"
+        raise WorkspaceError(f"setup {spec.setup[0]!r} ran out of time ({limit})")
+    if done.returncode != 0:
+        where = f"its output is in {task.file('output.log')}"
+        raise WorkspaceError(f"setup {' '.join(spec.setup)!r} exited {done.returncode} ({where})")
 
 
 def finish(
