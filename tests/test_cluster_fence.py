@@ -8,8 +8,10 @@ brain; each agent run stamps its start and end (``stamp:`` cue of ``tests/fake_a
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -42,6 +44,98 @@ def runs(stamps: Path) -> list[dict[str, Any]]:
             run = next(r for r in reversed(found) if r["host"] == name and r["end"] is None)
             run["end"] = float(at)
     return found
+
+
+# ---------------------------------------------------------------- the wrapper's fence
+
+WRAPPER = Path(__file__).resolve().parent.parent / "supervisor" / "wrapper.py"
+#: An agent that stamps its start and how it ended; ``ignore`` makes it ignore SIGTERM.
+AGENT = (
+    "import signal, sys, time, os\n"
+    "out = open(sys.argv[1], 'a', buffering=1)\n"
+    "def term(*_):\n"
+    "    out.write('term\\n'); os._exit(143)\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN if sys.argv[2] == 'ignore' else term)\n"
+    "out.write('start\\n')\n"
+    "time.sleep(float(sys.argv[3])); out.write('end\\n')\n"
+)
+
+
+def _wrapped(tmp_path: Path, lease: Path, mode: str, runs_for: float,
+             expiry: float = 0.6) -> tuple[subprocess.Popen, Path, Path]:  # fmt: skip
+    """The wrapper run as tmux would (a session and process group of its own) over
+    :data:`AGENT`, fenced by ``lease``; returns it, its task folder and the agent's log."""
+    task_dir, log = tmp_path / "task", tmp_path / "agent.log"
+    task_dir.mkdir()
+    fence = {"path": str(lease), "expiry": expiry, "poll": 0.05, "grace": 0.5}
+    spec = {"argv": [sys.executable, "-c", AGENT, str(log), mode, str(runs_for)], "env": {},
+            "cwd": str(tmp_path), "resume_exit_codes": [], "lease": fence}  # fmt: skip
+    (task_dir / "launch.json").write_text(json.dumps(spec))
+    wrapper = subprocess.Popen([sys.executable, "-I", "-S", str(WRAPPER), str(task_dir)],
+                               stdout=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    wait_for(lambda: log.exists() and "start" in log.read_text(), timeout=10)
+    return wrapper, task_dir, log
+
+
+def test_wrapper_stops_its_agent_when_the_lease_is_not_renewed(tmp_path: Path) -> None:
+    """Renewed (the record changes), the agent runs on past the expiry; once renewals stop,
+    it gets SIGTERM within expiry + a poll, and no done-file is written."""
+    lease = tmp_path / "lease"
+    lease.write_bytes(b"held 1 0")
+    wrapper, task_dir, log = _wrapped(tmp_path, lease, "trap", 30)
+    try:
+        for n in range(1, 25):  # 1.2 s of renewals: twice the expiry
+            lease.write_bytes(f"held 1 {n}".encode())
+            time.sleep(0.05)
+        assert "term" not in log.read_text()
+        stopped = time.monotonic()
+        assert wrapper.wait(timeout=10) == 143
+    finally:
+        if wrapper.poll() is None:
+            wrapper.kill()
+    assert log.read_text().splitlines() == ["start", "term"]
+    assert time.monotonic() - stopped >= 0.6
+    assert (task_dir / "exit_code").read_text() == "143\n"
+    assert not (task_dir / "done").exists()
+
+
+def test_wrapper_kills_an_agent_that_ignores_sigterm_after_the_grace(tmp_path: Path) -> None:
+    """A stubborn agent (SIGTERM ignored) is SIGKILLed after the grace; the wrapper, spared,
+    records signal 9 and no done-file."""
+    lease = tmp_path / "lease"
+    lease.write_bytes(b"held 1 0")
+    wrapper, task_dir, _ = _wrapped(tmp_path, lease, "ignore", 30)
+    try:
+        assert wrapper.wait(timeout=10) == 128 + 9
+    finally:
+        if wrapper.poll() is None:
+            wrapper.kill()
+    assert (task_dir / "signal").read_text() == "9\n"
+    assert not (task_dir / "done").exists()
+
+
+@pytest.mark.parametrize("kind", ["released", "fifo"])
+def test_wrapper_released_lease_runs_on_a_fifo_never_blocks(tmp_path: Path, kind: str) -> None:
+    """A released lease (a clean stop) never expires: the agent ends on its own with its
+    done-file. A lease path swapped for a FIFO does not block the wrapper's look: it reads
+    as not renewed and the agent is stopped."""
+    lease = tmp_path / "lease"
+    if kind == "fifo":
+        os.mkfifo(lease)
+    else:
+        lease.write_bytes(b"released 1")
+    wrapper, task_dir, log = _wrapped(tmp_path, lease, "trap", 1.5, expiry=0.3)
+    try:
+        code = wrapper.wait(timeout=10)
+    finally:
+        if wrapper.poll() is None:
+            wrapper.kill()
+    if kind == "released":
+        assert (code, log.read_text().splitlines()) == (0, ["start", "end"])
+        assert (task_dir / "done").exists()
+    else:
+        assert (code, log.read_text().splitlines()) == (143, ["start", "term"])
+        assert not (task_dir / "done").exists()
 
 
 def test_engine_only_crash_fences_the_orphan_before_the_task_runs_elsewhere(
@@ -120,3 +214,108 @@ def test_returning_host_records_no_pass_for_a_superseded_copy(tmp_path: Path, ds
     assert "completed" not in events and "verifying" not in events
     assert state_of(dsn, task)[0] == "host_lost"
     assert os.path.exists(manifest)
+
+
+# ---------------------------------------------------------------- the fleet chaos test
+
+
+def _lose_whole_host(setup: Any, engine: Any) -> float:
+    """A machine lost: its agents, engine and tmux server SIGKILLed by PID, agents first (a
+    pane's hangup would let an agent stamp an end no lost machine writes). Returns the
+    time of the loss (epoch s)."""
+    from test_cluster_sweep import kill_pid
+
+    server_pid = setup.tmux("display-message", "-p", "#{pid}").stdout.strip()
+    at = time.time()
+    for pid_file in (setup.state / "tasks").glob("*/pid"):
+        if pid_file.read_text().strip():
+            kill_pid(int(pid_file.read_text()))
+    engine.kill()
+    engine.wait()
+    if server_pid:
+        kill_pid(int(server_pid))
+    return at
+
+
+def _overlaps(found: list[dict[str, Any]], ends: dict[str, float]) -> int:
+    """Pairs of consecutive runs of one task where the later started before the earlier
+    ended; a run with no end line ended at ``ends[host]`` (its machine was lost), or never
+    (an orphan nobody stopped: it overlaps whatever came after it)."""
+    count = 0
+    for before, after in itertools.pairwise(found):
+        end = before["end"] if before["end"] is not None else ends.get(before["host"])
+        if end is None or end >= after["start"]:
+            count += 1
+    return count
+
+
+def _started(stamps: Path, host_id: str) -> int:
+    """Agent runs started on ``host_id`` so far, over every task's stamp file."""
+    try:
+        return sum(r["host"] == host_id for f in stamps.iterdir() for r in runs(f))
+    except (ValueError, StopIteration):  # a line being written right now
+        return 0
+
+
+@pytest.mark.slow
+def test_fleet_chaos_no_task_runs_twice_at_once_and_none_is_lost(tmp_path: Path) -> None:
+    """Three engines (restart on host loss) run 9 tasks. h0's engine alone is SIGKILLed
+    (its tmux server and agents live on), h1 is lost whole (agents, engine, tmux server),
+    and PostgreSQL is restarted at once; h0's engine comes back once the sweeper declared
+    it dead. Every agent run stamps its start, end and host: no two runs of a task
+    overlap, every task completes, and no orphan of h0 ran longer after its engine died
+    than README's bound."""
+    from cluster_support import postgres_executor
+    from test_cluster import supervise
+
+    with postgres_executor() as (url, server):
+        assert supervise("cluster", "init", env={"SUPERVISE_CLUSTER_DSN": url}).returncode == 0
+        hosts = [host(tmp_path, url, f"h{i}", max_concurrent=3, on_host_lost="restart")
+                 for i in range(3)]  # fmt: skip
+        engines: dict[str, Any] = {}
+        stamps = tmp_path / "stamps"
+        stamps.mkdir()
+        try:
+            for setup in hosts:
+                engines[setup.root.name] = start_engine(setup)
+            wait_for(lambda: len(rows(url, "SELECT 1 FROM supervise_hosts")) == 3, timeout=30)
+            ids = [submit(url, hosts[0], f"t{i}", f"stamp: {stamps}/t{i}\nsleep: 10\nexit: 0")
+                   for i in range(9)]  # fmt: skip
+            running = "SELECT owner_host, count(*) FROM supervise_tasks WHERE state = " \
+                      "'running' GROUP BY owner_host"  # fmt: skip
+            wait_for(lambda: dict(rows(url, running)).get("h0", 0) >= 2
+                     and dict(rows(url, running)).get("h1", 0) >= 2, timeout=30)  # fmt: skip
+            wait_for(lambda: _started(stamps, "h0") >= 2 and _started(stamps, "h1") >= 2,
+                     timeout=15)  # fmt: skip
+            killed_h0 = time.time()
+            engines.pop("h0").kill()
+            killed_h1 = _lose_whole_host(hosts[1], engines.pop("h1"))
+            server.stop()
+            time.sleep(1.0)
+            server.start()
+            dead = "SELECT 1 FROM supervise_hosts WHERE host_id = 'h0' AND state = 'dead'"
+            wait_for(lambda: rows(url, dead), timeout=HOST_TIMEOUT + 20)
+            engines["h0"] = start_engine(hosts[0])
+            done = "SELECT count(*) FROM supervise_tasks WHERE state = 'completed'"
+            wait_for(lambda: rows(url, done) == [(9,)], timeout=75)
+            final = dict(rows(url, "SELECT id, state FROM supervise_tasks"))
+        finally:
+            cleanup(hosts, list(engines.values()))
+    by_task = {i: runs(stamps / f"t{n}") for n, i in enumerate(ids)}
+    ends = {"h1": killed_h1}
+    overlapping = sum(_overlaps(found, ends) for found in by_task.values())
+    lost = [i for i in ids if final.get(i) != "completed"
+            or not any(r["end"] is not None and r["host"] != "h1" for r in by_task[i])]  # fmt: skip
+    orphans = [None if r["end"] is None else r["end"] - killed_h0 for found in by_task.values()
+               for r in found if r["host"] == "h0" and r["start"] < killed_h0]  # fmt: skip
+    bound = fence_of(HOST_TIMEOUT, 0.5).bound
+    longest = max([o for o in orphans if o is not None], default=0.0)
+    print(f"\nfleet chaos: {len(ids)} tasks, {sum(len(f) for f in by_task.values())} runs, "
+          f"hosts killed 2 (h0 engine only, h1 whole), PostgreSQL restarted; overlapping "
+          f"runs {overlapping}, lost {len(lost)}; longest orphan run after its engine died "
+          f"{longest:.2f} s (README bound lease + 2 polls + grace = {bound:.2f} s at "
+          f"host_timeout {HOST_TIMEOUT} s, heartbeat 0.5 s)")  # fmt: skip
+    assert overlapping == 0, by_task
+    assert lost == [], by_task
+    assert orphans and None not in orphans
+    assert longest <= bound + 1.0  # + scheduling slack on a loaded machine
