@@ -330,3 +330,27 @@ def test_fleet_chaos_no_task_runs_twice_at_once_and_none_is_lost(tmp_path: Path)
     assert lost == [], by_task
     assert orphans and None not in orphans
     assert longest <= bound + 1.0  # + scheduling slack on a loaded machine
+
+
+def test_a_heartbeat_that_would_spin_the_lease_is_one_line(setup: Any) -> None:
+    """``heartbeat = 1e-9`` would rewrite the lease (and beat) without pause: refused in one
+    line naming the file and the key, with the floor."""
+    from test_cluster import supervise
+
+    profile = setup.write_profile(extra={"cluster": {"heartbeat": 1e-9, "host_timeout": 1}})
+    result = supervise("validate", str(profile))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert str(profile) in line and "cluster.heartbeat" in line and "0.1" in line
+
+
+def test_a_host_timeout_too_close_to_the_heartbeat_is_one_line(setup: Any) -> None:
+    """The fence needs a gap between heartbeat and host_timeout (it renews every eighth of
+    it): 0.15 s against 0.1 s is refused in one line."""
+    from test_cluster import supervise
+
+    profile = setup.write_profile(extra={"cluster": {"heartbeat": 0.1, "host_timeout": 0.15}})
+    result = supervise("validate", str(profile))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert str(profile) in line and "must exceed heartbeat (0.1 s) by at least 0.4 s" in line
