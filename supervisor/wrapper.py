@@ -221,10 +221,21 @@ def _stop_group(child: int, grace: float) -> None:
             os.killpg(pgid, signum)
     deadline = time.monotonic() + grace
     while _group_members(pgid) and time.monotonic() < deadline:
-        time.sleep(0.05)
+        _nap(0.05)
     for pid in _group_members(pgid):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
+
+
+def _nap(seconds: float) -> None:
+    """Sleep ``seconds``; never raises. ``time.sleep`` is an absolute ``clock_nanosleep``,
+    which a stepped clock shim (libfaketime) can fail with EINVAL: a relative ``select``
+    timeout then, so the fence thread never dies of a clock."""
+    try:
+        time.sleep(seconds)
+    except OSError:
+        with contextlib.suppress(OSError, ValueError):
+            select.select([], [], [], seconds)
 
 
 def _watch_lease(lease: dict, child: int, fenced: list[float]) -> None:
@@ -233,7 +244,7 @@ def _watch_lease(lease: dict, child: int, fenced: list[float]) -> None:
     expiry, grace = float(lease["expiry"]), float(lease["grace"])
     last, seen = _read_lease(path), time.monotonic()
     while True:
-        time.sleep(poll)
+        _nap(poll)
         record, now = _read_lease(path), time.monotonic()
         if record != last or (record or b"").startswith(LEASE_RELEASED):
             last, seen = record, now

@@ -62,18 +62,22 @@ AGENT = (
 )
 
 
-def _wrapped(tmp_path: Path, lease: Path, mode: str, runs_for: float,
-             expiry: float = 0.6) -> tuple[subprocess.Popen, Path, Path]:  # fmt: skip
+def _wrapped(tmp_path: Path, lease: Path, mode: str, runs_for: float, expiry: float = 1.5,
+             env: dict[str, str] | None = None) -> tuple[subprocess.Popen, Path, Path]:  # fmt: skip
     """The wrapper run as tmux would (a session and process group of its own) over
     :data:`AGENT`, fenced by ``lease``; returns it, its task folder and the agent's log."""
     task_dir, log = tmp_path / "task", tmp_path / "agent.log"
     task_dir.mkdir()
     fence = {"path": str(lease), "expiry": expiry, "poll": 0.05, "grace": 0.5}
-    spec = {"argv": [sys.executable, "-c", AGENT, str(log), mode, str(runs_for)], "env": {},
+    # The agent never sees the wrapper's LD_PRELOAD (libfaketime): only the wrapper's clock
+    # is under test.
+    spec = {"argv": [sys.executable, "-c", AGENT, str(log), mode, str(runs_for)],
+            "env": {"LD_PRELOAD": ""},
             "cwd": str(tmp_path), "resume_exit_codes": [], "lease": fence}  # fmt: skip
     (task_dir / "launch.json").write_text(json.dumps(spec))
     wrapper = subprocess.Popen([sys.executable, "-I", "-S", str(WRAPPER), str(task_dir)],
-                               stdout=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+                               stdout=subprocess.DEVNULL, start_new_session=True,
+                               env={**os.environ, **(env or {})})  # fmt: skip
     wait_for(lambda: log.exists() and "start" in log.read_text(), timeout=10)
     return wrapper, task_dir, log
 
@@ -85,7 +89,7 @@ def test_wrapper_stops_its_agent_when_the_lease_is_not_renewed(tmp_path: Path) -
     lease.write_bytes(b"held 1 0")
     wrapper, task_dir, log = _wrapped(tmp_path, lease, "trap", 30)
     try:
-        for n in range(1, 25):  # 1.2 s of renewals: twice the expiry
+        for n in range(1, 61):  # 3 s of renewals: twice the expiry
             lease.write_bytes(f"held 1 {n}".encode())
             time.sleep(0.05)
         assert "term" not in log.read_text()
@@ -95,7 +99,7 @@ def test_wrapper_stops_its_agent_when_the_lease_is_not_renewed(tmp_path: Path) -
         if wrapper.poll() is None:
             wrapper.kill()
     assert log.read_text().splitlines() == ["start", "term"]
-    assert time.monotonic() - stopped >= 0.6
+    assert time.monotonic() - stopped >= 1.5
     assert (task_dir / "exit_code").read_text() == "143\n"
     assert not (task_dir / "done").exists()
 
@@ -112,6 +116,34 @@ def test_wrapper_kills_an_agent_that_ignores_sigterm_after_the_grace(tmp_path: P
         if wrapper.poll() is None:
             wrapper.kill()
     assert (task_dir / "signal").read_text() == "9\n"
+    assert not (task_dir / "done").exists()
+
+
+LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+
+
+@pytest.mark.skipif(not LIBFAKETIME.exists(), reason="libfaketime (Debian faketime) missing")
+def test_wrapper_fence_ignores_wall_clock_steps(tmp_path: Path) -> None:
+    """The wrapper's wall clock stepped an hour forward, then back (libfaketime; the
+    monotonic clock untouched, as NTP leaves it) while the lease is renewed: the agent runs
+    on. Renewals stopping still stop it."""
+    lease, step = tmp_path / "lease", tmp_path / "faketime"
+    lease.write_bytes(b"held 1 0")
+    step.write_text("+0")
+    env = {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME_TIMESTAMP_FILE": str(step),
+           "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}  # fmt: skip
+    wrapper, task_dir, log = _wrapped(tmp_path, lease, "trap", 30, env=env)
+    try:
+        for n, offset in enumerate(["+1h", "+1h", "-1h", "-1h", "+0"] * 12, 1):
+            step.write_text(offset)
+            lease.write_bytes(f"held 1 {n}".encode())
+            time.sleep(0.06)
+        assert "term" not in log.read_text() and wrapper.poll() is None
+        assert wrapper.wait(timeout=10) == 143
+    finally:
+        if wrapper.poll() is None:
+            wrapper.kill()
+    assert log.read_text().splitlines() == ["start", "term"]
     assert not (task_dir / "done").exists()
 
 
