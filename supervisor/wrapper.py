@@ -34,6 +34,14 @@ Each file is written atomically (temp + rename). Exit status: the agent's.
    ``done`` is never on disk without ``exit_code``. The engine reads these options with
    its one ``list-panes -a`` and writes the files itself when the disk has room again. If
    tmux refuses too, the writes are retried for :data:`RETRY_FOR` seconds.
+6. Fencing (a fleet's task only; issue 20, :mod:`supervisor.cluster.lease`): with
+   ``"lease": {"path", "expiry", "poll", "grace"}`` in ``launch.json``, a thread reads the
+   lease file's record (:data:`LEASE_RECORD` bytes, opened ``O_NONBLOCK``) every ``poll``
+   seconds. When it has not changed for ``expiry`` seconds on this process's monotonic
+   clock (a record starting with :data:`LEASE_RELEASED` never expires), the engine is
+   gone and the sweeper may soon run the task on another host: the agent's process group
+   gets SIGTERM (and SIGCONT), and ``grace`` seconds later SIGKILL (every member but this
+   wrapper, which records the end). A fenced agent has not finished: no ``done``.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 GATE_TIMEOUT = 30.0  # seconds to wait for the engine's pipe-pane gate
@@ -55,6 +64,11 @@ PANE_OPTION_PREFIX = "@supervise_"  # tmux user options holding files that could
 TMUX_TIMEOUT = 5.0  # seconds for the tmux fallback command
 RETRY_FOR = 600.0  # seconds to keep retrying files that neither disk nor tmux took
 RETRY_EVERY = 0.5  # seconds between those retries
+#: Bytes of one lease record (step 6): the engine rewrites them in place, so a full disk
+#: never stops a renewal (no new block is needed).
+LEASE_RECORD = 64
+#: The start of a released lease's record (the engine stopped cleanly: nothing expires).
+LEASE_RELEASED = b"released"
 
 
 def _write(task_dir: str, name: str, text: str) -> None:
@@ -164,10 +178,125 @@ def _copy(source: int, sink_path: str, child: int) -> int:
     return status
 
 
+def _read_lease(path: str) -> bytes | None:
+    """The lease record, or ``None`` when it cannot be read (never blocks on a FIFO)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, LEASE_RECORD)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _group_members(pgid: int) -> list[int]:
+    """PIDs in process group ``pgid`` (from ``/proc/<pid>/stat``; zombies left out), but
+    this process."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != b"Z" and int(fields[2]) == pgid:
+            found.append(int(name))
+    return found
+
+
+def _stop_group(child: int, grace: float) -> None:
+    """SIGTERM and SIGCONT to ``child``'s process group, SIGKILL to what of it (but this
+    wrapper) still runs after ``grace`` seconds, as :mod:`supervisor.stopping` does."""
+    try:
+        pgid = os.getpgid(child)
+    except ProcessLookupError:
+        return
+    for signum in (signal.SIGTERM, signal.SIGCONT):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signum)
+    deadline = time.monotonic() + grace
+    while _group_members(pgid) and time.monotonic() < deadline:
+        _nap(0.05)
+    for pid in _group_members(pgid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _nap(seconds: float) -> None:
+    """Sleep ``seconds``; never raises. ``time.sleep`` is an absolute ``clock_nanosleep``,
+    which a stepped clock shim (libfaketime) can fail with EINVAL: a relative ``select``
+    timeout then, so the fence thread never dies of a clock."""
+    try:
+        time.sleep(seconds)
+    except OSError:
+        with contextlib.suppress(OSError, ValueError):
+            select.select([], [], [], seconds)
+
+
+def _watch_lease(lease: dict, child: int, fenced: list[float]) -> None:
+    """Step 6: stop the agent once the lease went ``expiry`` seconds unrenewed."""
+    path, poll = str(lease["path"]), float(lease["poll"])
+    expiry, grace = float(lease["expiry"]), float(lease["grace"])
+    last, seen = _read_lease(path), time.monotonic()
+    while True:
+        _nap(poll)
+        record, now = _read_lease(path), time.monotonic()
+        if record != last or (record or b"").startswith(LEASE_RELEASED):
+            last, seen = record, now
+        elif now - seen > expiry:
+            fenced.append(now - seen)
+            _say(
+                f"\n{END_MARK} the engine did not renew its lease for {now - seen:.1f} s: "
+                "stopping the agent (the fleet may run this task on another host)"
+            )
+            _stop_group(child, grace)
+            return
+
+
 def _wait_for_gate(channel: str) -> None:
     tmux = os.environ.get("SUPERVISE_TMUX", "tmux")
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         subprocess.run([tmux, "wait-for", channel], timeout=GATE_TIMEOUT, check=False)
+
+
+def _spawn(task_dir: str, launch: dict, env: dict[str, str],
+           pipe: tuple[int, int] | None) -> int:  # fmt: skip
+    """Fork the agent (step 3): its stdout into ``pipe`` when given; returns its PID. The
+    child never returns: it execs the agent or exits 127 after writing ``launch_error``."""
+    argv: list[str] = launch["argv"]
+    child = os.fork()
+    if child:
+        return child
+    try:
+        if pipe is not None:
+            os.dup2(pipe[1], 1)
+            os.close(pipe[0])
+            os.close(pipe[1])
+        if launch.get("cwd"):
+            os.chdir(launch["cwd"])
+        os.execvpe(argv[0], argv, env)
+    except OSError as exc:
+        message = f"supervise: cannot run {argv[0]!r}: {exc.strerror}"
+        print(message, file=sys.stderr)
+        with contextlib.suppress(OSError):
+            _write(task_dir, LAUNCH_ERROR, message + "\n")
+    os._exit(127)
+
+
+def _wait(child: int) -> int:
+    """The agent's wait status (0 when something else reaped it)."""
+    while True:
+        try:
+            return os.waitpid(child, 0)[1]
+        except ChildProcessError:  # pragma: no cover - already reaped
+            return 0
+        except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
+            continue
 
 
 def main(args: list[str]) -> int:
@@ -178,7 +307,6 @@ def main(args: list[str]) -> int:
     task_dir = os.path.abspath(args[0])
     with open(os.path.join(task_dir, "launch.json"), encoding="utf-8") as handle:
         launch = json.load(handle)
-    argv: list[str] = launch["argv"]
     env = dict(os.environ)
     env.update(launch.get("env", {}))
     env.pop("SUPERVISE_TMUX", None)
@@ -187,24 +315,12 @@ def main(args: list[str]) -> int:
 
     stream = launch.get("stream")
     pipe = os.pipe() if stream else None
-    child = os.fork()
-    if child == 0:  # the agent
-        try:
-            if pipe is not None:
-                os.dup2(pipe[1], 1)
-                os.close(pipe[0])
-                os.close(pipe[1])
-            if launch.get("cwd"):
-                os.chdir(launch["cwd"])
-            os.execvpe(argv[0], argv, env)
-        except OSError as exc:
-            message = f"supervise: cannot run {argv[0]!r}: {exc.strerror}"
-            print(message, file=sys.stderr)
-            with contextlib.suppress(OSError):
-                _write(task_dir, LAUNCH_ERROR, message + "\n")
-        os._exit(127)
-
+    child = _spawn(task_dir, launch, env, pipe)
     _record(task_dir, [("pid", f"{child}\n")], time.time())
+    fenced: list[float] = []
+    if launch.get("lease"):
+        threading.Thread(target=_watch_lease, args=(launch["lease"], child, fenced),
+                         daemon=True).start()  # fmt: skip
 
     forwarded: list[int] = []
 
@@ -222,13 +338,7 @@ def main(args: list[str]) -> int:
         os.close(pipe[1])
         status = _copy(pipe[0], os.path.join(task_dir, stream), child)
     else:
-        while True:
-            try:
-                _, status = os.waitpid(child, 0)
-                break
-            except ChildProcessError:  # pragma: no cover - already reaped
-                status = 0
-                break
+        status = _wait(child)
     # The end line goes to the pane (and so to output.log) before the files, so the engine
     # can wait for it and capture a complete output_tail.
     at = time.time()
@@ -243,7 +353,7 @@ def main(args: list[str]) -> int:
     # An agent that exits because we passed it a SIGTERM or SIGHUP (the real Claude Code
     # CLI exits 143 or 129 by itself) did not end on its own: its pane's terminal went away
     # (tmux server killed) or somebody stopped the pane. No done-file, so it is resumed.
-    if code not in launch.get("resume_exit_codes", []) and not forwarded:
+    if code not in launch.get("resume_exit_codes", []) and not forwarded and not fenced:
         files.append(("done", ""))
     _record(task_dir, files, at)
     return code

@@ -20,6 +20,9 @@ into its working directory and exits. What it does is read from cue lines in the
                      xxx...`` (64 KiB writes), as fast as the terminal takes them or, with
                      S, spread evenly over S seconds; then ``flood done N bytes``. Appends
                      ``N SECONDS`` (how long the writes took) to ``flood_times``
+    stamp: FILE      append ``start EPOCH TASK_DIR`` to FILE at the start and ``end EPOCH
+                     TASK_DIR`` at the end (an exit, or a trapped SIGTERM/SIGHUP); a run
+                     killed by SIGKILL has no end line (the fleet chaos test)
     spawn_orphan: S  start a child that leaves the agent's process group (setpgid),
                      ignores SIGHUP and SIGTERM and sleeps S seconds, outliving the agent;
                      its PID goes to ``orphan_pid`` before the agent goes on.
@@ -101,9 +104,23 @@ def _spawn_orphan(
         time.sleep(0.01)
 
 
+#: The ``stamp:`` cue's file, once set (the signal handler writes the end line too).
+STAMP: list[str] = []
+
+
+def _stamp(what: str) -> None:
+    """Append ``WHAT EPOCH TASK_DIR`` to the ``stamp:`` file (one write: whole lines)."""
+    line = f"{what} {time.time():.6f} {os.environ.get('SUPERVISE_TASK_DIR', '?')}\n"
+    for path in STAMP:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(line)
+
+
 def _exit_like_claude(signum: int, _frame: object) -> None:
     """Exit 128 + ``signum`` as a normal exit, as Claude Code does on SIGTERM and SIGHUP."""
     code = 128 + signum
+    with contextlib.suppress(OSError):
+        _stamp("end")
     with contextlib.suppress(OSError):
         os.write(1, f"fake-agent got signal {signum}, exit {code}\n".encode())
     os._exit(code)
@@ -139,6 +156,8 @@ def main() -> int:
     run = int(runs_file.read_text() or 0) + 1 if runs_file.exists() else 1
     runs_file.write_text(str(run))
     _set_signals(prompt)
+    STAMP.extend(cues(prompt, "stamp"))
+    _stamp("start")
     session = args.resume or args.session_id
     print(f"fake-agent start session={session} model={args.model} run={run}", flush=True)
     if args.resume:
@@ -176,6 +195,7 @@ def main() -> int:
         os.kill(os.getpid(), signal.SIGKILL)
     code = int((cues(prompt, "exit") or ["0"])[0])
     print(f"fake-agent done, exit {code}", flush=True)
+    _stamp("end")
     return code
 
 

@@ -271,9 +271,10 @@ def test_report_mode_loss_is_host_lost_only_and_the_host_may_return(tmp_path: Pa
 def test_engine_killed_then_back_stops_its_copy_nothing_runs_twice(tmp_path: Path,
                                                                   dsn: str) -> None:  # fmt: skip
     """h0's engine alone is SIGKILLed (its tmux server and agent live on, as after a crash of
-    supervise or a partition). The real sweeper declares h0 dead, its task host_lost and
-    (restart) runs it on h1; h0's engine comes back and stops its old copy, which ends
-    superseded there and is never launched again; the task completes once, on h1."""
+    supervise). Its agent is fenced (the lease, issue 20); the real sweeper declares h0
+    dead, its task host_lost and (restart) runs it on h1; h0's engine comes back and
+    records its old copy superseded, never launched again; the task completes once, on
+    h1."""
     h0 = host(tmp_path, dsn, "h0", on_host_lost="restart")
     h1 = host(tmp_path, dsn, "h1")
     engines: dict[str, Any] = {"h0": start_engine(h0)}
@@ -291,7 +292,9 @@ def test_engine_killed_then_back_stops_its_copy_nothing_runs_twice(tmp_path: Pat
         engines.pop("h0").wait()
         wait_for(lambda: state_of(dsn, task)[:2] == ("running", "h1"), timeout=HOST_TIMEOUT + 8)
         restarted = time.time() - killed
-        assert os.path.exists(f"/proc/{old_agent}")  # h0's copy still runs, unsupervised
+        # h0's copy was fenced by its wrapper (its engine's lease ran out) before h1 ran it.
+        assert not os.path.exists(f"/proc/{old_agent}") or "State:\tZ" in Path(
+            f"/proc/{old_agent}/status").read_text()  # fmt: skip
         engines["h0"] = start_engine(h0)
         wait_for(lambda: _status(h0, task) == "superseded", timeout=20)
         wait_for(lambda: state_of(dsn, task)[0] == "completed", timeout=40)

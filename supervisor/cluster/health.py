@@ -303,3 +303,17 @@ def _why(exc: BaseException) -> str:
 def _finish(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+def wait_for_database(dsn: str, stopping: threading.Event) -> bool:
+    """Block until a connection to ``dsn`` succeeds or ``stopping`` is set, trying every
+    :data:`RECONNECT_EVERY` seconds; True if the database was down meanwhile."""
+    was_down = False
+    while not stopping.is_set():
+        try:
+            connect(dsn).close()
+            return was_down
+        except ClusterError:
+            was_down = True
+            stopping.wait(RECONNECT_EVERY)
+    return was_down

@@ -57,9 +57,17 @@ from supervisor.cluster.health import (
     Health,
     ReconnectingPool,
     fetch_polling_interval,
+    wait_for_database,
 )
+from supervisor.cluster.lease import LeaseKeeper, host_fence
 from supervisor.cluster.listener import ControlListener
-from supervisor.cluster.ownership import CLAIM_FILE, adopted_claims, lost_claims, ready_to_claim
+from supervisor.cluster.ownership import (
+    CLAIM_FILE,
+    adopted_claims,
+    lost_before_adoption,
+    lost_claims,
+    ready_to_claim,
+)
 from supervisor.cluster.submit import TASK_NAME
 from supervisor.cluster.writer import Transition, Writer
 from supervisor.config import LoadedProfile, ResolvedTask
@@ -128,11 +136,13 @@ class ClusterIntake:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="supervise-cluster-worker",
                                         daemon=True)  # fmt: skip
+        # Fencing (issue 20): the agents of this host's fleet tasks stop when it lapses.
+        self.lease = LeaseKeeper(profile.state_dir, host_fence(self.cluster))
         self.writer = Writer(
             self.dsn, self.cluster.host_id, profile.spec.max_concurrent, self.running,
             stats.version() or "unknown", self.queues, self.cluster.heartbeat,
             profile.state_dir / OUTBOX, self.cluster.host_timeout, self.cluster.on_host_lost,
-            self._owned_now, self._lost,
+            self._owned_now, self._lost, self.lease,
         )  # fmt: skip
         # Operator requests routed here from other machines (supervisor.cluster.listener).
         self.listener = ControlListener(self.dsn, self.cluster.host_id, profile.state_dir,
@@ -144,11 +154,27 @@ class ClusterIntake:
         return self.spool.notice(name)
 
     def recover(self) -> None:
-        """Recover the spool's interrupted claims."""
+        """Before adoption: recover the spool's interrupted claims, and leave a
+        ``supersede`` request for each live task folder this host claimed whose row went
+        to a newer generation or another host meanwhile (issue 20: adoption hands it to the
+        task's first check, so an agent that ended while no engine ran records no ending,
+        no acceptance and no notification of its own). The database not answering is
+        logged: the first heartbeat checks again."""
         self.spool.recover()
+        for task_id, why in lost_before_adoption(self.dsn, self.profile.tasks_dir,
+                                                 self.cluster.host_id).items():  # fmt: skip
+            self._lost(task_id, why)
 
     def submit_initial(self) -> list[tuple[TaskDir, ResolvedTask]]:
-        """After adoption: start the writer and the worker; the profile's ``[[tasks]]``."""
+        """After adoption: start the lease, the writer and the worker; the profile's
+        ``[[tasks]]``. The adopted claims are owned from the first heartbeat on, so its
+        ownership check covers them before the lease is renewed."""
+        with self._lock:
+            for task_id, generation in adopted_claims(self.profile.tasks_dir,
+                                                      self.cluster.host_id).items():  # fmt: skip
+                if task_id not in self._not_ours:
+                    self._owned.setdefault(task_id, generation)
+        self.lease.start()
         self.writer.start()
         self._thread.start()
         self.listener.start()
@@ -216,6 +242,12 @@ class ClusterIntake:
             self._thread.join(15)
         self.listener.close()
         self.writer.close()
+        # Released only once the host is recorded stopped (never declared dead): else the
+        # lease runs out and this host's fleet agents stop (issue 20).
+        if self.writer.stopped:
+            self.lease.release()
+        else:
+            self.lease.stop()
 
     # ------------------------------------------------------------ internals
     def _generation(self, task: TaskDir) -> int | None:
@@ -334,23 +366,11 @@ class ClusterIntake:
                 log.error("cluster worker died: %s; restarted in %g s", one_line(exc), delay)
             with self._lock:
                 self._jobs.clear()  # futures of the dead loop; their tasks still count
-            if self._wait_for_database():
+            if wait_for_database(self.dsn, self._stopping):
                 delay = BACKOFF  # an outage, not the worker's fault: no growing backoff
             if self._stopping.wait(delay):
                 return
             delay = min(delay * 2, MAX_BACKOFF)
-
-    def _wait_for_database(self) -> bool:
-        """Until a connection succeeds or the engine stops; True if it was down."""
-        was_down = False
-        while not self._stopping.is_set():
-            try:
-                connect(self.dsn).close()
-                return was_down
-            except ClusterError:
-                was_down = True
-                self._stopping.wait(RECONNECT_EVERY)
-        return was_down
 
     async def _run_worker(self) -> None:
         self._loop = asyncio.get_running_loop()

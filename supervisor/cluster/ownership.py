@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from supervisor.cluster.db import ClusterError, connect, one_line
+from supervisor.cluster.lease import CLAIM_FILE
 from supervisor.cluster.submit import TASK_NAME
 from supervisor.states import TERMINAL
 from supervisor.terminal import escape_controls
@@ -36,8 +38,6 @@ if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
 
 log = logging.getLogger("supervise.cluster")
-#: The claim record in a task folder: ``{"host_id", "generation"}``.
-CLAIM_FILE = "cluster.json"
 
 _ROWS = "SELECT id, owner_host, generation, state FROM supervise_tasks WHERE id = ANY(%s)"
 
@@ -90,6 +90,22 @@ def lost_claims(conn: psycopg.Connection, host_id: str, owned: dict[str, int]) -
                 f"is host {host_id} generation {generation}"
             )
     return lost
+
+
+def lost_before_adoption(dsn: str, tasks_dir: Path, host_id: str) -> dict[str, str]:
+    """:func:`lost_claims` of :func:`adopted_claims` at engine start, before adoption
+    (issue 20: a returning host checks ownership before it records an ending). A database
+    that does not answer is logged and gives ``{}``: the first heartbeat checks again."""
+    found = adopted_claims(tasks_dir, host_id)
+    if not found:
+        return {}
+    try:
+        with connect(dsn) as conn:
+            return lost_claims(conn, host_id, found)
+    except (ClusterError, psycopg.Error) as exc:
+        log.warning("cluster: cannot check the ownership of %d task(s) before adopting them: "
+                    "%s", len(found), one_line(exc))  # fmt: skip
+        return {}
 
 
 #: Where an earlier generation's folder of a task goes when this host claims the task again

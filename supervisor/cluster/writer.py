@@ -38,6 +38,7 @@ from pathlib import Path
 import psycopg
 
 from supervisor.cluster.db import ClusterError, connect, one_line
+from supervisor.cluster.lease import LeaseKeeper
 from supervisor.cluster.ownership import lost_claims
 from supervisor.taskdir import atomic_write
 
@@ -113,13 +114,16 @@ class Writer:
             generation), checked against their rows with each heartbeat.
         on_lost: called on the writer thread with a task id and why (one line) when this
             host no longer owns that task.
+        lease: the host's lease (:mod:`supervisor.cluster.lease`): armed before each
+            heartbeat, confirmed by one whose ownership check found nothing lost.
     """
 
     def __init__(self, dsn: str, host_id: str, capacity: int, running: Callable[[], int],
                  version: str, queues: list[str], heartbeat: float, outbox: Path,
                  host_timeout: float = 30.0, on_host_lost: str = "report",
                  owned: Callable[[], dict[str, int]] | None = None,
-                 on_lost: Callable[[str, str], None] | None = None) -> None:  # fmt: skip
+                 on_lost: Callable[[str, str], None] | None = None,
+                 lease: LeaseKeeper | None = None) -> None:  # fmt: skip
         self.dsn = dsn
         self.host_id = host_id
         self.capacity = capacity
@@ -132,6 +136,9 @@ class Writer:
         self.on_host_lost = on_host_lost
         self.owned = owned
         self.on_lost = on_lost
+        self.lease = lease
+        #: The host's ``stopped`` state was written by :meth:`close` (a clean stop).
+        self.stopped = False
         self._saved = outbox.exists()  # an outbox file on disk, to remove once written
         self._queue: queue.SimpleQueue[Transition | None] = queue.SimpleQueue()
         self._pending: deque[Transition] = deque()
@@ -218,6 +225,27 @@ class Writer:
         if self._conn is not None:
             self._conn.close()
 
+    def _beat(self, conn: psycopg.Connection) -> None:
+        """The heartbeat, then the ownership check of the tasks this host owns; the lease
+        is armed before and confirmed after a check that found nothing lost (issue 20).
+
+        Raises:
+            psycopg.Error: a statement failed (the caller tries again).
+        """
+        if self.lease is not None:
+            self.lease.arm()
+        beat = (self.host_id, self.capacity, self.running(), self.version, self.queues)
+        conn.execute(_HEARTBEAT, (*beat, self._last_error, self.host_timeout, self.on_host_lost))
+        # Reported once, by the first beat that got through; the next good beat clears
+        # it, so 'hosts' shows only an error that is recent.
+        self._last_error = None
+        lost = lost_claims(conn, self.host_id, self.owned()) if self.owned is not None else {}
+        for task_id, why in lost.items():
+            if self.on_lost is not None:
+                self.on_lost(task_id, why)
+        if self.lease is not None and not lost:
+            self.lease.confirm()
+
     def _flush(self, beat: bool, stopping: bool = False) -> bool:
         """Write pending transitions in order (and the heartbeat; when ``stopping``, the
         host's ``stopped`` state after them); False on failure."""
@@ -245,17 +273,10 @@ class Writer:
                     self.on_lost(item.task_id, "its row no longer names this host and "
                                  f"generation {item.generation}")  # fmt: skip
             if beat:
-                conn.execute(_HEARTBEAT, (self.host_id, self.capacity, self.running(),
-                             self.version, self.queues, self._last_error,
-                             self.host_timeout, self.on_host_lost))  # fmt: skip
-                # Reported once, by the first beat that got through; the next good beat
-                # clears it, so 'hosts' shows only an error that is recent (issue 20).
-                self._last_error = None
-                if self.owned is not None and self.on_lost is not None:
-                    for task_id, why in lost_claims(conn, self.host_id, self.owned()).items():
-                        self.on_lost(task_id, why)
+                self._beat(conn)
             if stopping and not self._pending:
                 conn.execute(_STOPPED, (self.running(), self.host_id))
+                self.stopped = True
             return True
         except (psycopg.Error, ClusterError) as exc:
             message = one_line(exc)

@@ -9,7 +9,7 @@ import os
 import re
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -24,6 +24,11 @@ if TYPE_CHECKING:
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 #: The queue every host takes from unless ``queues`` says otherwise.
 SHARED_QUEUE = "supervise"
+#: Shortest ``heartbeat`` (and ``host_timeout``), seconds: the writer beats and the lease is
+#: renewed (:mod:`supervisor.cluster.lease`) about that often; 1e-9 would spin both threads.
+MIN_HEARTBEAT = 0.1
+#: Smallest ``host_timeout - heartbeat``, seconds (the fence's budget, see the validator).
+MIN_FENCE = 0.4
 
 
 def _default_host_id() -> str:
@@ -41,21 +46,24 @@ class ClusterSpec(BaseModel):
         host_id: this engine's name in the fleet (default: the hostname); a task that
             names ``host`` runs only on the host with that id (queue ``host.<id>``).
         queues: the shared queues this host takes tasks from (besides ``host.<id>``).
-        host_timeout: seconds without a heartbeat after which a host counts as lost.
+        host_timeout: seconds without a heartbeat after which a host counts as lost; it
+            also sets the fence (:func:`supervisor.cluster.lease.fence_of`): an agent whose
+            engine died stops within ``7/8 (host_timeout - heartbeat)`` seconds.
         on_host_lost: ``report`` (its running tasks end ``host_lost``) or ``restart``
             (started fresh elsewhere as a new run, unless pinned to this host). Acted on
             by the sweeper (:mod:`supervisor.cluster.sweeper`); both are written in every
             heartbeat, so each host declares its own.
-        heartbeat: seconds between this host's rows in ``supervise_hosts``.
+        heartbeat: seconds between this host's rows in ``supervise_hosts`` (at least
+            :data:`MIN_HEARTBEAT`).
     """
 
     model_config = ConfigDict(extra="forbid")
     dsn: str | None = Field(default=None, min_length=1)
     host_id: str = Field(default_factory=_default_host_id)
     queues: list[str] = Field(default_factory=lambda: [SHARED_QUEUE], min_length=1)
-    host_timeout: PositiveSeconds = 30.0
+    host_timeout: Annotated[PositiveSeconds, Field(ge=MIN_HEARTBEAT)] = 30.0
     on_host_lost: Literal["report", "restart"] = "report"
-    heartbeat: PositiveSeconds = 5.0
+    heartbeat: Annotated[PositiveSeconds, Field(ge=MIN_HEARTBEAT)] = 5.0
 
     @field_validator("host_id")
     @classmethod
@@ -75,6 +83,14 @@ class ClusterSpec(BaseModel):
             raise ValueError(
                 f"heartbeat ({self.heartbeat:g} s) must be shorter than host_timeout "
                 f"({self.host_timeout:g} s), or the host counts as lost while it runs"
+            )
+        # The fence (supervisor.cluster.lease) renews every (host_timeout - heartbeat) / 8
+        # seconds at most: a smaller gap would spin its thread and stop live agents.
+        if self.host_timeout - self.heartbeat < MIN_FENCE:
+            raise ValueError(
+                f"host_timeout ({self.host_timeout:g} s) must exceed heartbeat "
+                f"({self.heartbeat:g} s) by at least {MIN_FENCE:g} s: an agent whose engine "
+                "died is stopped within that gap, before another host may run its task"
             )
         return self
 

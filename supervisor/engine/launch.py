@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from supervisor import policy
+from supervisor.cluster.lease import lease_for
 from supervisor.config import LoadedProfile
 from supervisor.config.argv import expand_placeholders
 from supervisor.engine.panes import Sessions
@@ -39,7 +40,8 @@ class LaunchSpec:
     is the agent's working directory (:attr:`Runtime.workdir`: the task's worktree, or the
     project dir when shared), ``resume_exit_codes`` are the exit codes the wrapper reports as a
     resumable stop, ``stream`` (optional) names the file in the task folder the wrapper
-    copies the agent's stdout to.
+    copies the agent's stdout to, ``lease`` (a fleet task only) what the wrapper fences
+    the agent by (:func:`supervisor.cluster.lease.lease_for`).
     """
 
     argv: list[str]
@@ -47,6 +49,7 @@ class LaunchSpec:
     cwd: str
     resume_exit_codes: list[int]
     stream: str | None = None
+    lease: dict[str, object] | None = None
 
     def to_json(self) -> bytes:
         """UTF-8 JSON, one key per line; ``stream`` only when the agent has one."""
@@ -58,6 +61,8 @@ class LaunchSpec:
         }
         if self.stream:
             data["stream"] = self.stream
+        if self.lease:
+            data["lease"] = self.lease
         return json.dumps(data, ensure_ascii=False, indent=1).encode()
 
 
@@ -95,7 +100,8 @@ def launch_spec(profile: LoadedProfile, runtime: Runtime, resume: bool) -> Launc
     }
     argv = expand_argv(part.argv, argv_values(profile, runtime))
     codes = list(runtime.policy.resume_exit_codes)
-    return LaunchSpec(argv, env, str(runtime.workdir), codes, part.stream or None)
+    lease = lease_for(profile, runtime.task.path)
+    return LaunchSpec(argv, env, str(runtime.workdir), codes, part.stream or None, lease)
 
 
 def write_launch(profile: LoadedProfile, runtime: Runtime, resume: bool) -> None:

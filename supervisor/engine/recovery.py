@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from supervisor import policy, repair, spool
+from supervisor import control, policy, repair, spool
 from supervisor.config import ConfigError, LoadedProfile, ResolvedTask
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.runtime import Runtime
@@ -113,6 +113,7 @@ def _adopt_one(
     # The event log runs ahead of the manifest (write-ahead): trust its last word.
     last = policy.last_word(events)
     runtime = runtimes.build(profile, tmux, task, resolved, state, manifest)
+    _requests_left(profile, runtime)
     with contextlib.suppress(OSError):  # a full disk must not leave the task unwatched
         task.append_event("adopted", status=state.status, retry_count=state.retry_count)
     log.info("adopted %s (%s)", task.task_id, state.status)
@@ -120,6 +121,20 @@ def _adopt_one(
         return Adopted(runtime, ending=_logged_ending(runtime, last, events), now=time.time())
     resume = last is not None and last["event"] == "resumed"
     return Adopted(runtime, resume=resume and _resume_cut_short(runtime, sessions))
+
+
+def _requests_left(profile: LoadedProfile, runtime: Runtime) -> None:
+    """Requests left for this task while no engine ran (an operator's ``stop``; the cluster
+    intake's ``supersede``, checked before adoption: issue 20) are the runtime's from its
+    first check, as the intake job would apply them: before that check can read a
+    done-file and record an ending, run acceptance or notify."""
+    for task_id, verb, path in control.pending(profile.state_dir):
+        if task_id != runtime.task.task_id:
+            continue
+        path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a full disk: the request is still applied
+            runtime.task.append_event(f"{verb}_requested", status=runtime.state.status)
+        runtime.requests.add(verb)
 
 
 def _adopt_damaged(profile: LoadedProfile, task: TaskDir, why: str) -> Found | None:
