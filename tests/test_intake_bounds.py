@@ -9,14 +9,16 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import tomli_w
+from conftest import Setup
 
-from supervisor import logrotate, schemas
+from supervisor import logrotate, schemas, spool
 from supervisor.config import (
     ConfigError,
     load_profile,
@@ -220,3 +222,39 @@ def test_prompt_file_swapped_to_a_fifo_never_blocks_the_claim(tmp_path: Path) ->
     claimed = list((tmp_path / "state" / "tasks").glob("*/prompt"))
     # opened before any stat: the regular file was read; or the swap happened: rejected
     assert claimed or "a FIFO" in error.read_text(), child.stdout
+
+
+# ------------------------------------------------------------------ 4. future mtimes
+
+
+def test_a_spool_file_from_the_future_is_claimed_after_the_settle_time(setup: Setup) -> None:
+    """A task file whose mtime is an hour ahead (``rsync -t`` from a host whose clock is
+    ahead, or clock skew) is claimed once it has stayed unchanged for the settle time since
+    the engine first saw it, not an hour later: ``--exit-when-idle`` ends with it done."""
+    setup.write_profile()
+    path = setup.drop("future.toml", setup.task("future", "print: from the future\n"))
+    ahead = time.time() + 3600
+    os.utime(path, (ahead, ahead))
+    done = setup.run(timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert setup.manifests()["future"]["status"] == "completed"
+
+
+def test_settle_time_counts_from_the_first_look_for_a_future_mtime(tmp_path: Path) -> None:
+    """``pending`` with its memory of first looks: a future mtime waits the settle time from
+    the first look; a change to the file (its size or mtime) starts the wait again."""
+    path = tmp_path / "f.toml"
+    path.write_text("a")
+    ahead = time.time() + 3600
+    os.utime(path, (ahead, ahead))
+    seen: dict[str, Any] = {}
+    assert spool.pending(tmp_path, seen=seen) == []
+    time.sleep(spool.SETTLE + 0.05)
+    assert spool.pending(tmp_path, seen=seen) == [path]
+    path.write_text("ab")
+    os.utime(path, (ahead + 1, ahead + 1))
+    assert spool.pending(tmp_path, seen=seen) == []
+    time.sleep(spool.SETTLE + 0.05)
+    assert spool.pending(tmp_path, seen=seen) == [path]
+    path.unlink()
+    assert spool.pending(tmp_path, seen=seen) == [] and seen == {}
