@@ -7,7 +7,7 @@ running ``supervise run``. After each batch the plain task has completed and eve
 is either a task folder or in ``spool/rejected/`` with its ``.error``: nothing lost, the
 engine never stalled. At the end SIGTERM stops the engine within a bound.
 
-The CI budget (``SUPERVISE_HOSTILE_BATCHES``, default 5 batches of 8) keeps this under a
+The CI budget (``SUPERVISE_HOSTILE_BATCHES``, default 12 batches of 8) keeps this under a
 minute; ``benchmarks/hostile.py --examples N`` runs a long one.
 """
 
@@ -20,7 +20,7 @@ from hostile_support import ISSUE_BATCH, Entry, LiveEngine, batches
 from hypothesis import HealthCheck, Phase, example, given, settings
 
 #: Batches of entries per run (CI budget) and entries per batch.
-BATCHES = int(os.environ.get("SUPERVISE_HOSTILE_BATCHES", "5"))
+BATCHES = int(os.environ.get("SUPERVISE_HOSTILE_BATCHES", "12"))
 BATCH_SIZE = 8
 #: Seconds the engine may take to stop after SIGTERM here, and what the test allows.
 STOP_BOUND = 10.0
