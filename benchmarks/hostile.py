@@ -65,6 +65,8 @@ def run(examples: int, size: int, patience: float, keep: bool) -> dict[str, Any]
 
         try:
             one_batch()
+            engine.settle(patience)
+            figures["tracebacks"] = engine.tail(10**9).count("Traceback")
             figures["stop_s"] = round(engine.stop(), 3)
             figures["ended"] = engine.ended()
         except AssertionError as exc:
@@ -89,6 +91,8 @@ def run(examples: int, size: int, patience: float, keep: bool) -> dict[str, Any]
         cores=os.cpu_count(),
         python=platform.python_version(),
     )
+    if figures.get("tracebacks"):
+        figures.update(ok=False, failure=f"{figures['tracebacks']} traceback(s) in the engine log")
     return figures
 
 

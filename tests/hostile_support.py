@@ -53,6 +53,8 @@ _NUMBERS = st.sampled_from([*_INTS, *_FLOATS])
 _ODD_TEXT = st.sampled_from(
     ["", "\x00", "a\nb", "\u202eevil", "\u200b", "x" * 300_000, "sonnet", "opus", "-rf", "é"]
 )
+#: Artifact paths: odd text, a name over NAME_MAX (``ENAMETOOLONG``), another user's file.
+_ARTIFACTS = st.one_of(_ODD_TEXT, st.just("a" * 300), st.just("/root/x"))
 _WRONG = st.sampled_from(["x", True, [1, "a"], {"a": 1}, ""])
 _SCALAR = st.one_of(_NUMBERS, _WRONG)
 _MONITOR_KEYS = (
@@ -92,7 +94,11 @@ def _acceptance(draw: st.DrawFn) -> Any:
         table["command"] = draw(_SAFE_COMMANDS) + args
     if draw(st.booleans()) or not table:
         table["artifacts"] = draw(
-            st.one_of(st.lists(_ODD_TEXT, max_size=3), st.just(["f"] * 5000), _WRONG)
+            st.one_of(
+                st.lists(_ARTIFACTS, max_size=3),
+                st.just(["f"] * 5000),
+                _WRONG,
+            )
         )
     if draw(st.booleans()):
         table["timeout"] = draw(_SCALAR)
@@ -162,6 +168,10 @@ ISSUE_BATCH = [
     Entry({"name": "fifo-entry"}, kind="fifo"),
     Entry({"name": "socket-entry"}, kind="socket"),
     Entry({"name": "zero-entry"}, kind="symlink_to_devzero"),
+    Entry({"name": "nul-argv", "prompt": "exit: 0\n",
+           "acceptance": {"command": ["true", "\x00"], "artifacts": ["a" * 300]}}),
+    Entry({"name": "long-artifact", "prompt": "exit: 0\n",
+           "acceptance": {"artifacts": ["a" * 300]}}),
 ]  # fmt: skip
 
 
@@ -372,6 +382,22 @@ class LiveEngine:
             self.process.kill()
             self.process.wait()
         shutil.rmtree(self.sockets, ignore_errors=True)
+
+    def settle(self, patience: float = 60.0) -> dict[str, int]:
+        """Wait until every claimed task is in a terminal state; returns :meth:`ended`.
+
+        Raises:
+            AssertionError: a task is still live after ``patience`` seconds (a hostile
+                value keeps it from ending: the engine works on it forever).
+        """
+        end = time.monotonic() + patience
+        while time.monotonic() < end:
+            if self.ended()["not_terminal"] == 0:
+                return self.ended()
+            time.sleep(0.2)
+        live = {name: status for name, status in self._sources().items()
+                if status not in TERMINAL}  # fmt: skip
+        raise AssertionError(f"tasks still live after {patience} s: {live}\n{self.tail()}")
 
     def ended(self) -> dict[str, int]:
         """How many claimed tasks are in a terminal state, and how many not."""

@@ -16,7 +16,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import Setup, wait_for
+
+from supervisor.engine import shutdown
 
 #: Seconds the engine may take to stop after SIGTERM in these tests.
 BOUND = 3
@@ -89,3 +92,12 @@ def test_a_second_sigterm_stops_at_once(setup: Setup) -> None:
             engine.wait()
         _kill(marker)
     assert "second signal" in err, err[-3000:]
+
+
+def test_a_bad_stop_bound_falls_back_to_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``SUPERVISE_STOP_BOUND`` that is not a finite positive number is ignored."""
+    for text in ("nan", "inf", "-1", "0", "abc", "1e999"):
+        monkeypatch.setenv(shutdown.STOP_BOUND_ENV, text)
+        assert shutdown.stop_bound() == shutdown.STOP_BOUND, text
+    monkeypatch.setenv(shutdown.STOP_BOUND_ENV, "2.5")
+    assert shutdown.stop_bound() == 2.5

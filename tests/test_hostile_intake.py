@@ -5,7 +5,8 @@ default, extreme values, wrong types, NUL/newline/bidi/invalid UTF-8, odd file t
 the entry and every path it names) are dropped beside a plain task into the spool of one
 running ``supervise run``. After each batch the plain task has completed and every entry
 is either a task folder or in ``spool/rejected/`` with its ``.error``: nothing lost, the
-engine never stalled. At the end SIGTERM stops the engine within a bound.
+engine never stalled. Then every task claimed ends (no hostile value keeps one busy
+forever), the engine's log holds no traceback, and SIGTERM stops it within a bound.
 
 The CI budget (``SUPERVISE_HOSTILE_BATCHES``, default 12 batches of 8) keeps this under a
 minute; ``benchmarks/hostile.py --examples N`` runs a long one.
@@ -43,6 +44,7 @@ def test_hostile_batches_never_stall_one_live_engine(tmp_path: Path, socket_name
             engine.drop(batch)
 
         one_batch()
+        engine.settle()
         seconds = engine.stop(STOP_PATIENCE)
         assert engine.process is not None and engine.process.returncode is not None
         assert seconds < STOP_PATIENCE

@@ -258,3 +258,45 @@ def test_settle_time_counts_from_the_first_look_for_a_future_mtime(tmp_path: Pat
     assert spool.pending(tmp_path, seen=seen) == [path]
     path.unlink()
     assert spool.pending(tmp_path, seen=seen) == [] and seen == {}
+
+
+# ------------------------------------------------------------------ found by the property test
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        {"acceptance": {"command": ["true", "a\x00b"]}},
+        {"acceptance": {"artifacts": ["\x00"]}},
+    ],
+)
+def test_a_nul_in_an_argv_or_path_a_task_gives_is_rejected(tmp_path: Path, table: Any) -> None:
+    """Found by ``test_hostile_intake``: an acceptance argv holding NUL was accepted, then
+    ``subprocess`` refused it ("embedded null byte") at every check, and the task stayed
+    ``verifying`` forever, logging a traceback each time. No argv or path can hold NUL."""
+    profile = load_profile(_profile(tmp_path))
+    task = tmp_path / "t.toml"
+    data = {"name": "t", "prompt": "p", "project_dir": str(tmp_path), **table}
+    task.write_text(tomli_w.dumps(data), encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_task(task, profile)
+    assert len(caught.value.problems) == 1, caught.value.problems
+    assert "key 'acceptance." in caught.value.problems[0]
+    assert "NUL" in caught.value.problems[0]
+
+
+def test_an_artifact_path_the_filesystem_refuses_counts_as_missing(tmp_path: Path) -> None:
+    """Found by ``test_hostile_intake``'s kin: ``artifacts = ["a" * 300]`` made
+    ``Path.exists`` raise ``ENAMETOOLONG`` inside the acceptance check, which then "failed to
+    run" at every check and the task stayed ``verifying``, spinning. Any path the
+    filesystem refuses to look up is a missing artifact."""
+    from supervisor import acceptance
+    from supervisor.config import AcceptanceSpec
+
+    folder = tmp_path / "task"
+    folder.mkdir()
+    spec = AcceptanceSpec(artifacts=["a" * 300, "b/" * 3000, "ok"])
+    (tmp_path / "ok").write_text("")
+    result = acceptance.run(TaskDir(folder), tmp_path, spec)
+    assert result["passed"] is False
+    assert result["missing"] == ["a" * 300, "b/" * 3000]

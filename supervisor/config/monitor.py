@@ -74,8 +74,22 @@ _Interval = Annotated[Seconds, Field(ge=MIN_INTERVAL)]
 PositiveSeconds = Annotated[_Positive, Strict()]
 #: A strict timeout of a child a task starts (acceptance ``timeout``, ``setup_timeout``).
 ChildSeconds = Annotated[PositiveSeconds, Field(le=MAX_CHILD_SECONDS)]
-#: One argv element or path a task file gives (see :data:`MAX_ARG_CHARS`).
-ArgText = Annotated[str, Field(max_length=MAX_ARG_CHARS)]
+
+
+def _no_nul(value: str) -> str:
+    """An argv element, environment value or path cannot hold NUL (``execve(2)`` and
+    ``open(2)`` take C strings); refused here rather than at every run.
+
+    Raises:
+        ValueError: ``value`` holds NUL.
+    """
+    if "\x00" in value:
+        raise ValueError("holds a NUL character, which no argv element or path can; remove it")
+    return value
+
+
+#: One argv element or path a task file gives (see :data:`MAX_ARG_CHARS`; no NUL).
+ArgText = Annotated[str, Field(max_length=MAX_ARG_CHARS), AfterValidator(_no_nul)]
 _ExitCode = Annotated[int, Field(ge=1, le=255)]
 _Usd = Annotated[float, Field(gt=0, le=MAX_COST_USD, allow_inf_nan=False)]
 #: Events the notifier can be asked to run for (``notify_on``).
