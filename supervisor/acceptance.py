@@ -30,6 +30,16 @@ OUTPUT_BYTES = 64 * 1024
 SUMMARY_RESULT_CHARS = 600
 
 
+def _exists(path: Path) -> bool:
+    """Whether an artifact exists; a path the filesystem refuses to look up (too long,
+    no permission, a NUL) is missing, never an error that would stop the check from
+    ending (issue 20: the check then ran again at every check, forever)."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
 def run(task: TaskDir, project_dir: Path, spec: AcceptanceSpec) -> dict[str, Any]:
     """Run the check and write ``acceptance.json``; returns what was written.
 
@@ -38,7 +48,7 @@ def run(task: TaskDir, project_dir: Path, spec: AcceptanceSpec) -> dict[str, Any
     ``output_tail`` (last :data:`TAIL_CHARS` characters of stdout+stderr), ``duration_s``.
     """
     started = time.monotonic()
-    missing = [p for p in spec.artifacts if not (project_dir / p).exists()]
+    missing = [p for p in spec.artifacts if not _exists(project_dir / p)]
     code: int | None = None
     output = ""
     if spec.command:

@@ -57,17 +57,3 @@ def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
         raise
     if durable:
         fsync_dir(path.parent)
-
-
-def shift_backups(path: Path, backups: int) -> None:
-    """Make room for a rotation: ``path.N`` becomes ``path.N+1`` (``path.BACKUPS`` is
-    removed), then ``path`` becomes ``path.1`` (supervisord's ``_logfile_backups`` rule).
-    ``backups`` >= 1. Raises ``OSError`` (a missing backup is skipped)."""
-    for index in range(backups, 0, -1):
-        older = path.with_name(f"{path.name}.{index}")
-        if index == backups:
-            older.unlink(missing_ok=True)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                os.replace(older, path.with_name(f"{path.name}.{index + 1}"))
-    os.replace(path, path.with_name(f"{path.name}.1"))

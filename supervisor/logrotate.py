@@ -8,6 +8,10 @@ whole run), and the fresh file starts with a line that carries the totals of the
 rotated away (:data:`supervisor.agents.claude.stream.CARRY`), so a reader that starts
 over, after an engine restart, still sums every run.
 
+Cost: a rotation lists the log's folder once and renames only the backups that exist, so
+it is O(backups on disk), never O(``log_backups``) (issue 20: ``log_backups = 100000000``
+made each rotation loop 100 million times on the engine's one worker thread).
+
 Crash safety: the fresh file is written whole beside the log (``NAME.new``) before the
 renames; a crash between the last two renames leaves ``NAME.new`` without ``NAME``, which
 :func:`finish` completes.
@@ -15,10 +19,39 @@ renames; a crash between the last two renames leaves ``NAME.new`` without ``NAME
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
-from supervisor.diskio import atomic_write, shift_backups
+from supervisor.diskio import atomic_write
+
+
+def existing_backups(path: Path) -> list[int]:
+    """The indexes ``N`` of the ``path.N`` files beside ``path``, highest first (one
+    ``scandir`` of the folder; ``N`` a positive decimal without a leading zero)."""
+    head = path.name + "."
+    found = []
+    with os.scandir(path.parent) as entries:
+        for entry in entries:
+            tail = entry.name[len(head) :] if entry.name.startswith(head) else ""
+            if tail.isascii() and tail.isdigit() and not tail.startswith("0"):
+                found.append(int(tail))
+    return sorted(found, reverse=True)
+
+
+def shift_backups(path: Path, backups: int) -> None:
+    """Make room for a rotation: ``path.N`` becomes ``path.N+1`` while ``N+1 <= backups``,
+    every other ``path.N`` is removed, then ``path`` becomes ``path.1`` (supervisord's
+    ``_logfile_backups`` rule). ``backups`` >= 1. Costs one rename or unlink per backup on
+    disk (:func:`existing_backups`). Raises ``OSError`` (a backup gone meanwhile is skipped)."""
+    for index in existing_backups(path):
+        older = path.with_name(f"{path.name}.{index}")
+        with contextlib.suppress(FileNotFoundError):
+            if index >= backups:
+                os.unlink(older)
+            else:
+                os.replace(older, path.with_name(f"{path.name}.{index + 1}"))
+    os.replace(path, path.with_name(f"{path.name}.1"))
 
 
 def _fresh(path: Path) -> Path:

@@ -161,19 +161,35 @@ class Claimed:
     rejected_to: Path | None = None
 
 
+#: What :func:`pending` remembers of a spool entry between looks: its ``st_mtime_ns`` and
+#: ``st_size``, and the monotonic time it was first seen with them.
+Seen = dict[str, tuple[int, int, float]]
+
+
 def pending(
-    spool_dir: Path, now: float | None = None, complete: frozenset[str] = frozenset()
+    spool_dir: Path,
+    now: float | None = None,
+    complete: frozenset[str] = frozenset(),
+    seen: Seen | None = None,
 ) -> list[Path]:
     """Spool entries ready to claim: ``*.toml``, not hidden, and either settled (mtime at
     least :data:`SETTLE` s old) or named in ``complete`` (inotify saw it renamed in or closed
     by its writer); oldest first. Entries that are not regular files are listed too, so that
-    :func:`claim` moves them to ``rejected/`` (they never block ``--exit-when-idle``)."""
+    :func:`claim` moves them to ``rejected/`` (they never block ``--exit-when-idle``).
+
+    An mtime in the future (``rsync -t`` from a host whose clock is ahead, clock skew) says
+    nothing about when the writer finished: such an entry is settled once it has stayed
+    unchanged (mtime and size) for :data:`SETTLE` s of the monotonic clock since it was
+    first seen. ``seen`` is that memory, kept by the caller between looks (entries gone
+    from the folder are forgotten); without it a future mtime waits until it has passed."""
     now = time.time() if now is None else now
+    looked = time.monotonic()
     ready = []
     try:
         entries = list(os.scandir(spool_dir))
     except FileNotFoundError:
         return []
+    current: Seen = {}
     for entry in entries:
         if entry.name.startswith(".") or not entry.name.endswith(".toml"):
             continue
@@ -181,8 +197,18 @@ def pending(
             info = entry.stat(follow_symlinks=False)
         except FileNotFoundError:
             continue
-        if entry.name in complete or now - info.st_mtime >= SETTLE:
+        settled = now - info.st_mtime >= SETTLE
+        if seen is not None and info.st_mtime > now:
+            first = seen.get(entry.name)
+            unchanged = first is not None and first[:2] == (info.st_mtime_ns, info.st_size)
+            since = first[2] if first is not None and unchanged else looked
+            current[entry.name] = (info.st_mtime_ns, info.st_size, since)
+            settled = looked - since >= SETTLE
+        if entry.name in complete or settled:
             ready.append((info.st_mtime, entry.name, Path(entry.path)))
+    if seen is not None:
+        seen.clear()
+        seen.update(current)
     return [path for _, _, path in sorted(ready)]
 
 

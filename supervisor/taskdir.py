@@ -38,9 +38,9 @@ from supervisor.diskio import (  # noqa: F401  (also imported from here with Tas
     atomic_write,
     fsync_dir,
     parse_iso,
-    shift_backups,
     utc_iso,
 )
+from supervisor.logrotate import shift_backups
 from supervisor.states import FailureReason, Status, Verdict
 from supervisor.workspace.model import WorkspaceReport
 

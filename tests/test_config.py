@@ -344,6 +344,15 @@ def test_missing_agent_table(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ intervals <= 0
 
 INTERVALS = ("base_interval", "max_interval", "deadline", "stale_threshold")
+#: What a value at or below 0 is told, with the whole range allowed (issue 20: the intervals
+#: a check runs at are at least 0.1 s).
+TOO_LOW = {
+    "deadline": "Input should be greater than 0; allowed: more than 0, at most 31536000",
+    **dict.fromkeys(
+        ("base_interval", "max_interval", "stale_threshold"),
+        "Input should be greater than or equal to 0.1; allowed: from 0.1 to 31536000",
+    ),
+}
 
 
 @pytest.mark.parametrize("key", INTERVALS)
@@ -352,7 +361,7 @@ def test_non_positive_interval_in_profile(tmp_path: Path, key: str, value: str) 
     path = write(tmp_path / "p.toml", MINIMAL_PROFILE + f"\n[monitor]\n{key} = {value}\n")
     line = one_problem(lambda: load_profile(path))
     assert line == (
-        f"{path}:{lineno(path, key)}: key 'monitor.{key}': Input should be greater than 0 "
+        f"{path}:{lineno(path, key)}: key 'monitor.{key}': {TOO_LOW[key]} "
         f"(got {float(value) if '.' in value else int(value)!r})"
     )
 
@@ -365,8 +374,7 @@ def test_non_positive_interval_in_task(
     path = task_file(tmp_path, GOOD_TASK + f"\n[monitor]\n{key} = {value}\n")
     line = one_problem(lambda: load_task(path, profile))
     assert line == (
-        f"{path}:{lineno(path, key)}: key 'monitor.{key}': Input should be greater than 0 "
-        f"(got {value})"
+        f"{path}:{lineno(path, key)}: key 'monitor.{key}': {TOO_LOW[key]} (got {value})"
     )
 
 
@@ -695,7 +703,7 @@ def test_env_error_when_loading_a_task_names_the_task_file(
 def test_env_base_interval_negative(profile_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MONITOR_BASE_INTERVAL", "-1")
     assert one_problem(lambda: load_profile(profile_path)) == (
-        "env MONITOR_BASE_INTERVAL='-1': Input should be greater than 0"
+        f"env MONITOR_BASE_INTERVAL='-1': {TOO_LOW['base_interval']}"
     )
 
 
@@ -770,9 +778,10 @@ def test_env_list_items_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MONITOR_NOTIFY_ON", "failed,done")
     found = problems(read_env_overrides)
     assert len(found) == 2, found
-    assert "env MONITOR_RESUME_EXIT_CODES='75,0': Input should be greater than or equal to 1" in (
-        found
-    )
+    assert (
+        "env MONITOR_RESUME_EXIT_CODES='75,0': Input should be greater than or equal to 1; "
+        "allowed: from 1 to 255"
+    ) in found
     assert any(
         line.startswith("env MONITOR_NOTIFY_ON='failed,done': Input should be") for line in found
     )
@@ -781,7 +790,8 @@ def test_env_list_items_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_env_seconds_keep_the_one_year_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MONITOR_DEADLINE", "1e12")
     assert one_problem(read_env_overrides) == (
-        "env MONITOR_DEADLINE='1e12': at most 31536000 seconds (1 year) is allowed; give fewer"
+        "env MONITOR_DEADLINE='1e12': at most 31536000 seconds (1 year) is allowed; give fewer; "
+        "allowed: more than 0, at most 31536000"
     )
 
 
@@ -821,7 +831,8 @@ def test_several_env_problems_one_line_each(monkeypatch: pytest.MonkeyPatch) -> 
     assert any(line.startswith("env MONITOR_BASEINTERVAL: unknown") for line in found)
     assert any(line.startswith("env MONITOR_DEADLINE='abc'") for line in found)
     assert any(
-        line == "env MONITOR_MAX_RETRIES='-2': Input should be greater than or equal to 0"
+        line == "env MONITOR_MAX_RETRIES='-2': Input should be greater than or equal to 0; "
+        "allowed: from 0 to 100"
         for line in found
     )
 

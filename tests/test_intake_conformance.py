@@ -36,6 +36,7 @@ from supervisor.config import (
     MAX_PROMPT_BYTES,
     MAX_SECONDS,
     MAX_TASK_FILE_BYTES,
+    MIN_INTERVAL,
     ConfigError,
     load_profile,
     load_task,
@@ -300,7 +301,7 @@ def test_unbounded_monitor_values_are_rejected_one_line_each(setup: Setup) -> No
         if label in ("big", "deadline"):
             assert "at most 31536000 seconds (1 year)" in error
         elif label == "negative":
-            assert "greater than 0" in error
+            assert "greater than or equal to 0.1; allowed: from 0.1 to 31536000" in error
         else:
             assert "finite number" in error
         validated = setup.supervise(
@@ -329,7 +330,7 @@ def test_profile_seconds_are_bounded(setup: Setup) -> None:
         with pytest.raises(ConfigError) as caught:
             load_profile(setup.profile)
         assert len(caught.value.problems) == 1
-    for key in ("max_interval", "grace_period", "stale_threshold", "notifier_timeout"):
+    for key in ("max_interval", "grace_period", "stale_threshold"):
         setup.write_profile(**{key: 4e7})
         with pytest.raises(ConfigError) as caught:
             load_profile(setup.profile)
@@ -350,8 +351,7 @@ def test_any_float_is_bounded_or_rejected(tmp_path: Path, key: str, value: float
     if not profile_path.exists():
         # the widest base/max range, so only the bound itself can refuse a value
         profile_path.write_text(
-            '[agent]\ncommand = ["x"]\n\n[monitor]\nbase_interval = 1e-300\n'
-            "max_interval = 31536000\n"
+            '[agent]\ncommand = ["x"]\n\n[monitor]\nbase_interval = 0.1\nmax_interval = 31536000\n'
         )
     profile = load_profile(profile_path)
     task: dict[str, Any] = {"name": "t", "prompt": "p", "project_dir": str(folder)}
@@ -361,7 +361,7 @@ def test_any_float_is_bounded_or_rejected(tmp_path: Path, key: str, value: float
     try:
         resolved = load_task(path, profile)
     except ConfigError as exc:
-        lowest = {"grace_period": 0.0, "max_interval": 1e-300}.get(key, math.ulp(0.0))
+        lowest = {"grace_period": 0.0, "deadline": math.ulp(0.0)}.get(key, MIN_INTERVAL)
         assert not (math.isfinite(value) and lowest <= value <= MAX_SECONDS), exc.problems
         assert len(exc.problems) == 1 and exc.problems[0].startswith(str(path))
         return

@@ -548,7 +548,7 @@ class TestBackoff:
         assert 0 < value <= policy.max_interval
 
     @given(
-        base=st.floats(0.001, 1e6),
+        base=st.floats(0.1, 1e6),
         factor=st.floats(1.0, 1e6),
         n=st.integers(0, 10**30),
     )
@@ -1227,13 +1227,13 @@ opt_times = st.none() | times
 
 @st.composite
 def policies(draw) -> MonitorPolicy:
-    base = draw(st.floats(0.001, 1e4))
+    base = draw(st.floats(0.1, 1e4))
     return MonitorPolicy(
         base_interval=base,
         max_interval=base * draw(st.floats(1.0, 1e3)),
         deadline=draw(st.floats(0.001, 1e6)),
         grace_period=draw(st.just(0.0) | st.floats(0.0, 1e4)),
-        stale_threshold=draw(st.none() | st.floats(0.001, 1e4)),
+        stale_threshold=draw(st.none() | st.floats(0.1, 1e4)),
         max_retries=draw(st.integers(0, 12)),
         notify_on=draw(
             st.just(list(DEFAULT_NOTIFY_ON)) | st.lists(st.sampled_from(NOTIFY_EVENTS), unique=True)

@@ -837,13 +837,13 @@ NOTIFY_EVENTS = (
 
 @st.composite
 def policies(draw) -> MonitorPolicy:
-    base = draw(st.floats(0.001, 1e4))
+    base = draw(st.floats(0.1, 1e4))
     return MonitorPolicy(
         base_interval=base,
         max_interval=base * draw(st.floats(1.0, 1e3)),
         deadline=draw(st.floats(0.001, 1e6)),
         grace_period=draw(st.just(0.0) | st.floats(0.0, 1e4)),
-        stale_threshold=draw(st.none() | st.floats(0.001, 1e4)),
+        stale_threshold=draw(st.none() | st.floats(0.1, 1e4)),
         max_retries=draw(st.integers(0, 12)),
         notify_on=draw(
             st.just(list(P.notify_on)) | st.lists(st.sampled_from(NOTIFY_EVENTS), unique=True)

@@ -3,8 +3,10 @@
 The package, by what each module holds (imports go one way, top to bottom):
 
 * :mod:`~supervisor.config.argv`: the ``{placeholder}`` names argv lists may use;
-* :mod:`~supervisor.config.monitor`: the 14 monitor keys, declared once in
-  :class:`MonitorPolicy`, and the :class:`MonitorOverrides` model derived from it;
+* :mod:`~supervisor.config.ranges`: a key's allowed range in words, for error lines;
+* :mod:`~supervisor.config.monitor`: the 15 monitor keys (and the bounds a task file
+  meets), declared once in :class:`MonitorPolicy`, and the :class:`MonitorOverrides`
+  model derived from it;
 * :mod:`~supervisor.config.env`: the ``MONITOR_*`` environment model, derived too;
 * :mod:`~supervisor.config.models`: :class:`Profile`, :class:`TaskSpec` and their tables,
   :class:`LoadedProfile` and :class:`ResolvedTask`;
@@ -49,7 +51,17 @@ from supervisor.config.models import (
 )
 from supervisor.config.monitor import (
     DEFAULT_NOTIFY_ON,
+    MAX_ARG_CHARS,
+    MAX_CHILD_SECONDS,
+    MAX_COST_USD,
+    MAX_DENIALS,
+    MAX_LIST_ITEMS,
+    MAX_LOG_BACKUPS,
+    MAX_LOG_BYTES,
+    MAX_NOTIFIER_SECONDS,
+    MAX_RETRIES,
     MAX_SECONDS,
+    MIN_INTERVAL,
     MonitorOverrides,
     MonitorPolicy,
     NotifyEvent,
@@ -65,9 +77,19 @@ __all__ = [
     "DEFAULT_MODELS",
     "DEFAULT_NOTIFY_ON",
     "DEFAULT_TASK_MAY_SET",
+    "MAX_ARG_CHARS",
+    "MAX_CHILD_SECONDS",
+    "MAX_COST_USD",
+    "MAX_DENIALS",
+    "MAX_LIST_ITEMS",
+    "MAX_LOG_BACKUPS",
+    "MAX_LOG_BYTES",
+    "MAX_NOTIFIER_SECONDS",
     "MAX_PROMPT_BYTES",
+    "MAX_RETRIES",
     "MAX_SECONDS",
     "MAX_TASK_FILE_BYTES",
+    "MIN_INTERVAL",
     "NOTIFIER_PLACEHOLDERS",
     "PLACEHOLDERS",
     "AcceptanceSpec",

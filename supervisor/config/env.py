@@ -100,7 +100,7 @@ def read_env_overrides() -> dict[str, Any]:
         for item in exc.errors():
             field_name = str(item["loc"][0]) if item["loc"] else "?"
             var = f"{PREFIX}{field_name.upper()}"
-            message = error_message(item)
+            message = error_message(item, MonitorPolicy)
             actual = next((k for k in os.environ if k.upper() == var), var)
             problems.append(f"env {actual}={os.environ.get(actual, '')!r}: {message}")
     except ValueError as exc:  # a parse error pydantic-settings raised itself

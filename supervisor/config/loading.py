@@ -34,7 +34,7 @@ from supervisor.config.models import (
     default_socket_name,
 )
 from supervisor.config.monitor import MonitorOverrides, MonitorPolicy, error_message
-from supervisor.config.tomlfile import format_errors, key_line, policy_line, read_toml
+from supervisor.config.tomlfile import file_kind, format_errors, key_line, policy_line, read_toml
 from supervisor.config.workspace import effective_workspace
 from supervisor.errors import ConfigError
 from supervisor.profilepaths import resolve
@@ -70,7 +70,7 @@ def effective_policy(
     except ValidationError as exc:
         lines = []
         for item in exc.errors():
-            message = error_message(item)
+            message = error_message(item, MonitorPolicy)
             keys = [k for k in ("base_interval", "max_interval") if k in message] or [
                 str(p) for p in item["loc"]
             ]
@@ -86,15 +86,19 @@ def _read_prompt_file(path: Path) -> str:
     """Read a prompt file byte for byte (``\\r\\n`` kept). Only regular files up to
     :data:`MAX_PROMPT_BYTES` are read: a FIFO would block the engine, ``/dev/zero`` never ends.
 
+    The file is opened once, non-blocking, and checked with ``fstat`` on that descriptor, so
+    a path swapped for a FIFO after any earlier look is still refused, never waited on.
+
     Raises:
         ValueError: not a regular file, or too big. OSError, UnicodeDecodeError.
     """
-    info = path.stat()
-    if not stat.S_ISREG(info.st_mode):
-        raise ValueError("not a regular file")
-    if info.st_size > MAX_PROMPT_BYTES:
-        raise ValueError(f"{info.st_size} bytes; at most {MAX_PROMPT_BYTES} are allowed")
-    with open(path, "rb") as handle:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    with open(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{file_kind(info.st_mode)}, not a regular file")
+        if info.st_size > MAX_PROMPT_BYTES:
+            raise ValueError(f"{info.st_size} bytes; at most {MAX_PROMPT_BYTES} are allowed")
         data = handle.read(MAX_PROMPT_BYTES + 1)
     if len(data) > MAX_PROMPT_BYTES:
         raise ValueError(f"more than {MAX_PROMPT_BYTES} bytes")

@@ -20,7 +20,14 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, mode
 
 from supervisor.config.argv import argv_placeholders_ok
 from supervisor.config.cluster import NAME_RE, ClusterSpec
-from supervisor.config.monitor import MonitorOverrides, MonitorPolicy, PositiveSeconds
+from supervisor.config.monitor import (
+    MAX_LIST_ITEMS,
+    ArgText,
+    ChildSeconds,
+    MonitorOverrides,
+    MonitorPolicy,
+    PositiveSeconds,
+)
 from supervisor.config.workspace import WorkspaceSpec
 
 #: Model aliases known to every profile; ``[agent.models]`` may add or override (issue 2).
@@ -30,6 +37,9 @@ DEFAULT_MODELS: dict[str, str] = {"opus": "claude-opus-4-6", "sonnet": "claude-s
 #: taken as a full model id and passed to the agent unchanged.
 ALIAS_RE = re.compile(r"^[a-z]+$")
 
+
+#: A model alias or id: printable, no spaces (it becomes one argv element of the agent).
+MODEL_RE = r"^[^\x00-\x20\x7f-\x9f]+$"
 
 #: Largest prompt in bytes of UTF-8, inline or in a file (a prompt is text for a model, not a
 #: data set).
@@ -204,9 +214,9 @@ class AcceptanceSpec(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid")
-    command: list[str] | None = Field(default=None, min_length=1)
-    artifacts: list[str] = Field(default_factory=list)
-    timeout: PositiveSeconds = 600.0
+    command: list[ArgText] | None = Field(default=None, min_length=1, max_length=MAX_LIST_ITEMS)
+    artifacts: list[ArgText] = Field(default_factory=list, max_length=MAX_LIST_ITEMS)
+    timeout: ChildSeconds = 600.0
 
     @model_validator(mode="after")
     def _something(self) -> AcceptanceSpec:
@@ -227,8 +237,8 @@ class TaskSpec(BaseModel):
     prompt: str | None = None
     prompt_file: Path | None = None
     project_dir: Path
-    model: str | None = None
-    env: dict[str, str] = Field(default_factory=dict)
+    model: str | None = Field(default=None, min_length=1, max_length=200, pattern=MODEL_RE)
+    env: dict[str, ArgText] = Field(default_factory=dict)
     monitor: MonitorOverrides = Field(default_factory=MonitorOverrides)
     approval: ApprovalSpec | None = None
     acceptance: AcceptanceSpec | None = None

@@ -107,7 +107,8 @@ def format_errors(
         elif kind == "missing":
             problems.append(f"{where}: missing required key '{dotted}'")
         else:
-            message = error_message(item)
+            keys = tuple(p for p in loc[len(prefix) :] if isinstance(p, str))
+            message = error_message(item, _model_at(root, keys[:-1]))
             model = _model_at(root, loc[len(prefix) :]) if kind == "value_error" else None
             named = [
                 k

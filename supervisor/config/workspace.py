@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
-from supervisor.config.monitor import PositiveSeconds
+from supervisor.config.monitor import MAX_LIST_ITEMS, ArgText, ChildSeconds
 
 #: The default task branch; ``{task_id}`` is the only placeholder.
 DEFAULT_BRANCH = "supervise/{task_id}"
@@ -45,12 +45,12 @@ class WorkspaceSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     mode: Literal["worktree", "shared"] | None = None
-    base: str | None = Field(default=None, min_length=1)
-    branch: str = Field(default=DEFAULT_BRANCH, min_length=1)
-    root: str | None = Field(default=None, min_length=1)
-    setup: list[str] | None = Field(default=None, min_length=1)
-    setup_timeout: PositiveSeconds = 600.0
-    copy_paths: list[str] = Field(default_factory=list, alias="copy")
+    base: str | None = Field(default=None, min_length=1, max_length=1024)
+    branch: str = Field(default=DEFAULT_BRANCH, min_length=1, max_length=1024)
+    root: str | None = Field(default=None, min_length=1, max_length=4096)
+    setup: list[ArgText] | None = Field(default=None, min_length=1, max_length=MAX_LIST_ITEMS)
+    setup_timeout: ChildSeconds = 600.0
+    copy_paths: list[ArgText] = Field(default_factory=list, alias="copy", max_length=MAX_LIST_ITEMS)
     submodules: Annotated[bool, Strict()] = True
     commit: Annotated[bool, Strict()] = True
 

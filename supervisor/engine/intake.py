@@ -170,6 +170,7 @@ class SpoolIntake:
         self.disk = disk
         self._complete: set[str] = set()  # spool names inotify saw finished by their writer
         self._kicked = False  # a spool event arrived since take() last started
+        self._seen: spool.Seen = {}  # first looks at future mtimes (spool.pending)
 
     def notice(self, name: str) -> bool:
         """A file event in the spool folder (the watcher thread). True: a task file was
@@ -212,7 +213,9 @@ class SpoolIntake:
         """Claim up to :data:`INTAKE_BATCH` settled spool files. A bad file is rejected or
         quarantined with the reason, never lost, and never stops the engine."""
         self._kicked = False
-        ready = spool.pending(self.profile.spool_dir, complete=frozenset(self._complete))
+        ready = spool.pending(
+            self.profile.spool_dir, complete=frozenset(self._complete), seen=self._seen
+        )
         claimable = [] if ready and self.disk.full() else ready
         taken = Taken()
         for path in claimable[:INTAKE_BATCH]:

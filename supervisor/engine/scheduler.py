@@ -18,8 +18,9 @@ slow one never delays a check or another kind):
 This module is the only one of the package that calls the others; they return what they did
 (launched or not, what a decision changed, what adoption found) and the scheduler acts on it.
 
-tmux outlives the engine: SIGINT/SIGTERM stop the scheduler and leave every session
-running; the next ``supervise run`` re-adopts live tasks from their manifests.
+tmux outlives the engine: SIGINT/SIGTERM stop the scheduler (within a bound:
+:mod:`~supervisor.engine.shutdown`) and leave every session running; the next
+``supervise run`` re-adopts live tasks from their manifests.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import errno
 import functools
 import logging
 import os
-import signal
 import threading
 import time
 from collections import deque
@@ -42,7 +42,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from supervisor import control, policy, statefs, systemd
 from supervisor.config import ConfigError, LoadedProfile, ResolvedTask
-from supervisor.engine import launch, recovery, stats, workspaces
+from supervisor.engine import launch, recovery, shutdown, stats, workspaces
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.actions import Actions
 from supervisor.engine.intake import Claims, check_spool_permissions, make_intake
@@ -144,17 +144,14 @@ class Engine(Kicks):
         self.watcher = Watcher(self._on_spool, self._on_task, self._on_exit)
         self.watcher.watch_spool(self.profile.spool_dir)
         self.watcher.start()
-        previous = {
-            sig: signal.signal(sig, lambda *_: self.stopping.set())
-            for sig in (signal.SIGINT, signal.SIGTERM)
-        }
+        guard = shutdown.StopGuard(self.stopping).install()  # a stop is bounded in time
         try:
             self.scheduler.start()
             self.scheduler.add_job(self._startup, id="startup")
             while not self.stopping.wait(0.1):
                 pass
         finally:
-            self.stopping.set()
+            guard.arm()
             with self._job_lock:  # let the job in progress finish; later ones return at once
                 self._finish_stops()
             self.scheduler.shutdown(wait=True)
@@ -164,8 +161,7 @@ class Engine(Kicks):
             self.pools.shutdown()  # each job is bounded by its own timeout
             self.watcher.stop()
             self.write_stats()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            guard.done()
         log.info("engine stopped; %d task(s) left running in tmux", len(self.live))
         return 0
 

@@ -1,0 +1,103 @@
+"""Issue 20: SIGTERM stops the engine within a bounded time, whatever it is waiting on.
+
+A live ``supervise run`` is put in a state it cannot leave by itself soon (an acceptance
+check that sleeps for minutes, on the background pool the shutdown waits for), then sent
+SIGTERM: it must exit within the stop bound (``SUPERVISE_STOP_BOUND``, set low here), say
+so in one line, and the next start must finish the task (nothing lost).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import Setup, wait_for
+
+from supervisor.engine import shutdown
+
+#: Seconds the engine may take to stop after SIGTERM in these tests.
+BOUND = 3
+#: What the test waits for at most (generous: a loaded machine must not fail it).
+PATIENCE = 60
+
+
+def _acceptance(marker: Path) -> list[str]:
+    """An acceptance check that hangs on its first run (its PID in ``marker``) and passes
+    on any later one."""
+    script = f'if [ -e "{marker}" ]; then exit 0; fi; echo $$ > "{marker}"; exec sleep 300'
+    return ["sh", "-c", script]
+
+
+def _kill(pid_file: Path) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        os.kill(int(pid_file.read_text().strip()), signal.SIGKILL)
+
+
+def test_sigterm_stops_an_engine_waiting_on_a_stuck_acceptance_check(setup: Setup) -> None:
+    marker = setup.root / "acceptance.pid"
+    setup.write_profile(extra={"acceptance": {"command": _acceptance(marker), "timeout": 600}})
+    setup.drop("t.toml", setup.task("t", "print: done\n"))
+    env = {**os.environ, "SUPERVISE_STOP_BOUND": str(BOUND)}
+    engine = subprocess.Popen(
+        [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: marker.exists() and marker.read_text().strip(), timeout=PATIENCE)
+        engine.send_signal(signal.SIGTERM)
+        try:
+            _, err = engine.communicate(timeout=PATIENCE)
+        except subprocess.TimeoutExpired:
+            engine.kill()
+            raise AssertionError(f"the engine ignored SIGTERM for {PATIENCE} s") from None
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+            engine.wait()
+        _kill(marker)
+    assert "did not stop within 3 s" in err, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    # nothing lost: the next start finishes the task (the check passes this time)
+    done = setup.run(timeout=PATIENCE)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert setup.manifests()["t"]["status"] == "completed", setup.manifests()
+
+
+def test_a_second_sigterm_stops_at_once(setup: Setup) -> None:
+    """Whatever the bound, a second SIGINT/SIGTERM ends the stop now (an operator's
+    second Ctrl-C)."""
+    marker = setup.root / "acceptance.pid"
+    setup.write_profile(extra={"acceptance": {"command": _acceptance(marker), "timeout": 600}})
+    setup.drop("t.toml", setup.task("t", "print: done\n"))
+    env = {**os.environ, "SUPERVISE_STOP_BOUND": "600"}
+    engine = subprocess.Popen(
+        [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: marker.exists() and marker.read_text().strip(), timeout=PATIENCE)
+        engine.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        engine.send_signal(signal.SIGTERM)
+        _, err = engine.communicate(timeout=PATIENCE)
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+            engine.wait()
+        _kill(marker)
+    assert "second signal" in err, err[-3000:]
+
+
+def test_a_bad_stop_bound_falls_back_to_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``SUPERVISE_STOP_BOUND`` that is not a finite positive number is ignored."""
+    for text in ("nan", "inf", "-1", "0", "abc", "1e999"):
+        monkeypatch.setenv(shutdown.STOP_BOUND_ENV, text)
+        assert shutdown.stop_bound() == shutdown.STOP_BOUND, text
+    monkeypatch.setenv(shutdown.STOP_BOUND_ENV, "2.5")
+    assert shutdown.stop_bound() == 2.5
