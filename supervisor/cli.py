@@ -104,8 +104,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             for line in exc.problems:
                 _err(line)
             return 1
-        warning = _missing_agent_binary(profile)
-        if warning:
+        for warning in filter(None, [_missing_agent_binary(profile), *_exposed(profile)]):
             _err(warning)
     for name in args.files:
         path = Path(name)
@@ -115,8 +114,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         try:
             if looks_like_profile(path):
                 row["kind"] = "profile"
-                warning = _missing_agent_binary(load_profile(path))
-                if warning:
+                loaded = load_profile(path)
+                for warning in filter(None, [_missing_agent_binary(loaded), *_exposed(loaded)]):
                     row["warnings"].append(warning)
                     _err(warning)
                 require_tmux(path)
@@ -159,6 +158,13 @@ def _missing_agent_binary(profile: LoadedProfile) -> str | None:
         f"({search}); every task would fail with exit 127. Fix: set [agent] {key} to the "
         "program's absolute path, or add its folder to [agent.env] PATH"
     )
+
+
+def _exposed(profile: LoadedProfile) -> list[str]:
+    """``validate``'s lines for a spool or state dir others can read (folderaccess.py)."""
+    from supervisor.folderaccess import exposure_warnings
+
+    return [f"warning: {line}" for line in exposure_warnings(profile)]
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
