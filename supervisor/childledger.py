@@ -9,9 +9,15 @@ every group still recorded (:func:`supervisor.children.end_recorded`).
 
 A record is one JSON object: ``pid`` (the group leader's PID, which is the group id),
 ``start`` (its start time, seconds since the epoch as :meth:`psutil.Process.create_time`
-gives it: a PID the kernel handed to another process since does not match), ``what`` (the
+gives it: a PID the kernel handed to another process since does not match), ``token`` (a
+random value the child and everything it starts get in :data:`TOKEN_VAR`), ``what`` (the
 kind of work and the command, for the log line), ``cwd`` and ``engine`` (the recording
 engine's PID).
+
+A group is ours to end when its leader still has the recorded start time, or, once the
+leader has exited, when a member still carries the record's token in its environment (a
+check that exited while the engine was down can leave a server it started in the
+background: the group lives on without its leader).
 
 Which children are recorded: those started on a thread the engine bound a :class:`Ledger`
 to (:func:`bind`; the engine's background pools do it for each of their threads,
@@ -26,6 +32,7 @@ import contextlib
 import json
 import logging
 import os
+import stat
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -39,6 +46,10 @@ log = logging.getLogger("supervise.engine")
 FOLDER = "children"
 #: Characters of the command kept in a record (for the log line only).
 WHAT_CHARS = 300
+#: The environment variable that carries a recorded child's token to its descendants.
+TOKEN_VAR = "SUPERVISE_CHILD_TOKEN"
+#: Bytes of a record read at most.
+MAX_RECORD = 64 * 1024
 #: Seconds two start times of one process may differ by (psutil derives them from clock
 #: ticks since boot; a reused PID starts later by far more).
 START_SLACK = 0.05
@@ -58,8 +69,9 @@ class Ledger:
         self.folder = state_dir / FOLDER
         self.kind = kind
 
-    def record(self, pid: int, argv: Sequence[str], cwd: Path | str | None) -> None:
-        """Record the group led by ``pid`` (written whole: a temporary file renamed in).
+    def record(self, pid: int, argv: Sequence[str], cwd: Path | str | None, token: str) -> None:
+        """Record the group led by ``pid``, whose child got ``token`` in :data:`TOKEN_VAR`
+        (written whole: a temporary file renamed in).
 
         A record that cannot be written (a full disk) is logged and skipped: the child
         still runs, as it did before records existed."""
@@ -70,7 +82,7 @@ class Ledger:
         what = f"{self.kind}: {' '.join(argv)}"
         if len(what) > WHAT_CHARS:
             what = what[: WHAT_CHARS - 1] + "…"
-        body = {"pid": pid, "start": start, "what": what,
+        body = {"pid": pid, "start": start, "token": token, "what": what,
                 "cwd": None if cwd is None else str(cwd), "engine": os.getpid()}  # fmt: skip
         temporary = self.folder / f".{pid}.tmp"
         try:
@@ -101,23 +113,41 @@ def bound() -> Ledger | None:
 
 @dataclass(frozen=True)
 class Recorded:
-    """One record read back: its file, the group id, the leader's start time and ``what``."""
+    """One record read back: its file, the group id, the leader's start time, the token
+    and ``what``."""
 
     path: Path
     pid: int
     start: float
+    token: str
     what: str
 
-    def leader_matches(self) -> bool:
-        """Whether process ``pid`` is still the leader that was recorded (same start time,
-        not a zombie): only then is the group ours to end."""
+    def is_ours(self) -> bool:
+        """Whether group ``pid`` is still the one recorded: its leader has the recorded start
+        time, or, the leader gone, a live member carries the token. A PID or group id the
+        kernel handed out again since matches neither."""
         try:
-            process = psutil.Process(self.pid)
-            if process.status() == psutil.STATUS_ZOMBIE:
-                return False
-            return abs(process.create_time() - self.start) <= START_SLACK
+            leader = psutil.Process(self.pid)
+            if leader.status() != psutil.STATUS_ZOMBIE:
+                return abs(leader.create_time() - self.start) <= START_SLACK
+        except psutil.NoSuchProcess:
+            pass
         except psutil.Error:
             return False
+        return bool(self.token) and any(
+            _carries(process, self.pid, self.token) for process in psutil.process_iter()
+        )
+
+
+def _carries(process: psutil.Process, pgid: int, token: str) -> bool:
+    """Whether ``process`` is a live member of group ``pgid`` with ``token`` in its
+    environment."""
+    try:
+        if os.getpgid(process.pid) != pgid or process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return bool(process.environ().get(TOKEN_VAR) == token)
+    except (OSError, psutil.Error):
+        return False
 
 
 def recorded(state_dir: Path) -> Iterator[Recorded]:
@@ -139,8 +169,17 @@ def recorded(state_dir: Path) -> Iterator[Recorded]:
 
 
 def _read(path: Path) -> Recorded | None:
+    """The record in ``path``; ``None`` for anything but a regular file holding one
+    (opened without following a symlink or waiting on a FIFO)."""
     try:
-        data = json.loads(path.read_bytes()[:65536])
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        with open(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return None
+            data = json.loads(handle.read(MAX_RECORD))
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict):
@@ -148,4 +187,6 @@ def _read(path: Path) -> Recorded | None:
     pid, start = data.get("pid"), data.get("start")
     if type(pid) is not int or pid <= 1 or not isinstance(start, int | float):
         return None
-    return Recorded(path, pid, float(start), str(data.get("what", "?")))
+    token = data.get("token")
+    token = token if isinstance(token, str) else ""
+    return Recorded(path, pid, float(start), token, str(data.get("what", "?")))

@@ -29,6 +29,7 @@ import contextlib
 import errno
 import logging
 import os
+import secrets
 import selectors
 import shutil
 import signal
@@ -233,12 +234,13 @@ def _spawn(
     until its record is written. Returns the process, or why it could not start (the OS
     error's text)."""
     err = subprocess.PIPE if stderr is not None else subprocess.DEVNULL
-    command = list(argv)
+    command, token = list(argv), secrets.token_hex(8)
     if ledger is not None:
         problem = _not_runnable(command[0], cwd, env)
         if problem is not None:
             return problem
         command = ["/bin/sh", "-c", GATE, "supervise-gate", *command]
+        env = {**(os.environ if env is None else env), childledger.TOKEN_VAR: token}
     try:
         proc = subprocess.Popen(
             command,
@@ -252,7 +254,7 @@ def _spawn(
     except OSError as exc:
         return exc.strerror or str(exc)
     if ledger is not None and proc.stdin is not None:
-        ledger.record(proc.pid, argv, cwd)
+        ledger.record(proc.pid, argv, cwd, token)
         with contextlib.suppress(OSError):  # EPIPE: someone else ended the gate
             os.write(proc.stdin.fileno(), b"go\n")  # 3 bytes into an empty pipe: no wait
     return proc
@@ -374,13 +376,14 @@ def end_group(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE) -> bool:
 def end_recorded(state_dir: Path, grace: float = KILL_GRACE) -> int:
     """End every child group a killed engine left recorded in ``state_dir``
     (:mod:`supervisor.childledger`); call it holding the state dir's lock, before adoption
-    runs anything again. A group whose leader still has its recorded start time gets
-    SIGTERM (and SIGCONT), then SIGKILL after ``grace`` s, and one log line; a record whose
-    leader is gone or is another process now (a reused PID) is only removed. Every record
+    runs anything again. A group that is still the recorded one
+    (:meth:`~supervisor.childledger.Recorded.is_ours`) gets SIGTERM (and SIGCONT), then
+    SIGKILL after ``grace`` s, and one log line; a record of a group that has ended or whose
+    id now names another process (a reused PID) is only removed. Every record
     is removed. Returns how many groups were ended. Blocks at most about ``2 * grace`` s."""
     ours = []
     for item in childledger.recorded(state_dir):
-        if item.leader_matches():
+        if item.is_ours():
             ours.append(item)
         else:
             with contextlib.suppress(OSError):

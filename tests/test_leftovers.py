@@ -121,7 +121,7 @@ def test_a_matching_record_has_its_whole_group_ended(tmp_path: Path) -> None:
     member = int(proc.stdout.readline())
     try:
         ledger = childledger.Ledger(tmp_path, "acceptance")
-        ledger.record(proc.pid, ["sh", "-c", "..."], None)
+        ledger.record(proc.pid, ["sh", "-c", "..."], None, "t0")
         assert children.end_recorded(tmp_path) == 1
         proc.wait(10)
         wait_for(lambda: not _alive(member), 10)
@@ -131,18 +131,56 @@ def test_a_matching_record_has_its_whole_group_ended(tmp_path: Path) -> None:
         proc.wait()
 
 
-@pytest.mark.parametrize("text", ["", "not json", '{"pid": "x"}', '{"pid": 1, "start": 0}'])
+@pytest.mark.parametrize("carries", [True, False])
+def test_a_group_whose_leader_exited_is_ended_only_when_a_member_carries_the_token(
+    tmp_path: Path, carries: bool
+) -> None:
+    env = {**os.environ, childledger.TOKEN_VAR: "t1"} if carries else None
+    proc = subprocess.Popen(
+        ["sh", "-c", "sleep 60 & echo $!"], stdout=subprocess.PIPE, env=env,
+        start_new_session=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    member = int(proc.stdout.readline())
+    proc.wait(10)  # the leader is gone; its background child holds the group
+    try:
+        record = {"pid": proc.pid, "start": 1.0, "token": "t1", "what": "acceptance: x"}
+        folder = tmp_path / childledger.FOLDER
+        folder.mkdir()
+        (folder / str(proc.pid)).write_text(json.dumps(record))
+        assert children.end_recorded(tmp_path) == (1 if carries else 0)
+        if carries:
+            wait_for(lambda: not _alive(member), 10)
+        else:
+            assert _alive(member)  # another group under a reused id: not ours
+        assert list(folder.iterdir()) == []
+    finally:
+        _end(proc.pid)
+
+
+@pytest.mark.parametrize(
+    "text", ["", "not json", '{"pid": "x"}', '{"pid": 1, "start": 0}', "fifo", "symlink"]
+)
 def test_a_damaged_or_foreign_record_is_removed_without_a_signal(tmp_path: Path, text: str) -> None:
     folder = tmp_path / childledger.FOLDER
     folder.mkdir()
-    (folder / "1").write_text(text)
+    if text == "fifo":  # never waited on
+        os.mkfifo(folder / "1")
+    elif text == "symlink":
+        (tmp_path / "elsewhere").write_text('{"pid": 2, "start": 0}')
+        (folder / "1").symlink_to(tmp_path / "elsewhere")
+    else:
+        (folder / "1").write_text(text)
     assert children.end_recorded(tmp_path) == 0
     assert list(folder.iterdir()) == []
 
 
 def test_the_record_exists_before_the_child_runs_and_is_gone_after(tmp_path: Path) -> None:
     ledger = childledger.Ledger(tmp_path, "acceptance")
-    probe = "import os, sys; print(os.path.exists(sys.argv[1] + '/' + str(os.getpid())))"
+    probe = (
+        "import os, sys; print(os.path.exists(sys.argv[1] + '/' + str(os.getpid())), "
+        f"'{childledger.TOKEN_VAR}' in os.environ)"
+    )
     childledger.bind(ledger)
     try:
         out = children.Capture()
@@ -151,7 +189,7 @@ def test_the_record_exists_before_the_child_runs_and_is_gone_after(tmp_path: Pat
         )
     finally:
         childledger.bind(None)
-    assert (done.returncode, done.stdout.strip()) == (0, b"True")
+    assert (done.returncode, done.stdout.strip()) == (0, b"True True")
     assert list(ledger.folder.iterdir()) == []
 
 
