@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -191,6 +192,7 @@ def test_the_record_exists_before_the_child_runs_and_is_gone_after(tmp_path: Pat
         childledger.bind(None)
     assert (done.returncode, done.stdout.strip()) == (0, b"True True")
     assert list(ledger.folder.iterdir()) == []
+    assert stat.S_IMODE(ledger.folder.stat().st_mode) == 0o700  # another user reads nothing
 
 
 def test_a_recorded_child_gets_its_stdin_and_reports_a_missing_program(tmp_path: Path) -> None:
