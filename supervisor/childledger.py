@@ -82,16 +82,26 @@ class Ledger:
         what = f"{self.kind}: {' '.join(argv)}"
         if len(what) > WHAT_CHARS:
             what = what[: WHAT_CHARS - 1] + "…"
-        body = {"pid": pid, "start": start, "token": token, "what": what,
-                "cwd": None if cwd is None else str(cwd), "engine": os.getpid()}  # fmt: skip
+        body = {
+            "pid": pid,
+            "start": start,
+            "token": token,
+            "what": what,
+            "cwd": None if cwd is None else str(cwd),
+            "engine": os.getpid(),
+        }
         temporary = self.folder / f".{pid}.tmp"
         try:
             self.folder.mkdir(mode=0o700, exist_ok=True)
             temporary.write_text(json.dumps(body), encoding="utf-8")
             os.replace(temporary, self.folder / str(pid))
         except OSError as exc:
-            log.warning("cannot record child %d in %s (%s); it runs unrecorded",
-                        pid, self.folder, exc.strerror or exc)  # fmt: skip
+            log.warning(
+                "cannot record child %d in %s (%s); it runs unrecorded",
+                pid,
+                self.folder,
+                exc.strerror or exc,
+            )
 
     def forget(self, pid: int) -> None:
         """Remove the record of ``pid``'s group (it has ended); a missing one is fine."""

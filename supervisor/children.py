@@ -397,8 +397,12 @@ def end_recorded(state_dir: Path, grace: float = KILL_GRACE) -> int:
         _wait_groups([i.pid for i in ours], grace)
     for item in ours:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(item.start))
-        log.warning("ended process group %d (%s, started %s), left running by an engine "
-                    "that was killed", item.pid, item.what, started)  # fmt: skip
+        log.warning(
+            "ended process group %d (%s, started %s), left running by an engine that was killed",
+            item.pid,
+            item.what,
+            started,
+        )
         with contextlib.suppress(OSError):
             item.path.unlink()
     return len(ours)

@@ -29,6 +29,10 @@ ATTEMPTS = 100
 _NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK}
 
 
+class SpoolUnwritable(ConfigError):
+    """The spool folder cannot take the file: one line naming it, why and the fix."""
+
+
 class NoFreeId(ConfigError):
     """Every id drawn was taken: one line naming the spool (printed by the CLI as a
     :class:`ConfigError` is)."""
@@ -46,8 +50,21 @@ def place(spool_dir: Path, tasks_dir: Path, name: str, body: bytes) -> str:
 
     Raises:
         NoFreeId: :data:`ATTEMPTS` ids in a row were taken.
-        OSError: the spool cannot be written.
+        SpoolUnwritable: the spool cannot be made or written (a full disk, a file in its
+            place, no permission).
     """
+    try:
+        return _place(spool_dir, tasks_dir, name, body)
+    except OSError as exc:
+        raise SpoolUnwritable(
+            [
+                f"{spool_dir}: cannot write the task file there ({exc.strerror or exc}); "
+                "fix: make the profile's spool_dir a writable folder with free space"
+            ]
+        ) from None
+
+
+def _place(spool_dir: Path, tasks_dir: Path, name: str, body: bytes) -> str:
     spool_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     # A unique hidden name first: the engine never sees a half-written file, and two
     # submits never write into one staging file.

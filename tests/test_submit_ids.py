@@ -103,3 +103,15 @@ def test_no_free_id_is_one_line_and_leaves_no_staging_file(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no free task id" in err, err
     assert [p.name for p in setup.spool.iterdir()] == ["t-aaaaaa.toml"]
+
+
+def test_a_spool_that_is_a_file_is_one_line_not_a_traceback(
+    setup: Setup, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    setup.write_profile()
+    setup.spool.write_text("not a folder")
+    task = tmp_path / "t.toml"
+    task.write_text('name = "t"\nprompt = "exit: 0"\nproject_dir = "project"\n')
+    assert cli.main(["submit", "-c", str(setup.profile), str(task)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{setup.spool}: cannot write" in err, err
