@@ -68,13 +68,14 @@ class Ledger:
     def __init__(self, state_dir: Path, kind: str) -> None:
         self.folder = state_dir / FOLDER
         self.kind = kind
+        self._failing = False  # logged once per failing spell (a full disk: every git call)
 
     def record(self, pid: int, argv: Sequence[str], cwd: Path | str | None, token: str) -> None:
         """Record the group led by ``pid``, whose child got ``token`` in :data:`TOKEN_VAR`
         (written whole: a temporary file renamed in).
 
-        A record that cannot be written (a full disk) is logged and skipped: the child
-        still runs, as it did before records existed."""
+        A record that cannot be written (a full disk) is skipped, logged once until one
+        can be written again: the child still runs, as it did before records existed."""
         try:
             start = psutil.Process(pid).create_time()
         except psutil.Error:  # it is gone already: nothing to end later
@@ -96,12 +97,19 @@ class Ledger:
             temporary.write_text(json.dumps(body), encoding="utf-8")
             os.replace(temporary, self.folder / str(pid))
         except OSError as exc:
-            log.warning(
-                "cannot record child %d in %s (%s); it runs unrecorded",
-                pid,
-                self.folder,
-                exc.strerror or exc,
-            )
+            with contextlib.suppress(OSError):
+                temporary.unlink()
+            if not self._failing:
+                log.warning(
+                    "cannot record children in %s (%s); they run unrecorded until it works",
+                    self.folder,
+                    exc.strerror or exc,
+                )
+            self._failing = True
+            return
+        if self._failing:
+            log.info("recording children in %s again", self.folder)
+            self._failing = False
 
     def forget(self, pid: int) -> None:
         """Remove the record of ``pid``'s group (it has ended); a missing one is fine."""

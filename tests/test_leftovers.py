@@ -226,3 +226,19 @@ def test_cli_verbs_without_an_engine_record_nothing(tmp_path: Path) -> None:
     done = children.run(["true"], timeout=30)
     assert done.returncode == 0
     assert childledger.bound() is None
+
+
+def test_records_that_cannot_be_written_are_logged_once_and_the_child_runs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / childledger.FOLDER).write_text("a file where the folder goes")
+    ledger = childledger.Ledger(tmp_path, "workspace")
+    childledger.bind(ledger)
+    try:
+        codes = [children.run(["true"], timeout=30).returncode for _ in range(3)]
+    finally:
+        childledger.bind(None)
+    assert codes == [0, 0, 0]
+    lines = [r for r in caplog.records if "cannot record children" in r.getMessage()]
+    assert len(lines) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == [childledger.FOLDER]
