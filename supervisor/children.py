@@ -13,7 +13,11 @@ Each child:
   stderr costs the engine a bounded amount of memory (a notifier writing 200 MB to stderr
   grew the engine to 1.7 GB when all of it was kept);
 - gets its stdin payload through a non-blocking pipe, written as the child reads it (a
-  child that never reads stdin does not block the runner).
+  child that never reads stdin does not block the runner);
+- when started on an engine's thread, is recorded in the state dir while its group lives
+  (:mod:`supervisor.childledger`), written before it runs anything (it waits behind
+  :data:`GATE` until then), so the next engine ends what a SIGKILLed one left running
+  (:func:`end_recorded`) instead of letting it run with no timeout beside a new run.
 
 A descendant that leaves the group (``setsid``) is out of reach of the group signal; the
 runner stops reading its output :data:`DRAIN_AFTER_END` seconds after the group ended.
@@ -22,8 +26,12 @@ runner stops reading its output :data:`DRAIN_AFTER_END` seconds after the group 
 from __future__ import annotations
 
 import contextlib
+import errno
+import logging
 import os
+import secrets
 import selectors
+import shutil
 import signal
 import subprocess
 import time
@@ -31,6 +39,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
+
+from supervisor import childledger
+
+log = logging.getLogger("supervise.engine")
 
 #: Seconds between SIGTERM and SIGKILL of a child's process group (supervisord's
 #: ``stopwaitsecs`` is 10; these are short helper programs, not agents).
@@ -148,7 +160,8 @@ def run(
         argv: the program and its arguments.
         timeout: seconds before the group gets SIGTERM (SIGKILL :data:`KILL_GRACE` s later).
         cwd, env: as for :class:`subprocess.Popen` (``env=None``: ours).
-        stdin: bytes written to its stdin, then closed; ``None``: ``/dev/null``.
+        stdin: bytes written to its stdin, then closed; ``None``: ``/dev/null`` (an empty,
+            closed pipe for a recorded child).
         stdout, stderr: where each stream goes; ``None``: ``/dev/null``.
         merge_stderr: stderr joins stdout's pipe (``stderr`` is then ignored).
         cancelled: polled every :data:`TICK` s; true ends the group (``Finished.cancelled``).
@@ -157,19 +170,10 @@ def run(
         :class:`Finished`. Never raises for the child's behaviour; an ``OSError`` at start
         (a missing program, a missing ``cwd``) is ``Finished.error``.
     """
-    err = subprocess.PIPE if stderr is not None else subprocess.DEVNULL
-    try:
-        proc = subprocess.Popen(
-            list(argv),
-            cwd=cwd,
-            env=dict(env) if env is not None else None,
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE if stdout is not None else subprocess.DEVNULL,
-            stderr=subprocess.STDOUT if merge_stderr else err,
-            start_new_session=True,
-        )
-    except OSError as exc:
-        return Finished(None, error=exc.strerror or str(exc))
+    ledger = childledger.bound()
+    proc = _spawn(argv, cwd, env, stdin is not None, stdout, stderr, merge_stderr, ledger)
+    if isinstance(proc, str):
+        return Finished(None, error=proc)
     streams = {}
     if proc.stdout is not None and stdout is not None:
         streams[proc.stdout.fileno()] = stdout
@@ -192,6 +196,8 @@ def run(
         pump.drain(DRAIN_AFTER_END)
     finally:
         pump.close()
+        if ledger is not None and not _group_alive(proc.pid):
+            ledger.forget(proc.pid)  # else the next engine start ends what is left
     code = None if timed_out or was_cancelled else proc.returncode
     return Finished(
         code,
@@ -201,6 +207,76 @@ def run(
         cancelled=was_cancelled,
         left_behind=left_behind and not (timed_out or was_cancelled),
     )
+
+
+#: The gate a recorded child starts behind (``/bin/sh -c GATE gate ARGV...``): it waits for
+#: the line ``go`` on its stdin, which the engine writes once the child's record exists
+#: (:mod:`supervisor.childledger`), then becomes ``ARGV`` (``exec``: same PID, same group).
+#: An engine that dies before writing it closes the pipe: the gate exits
+#: :data:`GATE_CLOSED` and ``ARGV`` never runs. ``read`` takes one byte at a time from a
+#: pipe (POSIX), so the stdin payload after the line is left whole for ``ARGV``.
+GATE = 'IFS= read -r go; [ "$go" = go ] || exit 125; exec "$@"'
+#: The gate's exit status when the line never came.
+GATE_CLOSED = 125
+
+
+def _spawn(
+    argv: Sequence[str],
+    cwd: Path | str | None,
+    env: Mapping[str, str] | None,
+    feed: bool,
+    stdout: Capture | None,
+    stderr: Capture | None,
+    merge_stderr: bool,
+    ledger: childledger.Ledger | None,
+) -> subprocess.Popen[bytes] | str:
+    """Start the child in a session of its own; with a ``ledger``, behind :data:`GATE`
+    until its record is written. Returns the process, or why it could not start (the OS
+    error's text)."""
+    err = subprocess.PIPE if stderr is not None else subprocess.DEVNULL
+    command, token = list(argv), secrets.token_hex(8)
+    if ledger is not None:
+        problem = _not_runnable(command[0], cwd, env)
+        if problem is not None:
+            return problem
+        command = ["/bin/sh", "-c", GATE, "supervise-gate", *command]
+        env = {**(os.environ if env is None else env), childledger.TOKEN_VAR: token}
+    try:
+        proc = subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            stdin=subprocess.PIPE if feed or ledger is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE if stdout is not None else subprocess.DEVNULL,
+            stderr=subprocess.STDOUT if merge_stderr else err,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if ledger is not None and proc.stdin is not None:
+        ledger.record(proc.pid, argv, cwd, token)
+        with contextlib.suppress(OSError):  # EPIPE: someone else ended the gate
+            os.write(proc.stdin.fileno(), b"go\n")  # 3 bytes into an empty pipe: no wait
+    return proc
+
+
+def _not_runnable(
+    program: str, cwd: Path | str | None, env: Mapping[str, str] | None
+) -> str | None:
+    """Why ``program`` cannot be executed, as :class:`subprocess.Popen` would say it (the
+    gate's ``exec`` could only exit 127), or ``None``. Looked up as ``execvp`` does: a
+    name with a slash against ``cwd``, otherwise along ``env``'s ``PATH``."""
+    if os.sep in program:
+        path = os.path.join(cwd, program) if cwd is not None else program
+        if not os.path.exists(path):
+            return os.strerror(errno.ENOENT)
+        return None if _executable(path) else os.strerror(errno.EACCES)
+    found = shutil.which(program, path=os.pathsep.join(os.get_exec_path(env)))
+    return None if found is not None else os.strerror(errno.ENOENT)
+
+
+def _executable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
 class _Pump:
@@ -294,6 +370,52 @@ def end_group(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE) -> bool:
         _signal_group(pgid, signal.SIGKILL)
         _wait_group(proc, pgid, grace)
     _reap(proc, grace)
+    return True
+
+
+def end_recorded(state_dir: Path, grace: float = KILL_GRACE) -> int:
+    """End every child group a killed engine left recorded in ``state_dir``
+    (:mod:`supervisor.childledger`); call it holding the state dir's lock, before adoption
+    runs anything again. A group that is still the recorded one
+    (:meth:`~supervisor.childledger.Recorded.is_ours`) gets SIGTERM (and SIGCONT), then
+    SIGKILL after ``grace`` s, and one log line; a record of a group that has ended or whose
+    id now names another process (a reused PID) is only removed. Every record
+    is removed. Returns how many groups were ended. Blocks at most about ``2 * grace`` s."""
+    ours = []
+    for item in childledger.recorded(state_dir):
+        if item.is_ours():
+            ours.append(item)
+        else:
+            with contextlib.suppress(OSError):
+                item.path.unlink()
+    for item in ours:
+        _signal_group(item.pid, signal.SIGTERM)
+        _signal_group(item.pid, signal.SIGCONT)
+    if not _wait_groups([i.pid for i in ours], grace):
+        for item in ours:
+            _signal_group(item.pid, signal.SIGKILL)
+        _wait_groups([i.pid for i in ours], grace)
+    for item in ours:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(item.start))
+        log.warning(
+            "ended process group %d (%s, started %s), left running by an engine that was killed",
+            item.pid,
+            item.what,
+            started,
+        )
+        with contextlib.suppress(OSError):
+            item.path.unlink()
+    return len(ours)
+
+
+def _wait_groups(pgids: list[int], bound: float) -> bool:
+    """Wait up to ``bound`` s for every group in ``pgids`` to empty; returns whether they did
+    (groups that are not our children's: nothing to reap)."""
+    end = time.monotonic() + bound
+    while any(_group_alive(pgid) for pgid in pgids):
+        if time.monotonic() >= end:
+            return False
+        time.sleep(TICK)
     return True
 
 

@@ -104,8 +104,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             for line in exc.problems:
                 _err(line)
             return 1
-        warning = _missing_agent_binary(profile)
-        if warning:
+        for warning in filter(None, [_missing_agent_binary(profile), *_exposed(profile)]):
             _err(warning)
     for name in args.files:
         path = Path(name)
@@ -115,8 +114,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         try:
             if looks_like_profile(path):
                 row["kind"] = "profile"
-                warning = _missing_agent_binary(load_profile(path))
-                if warning:
+                loaded = load_profile(path)
+                for warning in filter(None, [_missing_agent_binary(loaded), *_exposed(loaded)]):
                     row["warnings"].append(warning)
                     _err(warning)
                 require_tmux(path)
@@ -161,12 +160,18 @@ def _missing_agent_binary(profile: LoadedProfile) -> str | None:
     )
 
 
+def _exposed(profile: LoadedProfile) -> list[str]:
+    """``validate``'s lines for a spool or state dir others can read (folderaccess.py)."""
+    from supervisor.folderaccess import exposure_warnings
+
+    return [f"warning: {line}" for line in exposure_warnings(profile)]
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     import tomli_w
 
     from supervisor.config import load_task
-    from supervisor.spool import new_task_id
-    from supervisor.taskdir import atomic_write
+    from supervisor.submission import place
 
     profile = _profile(args.config)
     source = Path(args.task).resolve()
@@ -179,13 +184,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     data["project_dir"] = str(spec.project_dir)
     if spec.prompt_file is not None:
         data["prompt_file"] = str(spec.prompt_file)
-    task_id = new_task_id(spec.name)
-    spool_dir = profile.spool_dir
-    spool_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    # Hidden temp name first, then rename: the engine never sees a half-written file.
-    staging = spool_dir / f".{task_id}.toml.tmp"
-    atomic_write(staging, tomli_w.dumps(data).encode())
-    os.rename(staging, spool_dir / f"{task_id}.toml")
+    spool_dir = profile.spool_dir  # never replaces a file or reuses an id (submission.py)
+    task_id = place(spool_dir, profile.tasks_dir, spec.name, tomli_w.dumps(data).encode())
     warn_no_engine(profile, "the task waits in the spool")
     if args.json:
         print(json.dumps({"task_id": task_id, "name": spec.name,

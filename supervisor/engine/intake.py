@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from supervisor import spool, statefs
+from supervisor import folderaccess, spool, statefs
 from supervisor.config import LoadedProfile, ResolvedTask, resolve_task
 from supervisor.taskdir import Manifest, TaskDir, atomic_write, utc_iso
 
@@ -143,6 +143,9 @@ def check_spool_permissions(profile: LoadedProfile) -> None:
     as us. ``[security] allow_shared_spool = true`` accepts it. A group-writable spool
     whose group is our user private group is not shared (see :func:`spool.sharing_problem`).
 
+    A spool or state dir that others can only read is logged, one warning per folder
+    (:mod:`supervisor.folderaccess`); its mode is left as it is.
+
     Raises:
         UnsafeSpool: one line naming the folder, its mode, owner and group, and the fix.
     """
@@ -154,6 +157,8 @@ def check_spool_permissions(profile: LoadedProfile) -> None:
             f"Fix: chmod 700 {folder}, or set [security] allow_shared_spool = true in "
             f"{profile.path}"
         )
+    for line in folderaccess.exposure_warnings(profile):
+        log.warning(line)
 
 
 class SpoolIntake:

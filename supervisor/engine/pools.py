@@ -21,7 +21,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent import futures
+from pathlib import Path
 from typing import Literal
+
+from supervisor import childledger
 
 log = logging.getLogger("supervise.engine")
 
@@ -40,12 +43,21 @@ class Pools:
     Args:
         counters: the engine's counters (:func:`supervisor.engine.stats.new_counters`);
             a job that raised is logged and counted in ``jobs_failed``.
+        state_dir: the engine's state dir: every child process a pool thread starts
+            (:mod:`supervisor.children`) is recorded there while its group lives, so the
+            next engine can end what a SIGKILLed one left (:mod:`supervisor.childledger`);
+            ``None`` records nothing.
     """
 
-    def __init__(self, counters: dict[str, int]) -> None:
+    def __init__(self, counters: dict[str, int], state_dir: Path | None = None) -> None:
         self.counters = counters
         self._pools = {
-            kind: futures.ThreadPoolExecutor(POOL_SIZE, thread_name_prefix=f"supervise-{kind}")
+            kind: futures.ThreadPoolExecutor(
+                POOL_SIZE,
+                thread_name_prefix=f"supervise-{kind}",
+                initializer=childledger.bind,
+                initargs=(None if state_dir is None else childledger.Ledger(state_dir, kind),),
+            )
             for kind in KINDS
         }
 

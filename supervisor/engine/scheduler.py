@@ -40,7 +40,7 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from supervisor import control, policy, statefs, systemd
+from supervisor import children, control, policy, statefs, systemd
 from supervisor.config import ConfigError, LoadedProfile, ResolvedTask
 from supervisor.engine import launch, recovery, shutdown, stats, workspaces
 from supervisor.engine import runtime as runtimes
@@ -90,7 +90,7 @@ class Engine(Kicks):
         self.source = make_intake(profile, self.disk, lambda: self._kick("intake"))
         self.observer = Observer(self.tmux, self.sessions)
         self.stats = stats.new_counters()
-        self.pools = Pools(self.stats)  # background work, one pool per kind (pools.py)
+        self.pools = Pools(self.stats, profile.state_dir)  # one pool per kind (pools.py)
         self.actions = Actions(
             profile, self.tmux, self.sessions, self.disk, self.pools.submit, self._wake
         )
@@ -130,6 +130,7 @@ class Engine(Kicks):
         check_spool_permissions(self.profile)
         lock = engine_lock(self.profile.state_dir)  # raises EngineBusy
         try:
+            children.end_recorded(self.profile.state_dir)  # what a killed engine left running
             return self._run_locked()
         finally:
             os.close(lock)
