@@ -46,6 +46,12 @@ from supervisor.workspace.model import WorkspaceReport
 
 MANIFEST = "manifest.json"
 EVENTS = "events.jsonl"
+
+#: The event written before the notifier runs for one of a task's events (write-ahead), and
+#: the one written after it: a ``notifying`` with no ``notified`` after it is a notification
+#: a killed engine left unsent (:mod:`supervisor.engine.recovery` sends it again).
+NOTIFYING = "notifying"
+NOTIFIED = "notified"
 OUTPUT = "output.log"
 TAIL_LINES = 100
 

@@ -21,9 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from supervisor import acceptance, notify, policy, processes, statefs, statelock, stopping
+from supervisor import acceptance, policy, processes, statefs, statelock, stopping
 from supervisor.config import LoadedProfile
 from supervisor.engine import launch, workspaces
+from supervisor.engine.notifications import Notifications
 from supervisor.engine.panes import Sessions
 from supervisor.engine.pools import Submit
 from supervisor.engine.runtime import Outcome, Runtime
@@ -54,29 +55,6 @@ class Applied:
     tail: str | None
 
 
-def notify_payload(manifest: Manifest, event_name: str, why: str) -> dict[str, Any]:
-    """The JSON object a notifier gets on stdin for one event of ``manifest``'s task:
-    ``reason`` (``abandon_reason``, else why the policy decided), ``failure_reason`` (the
-    failure class), ``abandon_reason``, ``verdict``, ``summary`` (the summary's first
-    sentence, :func:`supervisor.notify.first_sentence`), ``task_dir`` and the run facts."""
-    return {
-        "event": event_name,
-        "task_id": manifest.task_id,
-        "task_name": manifest.task_name,
-        "status": manifest.status,
-        "reason": manifest.abandon_reason or why,
-        "failure_reason": manifest.failure_reason,
-        "abandon_reason": manifest.abandon_reason,
-        "verdict": manifest.verdict,
-        "summary": notify.first_sentence(manifest.summary),
-        "exit_code": manifest.exit_code,
-        "retry_count": manifest.retry_count,
-        "task_dir": manifest.tmpdir,
-        "session_id": manifest.session_id,
-        "last_lines": "\n".join((manifest.output_tail or "").splitlines()[-10:]),
-    }
-
-
 class Actions:
     """Carries out decisions for the engine.
 
@@ -105,6 +83,7 @@ class Actions:
         self.disk = disk
         self.submit_background = submit_background
         self.wake = wake
+        self.notifications = Notifications(submit_background)
 
     # ------------------------------------------------------------------ a decision
     def apply(self, runtime: Runtime, decision: policy.Decision, now: float) -> Outcome:
@@ -374,19 +353,9 @@ class Actions:
         """Run the notifier in the background for each of the decision's events it wants."""
         for event in decision.notified(runtime.policy.notify_on):
             manifest = runtime.manifest.model_copy()
-            body = functools.partial(self._notify, runtime, manifest, event, decision.reason)
-            self.submit_background("notify", statelock.held_while(runtime.task.path, body))
-
-    @staticmethod
-    def _notify(runtime: Runtime, manifest: Manifest, event_name: str, why: str) -> None:
-        """Run the notifier for one event (in the background; bounded by its timeout)."""
-        event = notify_payload(manifest, event_name, why)
-        code = notify.run_notifier(
-            runtime.policy.notifier, event, timeout=runtime.policy.notifier_timeout
-        )
-        runtime.task.append_event(
-            "notified", status=manifest.status, notified_event=event_name, notifier_exit_code=code
-        )
+            self.notifications.submit(
+                runtime.task, runtime.policy, manifest, event, decision.reason
+            )
 
     def _start_acceptance(self, runtime: Runtime) -> None:
         """Run ``[acceptance]`` in the background; when it ends the task's check is woken."""

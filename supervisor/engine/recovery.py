@@ -20,7 +20,7 @@ from supervisor.config import ConfigError, LoadedProfile, ResolvedTask
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.runtime import Runtime
 from supervisor.states import TERMINAL
-from supervisor.taskdir import TaskDir
+from supervisor.taskdir import NOTIFIED, NOTIFYING, Manifest, TaskDir
 from supervisor.tmux import PaneInfo, Tmux
 
 log = logging.getLogger("supervise.engine")
@@ -47,7 +47,21 @@ class Adopted:
     resume: bool = False
 
 
-Found = Requeued | Adopted
+@dataclass(frozen=True)
+class Unsent:
+    """An ended task whose notifications a killed engine left unsent: each
+    (``notified_event``, reason) pair has a ``notifying`` event with no ``notified`` after
+    it. Its notifier was cut short (and its group ended at restart by
+    :func:`supervisor.children.end_recorded`), or never started; it is run again, so a
+    notification is delivered at least once."""
+
+    task: TaskDir
+    resolved: ResolvedTask
+    manifest: Manifest
+    pending: tuple[tuple[str, str], ...]
+
+
+Found = Requeued | Adopted | Unsent
 
 
 def adopt(profile: LoadedProfile, tmux: Tmux) -> Iterator[Found]:
@@ -93,7 +107,7 @@ def _adopt_one(
         log.error("cannot read %s: %s", task.file("manifest.json"), exc)
         return None
     if manifest.status in TERMINAL:
-        return None
+        return _unsent(profile, task, manifest)
     try:
         resolved = runtimes.reload(profile, task)
     except (OSError, ValueError, ConfigError) as exc:
@@ -121,6 +135,25 @@ def _adopt_one(
         return Adopted(runtime, ending=_logged_ending(runtime, last, events), now=time.time())
     resume = last is not None and last["event"] == "resumed"
     return Adopted(runtime, resume=resume and _resume_cut_short(runtime, sessions))
+
+
+def _unsent(profile: LoadedProfile, task: TaskDir, manifest: Manifest) -> Unsent | None:
+    """The notifications of an ended task that were started and never finished, or None."""
+    pending: dict[str, str] = {}
+    for event in task.events():
+        name, notified_event = event.get("event"), str(event.get("notified_event"))
+        if name == NOTIFYING:
+            pending[notified_event] = str(event.get("reason") or "")
+        elif name == NOTIFIED:
+            pending.pop(notified_event, None)
+    if not pending:
+        return None
+    try:
+        resolved = runtimes.reload(profile, task)
+    except (OSError, ValueError, ConfigError) as exc:
+        log.error("cannot notify %s again: %s", task.task_id, exc)
+        return None
+    return Unsent(task, resolved, manifest, tuple(pending.items()))
 
 
 def _requests_left(profile: LoadedProfile, runtime: Runtime) -> None:

@@ -341,6 +341,9 @@ class Engine(Kicks):
         """Pick up every non-terminal task found in ``state_dir`` (see
         :func:`recovery.adopt`): queue again, watch, or complete what each one needs."""
         for found in recovery.adopt(self.profile, self.tmux):
+            if isinstance(found, recovery.Unsent):
+                self.actions.notifications.resend(found)
+                continue
             if isinstance(found, recovery.Requeued):
                 if found.resolved is not None:
                     self._enqueue(found.task, found.resolved)

@@ -21,7 +21,7 @@ from supervisor.policy.model import (
     first_check,
     with_notify,
 )
-from supervisor.taskdir import Manifest, parse_iso
+from supervisor.taskdir import NOTIFIED, Manifest, parse_iso
 
 #: Events that record why ``supervise`` stopped or left an agent before it acts on it.
 INTENTS = frozenset({"crashed", "hung", "waiting"})
@@ -94,9 +94,7 @@ def recovered_ending(
         resume_at=None,
     )
     new = logged_ending(new, [last])
-    notified = any(
-        e.get("event") == "notified" and e.get("notified_event") == status for e in events
-    )
+    notified = any(e.get("event") == NOTIFIED and e.get("notified_event") == status for e in events)
     actions = (Action.STOP_AGENT,) if status in ("abandoned", "superseded") else ()
     actions += (Action.FINISH, Action.CLEANUP) + (() if notified else (Action.NOTIFY,))
     decision = Decision(

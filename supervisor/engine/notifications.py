@@ -1,0 +1,89 @@
+"""Notifications of a task's events: the notifier's payload, and each run of the notifier
+on the engine's notify pool (:mod:`supervisor.engine.pools`), written ahead in the event
+log (``notifying``, then ``notified``) so that one a killed engine cut short is sent again
+at restart (at least once; :class:`supervisor.engine.recovery.Unsent`)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import TYPE_CHECKING, Any
+
+from supervisor import notify, statelock
+from supervisor.config import MonitorPolicy
+from supervisor.engine.pools import Submit
+from supervisor.taskdir import NOTIFIED, NOTIFYING, Manifest, TaskDir
+
+if TYPE_CHECKING:
+    from supervisor.engine.recovery import Unsent
+
+log = logging.getLogger("supervise.engine")
+
+
+def notify_payload(manifest: Manifest, event_name: str, why: str) -> dict[str, Any]:
+    """The JSON object a notifier gets on stdin for one event of ``manifest``'s task:
+    ``reason`` (``abandon_reason``, else why the policy decided), ``failure_reason`` (the
+    failure class), ``abandon_reason``, ``verdict``, ``summary`` (the summary's first
+    sentence, :func:`supervisor.notify.first_sentence`), ``task_dir`` and the run facts."""
+    return {
+        "event": event_name,
+        "task_id": manifest.task_id,
+        "task_name": manifest.task_name,
+        "status": manifest.status,
+        "reason": manifest.abandon_reason or why,
+        "failure_reason": manifest.failure_reason,
+        "abandon_reason": manifest.abandon_reason,
+        "verdict": manifest.verdict,
+        "summary": notify.first_sentence(manifest.summary),
+        "exit_code": manifest.exit_code,
+        "retry_count": manifest.retry_count,
+        "task_dir": manifest.tmpdir,
+        "session_id": manifest.session_id,
+        "last_lines": "\n".join((manifest.output_tail or "").splitlines()[-10:]),
+    }
+
+
+class Notifications:
+    """Runs the notifier off the check worker.
+
+    Args:
+        submit_background: runs a callable on the pool of its kind
+            (:meth:`supervisor.engine.pools.Pools.submit`); notifications use ``notify``.
+    """
+
+    def __init__(self, submit_background: Submit) -> None:
+        self.submit_background = submit_background
+
+    def resend(self, unsent: Unsent) -> None:
+        """Run again the notifications a killed engine left unsent (adoption found them)."""
+        for event, why in unsent.pending:
+            task, monitor = unsent.task, unsent.resolved.policy
+            log.info("%s: notifying %s again (cut short by a killed engine)", task.task_id, event)
+            self.submit(task, monitor, unsent.manifest, event, why)
+
+    def submit(
+        self,
+        task: TaskDir,
+        monitor: MonitorPolicy,
+        manifest: Manifest,
+        event: str,
+        why: str,
+    ) -> None:
+        """Queue one notification on the notify pool, the task folder held until it ends."""
+        body = functools.partial(self._notify, task, monitor, manifest, event, why)
+        self.submit_background("notify", statelock.held_while(task.path, body))
+
+    @staticmethod
+    def _notify(
+        task: TaskDir, monitor: MonitorPolicy, manifest: Manifest, name: str, why: str
+    ) -> None:
+        """Run the notifier for one event (in the background; bounded by its timeout).
+        ``notifying`` is written first (write-ahead), so a notifier cut short by a killed
+        engine is found and run again at restart (:class:`recovery.Unsent`)."""
+        if monitor.notifier:
+            task.append_event(NOTIFYING, status=manifest.status, notified_event=name, reason=why)
+        event = notify_payload(manifest, name, why)
+        code = notify.run_notifier(monitor.notifier, event, timeout=monitor.notifier_timeout)
+        task.append_event(
+            NOTIFIED, status=manifest.status, notified_event=name, notifier_exit_code=code
+        )
