@@ -49,7 +49,9 @@ def observe(task: TaskDir, now: float | None = None) -> Signals:
 
     Args:
         task: the task directory.
-        now: epoch seconds to stamp the observation with (default: the clock).
+        now: epoch seconds to stamp the observation with: the engine's clock
+            (:mod:`supervisor.engine.clock`), which no step of the wall clock moves;
+            default: the wall clock (for callers outside the engine).
     """
     done = task.done()
     exit_code = task.read_int("exit_code")

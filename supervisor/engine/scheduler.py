@@ -44,7 +44,7 @@ from filelock import FileLock, Timeout
 
 from supervisor import control, policy, statefs, systemd
 from supervisor.config import ConfigError, LoadedProfile, ResolvedTask
-from supervisor.engine import launch, recovery, stats, workspaces
+from supervisor.engine import clock, launch, recovery, stats, workspaces
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.actions import Actions
 from supervisor.engine.intake import Claims, check_spool_permissions, make_intake
@@ -162,7 +162,7 @@ class Engine(Kicks):
             self.scheduler.start()
             self.scheduler.add_job(self._startup, id="startup")
             while not self.stopping.wait(0.1):
-                pass
+                clock.watch(self.scheduler, self.profile.state_dir)  # steps of the wall clock
         finally:
             self.stopping.set()
             with self._job_lock:  # let the job in progress finish; later ones return at once
@@ -311,7 +311,7 @@ class Engine(Kicks):
         """A task's worktree was made (then it is launched in turn), or not (``error``:
         it ends as :func:`policy.launch_failed` says, ``failure_reason`` workspace)."""
         if error is not None:
-            self._launch_failed(runtime, runtime.state, time.time(), error, "workspace")
+            self._launch_failed(runtime, runtime.state, clock.now(), error, "workspace")
         elif "stop" in runtime.requests:  # stopped while its worktree was made
             self._decide_and_apply(runtime)
         else:
@@ -332,7 +332,7 @@ class Engine(Kicks):
         if isinstance(started, Exception):  # nothing was started: the task ends with why
             log.error("launch of %s failed: %r", task.task_id, started)
             why = " ".join(f"{type(started).__name__}: {started}".split())
-            self._launch_failed(runtime, runtime.state, time.time(), why, "launch")
+            self._launch_failed(runtime, runtime.state, clock.now(), why, "launch")
             return
         if started.error is not None:
             # tmux refused to create the session: the task ends ``failed`` with the reason
