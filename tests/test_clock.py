@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import time
 from pathlib import Path
 
@@ -51,6 +52,8 @@ def test_drift_is_the_step_whatever_the_elapsed_time(
 
 def test_drift_across_a_reboot_is_unknown() -> None:
     assert drift(Mark(100.0, 50.0, "a"), Mark(100.0, 50.0, "b")) is None
+    assert drift(Mark(100.0, 60.0, "a"), Mark(100.0, 50.0, "a")) is None  # boottime went back
+    assert drift(Mark(100.0, -1.0, "a"), Mark(100.0, 50.0, "a")) is None
     assert not is_step(None, 1.0)
     assert drift(Mark(math.inf, 0.0, "a"), Mark(math.inf, 0.0, "a")) is None
 
@@ -157,9 +160,27 @@ def test_restarted_reads_the_previous_mark_once(
     assert sum("clock stepped" in r.message for r in caplog.records) == 1
 
 
-@pytest.mark.parametrize("content", ["", "{", '{"wall": "x"}', "[]", '{"wall": 1}'])
+@pytest.mark.parametrize(
+    "content",
+    ["", "{", '{"wall": "x"}', "[]", '{"wall": 1}', "\x00" * 10, '{"wall": NaN, "boot": 1, '
+     '"boot_id": "x"}', '{"wall": 1e308, "boot": 1e308, "boot_id": "x"}', "x" * 100_000],
+)  # fmt: skip
 def test_a_damaged_mark_is_an_unknown_step(tmp_path: Path, content: str) -> None:
     (tmp_path / clock.MARK_FILE).write_text(content)
+    assert math.isnan(clock.EngineClock().restarted(tmp_path))
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "dangling symlink"])
+def test_an_odd_mark_file_never_blocks_the_restart(tmp_path: Path, kind: str) -> None:
+    """A FIFO at ``clock.json`` (open() would wait for a writer), a directory, a dangling
+    symlink: an unknown step, at once."""
+    path = tmp_path / clock.MARK_FILE
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.symlink_to(tmp_path / "nowhere")
     assert math.isnan(clock.EngineClock().restarted(tmp_path))
 
 

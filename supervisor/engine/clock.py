@@ -28,6 +28,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
+import stat
 import threading
 import time
 from datetime import UTC, datetime
@@ -62,6 +64,8 @@ STEP_TOLERANCE = 1.0
 MARK_FILE = "clock.json"
 #: Seconds between writes of :data:`MARK_FILE`.
 MARK_EVERY = 1.0
+#: Largest :data:`MARK_FILE` read, in bytes (it holds about 100).
+MARK_MAX_BYTES = 4096
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
@@ -138,9 +142,12 @@ class EngineClock:
 
     def _step_since(self, state_dir: Path) -> float:
         try:
-            data = json.loads((state_dir / MARK_FILE).read_bytes())
+            data = json.loads(_read_mark(state_dir / MARK_FILE))
             before = Mark(float(data["wall"]), float(data["boot"]), str(data["boot_id"]))
-        except (OSError, ValueError, TypeError, KeyError):
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            if not isinstance(exc, FileNotFoundError):
+                log.warning("clock: cannot read %s (%s); it is written again",
+                            state_dir / MARK_FILE, exc)  # fmt: skip
             return float("nan")
         found = drift(before, self.mark())
         if found is None:
@@ -159,6 +166,23 @@ class EngineClock:
         data = {"wall": mark.wall, "boot": mark.boot, "boot_id": mark.boot_id}
         with contextlib.suppress(OSError):  # informative; a full disk must not stop us
             atomic_write(state_dir / MARK_FILE, json.dumps(data).encode(), durable=False)
+
+
+def _read_mark(path: Path) -> bytes:
+    """The mark file's bytes: opened without blocking (a FIFO put there must not hold up
+    adoption), a regular file only, at most :data:`MARK_MAX_BYTES`.
+
+    Raises:
+        OSError: missing, unreadable, not a regular file, or too large.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MARK_MAX_BYTES:
+            raise OSError(f"not a regular file of at most {MARK_MAX_BYTES} bytes")
+        return os.read(fd, MARK_MAX_BYTES)
+    finally:
+        os.close(fd)
 
 
 CLOCK = EngineClock()

@@ -59,6 +59,7 @@ class Runtime:
     clock_offset: float = field(default_factory=lambda: clock.CLOCK.offset)
     output_seen: Seen | None = None  # when the engine saw its output change (clock.output_seen)
     restart_step: float = 0.0  # the clock step found when it was adopted (seconds)
+    agent_starts: dict[int, int] = field(default_factory=dict)  # signals.pid_alive's memo
 
     @property
     def policy(self) -> MonitorPolicy:

@@ -37,8 +37,9 @@ class Mark:
 def drift(before: Mark, after: Mark) -> float | None:
     """Seconds the wall clock was stepped between two marks: how much more (or less, when
     negative) it advanced than CLOCK_BOOTTIME. ``None``: unknown, the marks come from
-    different boots (or hold a non-finite number)."""
-    if before.boot_id != after.boot_id:
+    different boots, ``before`` is not before ``after`` on CLOCK_BOOTTIME (which never goes
+    back within a boot: a damaged or foreign mark), or a number is not finite."""
+    if before.boot_id != after.boot_id or not 0.0 <= before.boot <= after.boot:
         return None
     value = (after.wall - before.wall) - (after.boot - before.boot)
     return value if math.isfinite(value) else None
