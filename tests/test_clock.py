@@ -162,9 +162,18 @@ def test_restarted_reads_the_previous_mark_once(
 
 @pytest.mark.parametrize(
     "content",
-    ["", "{", '{"wall": "x"}', "[]", '{"wall": 1}', "\x00" * 10, '{"wall": NaN, "boot": 1, '
-     '"boot_id": "x"}', '{"wall": 1e308, "boot": 1e308, "boot_id": "x"}', "x" * 100_000],
-)  # fmt: skip
+    [
+        "",
+        "{",
+        '{"wall": "x"}',
+        "[]",
+        '{"wall": 1}',
+        "\x00" * 10,
+        '{"wall": NaN, "boot": 1, "boot_id": "x"}',
+        '{"wall": 1e308, "boot": 1e308, "boot_id": "x"}',
+        "x" * 100_000,
+    ],
+)
 def test_a_damaged_mark_is_an_unknown_step(tmp_path: Path, content: str) -> None:
     (tmp_path / clock.MARK_FILE).write_text(content)
     assert math.isnan(clock.EngineClock().restarted(tmp_path))
@@ -191,3 +200,17 @@ def test_a_mark_is_left_only_after_the_previous_one_was_read(tmp_path: Path) -> 
     engine.restarted(tmp_path)
     engine.write_mark(tmp_path)
     assert (tmp_path / clock.MARK_FILE).exists()
+
+
+def test_a_late_interval_job_catches_up_in_one_step() -> None:
+    """Twenty years late (a step forward): the next fire time is ``now``, not each missed
+    interval (APScheduler lists them all before it runs the job)."""
+    from datetime import UTC, datetime, timedelta
+
+    trigger = clock.Interval(0.2)
+    now = datetime.now(UTC)
+    late = now - timedelta(days=365 * 20)
+    assert trigger.get_next_fire_time(late, now) == now
+    assert trigger.get_next_fire_time(now, now) == now + timedelta(seconds=0.2)
+    first = trigger.get_next_fire_time(None, now)
+    assert first is not None and first >= now

@@ -22,6 +22,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -77,9 +78,13 @@ def test_libfaketime_steps_the_wall_clock_but_not_the_monotonic_one(
         "print(w1 - w0, m1 - m0, b1 - b0)\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", probe, str(offset)], env=env, capture_output=True, text=True,
-        check=True, timeout=30,
-    )  # fmt: skip
+        [sys.executable, "-c", probe, str(offset)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
     wall, mono, boot = (float(x) for x in out.stdout.split())
     assert 3590 < wall < 3610
     assert abs(mono) < 5 and abs(boot) < 5
@@ -88,14 +93,17 @@ def test_libfaketime_steps_the_wall_clock_but_not_the_monotonic_one(
 def _engine(setup: Setup, env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
 
 
-def _stop(engine: subprocess.Popen[str]) -> str:
-    """SIGTERM the engine (by its PID) and return what it logged."""
+def _stop(engine: subprocess.Popen[str], how: signal.Signals = signal.SIGTERM) -> str:
+    """Signal the engine (by its PID; SIGTERM by default) and return what it logged."""
     if engine.poll() is None:
-        engine.send_signal(signal.SIGTERM)
+        engine.send_signal(how)
     try:
         out, _ = engine.communicate(timeout=30)
     except subprocess.TimeoutExpired:
@@ -133,8 +141,9 @@ def test_a_running_task_survives_a_step_and_completes(
     try:
         _running(setup, "work")
         offset.write_text(f"{step}\n")
-        wait_for(lambda: setup.manifests()["work"]["status"] not in ("queued", "running"),
-                 timeout=45)  # fmt: skip
+        wait_for(
+            lambda: setup.manifests()["work"]["status"] not in ("queued", "running"), timeout=45
+        )
     finally:
         log = _stop(engine)
     m = setup.manifests()["work"]
@@ -164,26 +173,36 @@ def _heartbeat(setup: Setup) -> dict:
     return json.loads((setup.state / "engine-stats.json").read_text())
 
 
-@pytest.mark.parametrize("step", ["+1h", "-1h"])
+@pytest.mark.parametrize(
+    ("step", "how"),
+    [("+1h", signal.SIGTERM), ("-1h", signal.SIGTERM), ("+1h", signal.SIGKILL)],
+    ids=["+1h", "-1h", "+1h-SIGKILL"],
+)
 def test_a_step_while_the_engine_is_down_is_rebased_at_restart(
-    setup: Setup, fake_clock: tuple[Path, dict[str, str]], step: str
+    setup: Setup, fake_clock: tuple[Path, dict[str, str]], step: str, how: signal.Signals
 ) -> None:
-    """The engine stops, the clock steps, a new engine adopts the running task: it logs the
-    step once, the task is not abandoned by the deadline and completes."""
+    """The engine stops (or is SIGKILLed: its last mark is at most a second old), the clock
+    steps, a new engine adopts the running task: it logs the step once, the task is not
+    abandoned by the deadline and completes."""
     offset, env = fake_clock
     setup.write_profile(deadline=60, stale_threshold=20)
-    setup.drop("work.toml", setup.task("work", "tick: 0.5\nsleep: 6\nexit: 0"))
+    setup.drop("work.toml", setup.task("work", "tick: 0.5\nsleep: 10\nexit: 0"))
     first = _engine(setup, env)
     try:
         _running(setup, "work")
+        time.sleep(1.5)  # one mark written while it runs, whatever the stop
     finally:
-        _stop(first)
+        _stop(first, how)
     assert setup.manifests()["work"]["status"] == "running"
     offset.write_text(f"{step}\n")
     second = subprocess.run(
         [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile), "--exit-when-idle"],
-        capture_output=True, text=True, env=env, timeout=60, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
     m = setup.manifests()["work"]
     assert m["status"] == "completed", (m, second.stdout, second.stderr)
     log = second.stdout + second.stderr
@@ -209,3 +228,21 @@ def test_a_hung_agent_is_detected_after_a_backward_step_while_down(
     finally:
         log = _stop(second)
     assert log.count("clock stepped") == 1, log
+
+
+def test_a_step_of_years_forward_neither_hangs_nor_abandons(
+    setup: Setup, fake_clock: tuple[Path, dict[str, str]]
+) -> None:
+    """NTP's first sync on a machine that booted in 1970: APScheduler's interval jobs
+    counted every missed interval (years / intake_interval: billions) before running."""
+    offset, env = fake_clock
+    setup.write_profile(deadline=60, stale_threshold=20)
+    setup.drop("work.toml", setup.task("work", "tick: 0.5\nsleep: 5\nexit: 0"))
+    engine = _engine(setup, env)
+    try:
+        _running(setup, "work")
+        offset.write_text("+20y\n")
+        wait_for(lambda: setup.manifests()["work"]["status"] != "running", timeout=45)
+    finally:
+        log = _stop(engine)
+    assert setup.manifests()["work"]["status"] == "completed", log

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from apscheduler.jobstores.base import JobLookupError
+from apscheduler.triggers.interval import IntervalTrigger
 
 from supervisor.diskio import atomic_write
 from supervisor.policy.timebase import (
@@ -59,6 +60,9 @@ log = logging.getLogger("supervise.engine")
 #: Seconds of drift between the wall clock and CLOCK_BOOTTIME that count as a step, within
 #: a life and across a restart.
 STEP_TOLERANCE = 1.0
+#: Seconds two CLOCK_BOOTTIME reads around one wall-clock read may lie apart for the pair
+#: to count (more: the thread was preempted in between, and the pair would show a step).
+PAIR_SLACK = 0.05
 #: File in ``state_dir`` holding the latest :class:`Mark` (JSON), rewritten every
 #: :data:`MARK_EVERY` seconds and at once after a step.
 MARK_FILE = "clock.json"
@@ -90,7 +94,7 @@ class EngineClock:
         self.offset = time.time() - boottime()
         self._boot_id = boot_id()
         self._restarts: dict[Path, float] = {}  # state_dir -> step found at its restart
-        self._marked = 0.0  # boottime() of the latest mark written
+        self._marked: dict[Path, float] = {}  # state_dir -> boottime() of its latest mark
 
     def now(self) -> float:
         """The engine's reading (epoch s; follows the wall clock, never its steps)."""
@@ -115,12 +119,20 @@ class EngineClock:
         """Look for a step of the wall clock since the last look; on one, take it into the
         offset, log it once and return it (seconds, + forward); else ``None``."""
         with self._lock:
-            found = time.time() - boottime() - self.offset
+            before = boottime()
+            wall = time.time()
+            after = boottime()
+            if after - before > PAIR_SLACK:
+                return None  # preempted between the reads (a loaded machine): look again
+            found = wall - (before + after) / 2 - self.offset
             if not is_step(found, STEP_TOLERANCE):
                 return None
             self.offset += found
-        log.warning("clock stepped %+.1f s (wall clock against CLOCK_BOOTTIME); intervals "
-                    "are measured across it unchanged", found)  # fmt: skip
+        log.warning(
+            "clock stepped %+.1f s (wall clock against CLOCK_BOOTTIME); intervals "
+            "are measured across it unchanged",
+            found,
+        )
         return found
 
     def restarted(self, state_dir: Path) -> float:
@@ -133,11 +145,16 @@ class EngineClock:
             step = self._step_since(state_dir)
             self._restarts[state_dir] = step
         if step != step:
-            log.info("clock: no mark of this boot in %s; recorded times later than now are "
-                     "taken as now", state_dir / MARK_FILE)  # fmt: skip
+            log.info(
+                "clock: no mark of this boot in %s; recorded times later than now are taken as now",
+                state_dir / MARK_FILE,
+            )
         elif step:
-            log.warning("clock stepped %+.1f s while no engine ran (wall clock against "
-                        "CLOCK_BOOTTIME); recorded times are moved by it", step)  # fmt: skip
+            log.warning(
+                "clock stepped %+.1f s while no engine ran (wall clock against "
+                "CLOCK_BOOTTIME); recorded times are moved by it",
+                step,
+            )
         return step
 
     def _step_since(self, state_dir: Path) -> float:
@@ -146,8 +163,9 @@ class EngineClock:
             before = Mark(float(data["wall"]), float(data["boot"]), str(data["boot_id"]))
         except (OSError, ValueError, TypeError, KeyError) as exc:
             if not isinstance(exc, FileNotFoundError):
-                log.warning("clock: cannot read %s (%s); it is written again",
-                            state_dir / MARK_FILE, exc)  # fmt: skip
+                log.warning(
+                    "clock: cannot read %s (%s); it is written again", state_dir / MARK_FILE, exc
+                )
             return float("nan")
         found = drift(before, self.mark())
         if found is None:
@@ -160,12 +178,39 @@ class EngineClock:
         if state_dir not in self._restarts:
             return
         mark = self.mark()
-        if not force and mark.boot - self._marked < MARK_EVERY:
+        if not force and mark.boot - self._marked.get(state_dir, 0.0) < MARK_EVERY:
             return
-        self._marked = mark.boot
+        self._marked[state_dir] = mark.boot
         data = {"wall": mark.wall, "boot": mark.boot, "boot_id": mark.boot_id}
         with contextlib.suppress(OSError):  # informative; a full disk must not stop us
             atomic_write(state_dir / MARK_FILE, json.dumps(data).encode(), durable=False)
+
+
+class Interval(IntervalTrigger):
+    """APScheduler's interval trigger (UTC), except that a job more than one interval
+    late fires next at ``now`` instead of at every interval it missed.
+
+    APScheduler 3.11 lists every missed fire time before it runs a late job (coalesced
+    into one run, but counted one by one): after the wall clock stepped forward by years
+    (NTP's first sync on a machine that booted in 1970) that list has billions of entries
+    and the scheduler thread never gets through it.
+
+    Args:
+        seconds: the interval in seconds.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(seconds=seconds, timezone=UTC)
+
+    def get_next_fire_time(
+        self, previous_fire_time: datetime | None, now: datetime
+    ) -> datetime | None:
+        """The next fire time after ``previous_fire_time``, never before ``now`` once the
+        job has fired (a late job catches up in one step)."""
+        following = super().get_next_fire_time(previous_fire_time, now)
+        if previous_fire_time is not None and following is not None and following < now:
+            return now
+        return following
 
 
 def _read_mark(path: Path) -> bytes:

@@ -206,9 +206,8 @@ class Engine(Kicks):
         finally:
             self.scheduler.add_job(
                 self._guarded,
-                "interval",
+                clock.Interval(self.profile.spec.intake_interval),  # a step forward: no hang
                 args=[self.intake],
-                seconds=self.profile.spec.intake_interval,
                 id="intake",
                 next_run_time=datetime.now(UTC),
                 # APScheduler 3.11 counts a job as running until its function returns, so a
@@ -399,8 +398,7 @@ class Engine(Kicks):
         if job is None:
             self.scheduler.add_job(
                 self._guarded,
-                "interval",
-                seconds=runtime.policy.base_interval,
+                clock.Interval(runtime.policy.base_interval),  # a step forward: no hang
                 args=[self.check, runtime.task.task_id],
                 id=job_id,
                 next_run_time=when,

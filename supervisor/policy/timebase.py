@@ -19,8 +19,14 @@ from dataclasses import dataclass
 from supervisor.policy.model import TaskState
 
 #: The :class:`TaskState` fields that hold a moment (epoch s on the engine's clock).
-TIME_FIELDS = ("started_at", "launched_at", "stale_since", "gone_since", "resume_at",
-               "active_since")  # fmt: skip
+TIME_FIELDS = (
+    "started_at",
+    "launched_at",
+    "stale_since",
+    "gone_since",
+    "resume_at",
+    "active_since",
+)
 
 
 @dataclass(frozen=True)
