@@ -214,3 +214,14 @@ def test_a_late_interval_job_catches_up_in_one_step() -> None:
     assert trigger.get_next_fire_time(now, now) == now + timedelta(seconds=0.2)
     first = trigger.get_next_fire_time(None, now)
     assert first is not None and first >= now
+
+
+def test_a_preempted_pair_of_reads_is_no_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a loaded machine the thread may stop for seconds between its reads of the two
+    clocks: that pair is not a step (it is read again at the next look)."""
+    engine = clock.EngineClock()
+    base = clock.boottime()
+    reads = iter([base + 0.0, base + 4.0])
+    monkeypatch.setattr(clock, "boottime", lambda: next(reads))
+    monkeypatch.setattr(clock.time, "time", lambda: base + engine.offset + 4.0)
+    assert engine.tick() is None

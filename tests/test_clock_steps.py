@@ -1,6 +1,8 @@
 """The wall clock stepped by an hour under a live engine, with libfaketime (issue 20, Time).
 
-libfaketime (Debian package ``faketime``) is preloaded into the engine; it reads its offset
+libfaketime (Debian package ``faketime``; its thread-safe build ``libfaketimeMT``, as the
+engine runs several threads: with the plain build a restarted engine once read an unfaked
+time for a moment) is preloaded into the engine; it reads its offset
 from a file on every call (``FAKETIME_TIMESTAMP_FILE``, ``FAKETIME_NO_CACHE=1``), so a test
 steps the engine's wall clock by rewriting that file. ``DONT_FAKE_MONOTONIC=1`` keeps
 CLOCK_MONOTONIC and CLOCK_BOOTTIME true, as on a machine whose clock NTP steps. The tmux
@@ -30,7 +32,7 @@ import pytest
 
 from tests.conftest import Setup, wait_for
 
-LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
 SLEEP_SHIM = (
     "import threading, time\n"
     "def _sleep(seconds):\n"
@@ -206,7 +208,7 @@ def test_a_step_while_the_engine_is_down_is_rebased_at_restart(
     m = setup.manifests()["work"]
     assert m["status"] == "completed", (m, second.stdout, second.stderr)
     log = second.stdout + second.stderr
-    assert log.count("clock stepped") == 1, log
+    assert log.count("while no engine ran") == 1, log
 
 
 def test_a_hung_agent_is_detected_after_a_backward_step_while_down(
@@ -227,7 +229,7 @@ def test_a_hung_agent_is_detected_after_a_backward_step_while_down(
         wait_for(lambda: "hung" in _event_names(setup, "hang"), timeout=40)
     finally:
         log = _stop(second)
-    assert log.count("clock stepped") == 1, log
+    assert log.count("while no engine ran") == 1, log
 
 
 def test_a_step_of_years_forward_neither_hangs_nor_abandons(
