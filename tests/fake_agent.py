@@ -185,9 +185,9 @@ def main() -> int:
         print(f"{name}={os.environ.get(name, '<unset>')}", flush=True)
     delay = float((cues(prompt, "sleep") or ["0"])[0])
     tick = float((cues(prompt, "tick") or ["0"])[0])
-    end = time.time() + delay
-    while time.time() < end:
-        step = min(tick or delay, end - time.time())
+    end = time.monotonic() + delay  # a step of the wall clock must not stretch the sleep
+    while time.monotonic() < end:
+        step = min(tick or delay, end - time.monotonic())
         time.sleep(max(step, 0))
         if tick:
             print(f"tick {time.time():.1f}", flush=True)

@@ -86,6 +86,16 @@ def test_claude_interactive_ends_its_turn_with_exit_not_more_often_than_every_10
     assert adapter.end_turn(110.0) == exit_keys
 
 
+def test_claude_exit_is_typed_again_after_the_clock_stepped_back(tmp_path: Path) -> None:
+    """The engine's clock followed a -1 h step of the wall clock (issue 20, Time): the last
+    ``/exit`` now lies in the future; the wait is not an hour, it starts again."""
+    adapter = _adapter(tmp_path, _agent("claude", mode="interactive"))
+    exit_keys = [Keys(("/exit",), literal=True), Keys(("Enter",))]
+    assert adapter.end_turn(4000.0) == exit_keys
+    assert adapter.end_turn(4000.0 - 3600 + 1) == exit_keys
+    assert adapter.end_turn(4000.0 - 3600 + 2) == []
+
+
 def test_the_generated_hook_command_runs_the_relay(tmp_path: Path) -> None:
     """The command line in ``--settings`` is what Claude Code runs (through a shell): it must
     find the relay at its path inside the package and record the hook's input."""

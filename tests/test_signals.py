@@ -60,3 +60,39 @@ def test_zombies_and_missing_processes_are_dead(tmp_path: Path):
         process.wait(timeout=10)
     assert pid_alive(process.pid) is False
     assert observe(TaskDir(tmp_path)).agent_alive is None  # no pid file yet
+
+
+@pytest.mark.parametrize("step", [3600.0, -3600.0])
+def test_a_clock_step_does_not_make_our_agent_a_reused_pid(
+    sleeper, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: float
+) -> None:
+    """psutil's create_time is boot time (/proc/stat btime, which a step of the wall clock
+    moves) plus the start ticks: +1 h after the ``pid`` file was written made our own agent
+    look created after it (a reused PID: dead, a crash). Once seen, a process is known by
+    its start ticks since boot, which no step changes."""
+    task = TaskDir(tmp_path)
+    (tmp_path / "pid").write_text(f"{sleeper.pid}\n")
+    known: dict[int, int] = {}
+    assert observe(task, known_starts=known).agent_alive is True
+    real = psutil._pslinux.boot_time  # what psutil.Process.create_time adds
+    monkeypatch.setattr(psutil._pslinux, "boot_time", lambda: real() + step)
+    assert observe(task, known_starts=known).agent_alive is True
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / "pid").write_text(f"{other.pid}\n")
+        known[other.pid] = 1  # the PID was first seen on another process: reused
+        assert observe(task, known_starts=known).agent_alive is False
+    finally:
+        other.kill()
+        other.wait(timeout=10)
+
+
+def test_the_restart_step_moves_the_pid_files_time(sleeper, tmp_path: Path) -> None:
+    """After +1 h while no engine ran, the ``pid`` file's mtime is an hour behind the
+    agent's create_time on the new scale: ``written_shift`` moves it back in line."""
+    task = TaskDir(tmp_path)
+    (tmp_path / "pid").write_text(f"{sleeper.pid}\n")
+    written = os.stat(tmp_path / "pid").st_mtime - 3600
+    os.utime(tmp_path / "pid", (written, written))
+    assert observe(task).agent_alive is False
+    assert observe(task, known_starts={}, written_shift=3600.0).agent_alive is True

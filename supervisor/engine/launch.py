@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,6 +20,7 @@ from supervisor import policy
 from supervisor.cluster.lease import lease_for
 from supervisor.config import LoadedProfile
 from supervisor.config.argv import expand_placeholders
+from supervisor.engine import clock
 from supervisor.engine.panes import Sessions
 from supervisor.engine.runtime import Runtime
 from supervisor.taskdir import Manifest, atomic_write, utc_iso
@@ -142,7 +142,7 @@ def start(
         OSError: ``launch.json`` cannot be written (ENOSPC, EDQUOT: the task stays queued).
     """
     task = runtime.task
-    now = time.time()
+    now, runtime.clock_offset = clock.reading()  # the engine's clock (engine/clock.py)
     started = policy.launched(runtime.state, now, runtime.policy)
     write_launch(profile, runtime, resume=False)
     task.clear_run_files()

@@ -12,6 +12,7 @@ import dataclasses
 import logging
 
 from supervisor import acceptance, policy, signals, statefs
+from supervisor.engine import clock
 from supervisor.engine.panes import SESSIONS_MAX_AGE, Sessions
 from supervisor.engine.runtime import Runtime
 from supervisor.taskdir import TaskDir
@@ -44,13 +45,14 @@ class Observer:
             TmuxError: tmux did not answer (the check is cut short).
         """
         task, pol = runtime.task, runtime.policy
+        now = clock.rebase(runtime)  # the engine's clock, never the wall clock's steps
         rotated = task.rotate_output(pol.max_log_bytes, pol.log_backups)
         if rotated and task.task_id in self.sessions.get():
             self.tmux.repipe(task.task_id, task.path)
-        seen = signals.observe(task)
+        seen = signals.observe(task, now, runtime.agent_starts, max(runtime.restart_step, 0.0))
         panes = self.sessions.get(max_age=SESSIONS_MAX_AGE if seen.agent_alive else 0.0)
         if not disk_full and not seen.done and self._restore_run_files(task, panes):
-            seen = signals.observe(task)
+            seen = signals.observe(task, now, runtime.agent_starts, max(runtime.restart_step, 0.0))
         seen = dataclasses.replace(
             seen,
             stop_requested="stop" in runtime.requests,
@@ -70,7 +72,11 @@ class Observer:
                 seen = dataclasses.replace(seen, acceptance=bool(accepted.get("passed")))
         if runtime.agent is not None:
             seen = self._agent_signals(runtime, seen)
-        return seen
+        # Output age counts from when the engine saw the output change, not from its mtime
+        # (a wall time: a clock step would make it look fresh or stale).
+        return dataclasses.replace(
+            seen, output_mtime=clock.output_seen(runtime, seen.output_mtime, now)
+        )
 
     def _agent_signals(self, runtime: Runtime, seen: policy.Signals) -> policy.Signals:
         """Add what the agent told its adapter (:meth:`AgentAdapter.observe`) and the
@@ -114,14 +120,16 @@ class Observer:
 
 def tail_pending(task: TaskDir, now: float) -> bool:
     """True while the wrapper's end line has not reached ``output.log`` yet, for at most
-    :data:`TAIL_SETTLE` seconds after the agent ended (then the tail is taken as is)."""
+    :data:`TAIL_SETTLE` seconds after the agent ended (then the tail is taken as is).
+    ``now``: the engine's clock; an end time after it (the wall clock stepped back since
+    the wrapper wrote it) counts as settled."""
     ended = task.done_mtime()
     if ended is None:
         try:
             ended = task.file("exit_code").stat().st_mtime
         except FileNotFoundError:
             return False  # the wrapper did not end normally: no end line will come
-    if now - ended >= TAIL_SETTLE:
+    if not 0.0 <= now - ended < TAIL_SETTLE:
         return False
     last = task.output_tail(lines=1).rstrip().splitlines()[-1:] or [""]
     return not last[0].startswith(END_MARK)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from supervisor import control, policy, repair, spool
 from supervisor.config import ConfigError, LoadedProfile, ResolvedTask
+from supervisor.engine import clock
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.runtime import Runtime
 from supervisor.states import TERMINAL
@@ -79,6 +79,7 @@ def adopt(profile: LoadedProfile, tmux: Tmux) -> Iterator[Found]:
     Raises:
         TmuxError: tmux did not answer the first ``list-panes``.
     """
+    clock.CLOCK.restarted(profile.state_dir)  # a step since the last engine: logged once
     sessions = tmux.panes()
     for folder in sorted(profile.tasks_dir.iterdir()):
         if not folder.is_dir():
@@ -127,12 +128,14 @@ def _adopt_one(
     # The event log runs ahead of the manifest (write-ahead): trust its last word.
     last = policy.last_word(events)
     runtime = runtimes.build(profile, tmux, task, resolved, state, manifest)
+    clock.adopted(runtime, profile.state_dir)  # its recorded times on this engine's clock
+    state = runtime.state
     _requests_left(profile, runtime)
     with contextlib.suppress(OSError):  # a full disk must not leave the task unwatched
         task.append_event("adopted", status=state.status, retry_count=state.retry_count)
     log.info("adopted %s (%s)", task.task_id, state.status)
     if last is not None and last["event"] in TERMINAL:
-        return Adopted(runtime, ending=_logged_ending(runtime, last, events), now=time.time())
+        return Adopted(runtime, ending=_logged_ending(runtime, last, events), now=clock.now())
     resume = last is not None and last["event"] == "resumed"
     return Adopted(runtime, resume=resume and _resume_cut_short(runtime, sessions))
 
@@ -204,7 +207,7 @@ def _resume_cut_short(runtime: Runtime, sessions: dict[str, PaneInfo]) -> bool:
     pane = sessions.get(task.task_id)
     launched = runtime.state.launched_at or 0.0
     try:
-        pid_written = task.file("pid").stat().st_mtime
+        pid_written = task.file("pid").stat().st_mtime + max(runtime.restart_step, 0.0)
     except FileNotFoundError:
         pid_written = None
     started = pid_written is not None and pid_written >= launched - 1.0

@@ -15,6 +15,8 @@ from pathlib import Path
 from supervisor import policy
 from supervisor.agents import AgentAdapter, Keys, adapter_for
 from supervisor.config import LoadedProfile, MonitorPolicy, ResolvedTask, TaskSpec, resolve_task
+from supervisor.engine import clock
+from supervisor.policy.timebase import Seen
 from supervisor.stopping import StopInProgress
 from supervisor.taskdir import Manifest, TaskDir
 from supervisor.tmux import Tmux
@@ -52,6 +54,12 @@ class Runtime:
     launching: bool = False  # its launch runs on the launch thread (engine/starts.py)
     preparing: bool = False  # its worktree is being made on the background pool (queued)
     finishing: bool = False  # its worktree is being committed before the manifest's ending
+    # The engine clock's offset its remembered times were taken with (engine/clock.py):
+    # a step since moves them at the next check (clock.rebase).
+    clock_offset: float = field(default_factory=lambda: clock.CLOCK.offset)
+    output_seen: Seen | None = None  # when the engine saw its output change (clock.output_seen)
+    restart_step: float = 0.0  # the clock step found when it was adopted (seconds)
+    agent_starts: dict[int, int] = field(default_factory=dict)  # signals.pid_alive's memo
 
     @property
     def policy(self) -> MonitorPolicy:

@@ -42,7 +42,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from supervisor import children, control, policy, statefs, systemd
 from supervisor.config import ConfigError, LoadedProfile, ResolvedTask
-from supervisor.engine import launch, recovery, shutdown, stats, workspaces
+from supervisor.engine import clock, launch, recovery, shutdown, stats, workspaces
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.actions import Actions
 from supervisor.engine.intake import Claims, check_spool_permissions, make_intake
@@ -150,7 +150,7 @@ class Engine(Kicks):
             self.scheduler.start()
             self.scheduler.add_job(self._startup, id="startup")
             while not self.stopping.wait(0.1):
-                pass
+                clock.watch(self.scheduler, self.profile.state_dir)  # steps of the wall clock
         finally:
             guard.arm()
             with self._job_lock:  # let the job in progress finish; later ones return at once
@@ -193,9 +193,8 @@ class Engine(Kicks):
         finally:
             self.scheduler.add_job(
                 self._guarded,
-                "interval",
+                clock.Interval(self.profile.spec.intake_interval),  # a step forward: no hang
                 args=[self.intake],
-                seconds=self.profile.spec.intake_interval,
                 id="intake",
                 next_run_time=datetime.now(UTC),
                 # APScheduler 3.11 counts a job as running until its function returns, so a
@@ -287,7 +286,7 @@ class Engine(Kicks):
         """A task's worktree was made (then it is launched in turn), or not (``error``:
         it ends as :func:`policy.launch_failed` says, ``failure_reason`` workspace)."""
         if error is not None:
-            self._launch_failed(runtime, runtime.state, time.time(), error, "workspace")
+            self._launch_failed(runtime, runtime.state, clock.now(), error, "workspace")
         elif "stop" in runtime.requests:  # stopped while its worktree was made
             self._decide_and_apply(runtime)
         else:
@@ -308,7 +307,7 @@ class Engine(Kicks):
         if isinstance(started, Exception):  # nothing was started: the task ends with why
             log.error("launch of %s failed: %r", task.task_id, started)
             why = " ".join(f"{type(started).__name__}: {started}".split())
-            self._launch_failed(runtime, runtime.state, time.time(), why, "launch")
+            self._launch_failed(runtime, runtime.state, clock.now(), why, "launch")
             return
         if started.error is not None:
             # tmux refused to create the session: the task ends ``failed`` with the reason
@@ -378,8 +377,7 @@ class Engine(Kicks):
         if job is None:
             self.scheduler.add_job(
                 self._guarded,
-                "interval",
-                seconds=runtime.policy.base_interval,
+                clock.Interval(runtime.policy.base_interval),  # a step forward: no hang
                 args=[self.check, runtime.task.task_id],
                 id=job_id,
                 next_run_time=when,

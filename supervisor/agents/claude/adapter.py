@@ -322,8 +322,9 @@ class ClaudeAdapter(AgentAdapter):
 
     def end_turn(self, now: float) -> list[Keys]:
         """``/exit`` and Enter (the TUI's own way out), typed again every
-        :data:`END_SESSION_REPEAT` seconds while the session lives on."""
-        if self.exit_sent_at is not None and now - self.exit_sent_at < END_SESSION_REPEAT:
+        :data:`END_SESSION_REPEAT` seconds while the session lives on (a last one after
+        ``now``, the engine's clock having followed a step back, counts as long ago)."""
+        if self.exit_sent_at is not None and 0.0 <= now - self.exit_sent_at < END_SESSION_REPEAT:
             return []
         self.exit_sent_at = now
         return [Keys(("/exit",), literal=True), Keys(("Enter",))]
