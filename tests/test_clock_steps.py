@@ -31,8 +31,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Setup, wait_for
+from tests.faketime_support import require_libfaketime
 
-LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
 SLEEP_SHIM = (
     "import threading, time\n"
     "def _sleep(seconds):\n"
@@ -46,11 +46,7 @@ SLEEP_SHIM = (
 @pytest.fixture
 def fake_clock(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
     """``(offset file, environment)`` for a process whose wall clock follows the file."""
-    if not LIBFAKETIME.exists():
-        message = f"libfaketime is not installed ({LIBFAKETIME}); apt-get install -y faketime"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+    library = require_libfaketime(threaded=True)
     offset = tmp_path / "faketime"
     offset.write_text("+0\n")
     shim = tmp_path / "faketime-site"
@@ -59,7 +55,7 @@ def fake_clock(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(shim), env.get("PYTHONPATH")]))
     env.update(
-        LD_PRELOAD=str(LIBFAKETIME),
+        LD_PRELOAD=str(library),
         FAKETIME_TIMESTAMP_FILE=str(offset),
         FAKETIME_NO_CACHE="1",
         DONT_FAKE_MONOTONIC="1",

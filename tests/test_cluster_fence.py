@@ -21,6 +21,7 @@ import pytest
 import test_cluster
 import test_cluster_sweep
 from conftest import wait_for
+from faketime_support import require_libfaketime
 from test_cluster import rows, start_engine
 from test_cluster_sweep import HOST_TIMEOUT, cleanup, host, state_of, submit
 
@@ -119,19 +120,20 @@ def test_wrapper_kills_an_agent_that_ignores_sigterm_after_the_grace(tmp_path: P
     assert not (task_dir / "done").exists()
 
 
-LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
-
-
-@pytest.mark.skipif(not LIBFAKETIME.exists(), reason="libfaketime (Debian faketime) missing")
 def test_wrapper_fence_ignores_wall_clock_steps(tmp_path: Path) -> None:
     """The wrapper's wall clock stepped an hour forward, then back (libfaketime; the
     monotonic clock untouched, as NTP leaves it) while the lease is renewed: the agent runs
     on. Renewals stopping still stop it."""
+    library = require_libfaketime()
     lease, step = tmp_path / "lease", tmp_path / "faketime"
     lease.write_bytes(b"held 1 0")
     step.write_text("+0")
-    env = {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME_TIMESTAMP_FILE": str(step),
-           "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}  # fmt: skip
+    env = {
+        "LD_PRELOAD": str(library),
+        "FAKETIME_TIMESTAMP_FILE": str(step),
+        "FAKETIME_NO_CACHE": "1",
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+    }
     wrapper, task_dir, log = _wrapped(tmp_path, lease, "trap", 30, env=env)
     try:
         for n, offset in enumerate(["+1h", "+1h", "-1h", "-1h", "+0"] * 12, 1):
