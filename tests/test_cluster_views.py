@@ -15,18 +15,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import test_cluster
 import tomli_w
-from cluster_support import fresh_database, postgres_executor, postgres_server
+from cluster_support import fresh_database, postgres_executor
 from conftest import Setup, wait_for
 from test_cluster import cluster_profile, engines, rows, supervise
 
 psycopg = pytest.importorskip("psycopg")
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    with postgres_server() as dsn:
-        yield dsn
+server = test_cluster.server  # one throwaway PostgreSQL per module
 
 
 @pytest.fixture
