@@ -11,13 +11,13 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import test_cluster
+import test_cluster_sweep
 import tomli_w
-from cluster_support import fresh_database, postgres_executor
+from cluster_support import postgres_executor
 from conftest import Setup, wait_for
 from test_cluster import cluster_profile, engines, rows, supervise
 
@@ -25,13 +25,7 @@ psycopg = pytest.importorskip("psycopg")
 
 
 server = test_cluster.server  # one throwaway PostgreSQL per module
-
-
-@pytest.fixture
-def dsn(server: str) -> Iterator[str]:
-    with fresh_database(server) as url:
-        assert supervise("cluster", "init", env={"SUPERVISE_CLUSTER_DSN": url}).returncode == 0
-        yield url
+dsn = test_cluster_sweep.dsn  # a fresh database with our schema, per test
 
 
 def _submit(dsn: str, setup: Setup, name: str, prompt: str) -> str:

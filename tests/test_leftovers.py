@@ -47,6 +47,16 @@ def _end(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+def _end_engine_and(engine: subprocess.Popen, group: int) -> None:
+    """SIGKILL the engine this test started (by its PID) if it still runs, and end the
+    child ``group`` it left (0: none seen yet)."""
+    if engine.poll() is None:
+        os.kill(engine.pid, signal.SIGKILL)
+        engine.wait(30)
+    if group:
+        _end(group)
+
+
 def test_a_restarted_engine_ends_the_acceptance_check_a_killed_engine_left(
     setup: Setup, tmp_path: Path
 ) -> None:
@@ -76,11 +86,7 @@ def test_a_restarted_engine_ends_the_acceptance_check_a_killed_engine_left(
         assert (manifest["status"], manifest["verdict"]) == ("completed", "PASS")
         assert list((setup.state / childledger.FOLDER).iterdir()) == []
     finally:
-        if engine.poll() is None:
-            os.kill(engine.pid, signal.SIGKILL)
-            engine.wait(30)
-        if first:
-            _end(first)
+        _end_engine_and(engine, first)
 
 
 def _sleeper() -> subprocess.Popen[bytes]:
@@ -261,8 +267,4 @@ def test_a_notifier_ended_at_restart_is_run_again(setup: Setup, tmp_path: Path) 
         assert not alive(first)  # ended at restart
         assert len(log.read_text().split()) == 2  # and sent again
     finally:
-        if engine.poll() is None:
-            os.kill(engine.pid, signal.SIGKILL)
-            engine.wait(30)
-        if first:
-            _end(first)
+        _end_engine_and(engine, first)
