@@ -69,3 +69,14 @@ def test_a_symlink_to_a_fifo_is_refused_either_way(tmp_path: Path) -> None:
         read_regular(link, 10)
     with pytest.raises(OSError):
         read_regular(link, 10, follow=False)
+
+
+def test_a_file_holding_more_than_its_size_says_is_still_cut_at_the_limit() -> None:
+    """A file that grows while it is read looks like this: fstat says little (``/proc``
+    files say 0 bytes), the read finds more; it is refused, never read whole."""
+    path = Path(f"/proc/{os.getpid()}/maps")
+    assert os.stat(path).st_size == 0
+    with pytest.raises(FileTooBig) as caught:
+        read_regular(path, 16)
+    assert caught.value.strerror == "more than 16 bytes"
+    assert caught.value.size == 17
