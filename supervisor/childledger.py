@@ -32,13 +32,14 @@ import contextlib
 import json
 import logging
 import os
-import stat
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+
+from supervisor.diskio import read_regular
 
 log = logging.getLogger("supervise.engine")
 
@@ -190,14 +191,7 @@ def _read(path: Path) -> Recorded | None:
     """The record in ``path``; ``None`` for anything but a regular file holding one
     (opened without following a symlink or waiting on a FIFO)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        with open(fd, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                return None
-            data = json.loads(handle.read(MAX_RECORD))
+        data = json.loads(read_regular(path, MAX_RECORD, follow=False))
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict):

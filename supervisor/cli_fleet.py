@@ -204,8 +204,10 @@ def _wait(args: argparse.Namespace, dsn: str) -> int:
         time.sleep(WAIT_POLL)
         rows = reader.read() or rows
     if reader.down_since is not None:
-        _err(f"supervise wait: the rows below are from before the database stopped answering "
-             f"({reader.error})")  # fmt: skip
+        _err(
+            f"supervise wait: the rows below are from before the database stopped answering "
+            f"({reader.error})"
+        )
     return _print_waited(args, [rows[task_id] for task_id in ids])
 
 

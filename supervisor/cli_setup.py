@@ -128,14 +128,18 @@ def cmd_init(args: argparse.Namespace) -> int:
                     _write_starter(folder, profile)
                     return 0
     except statelock.LockBusy:
-        _err(f"supervise init: another 'supervise init' is still writing {folder}; "
-             "run it again once that one ends")  # fmt: skip
+        _err(
+            f"supervise init: another 'supervise init' is still writing {folder}; "
+            "run it again once that one ends"
+        )
         return 1
     except OSError as exc:
         _err(f"supervise init: cannot write {exc.filename or folder}: {exc.strerror}")
         return 1
-    _err(f"supervise init: {profile} exists; not overwriting it (remove it, or give "
-         "another folder: supervise init DIR)")  # fmt: skip
+    _err(
+        f"supervise init: {profile} exists; not overwriting it (remove it, or give "
+        "another folder: supervise init DIR)"
+    )
     return 1
 
 
@@ -217,8 +221,10 @@ def _install(name: str, text: str) -> int:
         with statelock.held(folder, grace=INSTALL_WAIT):
             return _install_locked(folder / name, text)
     except statelock.LockBusy:
-        _err(f"supervise startup: another 'supervise startup --install' still runs in {folder}; "
-             "run it again once that one ends")  # fmt: skip
+        _err(
+            f"supervise startup: another 'supervise startup --install' still runs in {folder}; "
+            "run it again once that one ends"
+        )
         return 1
     except OSError as exc:
         _err(f"supervise startup: cannot write {exc.filename or folder}: {exc.strerror}")
@@ -232,8 +238,10 @@ def _install_locked(path: Path, text: str) -> int:
 
     name = path.name
     if path.exists() and path.read_text(encoding="utf-8") != text:
-        _err(f"supervise startup: {path} exists and differs (another profile, or another "
-             f"supervise); remove it first: systemctl --user disable --now {name}")  # fmt: skip
+        _err(
+            f"supervise startup: {path} exists and differs (another profile, or another "
+            f"supervise); remove it first: systemctl --user disable --now {name}"
+        )
         return 1
     atomic_write(path, text.encode())
     print(f"wrote {path}")

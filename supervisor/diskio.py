@@ -1,4 +1,5 @@
-"""Writes that readers never see half done, and the timestamps every record uses.
+"""Writes that readers never see half done, reads that never wait on a FIFO, and the
+timestamps every record uses.
 
 Plain standard library: the status views, ``supervise status`` and the control requests use
 these without loading the pydantic models of :mod:`supervisor.taskdir`.
@@ -7,7 +8,9 @@ these without loading the pydantic models of :mod:`supervisor.taskdir`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
@@ -57,3 +60,64 @@ def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
         raise
     if durable:
         fsync_dir(path.parent)
+
+
+def file_kind(mode: int) -> str:
+    """What a ``st_mode`` names, for error lines: ``a directory``, ``a FIFO``, ..."""
+    kinds = (
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    )
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+class NotRegularFile(OSError):
+    """:func:`read_regular` found something else than a regular file; ``kind`` names it
+    (:func:`file_kind`)."""
+
+    def __init__(self, path: Path | str, mode: int) -> None:
+        self.kind = file_kind(mode)
+        super().__init__(errno.EINVAL, f"{self.kind}, not a regular file", str(path))
+
+
+class FileTooBig(OSError):
+    """:func:`read_regular` found more than ``limit`` bytes; ``size`` is how many it saw
+    (the file's size, or ``limit + 1`` when it ``grew`` while being read)."""
+
+    def __init__(self, path: Path | str, size: int, limit: int, grew: bool = False) -> None:
+        self.size, self.limit = size, limit
+        why = f"more than {limit} bytes" if grew else f"{size} bytes; at most {limit} are allowed"
+        super().__init__(errno.EFBIG, why, str(path))
+
+
+def read_regular(path: Path | str, limit: int | None = None, follow: bool = True) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes (``None``: any size).
+
+    The file is opened once, non-blocking (a FIFO put there must not block the reader;
+    ``/dev/zero`` never ends; a terminal never becomes the controlling one) and checked with
+    ``fstat`` on that descriptor, so a path swapped for a FIFO after an earlier look is still
+    refused, and a huge file is refused unread. ``follow=False``: a symlink is refused too
+    (``O_NOFOLLOW``), for files in folders an agent can write.
+
+    Raises:
+        NotRegularFile: a FIFO, folder, device, socket.
+        FileTooBig: over ``limit``, by its size or by what it held when read.
+        OSError: it cannot be opened or read (``ELOOP`` for a symlink when not followed).
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+    fd = os.open(path, flags if follow else flags | os.O_NOFOLLOW)
+    with open(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotRegularFile(path, info.st_mode)
+        if limit is not None and info.st_size > limit:
+            raise FileTooBig(path, info.st_size, limit)
+        data = handle.read() if limit is None else handle.read(limit + 1)
+    if limit is not None and len(data) > limit:  # it grew while being read
+        raise FileTooBig(path, len(data), limit, grew=True)
+    return data

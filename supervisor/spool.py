@@ -50,7 +50,7 @@ from supervisor.config import (
     too_big,
 )
 from supervisor.config.cluster import spool_claim_warnings
-from supervisor.diskio import fsync_dir
+from supervisor.diskio import NotRegularFile, fsync_dir, read_regular
 from supervisor.taskdir import Manifest, TaskDir, atomic_write, utc_iso
 from supervisor.terminal import escape_controls
 from supervisor.workspace import lifecycle
@@ -305,12 +305,10 @@ def move_file(source: Path, target: Path) -> None:
     except OSError as exc:
         if exc.errno != errno.EXDEV:
             raise
-    fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    with open(fd, "rb") as handle:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(errno.EXDEV, f"cannot copy {file_kind(info.st_mode)} across filesystems")
-        data = handle.read()
+    try:
+        data = read_regular(source)
+    except NotRegularFile as exc:
+        raise OSError(errno.EXDEV, f"cannot copy {exc.kind} across filesystems") from exc
     atomic_write(target, data)
     os.unlink(source)
     fsync_dir(source.parent)

@@ -264,8 +264,7 @@ def _wait_for_gate(channel: str) -> None:
         subprocess.run([tmux, "wait-for", channel], timeout=GATE_TIMEOUT, check=False)
 
 
-def _spawn(task_dir: str, launch: dict, env: dict[str, str],
-           pipe: tuple[int, int] | None) -> int:  # fmt: skip
+def _spawn(task_dir: str, launch: dict, env: dict[str, str], pipe: tuple[int, int] | None) -> int:
     """Fork the agent (step 3): its stdout into ``pipe`` when given; returns its PID. The
     child never returns: it execs the agent or exits 127 after writing ``launch_error``."""
     argv: list[str] = launch["argv"]
@@ -319,8 +318,9 @@ def main(args: list[str]) -> int:
     _record(task_dir, [("pid", f"{child}\n")], time.time())
     fenced: list[float] = []
     if launch.get("lease"):
-        threading.Thread(target=_watch_lease, args=(launch["lease"], child, fenced),
-                         daemon=True).start()  # fmt: skip
+        threading.Thread(
+            target=_watch_lease, args=(launch["lease"], child, fenced), daemon=True
+        ).start()
 
     forwarded: list[int] = []
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import tomli_w
 
@@ -104,6 +105,14 @@ class Setup:
     def run(self, timeout: float = 60) -> subprocess.CompletedProcess:
         return self.supervise("run", str(self.profile), "--exit-when-idle", timeout=timeout)
 
+    def start(self, **popen: Any) -> subprocess.Popen:
+        """``supervise run`` of this profile in the background, until the test ends it (by
+        its PID); ``popen`` goes to :class:`subprocess.Popen` (default: output discarded)."""
+        popen.setdefault("stdout", subprocess.DEVNULL)
+        popen.setdefault("stderr", subprocess.DEVNULL)
+        argv = [sys.executable, "-m", "supervisor.cli", "run", str(self.profile)]
+        return subprocess.Popen(argv, **popen)
+
     def manifests(self) -> dict[str, dict]:
         """task_name -> manifest."""
         out = {}
@@ -137,6 +146,14 @@ def signal_cue(request: pytest.FixtureRequest) -> str:
     """Run a test with both fake-agent signal behaviours; returns the cue to put first in
     the prompt (empty for ``trap``)."""
     return SIGNAL_CUES[request.param]
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 20, every: float = 0.05) -> Any:

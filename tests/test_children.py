@@ -16,9 +16,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
-from conftest import wait_for
+from conftest import alive, wait_for
 from test_workspace import make_repo, new_task
 
 from supervisor import acceptance, children, notify
@@ -29,13 +28,6 @@ from supervisor.workspace import git, lifecycle
 #: A shell line that starts a background grandchild, writes its PID to the file named by
 #: $1 and exits 0 at once (the grandchild keeps stdout and stderr open).
 LEAVE_CHILD = 'sleep 300 & echo $! > "$1"'
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 @pytest.fixture

@@ -89,13 +89,7 @@ def test_libfaketime_steps_the_wall_clock_but_not_the_monotonic_one(
 
 
 def _engine(setup: Setup, env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
+    return setup.start(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 
 
 def _stop(engine: subprocess.Popen[str], how: signal.Signals = signal.SIGTERM) -> str:

@@ -11,29 +11,21 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import test_cluster
+import test_cluster_sweep
 import tomli_w
-from cluster_support import fresh_database, postgres_executor, postgres_server
+from cluster_support import postgres_executor
 from conftest import Setup, wait_for
 from test_cluster import cluster_profile, engines, rows, supervise
 
 psycopg = pytest.importorskip("psycopg")
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    with postgres_server() as dsn:
-        yield dsn
-
-
-@pytest.fixture
-def dsn(server: str) -> Iterator[str]:
-    with fresh_database(server) as url:
-        assert supervise("cluster", "init", env={"SUPERVISE_CLUSTER_DSN": url}).returncode == 0
-        yield url
+server = test_cluster.server  # one throwaway PostgreSQL per module
+dsn = test_cluster_sweep.dsn  # a fresh database with our schema, per test
 
 
 def _submit(dsn: str, setup: Setup, name: str, prompt: str) -> str:

@@ -188,10 +188,7 @@ def test_submit_prints_the_id_used_for_the_task(setup: Setup, tmp_path: Path) ->
 def test_sigterm_leaves_tasks_running_and_restart_adopts_them(setup: Setup) -> None:
     setup.write_profile()
     setup.drop("long.toml", setup.task("long", "tick: 0.5\nsleep: 4\nexit: 0"))
-    engine = subprocess.Popen(
-        [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+    engine = setup.start(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         manifest = wait_for(lambda: setup.manifests().get("long"), timeout=20)
         wait_for(lambda: setup.manifests()["long"]["status"] == "running", timeout=20)
@@ -278,10 +275,7 @@ def test_env_reaches_the_agent(setup: Setup) -> None:
 
 def test_second_engine_on_the_same_state_dir_refuses(setup: Setup) -> None:
     setup.write_profile()
-    first = subprocess.Popen(
-        [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    first = setup.start()
     try:
         # its heartbeat is written right after it took the lock
         wait_for(lambda: (setup.state / "engine-stats.json").exists(), timeout=20)
@@ -300,10 +294,7 @@ def test_second_engine_refuses_after_the_lock_file_was_deleted(setup: Setup) -> 
     second engine start on the same state dir. The lock is now held on the state dir folder
     itself, which nobody can delete from under the engine: the second refuses in one line."""
     setup.write_profile()
-    first = subprocess.Popen(
-        [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    first = setup.start()
     try:
         wait_for(lambda: (setup.state / "engine-stats.json").exists(), timeout=20)
         for leftover in setup.state.glob("*.lock"):

@@ -12,8 +12,8 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,28 +39,34 @@ def _kill(pid_file: Path) -> None:
         os.kill(int(pid_file.read_text().strip()), signal.SIGKILL)
 
 
-def test_sigterm_stops_an_engine_waiting_on_a_stuck_acceptance_check(setup: Setup) -> None:
+@contextlib.contextmanager
+def _stuck_engine(setup: Setup, bound: float) -> Iterator[subprocess.Popen[str]]:
+    """A live engine (stop bound ``bound`` s; its output piped) from the moment its one
+    task's acceptance check hangs; on leaving, killed by its PID if still alive, and the
+    check with it."""
     marker = setup.root / "acceptance.pid"
     setup.write_profile(extra={"acceptance": {"command": _acceptance(marker), "timeout": 600}})
     setup.drop("t.toml", setup.task("t", "print: done\n"))
-    env = {**os.environ, "SUPERVISE_STOP_BOUND": str(BOUND)}
-    engine = subprocess.Popen(
-        [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
+    env = {**os.environ, "SUPERVISE_STOP_BOUND": str(bound)}
+    engine = setup.start(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         wait_for(lambda: marker.exists() and marker.read_text().strip(), timeout=PATIENCE)
+        yield engine
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+            engine.wait()
+        _kill(marker)
+
+
+def test_sigterm_stops_an_engine_waiting_on_a_stuck_acceptance_check(setup: Setup) -> None:
+    with _stuck_engine(setup, BOUND) as engine:
         engine.send_signal(signal.SIGTERM)
         try:
             _, err = engine.communicate(timeout=PATIENCE)
         except subprocess.TimeoutExpired:
             engine.kill()
             raise AssertionError(f"the engine ignored SIGTERM for {PATIENCE} s") from None
-    finally:
-        if engine.poll() is None:
-            engine.kill()
-            engine.wait()
-        _kill(marker)
     assert "did not stop within 3 s" in err, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
     # nothing lost: the next start finishes the task (the check passes this time)
@@ -72,25 +78,11 @@ def test_sigterm_stops_an_engine_waiting_on_a_stuck_acceptance_check(setup: Setu
 def test_a_second_sigterm_stops_at_once(setup: Setup) -> None:
     """Whatever the bound, a second SIGINT/SIGTERM ends the stop now (an operator's
     second Ctrl-C)."""
-    marker = setup.root / "acceptance.pid"
-    setup.write_profile(extra={"acceptance": {"command": _acceptance(marker), "timeout": 600}})
-    setup.drop("t.toml", setup.task("t", "print: done\n"))
-    env = {**os.environ, "SUPERVISE_STOP_BOUND": "600"}
-    engine = subprocess.Popen(
-        [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
-    try:
-        wait_for(lambda: marker.exists() and marker.read_text().strip(), timeout=PATIENCE)
+    with _stuck_engine(setup, 600) as engine:
         engine.send_signal(signal.SIGTERM)
         time.sleep(0.5)
         engine.send_signal(signal.SIGTERM)
         _, err = engine.communicate(timeout=PATIENCE)
-    finally:
-        if engine.poll() is None:
-            engine.kill()
-            engine.wait()
-        _kill(marker)
     assert "second signal" in err, err[-3000:]
 
 

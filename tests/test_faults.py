@@ -21,7 +21,7 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import Setup, wait_for
+from conftest import Setup, alive, wait_for
 
 from supervisor import taskdir
 from supervisor.config import load_profile
@@ -80,13 +80,6 @@ def server_pid(setup: Setup) -> int | None:
 
 def has_session(setup: Setup, task_id: str) -> bool:
     return setup.tmux("has-session", "-t", f"={task_id}").returncode == 0
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def _text(path: Path) -> str:

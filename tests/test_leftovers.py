@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import Setup, wait_for
+from conftest import Setup, alive, wait_for
 
 from supervisor import childledger, children
 
@@ -41,17 +41,20 @@ with log.open("a") as out:
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 def _end(pid: int) -> None:
     """End a group this test started (by its PID), if it still runs."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
+
+
+def _end_engine_and(engine: subprocess.Popen, group: int) -> None:
+    """SIGKILL the engine this test started (by its PID) if it still runs, and end the
+    child ``group`` it left (0: none seen yet)."""
+    if engine.poll() is None:
+        os.kill(engine.pid, signal.SIGKILL)
+        engine.wait(30)
+    if group:
+        _end(group)
 
 
 def test_a_restarted_engine_ends_the_acceptance_check_a_killed_engine_left(
@@ -61,11 +64,7 @@ def test_a_restarted_engine_ends_the_acceptance_check_a_killed_engine_left(
     setup.write_profile()
     check = {"command": [sys.executable, "-c", CHECK, str(log)], "timeout": 300}
     setup.drop("t.toml", setup.task("t", "exit: 0", acceptance=check))
-    engine = subprocess.Popen(
-        [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    engine = setup.start()
     first = 0
     try:
         wait_for(lambda: log.exists() and log.read_text().strip(), 60)
@@ -75,23 +74,19 @@ def test_a_restarted_engine_ends_the_acceptance_check_a_killed_engine_left(
         os.kill(engine.pid, signal.SIGKILL)
         engine.wait(30)
         time.sleep(0.5)
-        assert _alive(first), "the check should outlive its killed engine"
+        assert alive(first), "the check should outlive its killed engine"
         done = setup.run(timeout=120)
         assert done.returncode == 0, done.stderr
         lines = log.read_text().split("\n")
         # the old check was ended before the new one started
         assert lines[1].split()[1] == "gone", (lines, done.stderr)
-        assert not _alive(first)
+        assert not alive(first)
         assert f"process group {first}" in done.stderr
         manifest = setup.manifests()["t"]
         assert (manifest["status"], manifest["verdict"]) == ("completed", "PASS")
         assert list((setup.state / childledger.FOLDER).iterdir()) == []
     finally:
-        if engine.poll() is None:
-            os.kill(engine.pid, signal.SIGKILL)
-            engine.wait(30)
-        if first:
-            _end(first)
+        _end_engine_and(engine, first)
 
 
 def _sleeper() -> subprocess.Popen[bytes]:
@@ -107,7 +102,7 @@ def test_a_record_whose_leader_started_at_another_time_is_only_removed(tmp_path:
         record = {"pid": proc.pid, "start": start - 50.0, "what": "acceptance: old"}
         (folder / str(proc.pid)).write_text(json.dumps(record))
         assert children.end_recorded(tmp_path) == 0
-        assert _alive(proc.pid)  # a reused PID: not ours to end
+        assert alive(proc.pid)  # a reused PID: not ours to end
         assert list(folder.iterdir()) == []
     finally:
         proc.kill()
@@ -125,7 +120,7 @@ def test_a_matching_record_has_its_whole_group_ended(tmp_path: Path) -> None:
         ledger.record(proc.pid, ["sh", "-c", "..."], None, "t0")
         assert children.end_recorded(tmp_path) == 1
         proc.wait(10)
-        wait_for(lambda: not _alive(member), 10)
+        wait_for(lambda: not alive(member), 10)
         assert list((tmp_path / childledger.FOLDER).iterdir()) == []
     finally:
         _end(proc.pid)
@@ -151,9 +146,9 @@ def test_a_group_whose_leader_exited_is_ended_only_when_a_member_carries_the_tok
         (folder / str(proc.pid)).write_text(json.dumps(record))
         assert children.end_recorded(tmp_path) == (1 if carries else 0)
         if carries:
-            wait_for(lambda: not _alive(member), 10)
+            wait_for(lambda: not alive(member), 10)
         else:
-            assert _alive(member)  # another group under a reused id: not ours
+            assert alive(member)  # another group under a reused id: not ours
         assert list(folder.iterdir()) == []
     finally:
         _end(proc.pid)
@@ -260,11 +255,7 @@ def test_a_notifier_ended_at_restart_is_run_again(setup: Setup, tmp_path: Path) 
     notifier = [sys.executable, "-c", SLOW_NOTIFIER, str(log)]
     setup.write_profile(notifier=notifier, notify_on=["completed"], notifier_timeout=120)
     setup.drop("t.toml", setup.task("t", "exit: 0"))
-    engine = subprocess.Popen(
-        [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    engine = setup.start()
     first = 0
     try:
         wait_for(lambda: log.exists() and log.read_text().strip(), 60)
@@ -273,11 +264,7 @@ def test_a_notifier_ended_at_restart_is_run_again(setup: Setup, tmp_path: Path) 
         engine.wait(30)
         done = setup.run(timeout=120)
         assert done.returncode == 0, done.stderr
-        assert not _alive(first)  # ended at restart
+        assert not alive(first)  # ended at restart
         assert len(log.read_text().split()) == 2  # and sent again
     finally:
-        if engine.poll() is None:
-            os.kill(engine.pid, signal.SIGKILL)
-            engine.wait(30)
-        if first:
-            _end(first)
+        _end_engine_and(engine, first)

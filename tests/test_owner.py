@@ -15,18 +15,11 @@ import time
 from pathlib import Path
 
 import psutil
-from conftest import Setup, wait_for
+from conftest import Setup, alive, wait_for
 from filelock import FileLock
 
 from supervisor.config import load_profile
 from supervisor.taskdir import utc_iso
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def _start(setup: Setup, log: Path) -> subprocess.Popen:
@@ -99,7 +92,7 @@ def test_engines_sharing_a_socket_never_kill_each_others_agents(
         assert result.returncode == 0, result.stderr
         ended = json.loads((copy / "manifest.json").read_text())
         assert ended["status"] == "abandoned" and ended["abandon_reason"] == "deadline"
-        assert _alive(agent), "engine B killed engine A's agent"
+        assert alive(agent), "engine B killed engine A's agent"
         assert a.tmux("has-session", "-t", f"={source.name}").returncode == 0
         assert (a.tmux("show-options", "-v", "-t", f"={source.name}:", "@supervise_state_dir")
                 .stdout.strip()) == str(a.state)  # fmt: skip
@@ -142,7 +135,7 @@ def test_a_session_another_engine_owns_is_not_adopted(tmp_path: Path, socket_nam
         assert failed["status"] == "failed"
         # the refused launch is an ending like any other: a reason and a verdict
         assert (failed["failure_reason"], failed["verdict"]) == ("launch", "FAIL")
-        assert _alive(agent)
+        assert alive(agent)
         engine.wait(timeout=60)
         assert a.manifests()["long"]["status"] == "completed"
     finally:
@@ -311,7 +304,7 @@ def test_no_descendant_of_the_agent_survives_the_task(setup: Setup) -> None:
         assert (manifest["status"], manifest["exit_code"]) == ("completed", 0)
         pids = [int(p.read_text()) for p in pid_files]
         assert all(pid > 0 for pid in pids)
-        wait_for(lambda: not any(_alive(pid) for pid in pids), timeout=5)
+        wait_for(lambda: not any(alive(pid) for pid in pids), timeout=5)
         swept = [e for e in setup.events(manifest["task_id"]) if e["event"] == "processes_ended"]
         assert len(swept) == 1 and set(pids) <= set(swept[0]["pids"])
         assert set(pids) <= set(swept[0]["killed"])  # they ignore SIGTERM: SIGKILL ended them

@@ -11,8 +11,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-import psutil
-from conftest import Setup, wait_for
+from conftest import Setup, alive, wait_for
 
 from supervisor.stopping import STOP_TIMEOUT
 
@@ -28,13 +27,6 @@ def ts(value: str) -> float:
 
 def named(events: list[dict], name: str) -> list[dict]:
     return [e for e in events if e["event"] == name]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def _task_id(setup: Setup, name: str) -> str | None:
@@ -85,7 +77,7 @@ def test_a_stubborn_stop_delays_no_other_task(setup: Setup, tmp_path: Path) -> N
     assert stopped["killed"] is True, stopped
     assert ts(stopped["ts"]) - ts(hung["ts"]) >= STOP_TIMEOUT - 0.05, (hung, stopped)
     assert ts(resumed["ts"]) >= ts(stopped["ts"])
-    assert not _alive(first)
+    assert not alive(first)
     final = setup.manifests()["stubborn"]
     assert (final["status"], final["retry_count"]) == ("completed", 1), final
     assert int((stubborn / "fake_runs").read_text()) == 2
@@ -115,5 +107,5 @@ def test_engine_shutdown_sees_a_stop_through(setup: Setup, tmp_path: Path) -> No
             engine.kill()
             engine.wait(timeout=10)
     assert named(setup.events(task_id), "agent_stopped")[0]["killed"] is True
-    assert not _alive(first)
+    assert not alive(first)
     assert setup.manifests()["stubborn"]["status"] == "hung"

@@ -267,16 +267,23 @@ def test_two_prunes_at_once_both_finish(env: Repo) -> None:
     assert all(len(events(env, f"t{i}", "pruned")) == 1 for i in range(3))
 
 
-def _kill_halfway(env: Repo, wrapped: dict[str, str], *args: str) -> None:
-    """Start ``supervise ARGS``, SIGKILL it (and the wrapper) once the wrapper marks."""
-    argv = [sys.executable, "-m", "supervisor.cli", args[0], "-c", str(env.profile), *args[1:]]
-    proc = subprocess.Popen(argv, env=wrapped, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+def _await_mark(env: Repo, proc: subprocess.Popen) -> Path:
+    """Wait (60 s at most) until the git wrapper writes its mark (its PID); fail if ``proc``
+    ends first. Returns the mark file."""
     mark = env.root / "mark"
     deadline = time.monotonic() + 60
     while not mark.exists() or not mark.read_text().strip():
         assert proc.poll() is None and time.monotonic() < deadline, "no mark"
         time.sleep(0.02)
+    return mark
+
+
+def _kill_halfway(env: Repo, wrapped: dict[str, str], *args: str) -> None:
+    """Start ``supervise ARGS``, SIGKILL it (and the wrapper) once the wrapper marks."""
+    argv = [sys.executable, "-m", "supervisor.cli", args[0], "-c", str(env.profile), *args[1:]]
+    proc = subprocess.Popen(argv, env=wrapped, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    mark = _await_mark(env, proc)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     with contextlib.suppress(ProcessLookupError):  # the wrapper's sleep (it marked its PID)
@@ -450,11 +457,7 @@ def test_a_ctrl_c_during_the_merge_step_lets_it_finish_and_be_recorded(env: Repo
     argv = [sys.executable, "-m", "supervisor.cli", "merge", "-c", str(env.profile), "t1"]
     proc = subprocess.Popen(argv, env=wrap_git(env.root, "merge", "slow", 1.5),
                             stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
-    mark = env.root / "mark"
-    deadline = time.monotonic() + 60
-    while not mark.exists() or not mark.read_text().strip():
-        assert proc.poll() is None and time.monotonic() < deadline, "no mark"
-        time.sleep(0.02)
+    _await_mark(env, proc)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and b"Traceback" not in err, err

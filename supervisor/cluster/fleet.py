@@ -41,11 +41,14 @@ def tasks(dsn: str) -> list[dict[str, Any]]:
     (pinned), exit_code, failure_reason, verdict, retry_count, submitted_at, updated_at,
     error, restarted_from (the runs lost with their hosts: ``[{host_id, generation,
     session_id}]``), state_s (seconds since ``updated_at``, by the database's clock)."""
-    return _rows(dsn, "SELECT id, name, state, owner_host, generation, queue, host, exit_code, "
-                      "failure_reason, verdict, retry_count, submitted_at, updated_at, error, "
-                      "restarted_from, round(extract(epoch FROM now() - updated_at)::numeric, "
-                      "1)::float AS state_s FROM supervise_tasks "
-                      "ORDER BY submitted_at, id")  # fmt: skip
+    return _rows(
+        dsn,
+        "SELECT id, name, state, owner_host, generation, queue, host, exit_code, "
+        "failure_reason, verdict, retry_count, submitted_at, updated_at, error, "
+        "restarted_from, round(extract(epoch FROM now() - updated_at)::numeric, "
+        "1)::float AS state_s FROM supervise_tasks "
+        "ORDER BY submitted_at, id",
+    )
 
 
 def table(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:

@@ -44,6 +44,7 @@ from procrastinate.exceptions import AlreadyEnqueued
 
 from supervisor import control, spool, statefs
 from supervisor.cluster import sweeper as sweep
+from supervisor.cluster.claim import claim_queued, reject_claimed
 from supervisor.cluster.db import (
     CONNECT_TIMEOUT,
     STATEMENT_TIMEOUT,
@@ -92,12 +93,6 @@ WORKER_APPLICATION = "supervise-worker-"
 #: ignores a request for a task it does not know yet, e.g. one claimed and not yet queued;
 #: a stop under way takes at most the stop's grace period plus its SIGKILL wait).
 REASK = 30.0
-
-_CLAIM = """
-UPDATE supervise_tasks SET state = 'claimed', owner_host = %s, generation = generation + 1,
-    claimed_at = now(), updated_at = now()
-WHERE id = %s AND state = 'queued'
-RETURNING generation, spec"""
 
 
 class ClusterIntake:
@@ -161,8 +156,9 @@ class ClusterIntake:
         no acceptance and no notification of its own). The database not answering is
         logged: the first heartbeat checks again."""
         self.spool.recover()
-        for task_id, why in lost_before_adoption(self.dsn, self.profile.tasks_dir,
-                                                 self.cluster.host_id).items():  # fmt: skip
+        for task_id, why in lost_before_adoption(
+            self.dsn, self.profile.tasks_dir, self.cluster.host_id
+        ).items():
             self._lost(task_id, why)
 
     def submit_initial(self) -> list[tuple[TaskDir, ResolvedTask]]:
@@ -170,8 +166,9 @@ class ClusterIntake:
         ``[[tasks]]``. The adopted claims are owned from the first heartbeat on, so its
         ownership check covers them before the lease is renewed."""
         with self._lock:
-            for task_id, generation in adopted_claims(self.profile.tasks_dir,
-                                                      self.cluster.host_id).items():  # fmt: skip
+            for task_id, generation in adopted_claims(
+                self.profile.tasks_dir, self.cluster.host_id
+            ).items():
                 if task_id not in self._not_ours:
                     self._owned.setdefault(task_id, generation)
         self.lease.start()
@@ -452,23 +449,18 @@ class ClusterIntake:
         with conn:
             if not ready_to_claim(conn, self.profile, task_id, self._stopping):
                 return False
-            try:
-                row = conn.execute(_CLAIM, (self.cluster.host_id, task_id)).fetchone()
-            except psycopg.Error as exc:
-                raise ClusterError(f"claim of {task_id} failed: {one_line(exc)}") from exc
-            if row is None:
+            claimed = claim_queued(conn, self.cluster.host_id, task_id)
+            if claimed is None:
                 log.info("cluster: %s is taken already; its job does nothing", task_id)
                 return False
-            generation, document = int(row[0]), row[1]
+            generation, document = claimed
             try:
                 error = self._materialize(task_id, generation, document, done)
             except Exception as exc:  # claimed but not runnable here: say so, never hang
                 log.exception("cluster: cannot materialize %s", task_id)
                 error = f"cannot materialize on host {self.cluster.host_id}: {exc!r}"
             if error is not None:
-                conn.execute("UPDATE supervise_tasks SET state = 'rejected', error = %s, "
-                             "updated_at = now() WHERE id = %s AND generation = %s",
-                             (error, task_id, generation))  # fmt: skip
+                reject_claimed(conn, task_id, generation, error)
                 return False
         return True
 

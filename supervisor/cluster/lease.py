@@ -82,8 +82,12 @@ def fence_of(host_timeout: float, heartbeat: float) -> Fence:
     the engine renews every ``min(heartbeat, lease / 4)``."""
     budget = host_timeout - heartbeat
     lease = budget / 2
-    return Fence(lease=lease, poll=min(MAX_POLL, budget / 16), grace=min(MAX_GRACE, budget / 4),
-                 renew=min(heartbeat, lease / 4))  # fmt: skip
+    return Fence(
+        lease=lease,
+        poll=min(MAX_POLL, budget / 16),
+        grace=min(MAX_GRACE, budget / 4),
+        renew=min(heartbeat, lease / 4),
+    )
 
 
 def host_fence(spec: ClusterSpec) -> Fence:
@@ -126,8 +130,9 @@ class LeaseKeeper:
         self._lock = threading.Lock()
         self._confirmed = threading.Event()
         self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="supervise-cluster-lease",
-                                        daemon=True)  # fmt: skip
+        self._thread = threading.Thread(
+            target=self._loop, name="supervise-cluster-lease", daemon=True
+        )
 
     def start(self) -> None:
         """Start renewing (nothing is written before :meth:`arm` or :meth:`confirm`)."""
@@ -190,6 +195,10 @@ class LeaseKeeper:
             self._error = None
         except OSError as exc:
             if exc.strerror != self._error:
-                log.error("cluster: cannot renew the lease %s: %s (this host's fleet tasks "
-                          "stop when it expires)", self.path, exc.strerror)  # fmt: skip
+                log.error(
+                    "cluster: cannot renew the lease %s: %s (this host's fleet tasks "
+                    "stop when it expires)",
+                    self.path,
+                    exc.strerror,
+                )
             self._error = exc.strerror

@@ -103,8 +103,11 @@ def lost_before_adoption(dsn: str, tasks_dir: Path, host_id: str) -> dict[str, s
         with connect(dsn) as conn:
             return lost_claims(conn, host_id, found)
     except (ClusterError, psycopg.Error) as exc:
-        log.warning("cluster: cannot check the ownership of %d task(s) before adopting them: "
-                    "%s", len(found), one_line(exc))  # fmt: skip
+        log.warning(
+            "cluster: cannot check the ownership of %d task(s) before adopting them: %s",
+            len(found),
+            one_line(exc),
+        )
         return {}
 
 

@@ -118,12 +118,22 @@ class Writer:
             heartbeat, confirmed by one whose ownership check found nothing lost.
     """
 
-    def __init__(self, dsn: str, host_id: str, capacity: int, running: Callable[[], int],
-                 version: str, queues: list[str], heartbeat: float, outbox: Path,
-                 host_timeout: float = 30.0, on_host_lost: str = "report",
-                 owned: Callable[[], dict[str, int]] | None = None,
-                 on_lost: Callable[[str, str], None] | None = None,
-                 lease: LeaseKeeper | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        dsn: str,
+        host_id: str,
+        capacity: int,
+        running: Callable[[], int],
+        version: str,
+        queues: list[str],
+        heartbeat: float,
+        outbox: Path,
+        host_timeout: float = 30.0,
+        on_host_lost: str = "report",
+        owned: Callable[[], dict[str, int]] | None = None,
+        on_lost: Callable[[str, str], None] | None = None,
+        lease: LeaseKeeper | None = None,
+    ) -> None:
         self.dsn = dsn
         self.host_id = host_id
         self.capacity = capacity

@@ -70,7 +70,8 @@ from supervisor.config.monitor import (
     StaleSignal,
     error_message,
 )
-from supervisor.config.tomlfile import file_kind, read_bounded, too_big
+from supervisor.config.tomlfile import read_bounded, too_big
+from supervisor.diskio import file_kind
 from supervisor.errors import ConfigError
 
 __all__ = [

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +33,9 @@ from supervisor.config.models import (
     default_socket_name,
 )
 from supervisor.config.monitor import MonitorOverrides, MonitorPolicy, error_message
-from supervisor.config.tomlfile import file_kind, format_errors, key_line, policy_line, read_toml
+from supervisor.config.tomlfile import format_errors, key_line, policy_line, read_toml
 from supervisor.config.workspace import effective_workspace
+from supervisor.diskio import FileTooBig, NotRegularFile, read_regular
 from supervisor.errors import ConfigError
 from supervisor.profilepaths import resolve
 
@@ -92,16 +92,10 @@ def _read_prompt_file(path: Path) -> str:
     Raises:
         ValueError: not a regular file, or too big. OSError, UnicodeDecodeError.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    with open(fd, "rb") as handle:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError(f"{file_kind(info.st_mode)}, not a regular file")
-        if info.st_size > MAX_PROMPT_BYTES:
-            raise ValueError(f"{info.st_size} bytes; at most {MAX_PROMPT_BYTES} are allowed")
-        data = handle.read(MAX_PROMPT_BYTES + 1)
-    if len(data) > MAX_PROMPT_BYTES:
-        raise ValueError(f"more than {MAX_PROMPT_BYTES} bytes")
+    try:
+        data = read_regular(path, MAX_PROMPT_BYTES)
+    except (NotRegularFile, FileTooBig) as exc:  # their one line, without errno and path
+        raise ValueError(exc.strerror) from exc
     return data.decode("utf-8")
 
 

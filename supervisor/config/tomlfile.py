@@ -9,9 +9,7 @@ allowed: the format of every :class:`~supervisor.errors.ConfigError` about a fil
 from __future__ import annotations
 
 import difflib
-import os
 import re
-import stat
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from supervisor.config.models import MAX_PROMPT_BYTES, MAX_TASK_FILE_BYTES
 from supervisor.config.monitor import error_message
+from supervisor.diskio import FileTooBig, NotRegularFile, read_regular
 from supervisor.errors import ConfigError
 
 
@@ -126,20 +125,6 @@ def format_errors(
     return problems
 
 
-def file_kind(mode: int) -> str:
-    """What a ``st_mode`` names, for error lines: ``a directory``, ``a FIFO``, ..."""
-    kinds = (
-        (stat.S_ISREG, "a regular file"),
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISLNK, "a symbolic link"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-    )
-    return next((name for test, name in kinds if test(mode)), "not a regular file")
-
-
 def too_big(shown: Path, size: int, limit: int = MAX_TASK_FILE_BYTES) -> str:
     """The error line for a task file of ``size`` bytes over ``limit``."""
     return (
@@ -158,23 +143,13 @@ def read_bounded(path: Path, shown: Path, limit: int | None) -> bytes:
         ConfigError: unreadable, not a regular file, or too big.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        return read_regular(path, limit)
+    except NotRegularFile as exc:
+        raise ConfigError([f"{shown}: {exc.kind}, not a regular file; give a TOML file"]) from exc
+    except FileTooBig as exc:
+        raise ConfigError([too_big(shown, exc.size, exc.limit)]) from exc
     except OSError as exc:
         raise ConfigError([f"{shown}: cannot read: {exc.strerror}"]) from exc
-    with open(fd, "rb") as handle:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            kind = file_kind(info.st_mode)
-            raise ConfigError([f"{shown}: {kind}, not a regular file; give a TOML file"])
-        if limit is not None and info.st_size > limit:
-            raise ConfigError([too_big(shown, info.st_size, limit)])
-        try:
-            raw = handle.read() if limit is None else handle.read(limit + 1)
-        except OSError as exc:
-            raise ConfigError([f"{shown}: cannot read: {exc.strerror}"]) from exc
-    if limit is not None and len(raw) > limit:  # it grew while we read
-        raise ConfigError([too_big(shown, len(raw), limit)])
-    return raw
 
 
 def read_toml(

@@ -28,8 +28,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
-import stat
 import threading
 import time
 from datetime import UTC, datetime
@@ -39,7 +37,7 @@ from typing import TYPE_CHECKING
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.triggers.interval import IntervalTrigger
 
-from supervisor.diskio import atomic_write
+from supervisor.diskio import atomic_write, read_regular
 from supervisor.policy.timebase import (
     Mark,
     clamped,
@@ -159,7 +157,7 @@ class EngineClock:
 
     def _step_since(self, state_dir: Path) -> float:
         try:
-            data = json.loads(_read_mark(state_dir / MARK_FILE))
+            data = json.loads(read_regular(state_dir / MARK_FILE, MARK_MAX_BYTES))
             before = Mark(float(data["wall"]), float(data["boot"]), str(data["boot_id"]))
         except (OSError, ValueError, TypeError, KeyError) as exc:
             if not isinstance(exc, FileNotFoundError):
@@ -211,23 +209,6 @@ class Interval(IntervalTrigger):
         if previous_fire_time is not None and following is not None and following < now:
             return now
         return following
-
-
-def _read_mark(path: Path) -> bytes:
-    """The mark file's bytes: opened without blocking (a FIFO put there must not hold up
-    adoption), a regular file only, at most :data:`MARK_MAX_BYTES`.
-
-    Raises:
-        OSError: missing, unreadable, not a regular file, or too large.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MARK_MAX_BYTES:
-            raise OSError(f"not a regular file of at most {MARK_MAX_BYTES} bytes")
-        return os.read(fd, MARK_MAX_BYTES)
-    finally:
-        os.close(fd)
 
 
 CLOCK = EngineClock()

@@ -49,8 +49,12 @@ def stop_bound() -> float:
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and value > 0):
-        log.warning("%s=%r is not a positive number of seconds; using %g s",
-                    STOP_BOUND_ENV, text, STOP_BOUND)  # fmt: skip
+        log.warning(
+            "%s=%r is not a positive number of seconds; using %g s",
+            STOP_BOUND_ENV,
+            text,
+            STOP_BOUND,
+        )
         return STOP_BOUND
     return value
 
@@ -107,12 +111,16 @@ class StopGuard:
     def _exit_now(self, why: str) -> None:
         """One line naming what is still busy, then exit without waiting for it."""
         busy = sorted(
-            t.name for t in threading.enumerate()
+            t.name
+            for t in threading.enumerate()
             if t.is_alive() and not t.daemon and t is not threading.main_thread()
-        )  # fmt: skip
-        log.error("%s; still busy: %s; exiting now (its tasks live on in tmux, and the next "
-                  "start adopts them and recovers what was cut short)", why,
-                  ", ".join(busy) or "the main thread")  # fmt: skip
+        )
+        log.error(
+            "%s; still busy: %s; exiting now (its tasks live on in tmux, and the next "
+            "start adopts them and recovers what was cut short)",
+            why,
+            ", ".join(busy) or "the main thread",
+        )
         for handler in logging.getLogger("supervise").handlers + logging.getLogger().handlers:
             handler.flush()
         os._exit(128 + self.signum if self.signum is not None else FORCED_EXIT)

@@ -87,8 +87,9 @@ def collisions(checkout: Path, before: str, tree: str) -> list[str]:
     return found + _unlisted(checkout, before, tree, written, named)
 
 
-def _unlisted(checkout: Path, before: str, tree: str, written: set[str],
-              named: set[str]) -> list[str]:  # fmt: skip
+def _unlisted(
+    checkout: Path, before: str, tree: str, written: set[str], named: set[str]
+) -> list[str]:
     """What git does not list at all but is there: a FIFO, socket or device at a path the
     merge adds (``ls-files`` and ``status`` skip them), or any non-folder where an added
     path needs a folder. Looked up with ``lstat`` only: nothing is opened."""
@@ -110,8 +111,12 @@ def _unlisted(checkout: Path, before: str, tree: str, written: set[str],
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
-                       (stat.S_ISLNK, "symlink"), (stat.S_ISDIR, "folder")):  # fmt: skip
+    for test, name in (
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISLNK, "symlink"),
+        (stat.S_ISDIR, "folder"),
+    ):
         if test(mode):
             return name
     return "file" if stat.S_ISREG(mode) else "device"
@@ -215,8 +220,9 @@ def fast_forward(checkout: Path, target: str, before: str, commit: str) -> None:
     lock = index_lock(checkout)
     _wait_gone(lock, SETTLE_WAIT)
     if commit_of(checkout, "HEAD") != before:
-        raise ReviewError(f"{target} moved in {checkout} since the checks: nothing was "
-                          "changed; merge again")  # fmt: skip
+        raise ReviewError(
+            f"{target} moved in {checkout} since the checks: nothing was changed; merge again"
+        )
     args = ["merge", "-q", "--ff-only", "--no-overwrite-ignore", commit]
     try:
         done = run_git(args, checkout, LONG_GIT_TIMEOUT, ok=None)

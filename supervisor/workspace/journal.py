@@ -57,8 +57,14 @@ def record_merged(intent: MergeIntent) -> None:
     task = TaskDir(Path(intent.task_dir))
     if any(e.get("event") == MERGED and e.get("commit") == intent.commit for e in task.events()):
         return
-    task.append_event(MERGED, into=intent.target, commit=intent.commit, head=intent.head,
-                      squash=intent.squash, checkout=intent.checkout)  # fmt: skip
+    task.append_event(
+        MERGED,
+        into=intent.target,
+        commit=intent.commit,
+        head=intent.head,
+        squash=intent.squash,
+        checkout=intent.checkout,
+    )
 
 
 def write(common: Path, intent: MergeIntent) -> None:
@@ -95,11 +101,15 @@ def recover(repo: Path, common: Path) -> str | None:
         try:
             record_merged(intent)
         except OSError as exc:
-            return f"note: an interrupted merge into {intent.target} had finished; " \
-                   f"its event could not be written to {intent.task_dir} ({exc})"  # fmt: skip
+            return (
+                f"note: an interrupted merge into {intent.target} had finished; "
+                f"its event could not be written to {intent.task_dir} ({exc})"
+            )
         clear(common)
-        return f"note: recorded the merge into {intent.target} ({intent.commit[:12]}) " \
-               "that an interrupted 'supervise merge' had made"  # fmt: skip
+        return (
+            f"note: recorded the merge into {intent.target} ({intent.commit[:12]}) "
+            "that an interrupted 'supervise merge' had made"
+        )
     place = Path(intent.checkout) if intent.checkout else None
     if place is not None and place.is_dir() and now == intent.before and _half_done(place, intent):
         left = co.undo(place, intent.target, intent.before, intent.commit)

@@ -279,19 +279,22 @@ def _already_merged(ws: TaskWorkspace, head: str, target_commit: str) -> bool:
     if is_ancestor(repo, head, target_commit):
         return True
     return any(
-        e.get("event") == MERGED and e.get("head") == head
+        e.get("event") == MERGED
+        and e.get("head") == head
         and commit_of(repo, str(e.get("commit"))) is not None
         and is_ancestor(repo, str(e.get("commit")), target_commit)
         for e in ws.task.events()
-    )  # fmt: skip
+    )
 
 
 def _check_clean(repo: Path, target: str, checkout: Path) -> None:
     """Raises ReviewError unless ``checkout`` (where ``target`` is checked out) is there and
     has no changes and no untracked files."""
     if not checkout.is_dir():
-        raise ReviewError(f"{target} is checked out in {checkout}, which is gone; "
-                          f"run 'git worktree prune' in {repo}")  # fmt: skip
+        raise ReviewError(
+            f"{target} is checked out in {checkout}, which is gone; "
+            f"run 'git worktree prune' in {repo}"
+        )
     dirty = dirty_paths(checkout)
     if dirty:
         raise ReviewError(
@@ -316,14 +319,22 @@ def _merge_locked(ws: TaskWorkspace, into: str | None, squash: bool, common: Pat
             refuse_collisions(checkout, what, before, tree)
         _check_clean(repo, target, checkout)
     if conflicts:
-        raise MergeConflict(f"{what} conflicts in: {', '.join(conflicts)}; nothing was changed",
-                            conflicts)  # fmt: skip
+        raise MergeConflict(
+            f"{what} conflicts in: {', '.join(conflicts)}; nothing was changed", conflicts
+        )
     kind = "Squash" if squash else "Merge"
     message = f"{kind} task {ws.task_id} ({ws.manifest.task_name}) from {ws.branch}"
     parents = ["-p", before] + ([] if squash else ["-p", head])
     commit = git_out([*identity_args(repo), "commit-tree", tree, *parents, "-m", message], repo)
-    intent = journal.MergeIntent(str(ws.task.path.resolve()), target, before, commit, head,
-                                 squash, str(checkout) if checkout else None)  # fmt: skip
+    intent = journal.MergeIntent(
+        str(ws.task.path.resolve()),
+        target,
+        before,
+        commit,
+        head,
+        squash,
+        str(checkout) if checkout else None,
+    )
     _apply(intent, common, message, repo)
     return MergeResult(target, commit, head, checkout, squash)
 
