@@ -122,7 +122,10 @@ class Setup:
         return out
 
     def events(self, task_id: str) -> list[dict]:
+        """The task's events so far; none while its claim has not written the first one."""
         path = self.state / "tasks" / task_id / "events.jsonl"
+        if not path.exists():
+            return []
         return [json.loads(line) for line in path.read_text().splitlines()]
 
     def tmux(self, *args: str) -> subprocess.CompletedProcess:
