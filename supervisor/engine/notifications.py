@@ -5,6 +5,7 @@ at restart (at least once; :class:`supervisor.engine.recovery.Unsent`)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from typing import TYPE_CHECKING, Any
@@ -69,7 +70,17 @@ class Notifications:
         event: str,
         why: str,
     ) -> None:
-        """Queue one notification on the notify pool, the task folder held until it ends."""
+        """Queue one notification on the notify pool, the task folder held until it ends.
+
+        ``notifying`` is written here, on the caller's thread, not when a pool thread
+        starts the notifier: one that waits in the queue behind slow notifiers (the pool
+        has :data:`~supervisor.engine.pools.POOL_SIZE` threads) is then also found unsent
+        by the next engine if this one is killed (a queued one was lost: issue 20, attack)."""
+        if monitor.notifier:
+            with contextlib.suppress(OSError):  # a full disk: sent, though not written ahead
+                task.append_event(
+                    NOTIFYING, status=manifest.status, notified_event=event, reason=why
+                )
         body = functools.partial(self._notify, task, monitor, manifest, event, why)
         self.submit_background("notify", statelock.held_while(task.path, body))
 
@@ -78,10 +89,9 @@ class Notifications:
         task: TaskDir, monitor: MonitorPolicy, manifest: Manifest, name: str, why: str
     ) -> None:
         """Run the notifier for one event (in the background; bounded by its timeout).
-        ``notifying`` is written first (write-ahead), so a notifier cut short by a killed
-        engine is found and run again at restart (:class:`recovery.Unsent`)."""
-        if monitor.notifier:
-            task.append_event(NOTIFYING, status=manifest.status, notified_event=name, reason=why)
+        :meth:`submit` wrote ``notifying`` ahead, so a notifier cut short or still queued
+        when the engine is killed is found and run again at restart
+        (:class:`recovery.Unsent`)."""
         event = notify_payload(manifest, name, why)
         code = notify.run_notifier(monitor.notifier, event, timeout=monitor.notifier_timeout)
         task.append_event(
