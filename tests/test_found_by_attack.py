@@ -3,13 +3,19 @@ attack). Each test failed on main before its fix."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import psutil
+import pytest
 from conftest import Setup, wait_for
+
+from supervisor import childledger, children
 
 #: The notifier (argv[1]: a log file, argv[2]: a flag file): logs the task id from its stdin
 #: payload; while the flag file exists it then sleeps a minute (a slow webhook).
@@ -61,3 +67,51 @@ def test_a_notification_queued_behind_busy_notifiers_is_sent_after_a_kill(
         if engine.poll() is None:
             os.kill(engine.pid, signal.SIGKILL)
             engine.wait(30)
+
+
+def _shift_boot_time(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """Make psutil see the wall clock stepped by ``seconds``: the kernel's ``btime`` (the
+    wall time of boot, which ``create_time`` adds to a process's ticks since boot) moves
+    with every step of the wall clock; a process's ticks since boot do not."""
+    real = psutil._pslinux.boot_time  # type: ignore[attr-defined]
+    monkeypatch.setattr(psutil._pslinux, "boot_time", lambda: real() + seconds)  # type: ignore[attr-defined]
+    monkeypatch.setattr(psutil._psplatform, "boot_time", lambda: real() + seconds)  # type: ignore[attr-defined]
+
+
+def test_a_recorded_group_is_ended_after_a_wall_clock_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An engine records a notifier's group and is SIGKILLed; NTP then steps the clock an
+    hour forward before the next engine starts. The group is still the recorded one and
+    must be ended, not taken for a reused PID and left to run beside a second run."""
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        childledger.Ledger(tmp_path, "notify").record(proc.pid, ["sleep", "60"], None, "t0")
+        _shift_boot_time(monkeypatch, 3600.0)
+        assert children.end_recorded(tmp_path) == 1
+        proc.wait(10)
+        assert list((tmp_path / childledger.FOLDER).iterdir()) == []
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_a_record_from_another_boot_is_only_removed(tmp_path: Path) -> None:
+    """A record written before a reboot names a PID that a new process may hold now at the
+    same ticks since boot: it is removed, and the process is left alone."""
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        ledger = childledger.Ledger(tmp_path, "notify")
+        ledger.record(proc.pid, ["sleep", "60"], None, "t0")
+        path = tmp_path / childledger.FOLDER / str(proc.pid)
+        data = json.loads(path.read_text())
+        data["boot_id"] = "another-boot"
+        data["start"] -= 86400.0  # that boot was a day ago
+        path.write_text(json.dumps(data))
+        assert children.end_recorded(tmp_path) == 0
+        assert proc.poll() is None
+        assert not path.exists()
+    finally:
+        proc.kill()
+        proc.wait()
