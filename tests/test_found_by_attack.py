@@ -115,3 +115,44 @@ def test_a_record_from_another_boot_is_only_removed(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+#: Runs ``supervise`` (argv[1:]) with the process SIGKILLed right after a manifest saying
+#: ``completed`` is written: the moment between an ending and its notification.
+KILLED_AFTER_ENDING = """
+import os, signal, sys
+from supervisor.taskdir import TaskDir
+original = TaskDir.update_manifest
+def update_manifest(self, *args, **kwargs):
+    manifest = original(self, *args, **kwargs)
+    if manifest.status == "completed":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return manifest
+TaskDir.update_manifest = update_manifest
+from supervisor.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_notification_is_sent_when_the_engine_dies_right_after_the_ending(
+    setup: Setup, tmp_path: Path
+) -> None:
+    """The engine is SIGKILLed after the manifest says ``completed`` and before the
+    notification is queued: the next engine must send it (the ending was durable, the
+    notification had left no trace, and adoption skips an ended task)."""
+    log = tmp_path / "notified.log"
+    notifier = [sys.executable, "-c", SLOW_NOTIFIER, str(log), str(tmp_path / "never")]
+    setup.write_profile(notifier=notifier, notify_on=["completed"], notifier_timeout=60)
+    setup.drop("t.toml", setup.task("t", "exit: 0"))
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_AFTER_ENDING, "run", str(setup.profile), "--exit-when-idle"],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL
+    assert [m["status"] for m in setup.manifests().values()] == ["completed"]
+    done = setup.run(timeout=120)
+    assert done.returncode == 0, done.stderr
+    wanted = {m["task_id"] for m in setup.manifests().values()}
+    assert log.exists() and set(log.read_text().split()) == wanted

@@ -62,6 +62,18 @@ class Notifications:
             log.info("%s: notifying %s again (cut short by a killed engine)", task.task_id, event)
             self.submit(task, monitor, unsent.manifest, event, why)
 
+    @staticmethod
+    def announce(task: TaskDir, status: str, events: list[str], why: str) -> None:
+        """Write ``notifying`` for each of ``events`` (write-ahead), before the manifest
+        that records the change they announce: a killed engine then leaves a trace of
+        every notification it owed, one still queued behind slow notifiers or one it had
+        not queued yet, and the next engine sends each (:class:`recovery.Unsent`). Were it
+        written later, a kill between the two writes lost the notification (issue 20,
+        found by attack). A full disk skips it: the notification is still sent."""
+        for event in events:
+            with contextlib.suppress(OSError):
+                task.append_event(NOTIFYING, status=status, notified_event=event, reason=why)
+
     def submit(
         self,
         task: TaskDir,
@@ -70,17 +82,8 @@ class Notifications:
         event: str,
         why: str,
     ) -> None:
-        """Queue one notification on the notify pool, the task folder held until it ends.
-
-        ``notifying`` is written here, on the caller's thread, not when a pool thread
-        starts the notifier: one that waits in the queue behind slow notifiers (the pool
-        has :data:`~supervisor.engine.pools.POOL_SIZE` threads) is then also found unsent
-        by the next engine if this one is killed (a queued one was lost: issue 20, attack)."""
-        if monitor.notifier:
-            with contextlib.suppress(OSError):  # a full disk: sent, though not written ahead
-                task.append_event(
-                    NOTIFYING, status=manifest.status, notified_event=event, reason=why
-                )
+        """Queue one notification on the notify pool, the task folder held until it ends
+        (:meth:`announce` wrote its ``notifying``)."""
         body = functools.partial(self._notify, task, monitor, manifest, event, why)
         self.submit_background("notify", statelock.held_while(task.path, body))
 
@@ -88,10 +91,8 @@ class Notifications:
     def _notify(
         task: TaskDir, monitor: MonitorPolicy, manifest: Manifest, name: str, why: str
     ) -> None:
-        """Run the notifier for one event (in the background; bounded by its timeout).
-        :meth:`submit` wrote ``notifying`` ahead, so a notifier cut short or still queued
-        when the engine is killed is found and run again at restart
-        (:class:`recovery.Unsent`)."""
+        """Run the notifier for one event (in the background; bounded by its timeout);
+        ``notified`` after it closes the ``notifying`` :meth:`announce` wrote."""
         event = notify_payload(manifest, name, why)
         code = notify.run_notifier(monitor.notifier, event, timeout=monitor.notifier_timeout)
         task.append_event(
