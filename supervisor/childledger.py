@@ -9,7 +9,10 @@ every group still recorded (:func:`supervisor.children.end_recorded`).
 
 A record is one JSON object: ``pid`` (the group leader's PID, which is the group id),
 ``start`` (its start time, seconds since the epoch as :meth:`psutil.Process.create_time`
-gives it: a PID the kernel handed to another process since does not match), ``token`` (a
+gives it; for the log line), ``since_boot`` (its start in seconds since boot, and
+``boot_id``, the kernel's id of that boot: a PID the kernel handed to another process since
+does not match, and no step of the wall clock moves them, whereas ``create_time`` adds the
+boot's wall time, which every step moves), ``token`` (a
 random value the child and everything it starts get in :data:`TOKEN_VAR`), ``what`` (the
 kind of work and the command, for the log line), ``cwd`` and ``engine`` (the recording
 engine's PID).
@@ -81,12 +84,15 @@ class Ledger:
             start = psutil.Process(pid).create_time()
         except psutil.Error:  # it is gone already: nothing to end later
             return
+        since_boot, boot = _since_boot(start)
         what = f"{self.kind}: {' '.join(argv)}"
         if len(what) > WHAT_CHARS:
             what = what[: WHAT_CHARS - 1] + "…"
         body = {
             "pid": pid,
             "start": start,
+            "since_boot": since_boot,
+            "boot_id": boot,
             "token": token,
             "what": what,
             "cwd": None if cwd is None else str(cwd),
@@ -130,32 +136,60 @@ def bound() -> Ledger | None:
     return ledger
 
 
+def _this_boot() -> str:
+    """The kernel's id of this boot (:func:`supervisor.engine.clock.boot_id`)."""
+    # Imported here: the engine has it loaded; git from the CLI (no ledger) never gets here.
+    from supervisor.engine.clock import boot_id
+
+    return boot_id()
+
+
+def _since_boot(create_time: float) -> tuple[float, str]:
+    """``(seconds since boot, boot id)`` of a process whose ``create_time`` psutil gave:
+    psutil adds the boot's wall time (``btime`` in ``/proc/stat``) to the process's start
+    ticks since boot, so taking it away again leaves a figure no clock step moves."""
+    return create_time - psutil.boot_time(), _this_boot()
+
+
 @dataclass(frozen=True)
 class Recorded:
-    """One record read back: its file, the group id, the leader's start time, the token
-    and ``what``."""
+    """One record read back: its file, the group id, the leader's start time (epoch s),
+    the token, ``what``, and the leader's start in seconds since boot with that boot's id
+    (``None`` and ``""`` in a record written before they were kept)."""
 
     path: Path
     pid: int
     start: float
     token: str
     what: str
+    since_boot: float | None = None
+    boot_id: str = ""
 
     def is_ours(self) -> bool:
-        """Whether group ``pid`` is still the one recorded: its leader has the recorded start
-        time, or, the leader gone, a live member carries the token. A PID or group id the
-        kernel handed out again since matches neither."""
+        """Whether group ``pid`` is still the one recorded: its leader started at the
+        recorded time (seconds since boot in the recorded boot: a step of the wall clock
+        since does not matter), or, the leader gone, a live member carries the token. A
+        PID or group id the kernel handed out again since, or in a later boot, matches
+        neither."""
         try:
             leader = psutil.Process(self.pid)
             if leader.status() != psutil.STATUS_ZOMBIE:
-                return abs(leader.create_time() - self.start) <= START_SLACK
+                return self._same_start(leader.create_time())
         except psutil.NoSuchProcess:
             pass
         except psutil.Error:
             return False
+        if self.boot_id and self.boot_id != _this_boot():
+            return False  # every group of another boot ended with it
         return bool(self.token) and any(
             _carries(process, self.pid, self.token) for process in psutil.process_iter()
         )
+
+    def _same_start(self, create_time: float) -> bool:
+        if self.since_boot is None or not self.boot_id:  # an older record: its wall time
+            return abs(create_time - self.start) <= START_SLACK
+        since_boot, boot = _since_boot(create_time)
+        return boot == self.boot_id and abs(since_boot - self.since_boot) <= START_SLACK
 
 
 def _carries(process: psutil.Process, pgid: int, token: str) -> bool:
@@ -201,4 +235,13 @@ def _read(path: Path) -> Recorded | None:
         return None
     token = data.get("token")
     token = token if isinstance(token, str) else ""
-    return Recorded(path, pid, float(start), token, str(data.get("what", "?")))
+    since_boot, boot = data.get("since_boot"), data.get("boot_id")
+    return Recorded(
+        path,
+        pid,
+        float(start),
+        token,
+        str(data.get("what", "?")),
+        float(since_boot) if isinstance(since_boot, int | float) else None,
+        boot if isinstance(boot, str) else "",
+    )

@@ -278,6 +278,9 @@ class Actions:
         if held or (quiet and time.monotonic() - runtime.last_written < QUIET_WRITE):
             return Outcome(next_check=decision.next_check)
         runtime.last_written = time.monotonic()
+        notify = policy.Action.NOTIFY in decision.actions and bool(runtime.policy.notifier)
+        notified = decision.notified(runtime.policy.notify_on) if notify else []
+        self.notifications.announce(task, state.status, notified, decision.reason)
         try:
             runtime.manifest = task.update_manifest(
                 change, durable=not quiet, fallback=runtime.manifest
@@ -291,8 +294,10 @@ class Actions:
         if previous.status != state.status:
             log.info("%s: %s -> %s (%s)", task.task_id, previous.status, state.status,
                      decision.reason)  # fmt: skip
-        if policy.Action.NOTIFY in decision.actions and runtime.policy.notifier:
-            self._start_notifier(runtime, decision)
+        for event in notified:  # each announced before the manifest was written
+            self.notifications.submit(
+                task, runtime.policy, runtime.manifest.model_copy(), event, decision.reason
+            )
         if state.status in TERMINAL:
             return Outcome(retired=True)
         return Outcome(next_check=decision.next_check)
@@ -349,14 +354,6 @@ class Actions:
         return change
 
     # ------------------------------------------------------------------ background work
-    def _start_notifier(self, runtime: Runtime, decision: policy.Decision) -> None:
-        """Run the notifier in the background for each of the decision's events it wants."""
-        for event in decision.notified(runtime.policy.notify_on):
-            manifest = runtime.manifest.model_copy()
-            self.notifications.submit(
-                runtime.task, runtime.policy, manifest, event, decision.reason
-            )
-
     def _start_acceptance(self, runtime: Runtime) -> None:
         """Run ``[acceptance]`` in the background; when it ends the task's check is woken."""
         spec = runtime.resolved.acceptance

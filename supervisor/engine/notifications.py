@@ -5,6 +5,7 @@ at restart (at least once; :class:`supervisor.engine.recovery.Unsent`)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from typing import TYPE_CHECKING, Any
@@ -61,6 +62,18 @@ class Notifications:
             log.info("%s: notifying %s again (cut short by a killed engine)", task.task_id, event)
             self.submit(task, monitor, unsent.manifest, event, why)
 
+    @staticmethod
+    def announce(task: TaskDir, status: str, events: list[str], why: str) -> None:
+        """Write ``notifying`` for each of ``events`` (write-ahead), before the manifest
+        that records the change they announce: a killed engine then leaves a trace of
+        every notification it owed, one still queued behind slow notifiers or one it had
+        not queued yet, and the next engine sends each (:class:`recovery.Unsent`). Were it
+        written later, a kill between the two writes lost the notification (issue 20,
+        found by attack). A full disk skips it: the notification is still sent."""
+        for event in events:
+            with contextlib.suppress(OSError):
+                task.append_event(NOTIFYING, status=status, notified_event=event, reason=why)
+
     def submit(
         self,
         task: TaskDir,
@@ -69,7 +82,8 @@ class Notifications:
         event: str,
         why: str,
     ) -> None:
-        """Queue one notification on the notify pool, the task folder held until it ends."""
+        """Queue one notification on the notify pool, the task folder held until it ends
+        (:meth:`announce` wrote its ``notifying``)."""
         body = functools.partial(self._notify, task, monitor, manifest, event, why)
         self.submit_background("notify", statelock.held_while(task.path, body))
 
@@ -77,11 +91,8 @@ class Notifications:
     def _notify(
         task: TaskDir, monitor: MonitorPolicy, manifest: Manifest, name: str, why: str
     ) -> None:
-        """Run the notifier for one event (in the background; bounded by its timeout).
-        ``notifying`` is written first (write-ahead), so a notifier cut short by a killed
-        engine is found and run again at restart (:class:`recovery.Unsent`)."""
-        if monitor.notifier:
-            task.append_event(NOTIFYING, status=manifest.status, notified_event=name, reason=why)
+        """Run the notifier for one event (in the background; bounded by its timeout);
+        ``notified`` after it closes the ``notifying`` :meth:`announce` wrote."""
         event = notify_payload(manifest, name, why)
         code = notify.run_notifier(monitor.notifier, event, timeout=monitor.notifier_timeout)
         task.append_event(
