@@ -326,6 +326,8 @@ def main(args: list[str]) -> int:
 
     def forward(signum: int, _frame: object) -> None:
         forwarded.append(signum)
+        if fenced:  # the fence signalled the whole group, the agent included: not twice
+            return
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signum)
 

@@ -56,7 +56,8 @@ AGENT = (
     "import signal, sys, time, os\n"
     "out = open(sys.argv[1], 'a', buffering=1)\n"
     "def term(*_):\n"
-    "    out.write('term\\n'); os._exit(143)\n"
+    "    os.write(out.fileno(), b'term\\n')\n"
+    "    if sys.argv[2] != 'count': os._exit(143)\n"
     "signal.signal(signal.SIGTERM, signal.SIG_IGN if sys.argv[2] == 'ignore' else term)\n"
     "out.write('start\\n')\n"
     "time.sleep(float(sys.argv[3])); out.write('end\\n')\n"
@@ -147,6 +148,21 @@ def test_wrapper_fence_ignores_wall_clock_steps(tmp_path: Path) -> None:
             wrapper.kill()
     assert log.read_text().splitlines() == ["start", "term"]
     assert not (task_dir / "done").exists()
+
+
+def test_a_fenced_agent_gets_one_sigterm(tmp_path: Path) -> None:
+    """The fence signals the agent's whole process group, the wrapper included: the wrapper
+    does not pass that SIGTERM on a second time (an agent that handles the first slowly,
+    as the test agent's buffered log once did, met the second inside its handler)."""
+    lease = tmp_path / "lease"
+    lease.write_bytes(b"held 1 0")
+    wrapper, _task_dir, log = _wrapped(tmp_path, lease, "count", 5, expiry=0.3)
+    try:
+        wrapper.wait(timeout=10)
+    finally:
+        if wrapper.poll() is None:
+            wrapper.kill()
+    assert log.read_text().splitlines() == ["start", "term"]
 
 
 @pytest.mark.parametrize("kind", ["released", "fifo"])
