@@ -193,6 +193,15 @@ def test_an_odd_mark_file_never_blocks_the_restart(tmp_path: Path, kind: str) ->
     assert math.isnan(clock.EngineClock().restarted(tmp_path))
 
 
+def test_a_restart_leaves_its_mark_at_once(tmp_path: Path) -> None:
+    """An engine stopped before its main loop's first look still leaves the next engine a
+    baseline: the mark is written as soon as the previous one was read (seen in a full
+    run: the next engine found none, and a -1 h step while down went unknown)."""
+    clock.EngineClock().restarted(tmp_path)
+    mark = json.loads((tmp_path / clock.MARK_FILE).read_text())
+    assert mark["boot_id"] == clock.boot_id()
+
+
 def test_a_mark_is_left_only_after_the_previous_one_was_read(tmp_path: Path) -> None:
     engine = clock.EngineClock()
     engine.write_mark(tmp_path, force=True)

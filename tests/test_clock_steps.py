@@ -212,14 +212,14 @@ def test_a_hung_agent_is_detected_after_a_backward_step_while_down(
     try:
         _running(setup, "hang")
     finally:
-        _stop(first)
+        before = _stop(first)
     offset.write_text("-1h\n")
     second = _engine(setup, env)
     try:
         wait_for(lambda: "hung" in _event_names(setup, "hang"), timeout=40)
     finally:
         log = _stop(second)
-    assert log.count("while no engine ran") == 1, log
+    assert log.count("while no engine ran") == 1, before + log
 
 
 def test_a_step_of_years_forward_neither_hangs_nor_abandons(

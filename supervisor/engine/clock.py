@@ -142,6 +142,9 @@ class EngineClock:
                 return self._restarts[state_dir]
             step = self._step_since(state_dir)
             self._restarts[state_dir] = step
+        # The next engine's baseline from now on: an engine stopped before its main loop
+        # wrote a mark would otherwise leave the next one none (a step then unknown).
+        self.write_mark(state_dir, force=True)
         if step != step:
             log.info(
                 "clock: no mark of this boot in %s; recorded times later than now are taken as now",
