@@ -26,6 +26,14 @@ from supervisor.config import ApprovalRule
 from supervisor.taskdir import TaskDir
 
 SESSION = "00000000-0000-4000-8000-000000000000"
+HOOKS = Path(__file__).parent / "fixtures" / "claude" / "hooks"
+
+
+def measured(name: str) -> dict[str, Any]:
+    """A hook input the real CLI sent (tests/fixtures/claude/hooks/README.md)."""
+    data: dict[str, Any] = json.loads((HOOKS / name).read_text(encoding="utf-8"))
+    data.pop("hook_event_name", None)
+    return data
 
 
 def fire(task: Path, event: str, **data: Any) -> None:
@@ -53,7 +61,7 @@ def test_stop_failure_in_the_tui_reports_the_failed_turn(tmp_path: Path) -> None
     adapter = _adapter(tmp_path, _agent("claude", mode="interactive"))
     adapter.launch(resume=False)
     task = tmp_path / "task"
-    fire(task, "StopFailure", error="authentication_failed", last_assistant_message="401")
+    fire(task, "StopFailure", **measured("stopfailure-authentication_failed.json"))
     view = adapter.observe(100.0, "running", None)
     assert (view.turn_failure, view.failure) == ("authentication_failed", "auth")
     # the fact holds until a new run or new work: the next check still sees it
@@ -69,11 +77,19 @@ def test_work_after_a_limited_turn_means_the_cli_went_on_by_itself(tmp_path: Pat
     fire(task, "StopFailure", error="rate_limit", last_assistant_message="limit · resets 4am")
     view = adapter.observe(100.0, "running", None)
     assert view.limit and view.turn_failure == "rate_limit" and not view.agent_working
-    fire(task, "UserPromptSubmit", prompt="continue")
+    fire(task, "UserPromptSubmit", **measured("userpromptsubmit.json"))
     view = adapter.observe(200.0, "waiting", None)
     assert view.agent_working and not view.limit
     assert view.turn_failure is None and view.failure is None
     assert not adapter.observe(201.0, "running", None).agent_working  # counted per check
+
+
+def test_a_server_error_turn_is_transient(tmp_path: Path) -> None:
+    adapter = _adapter(tmp_path, _agent("claude", mode="interactive"))
+    adapter.launch(resume=False)
+    fire(tmp_path / "task", "StopFailure", **measured("stopfailure-server_error.json"))
+    view = adapter.observe(100.0, "running", None)
+    assert (view.turn_failure, view.failure, view.limit) == ("server_error", "transient", False)
 
 
 def test_headless_stop_failure_is_left_to_the_stream(tmp_path: Path) -> None:

@@ -202,3 +202,17 @@ def test_a_failed_turn_never_completes_nor_spends_a_retry(
         assert (new.status, new.failure_reason) == ("failed", failure)
     if failure == TRANSIENT and new.status == "waiting":
         assert A.RESUME not in decision.actions
+
+
+def test_a_logged_continue_is_adopted_as_the_same_run_going_on() -> None:
+    """The engine died after logging ``continued``, before the manifest said ``running``:
+    the restarted engine must not resume the run a second time."""
+    from test_policy_transitions import event, manifest
+
+    from supervisor.policy import adopted
+
+    m = manifest(status="waiting", started_at=T0, launched_at=T0, resume_at=T0 + 300, limit_waits=1)
+    log = [event("launched", T0), event("waiting", T0 + 10), event("continued", T0 + 200)]
+    state = adopted(m, log)
+    assert (state.status, state.resume_at, state.launched_at) == ("running", None, T0)
+    assert state.retry_count == 0
