@@ -17,10 +17,14 @@ staleness takes at least 20 s a round, so the bounds below tell "acted on the ho
 from __future__ import annotations
 
 import json
+import os
+import tomllib
+from pathlib import Path
 from typing import Any
 
 import pytest
 import test_claude_recovery
+from mock_anthropic import gateway_token
 from test_claude_recovery import FINISH_TIMEOUT, assert_resumed_by_id, kinds, outcome, report
 
 pytestmark = pytest.mark.e2e
@@ -61,7 +65,9 @@ def test_interactive_401_fails_auth_at_once(matrix) -> None:
         assert never not in events, (never, events)
     failing = [r for r in h.mock.message_requests() if r.status == 401]
     assert failing, info
-    assert _epoch(m["finished_at"]) - failing[-1].received_at < ACT_WITHIN, info
+    acted = _epoch(m["finished_at"]) - failing[-1].received_at
+    print(f"auth401: failed {acted:.1f} s after the failing request")
+    assert acted < ACT_WITHIN, info
     notified = [json.loads(x) for x in h.notified.read_text(encoding="utf-8").splitlines()]
     failed = [n for n in notified if n["event"] == "failed"]
     assert len(failed) == 1 and "auth" in failed[0]["message"], notified
@@ -90,7 +96,9 @@ def test_interactive_500_past_retries_waits_then_resumes_and_completes(matrix) -
     failing = [r for r in h.mock.message_requests() if r.status >= 500]
     assert [r.status for r in failing] == [500, 500], info
     waited = next(e for e in h.events("srv500") if e["event"] == "waiting")
-    assert _epoch(waited["ts"]) - failing[-1].received_at < ACT_WITHIN, (waited, info)
+    acted = _epoch(waited["ts"]) - failing[-1].received_at
+    print(f"srv500: waiting {acted:.1f} s after the failing request")
+    assert acted < ACT_WITHIN, (waited, info)
     assert_resumed_by_id(h, m, info)
 
 
@@ -120,3 +128,75 @@ def test_deadline_while_escalated_audits_the_deadline(matrix) -> None:
     assert not (project / "esc.txt").exists(), info
     ruled = [(p["decision"], p["by"]) for p in _permissions(h, "late")]
     assert ruled == [("escalate", "rule"), ("deny", "deadline")], (ruled, info)
+
+
+def test_interactive_limit_keeps_the_tui_then_resumes_at_the_reset(matrix) -> None:
+    """A usage limit in the TUI (``StopFailure`` ``rate_limit``): the task waits with the
+    agent kept at its prompt (Claude Code 2.1.234+ may continue by itself at the reset);
+    the CLI here does not, so at the reset the kept agent is stopped and the session
+    resumed by id, once, and completes: no retry, no hang, one limit wait."""
+    h = matrix(final_text="finished after the limit")
+    h.token = gateway_token()
+    project = h.project()
+    h.write_profile(agent=INTERACTIVE, monitor=SHORT, approval=WRITE_RULES)
+    h.submit("tuilimit", "[[ratelimit: 1 reset=+8]] write hello.txt", project)
+    h.start()
+    h.finish(FINISH_TIMEOUT)
+    m = h.manifests()["tuilimit"]
+    info = json.dumps(m, indent=1) + h.diagnostics()
+    report(h, "tuilimit")
+    assert outcome(m) == ("completed", "PASS", 0), info
+    assert m["limit_waits"] == 1 and (project / "hello.txt").exists(), info
+    events = kinds(h, "tuilimit")
+    waited = events.index("waiting")
+    # kept: the agent is stopped only by the resume at the reset, not by the wait
+    assert events.index("resumed", waited) < events.index("agent_stopped", waited), events
+    assert events.count("resumed") == 1 and "hung" not in events, events
+    assert_resumed_by_id(h, m, info)
+
+
+def _long_monitor() -> dict[str, Any]:
+    """The shipped ``profiles/long.toml`` ``[monitor]`` values (stale 90 + grace 30, checks
+    every 30 s), without its notifier (the harness records notifications)."""
+    path = Path(__file__).resolve().parent.parent / "profiles" / "long.toml"
+    monitor = dict(tomllib.loads(path.read_text(encoding="utf-8"))["monitor"])
+    for key in ("notifier", "notifier_timeout", "notify_on"):
+        monitor.pop(key, None)
+    return monitor
+
+
+@pytest.mark.skipif(
+    os.environ.get("SUPERVISE_LONG_E2E") != "1",
+    reason="long real-CLI run; SUPERVISE_LONG_E2E=1 runs it",
+)
+def test_long_profile_interactive_401_and_500_are_acted_on_by_the_hook(matrix) -> None:
+    """With ``long.toml``'s values a hang verdict takes 120 s, so a 401 ``failed`` within
+    30 s and a 500 ``waiting`` within 30 s of the failing request were acted on by the
+    ``StopFailure`` hook; the 500 then resumes (after the 30 s backoff) and completes."""
+    h = matrix(final_text="done after the outage")
+    project = h.project()
+    h.write_profile(agent=INTERACTIVE, monitor=_long_monitor(), approval=WRITE_RULES)
+    h.submit("auth401", "[[auth: 5]] write a.txt", project)
+    h.submit("srv500", "[[server_error: 2]] write hello.txt", project)
+    h.start()
+    h.finish(FINISH_TIMEOUT + 120)
+    ms = h.manifests()
+    info = json.dumps(ms, indent=1) + h.diagnostics()
+    report(h, "auth401")
+    report(h, "srv500")
+    assert outcome(ms["auth401"]) == ("failed", "FAIL", 0), info
+    assert ms["auth401"]["failure_reason"] == "auth", info
+    assert outcome(ms["srv500"]) == ("completed", "PASS", 0), info
+    for name in ("auth401", "srv500"):
+        assert "hung" not in kinds(h, name) and "stale" not in kinds(h, name), info
+    by_session = {m["session_id"]: name for name, m in ms.items()}
+    for name, event in (("auth401", "failed"), ("srv500", "waiting")):
+        failing = [
+            r
+            for r in h.mock.message_requests()
+            if r.status >= 400 and by_session.get(r.session_id or "") == name
+        ]
+        when = next(e for e in h.events(name) if e["event"] == event)
+        acted = _epoch(when["ts"]) - failing[-1].received_at
+        print(f"{name}: {event} {acted:.1f} s after the failing request (long.toml)")
+        assert acted < ACT_WITHIN, (name, acted, info)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,22 @@ def test_a_server_error_turn_is_transient(tmp_path: Path) -> None:
     fire(tmp_path / "task", "StopFailure", **measured("stopfailure-server_error.json"))
     view = adapter.observe(100.0, "running", None)
     assert (view.turn_failure, view.failure, view.limit) == ("server_error", "transient", False)
+
+
+@pytest.mark.parametrize(
+    "error",
+    ["x" * 1_000_000, "auth\nfailed\u202e\x00", {"nested": ["not", "a string"]}, ""],
+    ids=["1MB", "controls", "object", "empty"],
+)
+def test_a_hostile_stop_failure_error_is_kept_short_and_plain(tmp_path: Path, error: Any) -> None:
+    """The hook's ``error`` ends up in reason lines, the summary and the notifier: a huge,
+    multi-line, bidi or non-string value is cut to a plain identifier."""
+    adapter = _adapter(tmp_path, _agent("claude", mode="interactive"))
+    adapter.launch(resume=False)
+    fire(tmp_path / "task", "StopFailure", error=error, last_assistant_message="boom")
+    failure = adapter.observe(100.0, "running", None).turn_failure
+    assert failure is not None and 0 < len(failure) <= 64
+    assert re.fullmatch(r"[A-Za-z0-9_.-]+", failure), failure
 
 
 def test_headless_stop_failure_is_left_to_the_stream(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ Bookkeeping only; no I/O beyond the event line the caller appends.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,11 @@ PERMISSION_DENIED = "PermissionDenied"
 BREAKER_EVENTS = frozenset({"PostToolUseFailure", PERMISSION_DENIED})
 #: The audit subject and reason kept per denial, in characters.
 _CHARS = 500
+#: Longest ``StopFailure`` error kept (the documented values are short identifiers such as
+#: ``authentication_failed``); it goes into reason lines, the summary and the notifier.
+ERROR_CHARS = 64
+#: What an error identifier may hold; anything else (newlines, controls, bidi) becomes ``_``.
+_NOT_ID = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 @dataclass
@@ -65,8 +71,9 @@ class TurnWatch:
         self.working = False
 
     def failed(self, error: str) -> None:
-        """The turn ended on an API failure (the hook's ``error``; ``unknown`` if none)."""
-        self.failure = error or "unknown"
+        """The turn ended on an API failure (the hook's ``error``, kept as an identifier of
+        at most :data:`ERROR_CHARS` characters; ``unknown`` if none)."""
+        self.failure = _NOT_ID.sub("_", error[:ERROR_CHARS]) or "unknown"
 
     def saw(self, event: str) -> bool:
         """Note one hook. Returns True when it is work after a failed turn: the agent went
