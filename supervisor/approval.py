@@ -24,10 +24,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from supervisor.audit import By
 from supervisor.config import ApprovalRule
 
 #: Longest subject (characters) a rule's regex is matched against.
 MAX_SUBJECT = 10_000
+
+#: How a ruling by no rule and a circuit-breaker ruling start their ``by`` (see :class:`Ruling`).
+DEFAULT_BY = "default"
+BREAKER_BY = "circuit breaker"
 
 #: Shell syntax that runs more than the command a rule looked at.
 _COMPOUND = re.compile(r"[;&|`\n\r]|\$\(|[<>]\(")
@@ -63,6 +68,17 @@ class Ruling:
     rule: int | None
     by: str
     message: str | None = None
+
+    @property
+    def who(self) -> By:
+        """Who ruled, for the audit's ``by`` (:class:`supervisor.audit.By`): a rule, the
+        default, the circuit breaker, or the engine (a ruling made by no rule, such as a
+        dialog escalated because it was cut off on screen)."""
+        if self.by.startswith(BREAKER_BY):
+            return By.BREAKER
+        if self.by == DEFAULT_BY:
+            return By.DEFAULT
+        return By.RULE if self.rule is not None else By.ENGINE
 
 
 def subject(tool_name: str, tool_input: Any) -> str:
@@ -127,7 +143,7 @@ def decide(
     """
     text = subject(tool_name, tool_input)
     compound = tool_name == "Bash" and _unsafe_command(tool_input)
-    ruling = Ruling("deny", None, "default", default_message)
+    ruling = Ruling("deny", None, DEFAULT_BY, default_message)
     for index, rule in enumerate(rules, start=1):
         if rule.action == "approve" and compound:
             continue
@@ -139,7 +155,7 @@ def decide(
         return Ruling(
             "escalate",
             ruling.rule,
-            f"circuit breaker ({consecutive_denials} consecutive denials or failures; "
+            f"{BREAKER_BY} ({consecutive_denials} consecutive denials or failures; "
             f"{ruling.by} said {ruling.action})",
         )
     return ruling

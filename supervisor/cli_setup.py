@@ -34,6 +34,7 @@ SCHEMAS = {
     "task": "task.schema.json",
     "manifest": "manifest.schema.json",
     "status": "status.schema.json",
+    "permission-event": "permission-event.schema.json",
 }
 
 #: Seconds ``supervise init`` waits for another init writing into the same folder.

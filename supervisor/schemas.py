@@ -7,6 +7,8 @@ is a symlink to ``schemas/``; an installed wheel holds copies).
 * ``manifest.schema.json``: a task's ``manifest.json`` (:class:`supervisor.taskdir.Manifest`),
 * ``status.schema.json``: ``supervise status --snapshot`` (:class:`supervisor.views.model.Snapshot`,
   a plain dataclass); each row of ``supervise status --json`` is its ``$defs/Task``.
+* ``permission-event.schema.json``: one ``permission`` line of ``events.jsonl``
+  (:class:`supervisor.audit.PermissionEvent`; ``by`` lists who may rule).
 
 The models are the source of truth; the files are generated. Usage::
 
@@ -30,6 +32,7 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter
 
 from supervisor import bundled
+from supervisor.audit import PermissionEvent
 from supervisor.config import Profile, TaskSpec
 from supervisor.taskdir import Manifest
 from supervisor.views.model import Snapshot
@@ -47,6 +50,7 @@ MODELS: dict[str, tuple[type[Any], str]] = {
     "task.schema.json": (TaskSpec, "supervise task"),
     "manifest.schema.json": (Manifest, "supervise task manifest"),
     "status.schema.json": (Snapshot, "supervise status snapshot"),
+    "permission-event.schema.json": (PermissionEvent, "supervise permission audit event"),
 }
 
 

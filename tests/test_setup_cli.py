@@ -69,7 +69,7 @@ def test_init_refuses_an_existing_profile_in_one_line(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- schema, version
 
 
-@pytest.mark.parametrize("name", ["profile", "task", "manifest", "status"])
+@pytest.mark.parametrize("name", ["profile", "task", "manifest", "status", "permission-event"])
 def test_schema_prints_the_package_copy(name: str, tmp_path: Path) -> None:
     done = _supervise("schema", name, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -248,7 +248,10 @@ def test_bash_completion_loads_in_bash(tmp_path: Path) -> None:
     offered = [subprocess.run([bash, "-c", complete, "-", *words], capture_output=True,
                               text=True, timeout=30, check=True).stdout.split()
                for words in (["sta"], ["schema", ""])]  # fmt: skip
-    assert offered == [["status", "startup"], ["manifest", "profile", "status", "task"]]
+    assert offered == [
+        ["status", "startup"],
+        ["manifest", "permission-event", "profile", "status", "task"],
+    ]
     # every subcommand is offered, the ones added by other modules too
     for verb in ("run", "submit", "status", "prune", "serve", "init", "startup", "completion"):
         assert verb in script.stdout, verb

@@ -73,7 +73,9 @@ class AgentView:
     ``None`` keeps the output.log mtime. ``requests``: permission requests the agent waits
     on, each with a proposed ruling that :meth:`AgentAdapter.rule` carries out when the
     policy says so. ``spent_usd``: the task's spend so far (USD, all runs), ``None`` when
-    the agent does not report one."""
+    the agent does not report one. ``turn_failure``: the error of an interactive turn that
+    ended on an API failure while the agent lives on; ``agent_working``: the agent showed
+    new evidence of work since the last check (issue 21)."""
 
     escalate: str | None = None
     escalate_pause: bool = False
@@ -85,6 +87,8 @@ class AgentView:
     output_mtime: float | None = None
     requests: int = 0
     spent_usd: float | None = None
+    turn_failure: str | None = None
+    agent_working: bool = False
 
 
 #: Captures the task's pane (visible text); called only when the agent runs.
@@ -148,8 +152,9 @@ class AgentAdapter:
         """Seconds until the next check when the agent wants an earlier one, else ``None``."""
         return None
 
-    def answer(self, approve: bool) -> None:
-        """Carry out the operator's ruling on the pending escalation, if any."""
+    def answer(self, approve: bool, by: str) -> None:
+        """Carry out a ruling on the pending escalation, if any: ``by`` names who ruled
+        (:class:`supervisor.audit.By`: ``operator`` only when a person asked)."""
 
     def end_turn(self, now: float) -> list[Keys]:
         """The keys that end an interactive session whose turn ended (``[]``: none now)."""

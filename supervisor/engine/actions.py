@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from supervisor import acceptance, policy, processes, statefs, statelock, stopping
+from supervisor.audit import By, ended_by
 from supervisor.config import LoadedProfile
 from supervisor.engine import launch, workspaces
 from supervisor.engine.notifications import Notifications
@@ -237,9 +238,9 @@ class Actions:
         elif action is A.CONTINUE_AGENT:
             self._signal_agent(task, signal.SIGCONT)
             if agent is not None:
-                agent.answer(approve=True)
+                agent.answer(approve=True, by=By.OPERATOR)
         elif action in (A.ANSWER_APPROVE, A.ANSWER_DENY) and agent is not None:
-            agent.answer(approve=action is A.ANSWER_APPROVE)
+            agent.answer(approve=action is A.ANSWER_APPROVE, by=By.OPERATOR)
         elif action is A.RULE_REQUESTS and agent is not None:
             agent.rule(now)
         elif action is A.ACCEPT:
@@ -265,7 +266,8 @@ class Actions:
         task, state, previous = runtime.task, applied.state, applied.previous
         ended_escalated = previous.status == "escalated" and state.status in TERMINAL
         if runtime.agent is not None and ended_escalated:
-            runtime.agent.answer(approve=False)  # frees a waiting hook
+            by = ended_by(state.status, state.abandon_reason)
+            runtime.agent.answer(approve=False, by=by)  # frees a waiting hook
         pid = task.read_int("pid")
         change = self._projection(runtime, decision, now, applied, pid)
         # A check that changed nothing but last_checked_at need not survive a power cut,

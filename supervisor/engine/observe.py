@@ -98,6 +98,8 @@ class Observer:
             failure=view.failure or seen.failure,
             requests=view.requests,
             spent_usd=view.spent_usd,
+            turn_failure=view.turn_failure,
+            agent_working=view.agent_working,
         )
 
     @staticmethod

@@ -61,6 +61,11 @@ State table (like supervisord's process states; "stop" = stop the agent's proces
     escalated     operator: supervise deny                  running     answer deny
                   (a paused breaker escalation: abandoned, reason denied)
     running       interactive turn ended (Stop hook)        running     end the TUI session (/exit)
+    running       interactive turn failed (StopFailure), a  failed      stop, end (failure_reason)
+                  permanent class (auth, billing, ...)
+    running       interactive turn failed, transient        waiting     stop, wait backoff
+    running       usage limit reported by a live TUI        waiting     wait resume_at (agent kept)
+    waiting       the kept agent works again (a hook)       running     none (event continued)
     any live      state filesystem full (ENOSPC)            unchanged   none: held until it has room
     queued/live   the fleet's database gives the task to    superseded  stop (if live), finish,
                   a newer generation (cluster, issue 15)                cleanup; never resumed

@@ -74,6 +74,9 @@ class TaskState:
         transient_waits: waits after transient API or network failures so far (never
             retries; they set the backoff of the next such wait).
         failure_reason: set with status ``failed``: a :class:`supervisor.states.FailureReason`.
+        agent_kept: the current wait left the agent running: an interactive CLI whose
+            turn ended on a usage limit idles at its prompt and may continue by itself once
+            the limit resets (Claude Code 2.1.234+); the end of the wait stops it first.
     """
 
     status: Status
@@ -93,6 +96,7 @@ class TaskState:
     active_since: float | None = None
     transient_waits: int = 0
     failure_reason: str | None = None
+    agent_kept: bool = False
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,14 @@ class Signals:
             Code's ``total_cost_usd`` summed over the task's runs); ``None``: not reported.
         superseded: the fleet's database gives this cluster task to a newer generation
             (or another host): this host's copy must stop and never resume (issue 15).
+        turn_failure: an interactive agent's turn ended on an API failure that its process
+            outlives (Claude Code's ``StopFailure`` hook; the TUI stays at its prompt,
+            measured with CLI 2.1.328): the hook's error (``authentication_failed``,
+            ``server_error``, ``rate_limit``, ...). ``failure`` (or ``limit``) holds its
+            class. The run is over though the agent lives on (issue 21).
+        agent_working: the agent showed new evidence of work at this check (a hook such as
+            ``UserPromptSubmit``, ``PreToolUse``, ``PostToolUse``): used to see an
+            interactive CLI continue by itself after a usage limit reset (issue 21).
     """
 
     now: float
@@ -160,6 +172,8 @@ class Signals:
     requests: int = 0
     spent_usd: float | None = None
     superseded: bool = False
+    turn_failure: str | None = None
+    agent_working: bool = False
 
 
 @dataclass(frozen=True)

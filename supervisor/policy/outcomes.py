@@ -60,6 +60,7 @@ def resume(
         resume_at=None,
         escalation=None,
         paused=False,
+        agent_kept=False,
     )
     what = f"resume number {new.retry_count}" if counts else "resume (not a retry)"
     return Decision(
@@ -111,12 +112,18 @@ def waiting(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisi
             next_check=bounded(state.resume_at - now, state, now, policy),
             reason=f"waiting; resuming in {state.resume_at - now:.1f} s",
         )
-    return resume(state, now, policy, stop_first=False, by="the end of the wait", counts=False)
+    # A wait that kept its agent (a usage limit in the TUI) replaces it with the resume.
+    by = "the end of the wait"
+    return resume(state, now, policy, stop_first=state.agent_kept, by=by, counts=False)
 
 
-def wait_limit(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decision:
+def wait_limit(
+    state: TaskState, signals: Signals, policy: MonitorPolicy, keep: bool = False
+) -> Decision:
     """A usage or rate limit: stop the agent and resume at the reset time (or after a
-    backoff when none was given). Never counts against ``max_retries``."""
+    backoff when none was given). Never counts against ``max_retries``. ``keep``: the
+    agent is left running (an interactive CLI that may continue by itself at the reset,
+    :func:`supervisor.policy.turns.keeps_agent`); the end of the wait stops it."""
     now = signals.now
     if signals.limit_resume_at is not None and signals.limit_resume_at > now:
         resume_at, how = signals.limit_resume_at, "at the reset time"
@@ -130,10 +137,11 @@ def wait_limit(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Dec
         limit_waits=state.limit_waits + 1,
         stale_since=None,
         gone_since=None,
+        agent_kept=keep,
     )
     return Decision(
         state=new,
-        actions=(Action.STOP_AGENT, Action.NOTIFY),
+        actions=(Action.NOTIFY,) if keep else (Action.STOP_AGENT, Action.NOTIFY),
         events=("waiting",),
         next_check=bounded(resume_at - now, new, now, policy),
         reason=f"{signals.limit_reason or 'usage limit'}; resuming {how}",
@@ -152,10 +160,18 @@ def same_wait(state: TaskState, now: float, policy: MonitorPolicy) -> bool:
     return waited and now - launched < policy.max_interval
 
 
-def wait_transient(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decision:
+def wait_transient(
+    state: TaskState,
+    signals: Signals,
+    policy: MonitorPolicy,
+    stop: bool = False,
+    why: str | None = None,
+) -> Decision:
     """The run ended on a transient API or network failure after the agent's own retries:
     wait a backoff (``min(base * 2**n, max)`` over the transient waits so far), then resume
-    the same session. Never counts against ``max_retries``; the deadline still applies."""
+    the same session. Never counts against ``max_retries``; the deadline still applies.
+    ``stop``: the agent outlives its failed turn (an interactive TUI at its prompt) and is
+    stopped first; ``why``: what told us, for the reason line (default: the exit code)."""
     now = signals.now
     wait = backoff(state.transient_waits, policy)
     new = dataclasses.replace(
@@ -166,13 +182,13 @@ def wait_transient(state: TaskState, signals: Signals, policy: MonitorPolicy) ->
         stale_since=None,
         gone_since=None,
     )
+    what = why or f"transient API or network failure (exit {signals.exit_code})"
     return Decision(
         state=new,
-        actions=(Action.NOTIFY,),
+        actions=(Action.STOP_AGENT, Action.NOTIFY) if stop else (Action.NOTIFY,),
         events=("waiting",),
         next_check=bounded(wait, new, now, policy),
-        reason=f"transient API or network failure (exit {signals.exit_code}); resuming the "
-        f"same session after a {wait:g} s backoff",
+        reason=f"{what}; resuming the same session after a {wait:g} s backoff",
         quiet=("waiting",) if same_wait(state, now, policy) else (),
     )
 

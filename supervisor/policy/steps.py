@@ -40,6 +40,7 @@ from supervisor.policy.outcomes import (
     wait_transient,
     waiting,
 )
+from supervisor.policy.turns import continued, failed_turn, keeps_agent, on_failed_turn
 
 Step = Callable[[TaskState, Signals, MonitorPolicy], Decision | None]
 
@@ -91,7 +92,7 @@ def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisi
     if state.status == "verifying":
         return verifying(state, signals, policy)
     if state.status == "waiting":
-        return waiting(state, signals, policy)
+        return continued(state, signals, policy) or waiting(state, signals, policy)
     steps: tuple[Step, ...] = (_layer_done, _operator, _recovering, _agent_facts, _liveness)
     for step in steps:
         decision = step(state, signals, policy)
@@ -137,11 +138,16 @@ def _layer_done(state: TaskState, signals: Signals, policy: MonitorPolicy) -> De
     done-file is the agent's answer to that stop (the real CLI exits 143 on SIGTERM),
     whatever its code: the recorded intent (resume) wins."""
     code = signals.exit_code if signals.exit_code is not None else -1
-    limited_end = code != 0 and signals.limit and state.status == "running"
+    # A turn that failed in the TUI ended the run even when /exit then exits 0 (issue 21).
+    turn_failed = failed_turn(signals) or (signals.turn_failure is not None and signals.limit)
+    limited_end = (code != 0 or turn_failed) and signals.limit and state.status == "running"
     if not signals.done or state.status == "hung" or limited_end:
         return None
     if _ended_on_transient(state, signals):
         return None
+    if turn_failed and state.status == "running":
+        # transient: a wait (_agent_facts); permanent: failed with its reason, now
+        return None if signals.failure == TRANSIENT else on_failed_turn(state, signals, policy)
     if code == 0 and signals.has_acceptance:
         new = dataclasses.replace(
             state, status="verifying", exit_code=0, stale_since=None, gone_since=None,
@@ -209,9 +215,12 @@ def _agent_facts(state: TaskState, signals: Signals, policy: MonitorPolicy) -> D
     run, an escalation (a permission request, the circuit breaker), an ended turn."""
     now = signals.now
     if state.status == "running" and signals.limit:
-        return wait_limit(state, signals, policy)
+        return wait_limit(state, signals, policy, keep=keeps_agent(signals))
     if _ended_on_transient(state, signals) and signals.done:
         return wait_transient(state, signals, policy)
+    failed = on_failed_turn(state, signals, policy)
+    if failed is not None:
+        return failed
     if state.status == "running" and signals.escalate:
         new = dataclasses.replace(
             state, status="escalated", escalation=signals.escalate,

@@ -21,6 +21,7 @@ from supervisor.policy.model import (
     first_check,
     with_notify,
 )
+from supervisor.policy.turns import CONTINUED
 from supervisor.taskdir import NOTIFIED, Manifest, parse_iso
 
 #: Events that record why ``supervise`` stopped or left an agent before it acts on it.
@@ -110,8 +111,9 @@ def recovered_ending(
 
 def last_word(events: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The event log's last decision that the manifest may not show yet (the log is
-    written ahead): the last terminal event, intent (:data:`INTENTS`) or ``resumed``."""
-    wanted = {*TERMINAL, *INTENTS, "resumed"}
+    written ahead): the last terminal event, intent (:data:`INTENTS`), ``resumed`` or
+    ``continued`` (the agent went on by itself during a wait)."""
+    wanted = {*TERMINAL, *INTENTS, "resumed", CONTINUED}
     return next((e for e in reversed(events) if e.get("event") in wanted), None)
 
 
@@ -137,6 +139,7 @@ def adopted(
     - ``retry_count`` is the larger of the manifest's and the ``resumed`` events' count,
       so a crash between the event and the manifest write neither loses nor invents one.
     - a last ``resumed`` event: ``running`` since that event, no backoff left.
+    - a last ``continued`` event: ``running`` in the same run (no second continue).
     - a last intent (crashed, hung, waiting) the manifest does not show: that status,
       resuming without more backoff (the agent's exit since answers our stop).
     """
@@ -150,6 +153,8 @@ def adopted(
     last = last_word(events)
     if last is not None and last["event"] == "resumed":  # died after deciding to resume
         status, launched_at, resume_at = "running", parse_iso(last["ts"]), None
+    elif last is not None and last["event"] == CONTINUED:  # the same run goes on
+        status, resume_at = "running", None
     elif last is not None and last["event"] in INTENTS and status != last["event"]:
         status, resume_at = last["event"], None
     resumes = sum(1 for e in events if e.get("event") == "resumed")

@@ -45,8 +45,9 @@ from supervisor.agents import (
     LaunchPart,
     ScreenCapture,
 )
-from supervisor.agents.claude import failures, hooks, limits, permissions, screen
+from supervisor.agents.claude import failures, hooks, limits, permissions, screen, turns
 from supervisor.agents.claude.stream import StreamState
+from supervisor.audit import By
 from supervisor.config import AgentSpec
 from supervisor.taskdir import Manifest, utc_iso
 
@@ -115,6 +116,8 @@ class ClaudeAdapter(AgentAdapter):
         self.proposals: list[permissions.Proposal] = []
         #: The latest Notification hook (interactive: waiting for input, idle, ...).
         self.notification: dict[str, Any] | None = None
+        #: A turn that failed with the agent alive, and evidence of work (issue 21).
+        self.turn = turns.TurnWatch()
 
     def restore(self, manifest: Manifest) -> None:
         """Pick up the counters and the pending escalation after a restart (the manifest's
@@ -156,6 +159,7 @@ class ClaudeAdapter(AgentAdapter):
         self.screen_pending = None
         self.exit_sent_at = None
         self.proposals = []
+        self.turn.new_run()
 
     # ------------------------------------------------------------------ observe
     def observe(self, now: float, status: str, screen: ScreenCapture | None) -> AgentView:
@@ -169,6 +173,7 @@ class ClaudeAdapter(AgentAdapter):
             screen: captures the pane; ``None`` when the agent is not alive.
         """
         self.proposals = []
+        self.turn.begin_check()
         escalate, pause = self._read_hooks(now, status)
         self._read_stream(now)
         mtime = None
@@ -196,6 +201,8 @@ class ClaudeAdapter(AgentAdapter):
             requests=len(self.proposals),
             # the stream's result lines are the only cost record (headless runs)
             spent_usd=self.stream.total_cost_usd if self.agent.mode == "headless" else None,
+            turn_failure=self.turn.failure,
+            agent_working=self.turn.working,
         )
 
     def _read_hooks(self, now: float, status: str) -> tuple[str | None, bool]:
@@ -207,6 +214,8 @@ class ClaudeAdapter(AgentAdapter):
             data = signal.data
             if isinstance(data.get("transcript_path"), str):
                 self.transcript_path = data["transcript_path"]
+            if self.turn.saw(signal.event):  # it went on by itself after a failed turn
+                self.limit, self.failure = None, None
             if signal.event == "PermissionRequest":
                 if self.pending_answer is not None or escalate:
                     continue  # one escalation at a time; the rest wait their turn
@@ -218,7 +227,9 @@ class ClaudeAdapter(AgentAdapter):
             self._record(signal)
             if signal.event == "PostToolUse":
                 self.denials = 0
-            elif signal.event == "PostToolUseFailure":
+            elif signal.event in turns.BREAKER_EVENTS:
+                if signal.event == turns.PERMISSION_DENIED:
+                    turns.record_denial(self.task, data, signal.at)
                 self.denials += 1
                 if (
                     self.denials >= policy.max_denials
@@ -247,6 +258,7 @@ class ClaudeAdapter(AgentAdapter):
                     self._set_limit(detail or error, now, f"StopFailure hook: {error}")
                 else:
                     self.failure = failures.classify_hook_error(error, detail)
+                self.turn.failed(error)  # the TUI idles at its prompt: the run is over
         return escalate, pause
 
     def _record(self, signal: hooks.HookSignal) -> None:
@@ -329,14 +341,15 @@ class ClaudeAdapter(AgentAdapter):
         self.exit_sent_at = now
         return [Keys(("/exit",), literal=True), Keys(("Enter",))]
 
-    def answer(self, approve: bool) -> None:
-        """Answer the request a human was asked about (``supervise approve|deny``); resets
-        the circuit breaker's count."""
+    def answer(self, approve: bool, by: str) -> None:
+        """Answer the request a human was asked about (``supervise approve|deny``, or the
+        task's ending: ``by`` names who ruled, :class:`supervisor.audit.By`); resets the
+        circuit breaker's count."""
         self.denials = 0
         prompt, self.screen_pending = self.screen_pending, None
         permissions.answer_pending(
             self.task, approve, self.pending_answer, self.escalation, prompt,
-            self.context.send_keys,
+            self.context.send_keys, By(by),
         )  # fmt: skip
         self.pending_answer = None
         self.escalation = None

@@ -26,7 +26,9 @@ from supervisor.taskdir import atomic_write
 #: blocks until the engine rules; the others only record and wake the engine.
 HOOK_EVENTS: tuple[str, ...] = (
     "SessionStart",
+    "UserPromptSubmit",
     "PermissionRequest",
+    "PermissionDenied",
     "PostToolUse",
     "PostToolUseFailure",
     "Notification",
@@ -35,7 +37,9 @@ HOOK_EVENTS: tuple[str, ...] = (
     "SessionEnd",
 )
 #: Hook events that take a ``matcher`` (tool events).
-_TOOL_EVENTS = frozenset({"PermissionRequest", "PostToolUse", "PostToolUseFailure"})
+_TOOL_EVENTS = frozenset(
+    {"PermissionRequest", "PermissionDenied", "PostToolUse", "PostToolUseFailure"}
+)
 SETTINGS = "claude-settings.json"
 STREAM = "stream.jsonl"
 #: Seconds a non-blocking hook may take before Claude Code gives up on it.

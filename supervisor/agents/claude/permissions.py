@@ -24,10 +24,17 @@ from typing import Any
 from supervisor import approval
 from supervisor.agents import Keys
 from supervisor.agents.claude import hooks, screen
+from supervisor.audit import By
 from supervisor.taskdir import TaskDir, utc_iso
 
 #: The audit subject kept per request, in characters.
 SUBJECT_CHARS = 500
+#: What the agent is told when a waiting request is denied, by who denied it.
+_DENIED_BY: dict[str, str] = {
+    By.OPERATOR: "denied by the operator (supervise deny)",
+    By.DEADLINE: "denied: the task's deadline passed while this request waited",
+    By.STOP: "denied: the task was stopped (supervise stop) while this request waited",
+}
 
 
 @dataclass(frozen=True)
@@ -108,8 +115,9 @@ def perform(
         tool=proposal.tool,
         subject=proposal.subject[:SUBJECT_CHARS],
         decision=ruling.action,
-        by=ruling.by,
+        by=ruling.who,
         rule=ruling.rule,
+        detail=ruling.by,
         **extra,
     )
     if ruling.action == "escalate":
@@ -140,10 +148,12 @@ def answer_pending(
     escalation: dict[str, Any] | None,
     prompt: screen.PermissionPrompt | None,
     send_keys: Callable[[Keys], None],
+    by: By,
 ) -> None:
-    """Carry out an operator's answer (``supervise approve|deny``) to the escalated request:
-    the dialog's keys, or the hook's answer file (then archived), each with its
-    ``permission`` event (``by = "operator"``).
+    """Carry out an answer to the escalated request: the dialog's keys, or the hook's
+    answer file (then archived), each with its ``permission`` event naming ``by``, who
+    ruled (:class:`supervisor.audit.By`): ``operator`` for ``supervise approve|deny``, the
+    cause of the ending when an escalated task ended with the request waiting.
 
     Raises:
         OSError: the answer or the event cannot be written.
@@ -154,15 +164,15 @@ def answer_pending(
         send_keys(Keys(tuple(prompt.approve_keys() if approve else prompt.deny_keys())))
         task.append_event(
             "permission", tool=prompt.tool, subject=prompt.detail[:SUBJECT_CHARS],
-            decision=action, by="operator", rule=None, source="screen",
+            decision=action, by=by, rule=None, source="screen",
         )  # fmt: skip
     if answer_path is not None:
-        message = None if approve else "denied by the operator (supervise deny)"
+        message = None if approve else _DENIED_BY.get(by, f"denied by supervise ({by})")
         signal = hooks.HookSignal(answer_path.with_suffix(".json"), "", 0.0, {})
         hooks.answer(signal, approval.hook_answer(action, message))
         hooks.archive(signal)
         task.append_event(
             "permission", tool=(escalation or {}).get("tool"),
-            subject=(escalation or {}).get("subject"), decision=action, by="operator",
+            subject=(escalation or {}).get("subject"), decision=action, by=by,
             rule=None,
         )  # fmt: skip
