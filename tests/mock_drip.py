@@ -18,7 +18,6 @@ screens/README.md, "Evidence of work") and by the interactive liveness tests.
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import threading
@@ -117,34 +116,33 @@ class DripMock(MockAnthropic):
 
 class _DripHandler(_Handler):
     server_mock: DripMock
+    _cached: tuple[Any] | None = None
+    """The body read ahead by :meth:`_handle`, handed to the base handler's next read."""
+
+    def _read_body(self) -> Any:
+        if self._cached is not None:
+            (body,), self._cached = self._cached, None
+            return body
+        return super()._read_body()
 
     def _handle(self) -> None:
         route = self.path.split("?", 1)[0]
         if self.command != "POST" or route != "/v1/messages":
             super()._handle()
             return
-        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
+        body = self._read_body()
         mock = self.server_mock
-        if isinstance(body, dict) and scripts_failures(body):
-            self._replay(raw)  # failures are the base mock's: no drip in such a session
-            return
-        reply = mock.reply_for(body) if isinstance(body, dict) else None
+        reply = None
+        if isinstance(body, dict) and not scripts_failures(body):
+            reply = mock.reply_for(body)  # failures are the base mock's: never dripped
         session = self.headers.get("x-claude-code-session-id")
         seconds = mock.drip_for(body, reply, session) if reply is not None else 0.0
-        if seconds <= 0:
-            self._replay(raw)
+        if reply is None or seconds <= 0:
+            self._cached = (body,)
+            super()._handle()
             return
         self._record_drip(body, reply)
         self._send_dripped(body, reply, seconds)
-
-    def _replay(self, raw: bytes) -> None:
-        """Hand the already-read body to the base handler."""
-        self.rfile = io.BufferedReader(io.BytesIO(raw))  # type: ignore[assignment]
-        super()._handle()
 
     def _record_drip(self, body: dict[str, Any], reply: Reply) -> None:
         recorded = RecordedRequest(
