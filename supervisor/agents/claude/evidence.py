@@ -21,7 +21,7 @@ API response · will retry in 3m 59s`` with no counter at all. So a stall stays 
 
 All of it measured with CLI 2.1.328 in tmux against the mock API (``tests/mock_anthropic.py``
 and ``tests/mock_drip.py``), captured every 3 s; the fixtures and the measurement are in
-``tests/fixtures/claude/screens/README.md`` ("Evidence of work") and docs/claude-hooks.md.
+``tests/fixtures/claude/screens/README.md`` ("Evidence of work") and docs/claude-screen.md.
 
 A tool's timer counts only up to ``tool_limit`` seconds: a tool that hangs must not keep a
 session alive for ever (Claude Code bounds its own Bash tool at 10 minutes at most; other
