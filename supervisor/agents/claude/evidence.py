@@ -33,7 +33,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from supervisor.agents.claude.screen import SPINNER_GLYPHS, screen_hash, strip_ansi
+from supervisor.agents.claude.screen import (
+    _DURATION,
+    _TOKENS_RE,
+    SPINNER_GLYPHS,
+    screen_hash,
+    strip_ansi,
+)
 
 __all__ = [
     "TOOL_SCREEN_LIMIT",
@@ -51,13 +57,11 @@ no evidence, and staleness judges the session as before."""
 
 _UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 _PART_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|[hms])")
-_DURATION = r"\d+(?:\.\d+)?(?:ms|[hms])(?: \d+(?:\.\d+)?[ms])*"
-"""``16s``, ``1m 5s``, ``1h 2m 3s``, ``250ms``: how the CLI prints elapsed times."""
 
 _STATUS_RE = re.compile("^[" + re.escape(SPINNER_GLYPHS) + r"] \S")
 """The status line: a spinner glyph in column 0 (:data:`.screen.SPINNER_GLYPHS`)."""
-_TOKENS_RE = re.compile(r"[↓↑] ?(\d[\d,]*(?:\.\d+)?)([kKmM]?) tokens\b")
-"""``↓ 974 tokens``, ``↓ 1.1k tokens``: the status line's counter of streamed tokens."""
+_COUNT_RE = re.compile(r"(\d[\d,]*(?:\.\d+)?)([kKmM]?)")
+"""The number in a token counter (:data:`.screen._TOKENS_RE`): ``974``, ``1.1k``, ``12,345``."""
 _TOOL_TIMER_RE = re.compile(rf"(?: · ({_DURATION})| \(({_DURATION})\))$")
 """A running tool's timer ending a line that is not the status line: ``· 16s`` on the
 description line, ``(16s)`` on the ``⎿  $ command`` line."""
@@ -111,8 +115,9 @@ def evidence_of(text: str) -> Evidence:
     status = max((i for i, line in enumerate(lines) if _STATUS_RE.match(line)), default=None)
     tokens = None
     if status is not None:
-        match = _TOKENS_RE.search(lines[status])
-        tokens = _tokens(match.group(1), match.group(2)) if match else None
+        found = _TOKENS_RE.search(lines[status])
+        count = _COUNT_RE.search(found.group(0)) if found else None
+        tokens = _tokens(count.group(1), count.group(2)) if count else None
     tools: list[float] = []
     for line in lines[:status]:
         if _STATUS_RE.match(line) or not _TOOL_LINE_RE.match(line):
