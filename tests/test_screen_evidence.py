@@ -224,3 +224,18 @@ def test_seconds_of() -> None:
     assert seconds_of("1m 5s") == 65.0
     with pytest.raises(ValueError, match="not a duration"):
         seconds_of("soon")
+
+
+def test_hostile_captures_read_as_text() -> None:
+    """Attack: escapes inside the counter, bidi and C1 controls, a 200 KB line and 100,000
+    look-alike tool lines read without error; escapes hide no evidence and fake none."""
+    stall = screen("evidence_stall_a")
+    old = "* Whirlpooling… (17s · ↓ 6 tokens)"
+    coloured = stall.replace(old, "* Whirlpooling… (17s · \x1b[2m↓ \x1b[1m1.5k\x1b[22m tokens)")
+    assert evidence_of(coloured).tokens == 1500
+    bidi = stall.replace(old, "* Whirl\u202epooling… (17s · ↓ 6 tokens)\x85")
+    assert evidence_of(bidi).tokens == 6
+    huge = "  " + "x · 1s " * 30_000 + "· 5s\n" + "  a · 1s\n" * 100_000
+    found = evidence_of(huge)
+    assert found.tokens is None and found.tools[0] == 5.0 and len(found.tools) == 100_001
+    assert not advanced(found, found)
