@@ -46,6 +46,7 @@ from supervisor.agents import (
     ScreenCapture,
 )
 from supervisor.agents.claude import failures, hooks, limits, permissions, screen, turns
+from supervisor.agents.claude.evidence import ScreenProgress
 from supervisor.agents.claude.stream import StreamState
 from supervisor.audit import By
 from supervisor.config import AgentSpec
@@ -107,8 +108,8 @@ class ClaudeAdapter(AgentAdapter):
         #: The class of the current run's error ending (:mod:`supervisor.failures`).
         self.failure: str | None = None
         self.limit: tuple[float | None, str] | None = None
-        self.screen_hash: str | None = None
-        self.screen_changed_at: float | None = None
+        #: When the TUI last showed progress (:mod:`.evidence`).
+        self.screen_progress = ScreenProgress()
         self.prompt_seen: tuple[str | None, str, str] | None = None
         self.screen_pending: screen.PermissionPrompt | None = None
         self.exit_sent_at: float | None = None
@@ -153,8 +154,7 @@ class ClaudeAdapter(AgentAdapter):
         self.turn_ended = False
         self.limit = None
         self.failure = None
-        self.screen_hash = None
-        self.screen_changed_at = None
+        self.screen_progress = ScreenProgress()
         self.prompt_seen = None
         self.screen_pending = None
         self.exit_sent_at = None
@@ -424,13 +424,11 @@ class ClaudeAdapter(AgentAdapter):
 
     # ------------------------------------------------------------------ staleness
     def screen_changed(self, text: str, now: float) -> float:
-        """Feed a capture of the pane; returns when its normalized content last changed
-        (epoch s). Spinner glyphs and timers do not count as change
-        (:func:`.screen.normalize`)."""
-        digest = screen.screen_hash(text)
-        if digest != self.screen_hash or self.screen_changed_at is None:
-            self.screen_hash, self.screen_changed_at = digest, now
-        return self.screen_changed_at
+        """Feed a capture of the pane; returns when it last showed progress (epoch s): its
+        normalized content changed (a turning spinner and the status line's timer do not
+        count, :func:`.screen.normalize`), or the token counter grew or a running tool's
+        timer advanced (:mod:`.evidence`)."""
+        return self.screen_progress.feed(text, now)
 
     def transcript_mtime(self) -> float | None:
         """mtime of the session transcript (from the hooks' ``transcript_path``)."""
