@@ -73,7 +73,8 @@ class AgentView:
     ``None`` keeps the output.log mtime. ``requests``: permission requests the agent waits
     on, each with a proposed ruling that :meth:`AgentAdapter.rule` carries out when the
     policy says so. ``spent_usd``: the task's spend so far (USD, all runs), ``None`` when
-    the agent does not report one."""
+    the agent does not report one. ``tool_since``: when the oldest tool call in flight
+    started (epoch s), ``None`` when none runs; ``tool_name``: its tool."""
 
     escalate: str | None = None
     escalate_pause: bool = False
@@ -85,6 +86,8 @@ class AgentView:
     output_mtime: float | None = None
     requests: int = 0
     spent_usd: float | None = None
+    tool_since: float | None = None
+    tool_name: str | None = None
 
 
 #: Captures the task's pane (visible text); called only when the agent runs.
@@ -118,6 +121,10 @@ class AgentAdapter:
 
     #: The ``[agent] kind`` this adapter serves.
     kind: ClassVar[str] = ""
+    #: Seconds between the heartbeats the agent prints on its own while it works (Claude
+    #: Code's ``tool_progress``), ``None`` when it prints none: ``supervise validate`` warns
+    #: when ``stale_threshold + grace_period`` is shorter (:func:`heartbeat_of`).
+    heartbeat: ClassVar[float | None] = None
 
     def __init__(self, context: AgentContext) -> None:
         self.context = context
@@ -162,6 +169,16 @@ class AgentAdapter:
     def result_text(self) -> str | None:
         """The agent's final answer of the run, for the task summary, if it gave one."""
         return None
+
+
+def heartbeat_of(agent: AgentSpec) -> float | None:
+    """:attr:`AgentAdapter.heartbeat` of ``agent.kind`` in seconds, for headless runs only
+    (a TUI's timer is no output the monitor counts), else ``None``."""
+    if agent.mode != "headless":
+        return None
+    module = importlib.import_module(f"{__name__}.{agent.kind}")
+    heartbeat: float | None = module.Adapter.heartbeat
+    return heartbeat
 
 
 def adapter_for(

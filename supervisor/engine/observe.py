@@ -98,6 +98,8 @@ class Observer:
             failure=view.failure or seen.failure,
             requests=view.requests,
             spent_usd=view.spent_usd,
+            tool_since=view.tool_since,
+            tool_name=view.tool_name,
         )
 
     @staticmethod

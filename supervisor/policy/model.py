@@ -133,6 +133,10 @@ class Signals:
             Code's ``total_cost_usd`` summed over the task's runs); ``None``: not reported.
         superseded: the fleet's database gives this cluster task to a newer generation
             (or another host): this host's copy must stop and never resume (issue 15).
+        tool_since: when the agent's oldest tool call in flight started (epoch s; Claude
+            Code's ``PreToolUse`` without its ``PostToolUse``, or a stream ``tool_use``
+            without its ``tool_result``); ``None`` when no tool runs (issue 21).
+        tool_name: that call's tool (``Bash``, ...), for the log.
     """
 
     now: float
@@ -160,6 +164,8 @@ class Signals:
     requests: int = 0
     spent_usd: float | None = None
     superseded: bool = False
+    tool_since: float | None = None
+    tool_name: str | None = None
 
 
 @dataclass(frozen=True)

@@ -23,19 +23,23 @@ from typing import Any
 from supervisor.taskdir import atomic_write
 
 #: Hook events the adapter registers (Claude Code hooks reference). ``PermissionRequest``
-#: blocks until the engine rules; the others only record and wake the engine.
+#: blocks until the engine rules; the others only record and wake the engine (``PreToolUse``
+#: and ``PostToolUse``/``PostToolUseFailure``/``PostToolBatch`` bracket a tool in flight,
+#: :mod:`supervisor.agents.claude.tools`).
 HOOK_EVENTS: tuple[str, ...] = (
     "SessionStart",
+    "PreToolUse",
     "PermissionRequest",
     "PostToolUse",
     "PostToolUseFailure",
+    "PostToolBatch",
     "Notification",
     "Stop",
     "StopFailure",
     "SessionEnd",
 )
 #: Hook events that take a ``matcher`` (tool events).
-_TOOL_EVENTS = frozenset({"PermissionRequest", "PostToolUse", "PostToolUseFailure"})
+_TOOL_EVENTS = frozenset({"PreToolUse", "PermissionRequest", "PostToolUse", "PostToolUseFailure"})
 SETTINGS = "claude-settings.json"
 STREAM = "stream.jsonl"
 #: Seconds a non-blocking hook may take before Claude Code gives up on it.
