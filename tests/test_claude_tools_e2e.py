@@ -1,0 +1,122 @@
+"""Issue 21, Must show: a tool in flight is evidence of work, with the real Claude Code CLI
+(pinned 2.1.328) against the mock Messages API (tests/mock_anthropic.py).
+
+A Bash call runs longer than ``stale_threshold + grace_period`` while the agent prints
+nothing (interactive TUI: its elapsed timer does not count) or only a ``tool_progress``
+heartbeat every 30 s (``-p`` mode). ``PreToolUse`` without its ``PostToolUse`` keeps the
+task healthy: it ends ``completed``/PASS with ``retry_count`` 0 and no ``hung`` event.
+
+CLI 2.1.328 refuses a standalone ``sleep N`` ("Blocked: standalone sleep N. To wait for a
+condition, use Monitor ..."), so the commands sleep in Python. Its Bash tool stops a
+command after 2 minutes unless told otherwise: the 200 s case sets
+``BASH_DEFAULT_TIMEOUT_MS``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+from claude_support import REPO_ROOT, start_mock, stop_mock
+from test_claude_agent import Harness
+
+pytestmark = pytest.mark.e2e
+
+#: Stale 15 / grace 5: far below the CLI's 30 s heartbeat (Must show 2).
+LOW = {"stale_threshold": 15, "grace_period": 5}
+
+
+def _sleep(seconds: int) -> str:
+    """A Bash command that runs ``seconds`` and that a rule may approve (no chaining)."""
+    return f"python3 -c \"__import__('time').sleep({seconds})\""
+
+
+@pytest.fixture
+def harness(tmp_path: Path) -> Iterator[Callable[..., Harness]]:
+    made: list[tuple[Harness, Any]] = []
+
+    def make(**mock_args: Any) -> Harness:
+        mock = start_mock(**mock_args)
+        made.append((Harness(tmp_path, mock), mock))
+        return made[-1][0]
+
+    yield make
+    for h, mock in made:
+        h.close()
+        stop_mock(mock)
+
+
+def _run_long_tool(
+    h: Harness,
+    mode: str,
+    seconds: int,
+    monitor: dict[str, Any],
+    timeout: float,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    project = h.project()
+    h.write_profile(
+        agent={"mode": mode},
+        monitor=monitor,
+        approval={"rules": [{"tool": "Bash", "match": "^python3 -c", "action": "approve"}]},
+    )
+    if env:
+        profile = tomllib.loads(h.profile.read_text(encoding="utf-8"))
+        profile["agent"]["env"].update(env)
+        h.profile.write_text(tomli_w.dumps(profile), encoding="utf-8")
+    h.submit("slow", f"[[bash: {_sleep(seconds)}]] [[final: slow tool done]] run it", project)
+    h.start()
+    h.finish(timeout=timeout)
+    return h.manifests()["slow"]
+
+
+def _check(h: Harness, m: dict[str, Any], mode: str, seconds: int) -> list[str]:
+    """The Must show outcome; returns the task's event names."""
+    info = json.dumps(m, indent=1) + h.diagnostics()
+    events = h.events("slow")
+    kinds = [e["event"] for e in events]
+    assert (m["status"], m["verdict"], m["retry_count"]) == ("completed", "PASS", 0), info
+    assert "hung" not in kinds and "resumed" not in kinds, kinds
+    hooks = {e["hook_event_name"]: e for e in events if e["event"] == "hook"}
+    assert "PreToolUse" in hooks and "PostToolUse" in hooks, sorted(hooks)
+    ran = _epoch(hooks["PostToolUse"]["ts"]) - _epoch(hooks["PreToolUse"]["ts"])
+    assert ran >= seconds, ran
+    print(
+        f"\nslow: mode={mode} status={m['status']} verdict={m['verdict']} "
+        f"retry_count={m['retry_count']} tool={ran:.1f}s stale_events={kinds.count('stale')} "
+        f"hung_events={kinds.count('hung')}"
+    )
+    return kinds
+
+
+def _epoch(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+@pytest.mark.parametrize("mode", ["headless", "interactive"])
+def test_a_45_s_tool_with_stale_15_grace_5_completes_without_a_retry(harness, mode: str) -> None:
+    h = harness(final_text="slow tool done")
+    m = _run_long_tool(h, mode, 45, LOW, timeout=150)
+    _check(h, m, mode, 45)
+
+
+@pytest.mark.skipif(
+    os.environ.get("SUPERVISE_LONG_E2E") != "1",
+    reason="long real-CLI run; SUPERVISE_LONG_E2E=1 runs it",
+)
+def test_an_interactive_200_s_bash_completes_with_the_shipped_long_profile(harness) -> None:
+    """Must show 1a: the shipped ``profiles/long.toml`` monitor values (stale 90, grace 30,
+    base_interval 30) and an interactive Bash call of 200 s."""
+    shipped = tomllib.loads((REPO_ROOT / "profiles" / "long.toml").read_text(encoding="utf-8"))
+    monitor = {k: v for k, v in shipped["monitor"].items() if k not in ("notifier",)}
+    h = harness(final_text="slow tool done")
+    env = {"BASH_DEFAULT_TIMEOUT_MS": "300000"}  # the Bash tool's own 2 min default
+    m = _run_long_tool(h, "interactive", 200, monitor, timeout=420, env=env)
+    _check(h, m, "interactive", 200)
