@@ -5,6 +5,9 @@ with what the real CLI 2.1.328 sent (tests/fixtures/claude/tools/, .../headless/
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -189,9 +192,11 @@ def test_the_record_survives_a_restart_and_garbage_is_skipped() -> None:
     saved = json.loads(json.dumps(tools.report()))
     again = ToolsInFlight()
     again.restore([*saved, "junk", {"id": 5}, {"id": "toolu_3", "since": "soon"}, None])
-    assert again.oldest(T0 + 2) == (T0, "Bash")
+    # every call counts from the first check after the restart (another engine's clock)
+    assert again.oldest(T0 + 2) == (T0 + 2, "Bash")
     assert again.calls["toolu_2"].waiting is True
-    assert again.calls["toolu_3"].since == T0 + 2  # an unknown start counts from the check
+    assert again.calls["toolu_3"].since == T0 + 2
+    assert again.take_changed() is False  # restoring is no change to write
     again.restore({"not": "a list"})
 
 
@@ -300,7 +305,7 @@ def test_a_restarted_engine_keeps_the_tool_in_flight(tmp_path: Path) -> None:
     _hook(tmp_path, "PreToolUse", _bash("toolu_r", "ls -a")["pre"])
     assert _look(adapter, T0).tool_since == T0
     again = _adapter(tmp_path, claude=adapter.report()["claude"])
-    assert (_look(again, T0 + 30).tool_since, again.tools.oldest(T0 + 30)) == (T0, (T0, "Bash"))
+    assert _look(again, T0 + 30).tool_since == T0 + 30  # counted again from the restart
 
 
 def test_a_new_run_closes_what_the_last_one_left_open(tmp_path: Path) -> None:
@@ -323,6 +328,22 @@ def test_headless_without_hooks_reads_the_tool_from_the_stream(tmp_path: Path) -
     assert _look(adapter, T0 + 70).tool_since is None
 
 
+def test_every_change_of_the_open_calls_asks_for_a_manifest_write(tmp_path: Path) -> None:
+    """A quiet check skips the manifest write for up to a minute; a tool starting or
+    ending must not be lost that way (a SIGKILLed engine's successor reads it back)."""
+    adapter = _adapter(tmp_path)
+    assert adapter.unsaved() is False
+    call = _bash("toolu_w", "ls -a")
+    _hook(tmp_path, "PreToolUse", call["pre"])
+    _look(adapter, T0)
+    assert adapter.unsaved() is True and adapter.unsaved() is False
+    _look(adapter, T0 + 1)
+    assert adapter.unsaved() is False  # nothing changed
+    _hook(tmp_path, "PostToolUse", call["post"])
+    _look(adapter, T0 + 2)
+    assert adapter.unsaved() is True
+
+
 def test_the_settings_register_pre_tool_use_with_a_matcher_and_post_tool_batch(
     tmp_path: Path,
 ) -> None:
@@ -331,3 +352,57 @@ def test_the_settings_register_pre_tool_use_with_a_matcher_and_post_tool_batch(
     assert registered["PreToolUse"][0]["hooks"][0]["timeout"] == hooks.HOOK_TIMEOUT
     assert "PostToolBatch" in registered
     assert "PermissionRequest" not in registered["PreToolUse"][0]["hooks"][0]["command"]
+
+
+@pytest.mark.parametrize(
+    ("value", "env", "said"),
+    [
+        ("-1", None, "allowed: from 0 to 31536000 (got -1)"),
+        ("inf", None, "finite number (got inf)"),
+        ("nan", None, "finite number (got nan)"),
+        ("1e12", None, "at most 31536000 seconds (1 year)"),
+        ('"600"', None, "valid number (got '600')"),
+        ("true", None, "valid number (got True)"),
+        ("60", "inf", "env MONITOR_TOOL_BUDGET='inf': Input should be a finite number"),
+    ],
+)
+def test_a_tool_budget_out_of_range_is_one_line(
+    tmp_path: Path, value: str, env: str | None, said: str
+) -> None:
+    (tmp_path / "project").mkdir()
+    task = tmp_path / "t.toml"
+    task.write_text(
+        f'name = "q"\nprompt = "p"\nproject_dir = "project"\n[monitor]\ntool_budget = {value}\n',
+        encoding="utf-8",
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MONITOR_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "supervisor.cli", "validate", str(task)],
+        cwd=tmp_path,
+        env={**clean, **({"MONITOR_TOOL_BUDGET": env} if env else {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    [line] = done.stderr.splitlines()
+    assert str(task) in line and said in line
+    assert "tool_budget" in line or "TOOL_BUDGET" in line
+
+
+def test_a_restart_reads_the_stream_again_and_keeps_the_running_call(tmp_path: Path) -> None:
+    """Found by the SIGKILL test: a restarted adapter reads ``stream.jsonl`` from its start;
+    the run's ``supervise_launch`` marker closed the restored call and its ``tool_use``
+    line could not open it again (the id counted as closed), so a running tool was lost."""
+    stream = tmp_path / "task" / hooks.STREAM
+    lines = (TOOLS / "bash-long.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    first_tool = next(i for i, line in enumerate(lines) if '"tool_use"' in line)
+    adapter = _adapter(tmp_path)
+    stream.write_text('{"type": "supervise_launch"}\n' + "".join(lines[: first_tool + 3]))
+    assert _look(adapter, T0).tool_name == "Bash"
+    again = _adapter(tmp_path, claude=adapter.report()["claude"])
+    assert (_look(again, T0 + 20).tool_since, again.tools.oldest(T0 + 20)) == (
+        T0 + 20,
+        (T0 + 20, "Bash"),
+    )

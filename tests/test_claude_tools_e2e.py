@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import tomllib
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -120,3 +121,39 @@ def test_an_interactive_200_s_bash_completes_with_the_shipped_long_profile(harne
     env = {"BASH_DEFAULT_TIMEOUT_MS": "300000"}  # the Bash tool's own 2 min default
     m = _run_long_tool(h, "interactive", 200, monitor, timeout=420, env=env)
     _check(h, m, "interactive", 200)
+
+
+def test_an_engine_killed_while_a_tool_runs_keeps_it_in_flight_after_restart(harness) -> None:
+    """Attack (SIGKILL halfway): the engine dies seconds into a 45 s tool that needed no
+    permission (``bypassPermissions``: no ruling, so nothing else made the check write the
+    manifest), after a short tool before it. The manifest it left names the running call,
+    not the finished one (a quiet check used to skip the write for up to 60 s), and the
+    restarted engine completes the task with ``retry_count`` 0 under stale 15 / grace 5."""
+    h = harness(final_text="slow tool done")
+    project = h.project()
+    h.write_profile(agent={"permission_mode": "bypassPermissions"}, monitor=LOW)
+    prompt = f"[[bash: {_sleep(2)}]] [[bash: {_sleep(45)}]] [[final: slow tool done]] go"
+    h.submit("slow", prompt, project)
+    h.start()
+
+    def second_started() -> str | None:
+        if "slow" not in h.manifests():
+            return None
+        pre = [e for e in h.events("slow") if e.get("hook_event_name") == "PreToolUse"]
+        return json.loads(pre[1]["tool_input"])["command"] if len(pre) > 1 else None
+
+    assert "sleep(45)" in h.wait_for("the second tool to start", second_started, timeout=60)
+    time.sleep(3.0)  # past the check the hook woke
+    assert h.proc is not None
+    h.proc.kill()  # SIGKILL: no clean stop, nothing flushed
+    h.proc.wait(timeout=30)
+    m = h.manifests()["slow"]
+    recorded = m["claude"]["tools_in_flight"]
+    archived = sorted((Path(m["tmpdir"]) / "hooks").glob("hook-*-PreToolUse.json"))
+    running = json.loads(archived[-1].read_text(encoding="utf-8"))["tool_use_id"]
+    assert [call["id"] for call in recorded] == [running], (recorded, running)
+    post = [e for e in h.events("slow") if e.get("hook_event_name") == "PostToolUse"]
+    assert len(post) == 1, post  # the first call ended, the second runs
+    h.start()
+    h.finish(timeout=150)
+    _check(h, h.manifests()["slow"], "headless", 45)

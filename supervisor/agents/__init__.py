@@ -24,7 +24,8 @@ Hooks, in the order the engine calls them:
   (``supervise approve|deny``; a paused agent continued; an escalated task ending).
 * :meth:`AgentAdapter.end_turn`: the keys that end an interactive session whose turn ended.
 * :meth:`AgentAdapter.report` / :meth:`AgentAdapter.result_text`: the adapter's manifest
-  fields, and the agent's final answer for the task summary.
+  fields, and the agent's final answer for the task summary; :meth:`AgentAdapter.unsaved`:
+  whether the check must write them now.
 """
 
 from __future__ import annotations
@@ -157,6 +158,12 @@ class AgentAdapter:
 
     def answer(self, approve: bool) -> None:
         """Carry out the operator's ruling on the pending escalation, if any."""
+
+    def unsaved(self) -> bool:
+        """Whether a fact of :meth:`report` that a restarted engine needs (Claude Code's
+        tool calls in flight) changed since the last call: the check then writes the
+        manifest even when nothing else changed. Clears the mark."""
+        return False
 
     def end_turn(self, now: float) -> list[Keys]:
         """The keys that end an interactive session whose turn ended (``[]``: none now)."""

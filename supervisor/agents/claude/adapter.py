@@ -457,6 +457,10 @@ class ClaudeAdapter(AgentAdapter):
         facts["tools_in_flight"] = self.tools.report()
         return {"claude": facts, "denials": self.denials, "escalation": self.escalation}
 
+    def unsaved(self) -> bool:
+        """The tool calls in flight changed since the last call (:mod:`.tools`)."""
+        return self.tools.take_changed()
+
     def result_text(self) -> str | None:
         """The ``result`` of the run's last stream-json ``result`` line."""
         return self.stream.result

@@ -24,8 +24,10 @@ Measured with CLI 2.1.328 (tests/fixtures/claude/tools/, tests/fixtures/claude/h
   "parent_tool_use_id": ID, "elapsed_time_seconds": N, "heartbeat": true}`` every
   :data:`HEARTBEAT` seconds and nothing else.
 
-A closed id is remembered (the latest :data:`MAX_CLOSED`), so a stream line read after the
-call's ``PostToolUse`` never opens it again.
+A call closed by its own result is remembered (the latest :data:`MAX_CLOSED`), so a stream
+line read after the call's ``PostToolUse`` never opens it again. Every change of the open calls sets
+:attr:`ToolsInFlight.changed`, so the check writes the manifest (a restarted engine reads
+the calls back from it, :meth:`ToolsInFlight.restore`).
 """
 
 from __future__ import annotations
@@ -74,6 +76,13 @@ class ToolsInFlight:
     def __init__(self) -> None:
         self.calls: OrderedDict[str, ToolCall] = OrderedDict()
         self.closed: OrderedDict[str, None] = OrderedDict()
+        #: The open calls changed since :meth:`take_changed` was last called.
+        self.changed = False
+
+    def take_changed(self) -> bool:
+        """Whether the open calls changed since the last call (then clears it)."""
+        changed, self.changed = self.changed, False
+        return changed
 
     # ---------------------------------------------------------------- opening, closing
     def open(self, key: Any, name: Any, tool_input: Any, now: float) -> None:
@@ -86,21 +95,27 @@ class ToolsInFlight:
             return
         label = name[:MAX_ID] if isinstance(name, str) else "?"
         self.calls[key] = ToolCall(label, now, subject=_subject(tool_input))
+        self.changed = True
 
     def close(self, key: Any) -> None:
         """The call ``key`` ended (its result, a denial); unknown keys are remembered too."""
         if not _is_key(key):
             return
-        self.calls.pop(key, None)
+        if self.calls.pop(key, None) is not None:
+            self.changed = True
         self.closed[key] = None
         self.closed.move_to_end(key)
         while len(self.closed) > MAX_CLOSED:
             self.closed.popitem(last=False)
 
     def close_all(self) -> None:
-        """The run's turn or the run itself ended: no call is in flight any more."""
-        for key in list(self.calls):
-            self.close(key)
+        """The run's turn or the run itself ended: no call is in flight any more. The ids
+        are not remembered as closed: a restarted engine reads ``stream.jsonl`` again from
+        its start, and the ``tool_use`` line after the run's ``supervise_launch`` marker
+        must open the call that still runs."""
+        if self.calls:
+            self.calls.clear()
+            self.changed = True
 
     # ---------------------------------------------------------------- permission
     def asked(self, name: Any, tool_input: Any) -> None:
@@ -113,7 +128,7 @@ class ToolsInFlight:
             return  # the same request read again (it was not ruled on at the last check)
         call = self._latest(name, tool_input, waiting=False)
         if call is not None:
-            call.waiting, call.since = True, None
+            call.waiting, call.since, self.changed = True, None, True
 
     def ruled(self, approved: bool, name: Any = None, tool_input: Any = None) -> None:
         """A ruling on a waiting call (the oldest waiting one of ``name``, or of any tool
@@ -124,6 +139,7 @@ class ToolsInFlight:
             return
         if approved:
             call.waiting = False  # since stays None: stamped by the next oldest()
+            self.changed = True
             return
         for key, value in list(self.calls.items()):
             if value is call:
@@ -186,17 +202,19 @@ class ToolsInFlight:
         ]
 
     def restore(self, saved: Any) -> None:
-        """Take back :meth:`report`'s list; malformed entries are skipped."""
+        """Take back :meth:`report`'s list (malformed entries are skipped). Each call
+        counts from the first check after the restart: its recorded start is on the
+        previous engine's clock, which a wall-clock step while no engine ran may have
+        moved by hours (the budget would run out at once, or never)."""
         for item in saved if isinstance(saved, list) else []:
             if not isinstance(item, dict) or not _is_key(item.get("id")):
                 continue
-            since = item.get("since")
-            ok = isinstance(since, int | float) and not isinstance(since, bool)
             self.open(item["id"], item.get("name"), None, 0.0)
             call = self.calls.get(item["id"])
             if call is not None:
-                call.since = float(since) if ok else None
+                call.since = None
                 call.waiting = item.get("waiting") is True
+        self.changed = False
 
     def _latest(
         self, name: Any, tool_input: Any, waiting: bool, oldest: bool = False
