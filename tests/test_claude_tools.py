@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import FAKE_AGENT
 
 from supervisor.agents import AgentView, adapter_for
 from supervisor.agents.claude import hooks
@@ -406,3 +407,37 @@ def test_a_restart_reads_the_stream_again_and_keeps_the_running_call(tmp_path: P
         T0 + 20,
         (T0 + 20, "Bash"),
     )
+
+
+# ---------------------------------------------------------------------------- live, fake agent
+
+
+@pytest.mark.parametrize(("budget", "retries"), [(None, 0), (0, 1)])
+def test_a_live_headless_run_without_hooks_is_kept_healthy_by_its_tool(
+    setup, tmp_path: Path, budget: int | None, retries: int
+) -> None:
+    """The engine, tmux and a fake Claude Code (tests/fake_agent.py ``--claude``) that runs
+    one tool for 9 s printing only a heartbeat every 4 s, with ``hooks = false``, stale 2 /
+    grace 1: the stream's ``tool_use`` without its ``tool_result`` keeps the run healthy
+    (``completed``, no retry). With ``tool_budget = 0`` the same run is hung and resumed."""
+    fake = tmp_path / "claude"
+    fake.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_AGENT}" --claude "$@"\n')
+    fake.chmod(0o755)
+    agent = {"kind": "claude", "binary": str(fake), "hooks": False}
+    agent["permission_mode"] = "bypassPermissions"  # headless without hooks must not ask
+    setup.write_profile(
+        extra={"agent": agent},
+        base_interval=0.5,
+        stale_threshold=2,
+        grace_period=1,
+        **({} if budget is None else {"tool_budget": budget}),
+    )
+    setup.drop("tool.toml", setup.task("tool", "stream_tool: Bash 9\nheartbeat: 4\n"))
+    done = setup.run(timeout=90)
+    assert done.returncode == 0, done.stdout + done.stderr
+    m = setup.manifests()["tool"]
+    kinds = [e["event"] for e in setup.events(m["task_id"])]
+    assert (m["status"], m["verdict"], m["retry_count"]) == ("completed", "PASS", retries), kinds
+    assert ("hung" in kinds) is (retries == 1), kinds
+    assert m["claude"]["tools_in_flight"] == []
+    assert m["claude"]["result"] == ("done" if retries == 0 else None)  # the resume: no tool
