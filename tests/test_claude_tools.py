@@ -153,6 +153,14 @@ def test_the_end_of_a_run_in_the_stream_closes_every_call(kind: str) -> None:
     assert tools.oldest(T0 + 1) is None
 
 
+def test_the_same_call_reported_twice_is_one_call() -> None:
+    """PreToolUse and the stream's tool_use name the same call; a hook file read twice."""
+    tools = ToolsInFlight()
+    tools.open("toolu_1", "Bash", None, T0)
+    tools.open("toolu_1", "Bash", None, T0 + 5)
+    assert len(tools.calls) == 1 and tools.oldest(T0 + 6) == (T0, "Bash")
+
+
 def test_the_oldest_of_parallel_calls_counts() -> None:
     tools = ToolsInFlight()
     tools.open("late", "Read", None, T0 + 5)
@@ -179,7 +187,8 @@ def test_a_flood_of_calls_is_capped_and_the_oldest_stays() -> None:
         tools.open(f"toolu_{i}", "\u202eBash\x00" * 100, {"x": "y" * 10_000}, T0 + i)
     assert len(tools.calls) == MAX_OPEN
     since, name = tools.oldest(T0 + 1e5) or (None, "")
-    assert since == T0 and len(name) <= 200
+    assert since == T0 and name.startswith("BashBash") and name.isprintable()
+    assert len(name) <= 200  # clipped; the control and bidi characters dropped
     for i in range(10 * MAX_CLOSED):
         tools.close(f"gone_{i}")
     assert len(tools.closed) == MAX_CLOSED

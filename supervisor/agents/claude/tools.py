@@ -57,7 +57,8 @@ class ToolCall:
     """One tool call the agent made and has not finished.
 
     Attributes:
-        name: the tool (``Bash``, ``Write``, …), clipped to :data:`MAX_ID`.
+        name: the tool (``Bash``, ``Write``, …), clipped to :data:`MAX_ID` characters,
+            printable ones only (no control or bidi characters).
         since: when it started running (epoch s), ``None`` while it waits for a ruling
             (``waiting``) or until the next check stamps it (an approval).
         waiting: a permission request for it waits for a ruling.
@@ -93,7 +94,10 @@ class ToolsInFlight:
             return
         if len(self.calls) >= MAX_OPEN:
             return
-        label = name[:MAX_ID] if isinstance(name, str) else "?"
+        # printable only: the name reaches the decision's reason line and the log
+        label = (
+            "".join(c for c in name[:MAX_ID] if c.isprintable()) if isinstance(name, str) else ""
+        )
         self.calls[key] = ToolCall(label, now, subject=_subject(tool_input))
         self.changed = True
 
