@@ -157,3 +157,36 @@ def test_an_engine_killed_while_a_tool_runs_keeps_it_in_flight_after_restart(har
     h.start()
     h.finish(timeout=150)
     _check(h, h.manifests()["slow"], "headless", 45)
+
+
+def test_an_interactive_call_denied_by_the_operator_is_not_left_in_flight(harness) -> None:
+    """Escalation timing is unchanged and a denial closes the call: the TUI's Bash request
+    escalates at the check that reads it (its PreToolUse came first); ``supervise deny``
+    answers it; the call is no longer in flight (the CLI sends no PostToolUse for a denied
+    call), and the task goes on to complete without a retry."""
+    h = harness(final_text="went on without it")
+    project = h.project()
+    h.write_profile(
+        agent={"mode": "interactive"},
+        approval={"rules": [{"tool": "Bash", "match": "^rm ", "action": "escalate"}]},
+    )
+    h.submit("deny", "[[bash: rm -rf build]] [[final: went on without it]] clean", project)
+    h.start()
+    h.wait_for("the escalation", lambda: h.status("deny") == "escalated", timeout=90)
+    m = h.manifests()["deny"]
+    assert [c["waiting"] for c in m["claude"]["tools_in_flight"]] == [True], m["claude"]
+    done = h.cli("deny", "-c", str(h.profile), m["task_id"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    h.finish(timeout=120)
+    m = h.manifests()["deny"]
+    info = json.dumps(m, indent=1) + h.diagnostics()
+    assert (m["status"], m["verdict"], m["retry_count"]) == ("completed", "PASS", 0), info
+    assert m["claude"]["tools_in_flight"] == [], info
+    events = h.events("deny")
+    names = [e["hook_event_name"] for e in events if e["event"] == "hook"]
+    escalated = next(i for i, e in enumerate(events) if e["event"] == "escalated")
+    pre = next(i for i, e in enumerate(events) if e.get("hook_event_name") == "PreToolUse")
+    assert pre < escalated, names
+    after = names[names.index("PermissionRequest") + 1 :]
+    assert "PostToolUse" not in after, after
+    print(f"\ndeny (interactive): hooks after the request: {after}")
