@@ -148,9 +148,10 @@ def task_warnings(row: dict[str, Any], resolved: Any, profile: Any) -> None:
     (:mod:`supervisor.heartbeats`) (printed, and added to the row's ``warnings``)."""
     from supervisor.heartbeats import task_warning
 
-    quiet = task_warning(row["file"], resolved, profile)
-    row["warnings"] += [quiet] if quiet else []
-    _err(quiet) if quiet else None
+    short = task_warning(row["file"], resolved, profile)
+    if short:
+        row["warnings"].append(short)
+        _err(short)
     if profile is None or profile.spec.cluster is not None or not resolved.spec.host:
         return
     from supervisor.config.cluster import host_ignored
