@@ -52,7 +52,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from supervisor import cli_cluster, cli_ops, cli_setup, cli_workspace
+from supervisor import cli_cluster, cli_ops, cli_setup, cli_workspace, heartbeats
 from supervisor.cli_cluster import STATUS_HELP as CLUSTER_HELP
 from supervisor.errors import ConfigError
 from supervisor.terminal import escape_controls
@@ -161,10 +161,10 @@ def _missing_agent_binary(profile: LoadedProfile) -> str | None:
 
 
 def _exposed(profile: LoadedProfile) -> list[str]:
-    """``validate``'s lines for a spool or state dir others can read (folderaccess.py)."""
+    """``validate``'s lines for readable folders (folderaccess.py), thresholds (heartbeats.py)."""
     from supervisor.folderaccess import exposure_warnings
 
-    return [f"warning: {line}" for line in exposure_warnings(profile)]
+    return [f"warning: {line}" for line in exposure_warnings(profile)] + heartbeats.check(profile)
 
 
 def cmd_submit(args: argparse.Namespace) -> int:

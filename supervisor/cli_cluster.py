@@ -144,7 +144,14 @@ def _tasks(args: argparse.Namespace, dsn: str) -> int:
 
 def task_warnings(row: dict[str, Any], resolved: Any, profile: Any) -> None:
     """``supervise validate -c PROFILE TASK``: the warning for a task naming ``host`` under a
-    profile without ``[cluster]`` (printed, and added to the row's ``warnings``)."""
+    profile without ``[cluster]``, and for its thresholds shorter than the agent's heartbeat
+    (:mod:`supervisor.heartbeats`) (printed, and added to the row's ``warnings``)."""
+    from supervisor.heartbeats import task_warning
+
+    short = task_warning(row["file"], resolved, profile)
+    if short:
+        row["warnings"].append(short)
+        _err(short)
     if profile is None or profile.spec.cluster is not None or not resolved.spec.host:
         return
     from supervisor.config.cluster import host_ignored

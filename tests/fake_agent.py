@@ -30,6 +30,15 @@ into its working directory and exits. What it does is read from cue lines in the
                      (PID in ``orphan_noenv_pid``); ``spawn_orphan_setsid: S`` leaves the
                      session instead (``setsid``; PID in ``orphan_setsid_pid``)
 
+As Claude Code in ``-p --output-format stream-json`` mode (run as ``fake_agent.py --claude
+CLAUDE_ARGV...``, the adapter's argv: the prompt after ``--``):
+
+    stream_tool: NAME S  print an ``assistant`` line with a ``tool_use`` block of NAME, run
+                     it S seconds printing only a ``tool_progress`` heartbeat every
+                     ``heartbeat:`` seconds (default 30, measured with CLI 2.1.328, see
+                     tests/fixtures/claude/tools/), then its ``tool_result`` and a
+                     ``result`` line
+
 Signals, as the real Claude Code CLI (2.1.328) behaves (measured, see
 ``/work/shared/notes/real-world-facts.md``): by default it traps SIGTERM and exits 143, and
 exits 129 on SIGHUP, through a normal process exit, so its parent sees an exit code, not a
@@ -136,6 +145,39 @@ def _set_signals(prompt: str) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
+def _stream(obj: dict[str, object]) -> None:
+    print(json.dumps(obj), flush=True)
+
+
+def _stream_tool(prompt: str, session: str) -> None:
+    """The ``stream_tool:`` cue (see the module docstring)."""
+    for cue in cues(prompt, "stream_tool"):
+        name, seconds = cue.split()[0], float(cue.split()[1])
+        beat = float((cues(prompt, "heartbeat") or ["30"])[0])
+        call = "toolu_fake000001"
+        block = {"type": "tool_use", "id": call, "name": name, "input": {}}
+        _stream({"type": "assistant", "message": {"content": [block]}, "session_id": session})
+        began = time.monotonic()
+        for n in range(int(seconds // beat)):
+            time.sleep(max(0.0, began + (n + 1) * beat - time.monotonic()))
+            beat_line = {"type": "tool_progress", "tool_use_id": f"{call}-heartbeat-{n}"}
+            beat_line.update(tool_name=name, parent_tool_use_id=call, heartbeat=True)
+            _stream({**beat_line, "elapsed_time_seconds": int((n + 1) * beat)})
+        time.sleep(max(0.0, began + seconds - time.monotonic()))
+        result = {"type": "tool_result", "tool_use_id": call, "content": "ok", "is_error": False}
+        _stream({"type": "user", "message": {"content": [result]}, "session_id": session})
+        end = {"type": "result", "subtype": "success", "is_error": False, "result": "done"}
+        _stream({**end, "session_id": session, "num_turns": 2, "total_cost_usd": 0.0})
+
+
+def _claude_argv(argv: list[str]) -> list[str]:
+    """Claude Code's argv (``-p`` is a mode flag, the prompt follows ``--``) as this
+    fake's own options."""
+    cut = argv.index("--") if "--" in argv else len(argv)
+    own = [a for a in argv[:cut] if a not in ("-p", "--verbose")]
+    return [*own, "-p", " ".join(argv[cut + 1 :])]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("-p", dest="prompt")
@@ -143,7 +185,10 @@ def main() -> int:
     parser.add_argument("--session-id", default="")
     parser.add_argument("--model", default="")
     parser.add_argument("--resume", default="")
-    args, _ = parser.parse_known_args()
+    argv = sys.argv[1:]
+    if argv[:1] == ["--claude"]:
+        argv = _claude_argv(argv[1:])
+    args, _ = parser.parse_known_args(argv)
     if args.prompt_file:
         raw = Path(args.prompt_file).read_bytes()
     else:
@@ -181,6 +226,7 @@ def main() -> int:
         print(f"\x1b[1;32m{text}\x1b[0m", flush=True)
     for text in cues(prompt, "print"):
         print(text, flush=True)
+    _stream_tool(prompt, session)
     for name in cues(prompt, "printenv"):
         print(f"{name}={os.environ.get(name, '<unset>')}", flush=True)
     delay = float((cues(prompt, "sleep") or ["0"])[0])

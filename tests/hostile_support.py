@@ -60,6 +60,7 @@ _SCALAR = st.one_of(_NUMBERS, _WRONG)
 _MONITOR_KEYS = (
     "base_interval", "max_interval", "deadline", "grace_period", "stale_threshold",
     "max_retries", "resume_exit_codes", "max_log_bytes", "log_backups", "max_cost_usd",
+    "tool_budget",
 )  # fmt: skip
 _PROMPTS = st.sampled_from(
     ["exit: 0\n", "print: hi\nexit: 3\n", "sleep: 0.5\n", "free text \u202e\u200b é\n", ""]

@@ -807,7 +807,7 @@ def test_monitor_keys_are_declared_once() -> None:
     from supervisor.config.env import monitor_env
 
     keys = list(MonitorPolicy.model_fields)
-    assert len(keys) == 15  # max_cost_usd (issue 14)
+    assert len(keys) == 16  # max_cost_usd (issue 14), tool_budget (issue 21)
     assert list(MonitorOverrides.model_fields) == keys
     assert list(monitor_env().model_fields) == keys
     policy = MonitorPolicy.model_json_schema()["properties"]
@@ -910,6 +910,7 @@ def test_defaults(tmp_path: Path, profile: LoadedProfile, project: Path) -> None
         "stale_signal": "default",
         "max_denials": "default",
         "max_cost_usd": "default",
+        "tool_budget": "default",
     }
     assert policy.max_cost_usd is None  # no budget unless one is set
 
@@ -961,6 +962,7 @@ def test_precedence_task_over_env_over_profile_over_default(
         "stale_signal": "default",
         "max_denials": "default",
         "max_cost_usd": "default",
+        "tool_budget": "default",
     }
 
 

@@ -24,7 +24,8 @@ Hooks, in the order the engine calls them:
   (``supervise approve|deny``; a paused agent continued; an escalated task ending).
 * :meth:`AgentAdapter.end_turn`: the keys that end an interactive session whose turn ended.
 * :meth:`AgentAdapter.report` / :meth:`AgentAdapter.result_text`: the adapter's manifest
-  fields, and the agent's final answer for the task summary.
+  fields, and the agent's final answer for the task summary; :meth:`AgentAdapter.unsaved`:
+  whether the check must write them now.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ class AgentView:
     policy says so. ``spent_usd``: the task's spend so far (USD, all runs), ``None`` when
     the agent does not report one. ``turn_failure``: the error of an interactive turn that
     ended on an API failure while the agent lives on; ``agent_working``: the agent showed
-    new evidence of work since the last check (issue 21)."""
+    new evidence of work since the last check; ``tool_since``: when the oldest tool call in
+    flight started (epoch s), ``None`` when none runs; ``tool_name``: its tool (issue 21)."""
 
     escalate: str | None = None
     escalate_pause: bool = False
@@ -89,6 +91,8 @@ class AgentView:
     spent_usd: float | None = None
     turn_failure: str | None = None
     agent_working: bool = False
+    tool_since: float | None = None
+    tool_name: str | None = None
 
 
 #: Captures the task's pane (visible text); called only when the agent runs.
@@ -122,6 +126,10 @@ class AgentAdapter:
 
     #: The ``[agent] kind`` this adapter serves.
     kind: ClassVar[str] = ""
+    #: Seconds between the heartbeats the agent prints on its own while it works (Claude
+    #: Code's ``tool_progress``), ``None`` when it prints none: ``supervise validate`` warns
+    #: when ``stale_threshold + grace_period`` is shorter (:func:`heartbeat_of`).
+    heartbeat: ClassVar[float | None] = None
 
     def __init__(self, context: AgentContext) -> None:
         self.context = context
@@ -156,6 +164,12 @@ class AgentAdapter:
         """Carry out a ruling on the pending escalation, if any: ``by`` names who ruled
         (:class:`supervisor.audit.By`: ``operator`` only when a person asked)."""
 
+    def unsaved(self) -> bool:
+        """Whether a fact of :meth:`report` that a restarted engine needs (Claude Code's
+        tool calls in flight) changed since the last call: the check then writes the
+        manifest even when nothing else changed. Clears the mark."""
+        return False
+
     def end_turn(self, now: float) -> list[Keys]:
         """The keys that end an interactive session whose turn ended (``[]``: none now)."""
         return []
@@ -167,6 +181,16 @@ class AgentAdapter:
     def result_text(self) -> str | None:
         """The agent's final answer of the run, for the task summary, if it gave one."""
         return None
+
+
+def heartbeat_of(agent: AgentSpec) -> float | None:
+    """:attr:`AgentAdapter.heartbeat` of ``agent.kind`` in seconds, for headless runs only
+    (a TUI's timer is no output the monitor counts), else ``None``."""
+    if agent.mode != "headless":
+        return None
+    module = importlib.import_module(f"{__name__}.{agent.kind}")
+    heartbeat: float | None = module.Adapter.heartbeat
+    return heartbeat
 
 
 def adapter_for(

@@ -4,7 +4,7 @@ The package, by what each module holds (imports go one way, top to bottom):
 
 * :mod:`~supervisor.config.argv`: the ``{placeholder}`` names argv lists may use;
 * :mod:`~supervisor.config.ranges`: a key's allowed range in words, for error lines;
-* :mod:`~supervisor.config.monitor`: the 15 monitor keys (and the bounds a task file
+* :mod:`~supervisor.config.monitor`: the 16 monitor keys (and the bounds a task file
   meets), declared once in :class:`MonitorPolicy`, and the :class:`MonitorOverrides`
   model derived from it;
 * :mod:`~supervisor.config.env`: the ``MONITOR_*`` environment model, derived too;

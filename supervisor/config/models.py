@@ -291,6 +291,7 @@ DEFAULT_TASK_MAY_SET: tuple[str, ...] = (
     "monitor.max_log_bytes",
     "monitor.log_backups",
     "monitor.max_cost_usd",
+    "monitor.tool_budget",
 )
 
 

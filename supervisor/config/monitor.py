@@ -1,4 +1,4 @@
-"""The monitor policy: its 15 keys, declared once, and the models derived from them.
+"""The monitor policy: its 16 keys, declared once, and the models derived from them.
 
 :class:`MonitorPolicy` is the one declaration of every ``[monitor]`` key: its type, its
 bounds, its default and its description. The other two shapes of the same keys are
@@ -52,6 +52,9 @@ MAX_LOG_BACKUPS = 100
 MAX_LOG_BYTES = 1 << 30
 #: Most resumes over a task's life (``max_retries``).
 MAX_RETRIES = 100
+#: Default ``tool_budget`` in seconds (30 min): well above Claude Code's own Bash timeout,
+#: 10 min at most (its Bash tool reference), so a tool the CLI still lets run is never hung.
+DEFAULT_TOOL_BUDGET = 1800.0
 #: Most consecutive denials before escalation (``max_denials``).
 MAX_DENIALS = 1000
 #: Largest budget in USD (``max_cost_usd``).
@@ -195,6 +198,13 @@ class MonitorPolicy(BaseModel):
         description="USD a task may spend (the agent's reported cost summed over its runs); "
         "once reached no further resume starts and the task is abandoned (budget). "
         "Default: no limit.",
+    )
+
+    tool_budget: _NonNegative = Field(
+        DEFAULT_TOOL_BUDGET,
+        description="Seconds a tool call in flight (Claude Code's PreToolUse without its "
+        "PostToolUse) excuses silent output; past it the run is judged by staleness again. "
+        "0: a tool in flight never excuses silence.",
     )
 
     @model_validator(mode="after")

@@ -275,6 +275,7 @@ class Actions:
         # would otherwise rewrite 200 manifests a second).
         quiet = not decision.events and not decision.actions and previous == state
         quiet = quiet and pid in (None, runtime.manifest.pid)  # a new run's PID is news
+        quiet = quiet and not (runtime.agent is not None and runtime.agent.unsaved())
         # While the disk is full a held decision has nothing worth a write that must fail.
         held = self.disk.is_full and not decision.events and not decision.actions
         if held or (quiet and time.monotonic() - runtime.last_written < QUIET_WRITE):

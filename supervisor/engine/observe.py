@@ -100,6 +100,8 @@ class Observer:
             spent_usd=view.spent_usd,
             turn_failure=view.turn_failure,
             agent_working=view.agent_working,
+            tool_since=view.tool_since,
+            tool_name=view.tool_name,
         )
 
     @staticmethod

@@ -7,7 +7,8 @@ and the transitions outside a check, :func:`launched`, :func:`launch_failed`,
 
 Modules: :mod:`~supervisor.policy.model` (the dataclasses and timing rules),
 :mod:`~supervisor.policy.steps` (:func:`decide` in named steps),
-:mod:`~supervisor.policy.outcomes` (the outcomes the steps share) and
+:mod:`~supervisor.policy.outcomes` (the outcomes the steps share),
+:mod:`~supervisor.policy.tools` (a tool in flight is evidence of work) and
 :mod:`~supervisor.policy.transitions` (launch, adoption, logged endings).
 
 Every check runs the seed monitor's three layers in order (seed 000, "Pitfall 1": the
@@ -48,6 +49,8 @@ State table (like supervisord's process states; "stop" = stop the agent's proces
                   (reason tmux_lost if the session was gone, else max_retries)
     crashed/hung  backoff elapsed                           running     resume (retries + 1)
     running       fresh output during the grace period      running     grace cancelled
+    running       a tool in flight for < tool_budget s      running     healthy; grace
+                  (PreToolUse without PostToolUse)                      cancelled (tools.py)
     running       done-file exit 0, [acceptance] declared   verifying   cleanup, accept
     verifying     acceptance result                         completed   end (verdict PASS/FAIL)
     running       usage/rate limit (429/529, limit text)    waiting     stop, wait resume_at

@@ -145,6 +145,10 @@ class Signals:
         agent_working: the agent showed new evidence of work at this check (a hook such as
             ``UserPromptSubmit``, ``PreToolUse``, ``PostToolUse``): used to see an
             interactive CLI continue by itself after a usage limit reset (issue 21).
+        tool_since: when the agent's oldest tool call in flight started (epoch s; Claude
+            Code's ``PreToolUse`` without its ``PostToolUse``, or a stream ``tool_use``
+            without its ``tool_result``); ``None`` when no tool runs (issue 21).
+        tool_name: that call's tool (``Bash``, ...), for the log.
     """
 
     now: float
@@ -174,6 +178,8 @@ class Signals:
     superseded: bool = False
     turn_failure: str | None = None
     agent_working: bool = False
+    tool_since: float | None = None
+    tool_name: str | None = None
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from supervisor.policy.outcomes import (
     wait_transient,
     waiting,
 )
+from supervisor.policy.tools import tool_in_flight
 from supervisor.policy.turns import continued, failed_turn, keeps_agent, on_failed_turn
 
 Step = Callable[[TaskState, Signals, MonitorPolicy], Decision | None]
@@ -106,7 +107,7 @@ def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisi
             next_check=bounded(policy.base_interval, state, signals.now, policy),
             reason=f"escalated, waiting for a human: {state.escalation}",
         )
-    return _staleness(state, signals, policy)
+    return tool_in_flight(state, signals, policy) or _staleness(state, signals, policy)
 
 
 def _not_live(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decision:

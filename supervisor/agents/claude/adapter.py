@@ -48,6 +48,7 @@ from supervisor.agents import (
 from supervisor.agents.claude import failures, hooks, limits, permissions, screen, turns
 from supervisor.agents.claude.evidence import ScreenProgress
 from supervisor.agents.claude.stream import StreamState
+from supervisor.agents.claude.tools import HEARTBEAT, ToolsInFlight
 from supervisor.audit import By
 from supervisor.config import AgentSpec
 from supervisor.taskdir import Manifest, utc_iso
@@ -91,6 +92,7 @@ class ClaudeAdapter(AgentAdapter):
     """Per-task reader of Claude Code's hooks and stream (see the module docstring)."""
 
     kind = "claude"
+    heartbeat = HEARTBEAT
 
     def __init__(self, context: AgentContext) -> None:
         super().__init__(context)
@@ -109,7 +111,7 @@ class ClaudeAdapter(AgentAdapter):
         self.failure: str | None = None
         self.limit: tuple[float | None, str] | None = None
         #: When the TUI last showed progress (:mod:`.evidence`).
-        self.screen_progress = ScreenProgress()
+        self.screen_progress = ScreenProgress(self.resolved.policy.tool_budget)
         self.prompt_seen: tuple[str | None, str, str] | None = None
         self.screen_pending: screen.PermissionPrompt | None = None
         self.exit_sent_at: float | None = None
@@ -119,6 +121,8 @@ class ClaudeAdapter(AgentAdapter):
         self.notification: dict[str, Any] | None = None
         #: A turn that failed with the agent alive, and evidence of work (issue 21).
         self.turn = turns.TurnWatch()
+        #: Tool calls in flight (:mod:`.tools`): the agent works while they run.
+        self.tools = ToolsInFlight()
 
     def restore(self, manifest: Manifest) -> None:
         """Pick up the counters and the pending escalation after a restart (the manifest's
@@ -130,6 +134,7 @@ class ClaudeAdapter(AgentAdapter):
         self.escalation = escalation or None
         self.transcript_path = claude_facts.get("transcript_path")
         self.notification = claude_facts.get("last_notification")
+        self.tools.restore(claude_facts.get("tools_in_flight"))
 
     def launch(self, resume: bool) -> LaunchPart:
         """Write the hook settings (``hooks = true``; a permission request may wait up to
@@ -154,12 +159,13 @@ class ClaudeAdapter(AgentAdapter):
         self.turn_ended = False
         self.limit = None
         self.failure = None
-        self.screen_progress = ScreenProgress()
+        self.screen_progress = ScreenProgress(self.resolved.policy.tool_budget)
         self.prompt_seen = None
         self.screen_pending = None
         self.exit_sent_at = None
         self.proposals = []
         self.turn.new_run()
+        self.tools.close_all()
 
     # ------------------------------------------------------------------ observe
     def observe(self, now: float, status: str, screen: ScreenCapture | None) -> AgentView:
@@ -189,6 +195,7 @@ class ClaudeAdapter(AgentAdapter):
         elif how == "transcript":
             mtime = self.transcript_mtime()
         resume_at, reason = self.limit if self.limit else (None, "")
+        tool = self.tools.oldest(now)
         return AgentView(
             escalate=escalate,
             escalate_pause=pause,
@@ -203,6 +210,8 @@ class ClaudeAdapter(AgentAdapter):
             spent_usd=self.stream.total_cost_usd if self.agent.mode == "headless" else None,
             turn_failure=self.turn.failure,
             agent_working=self.turn.working,
+            tool_since=tool[0] if tool else None,
+            tool_name=tool[1] if tool else None,
         )
 
     def _read_hooks(self, now: float, status: str) -> tuple[str | None, bool]:
@@ -219,12 +228,14 @@ class ClaudeAdapter(AgentAdapter):
             if signal.event == "PermissionRequest":
                 if self.pending_answer is not None or escalate:
                     continue  # one escalation at a time; the rest wait their turn
+                self.tools.asked(data.get("tool_name"), data.get("tool_input"))
                 proposal = permissions.from_hook(signal, self._decide, self._denials_after())
                 self.proposals.append(proposal)
                 if proposal.ruling.action == "escalate":
                     escalate = proposal.reason()
                 continue
             self._record(signal)
+            self.tools.feed_hook(signal.event, data, now)
             if signal.event == "PostToolUse":
                 self.denials = 0
             elif signal.event in turns.BREAKER_EVENTS:
@@ -293,6 +304,10 @@ class ClaudeAdapter(AgentAdapter):
             proposal = self.proposals[0]
             done = permissions.perform(proposal, self.task, now, self.context.send_keys)
             self.proposals.pop(0)
+            if done.escalation is None and proposal.signal is not None:
+                self.tools.ruled(
+                    not done.denied, proposal.tool, proposal.signal.data.get("tool_input")
+                )
             if done.denied:
                 self.denials += 1
             if done.escalation is not None:
@@ -346,6 +361,8 @@ class ClaudeAdapter(AgentAdapter):
         task's ending: ``by`` names who ruled, :class:`supervisor.audit.By`); resets the
         circuit breaker's count."""
         self.denials = 0
+        if self.pending_answer is not None:  # a request waited, not the breaker
+            self.tools.ruled(approve, (self.escalation or {}).get("tool"))
         prompt, self.screen_pending = self.screen_pending, None
         permissions.answer_pending(
             self.task, approve, self.pending_answer, self.escalation, prompt,
@@ -403,6 +420,8 @@ class ClaudeAdapter(AgentAdapter):
             if not line.strip():
                 continue
             obj = self.stream.feed_line(line)
+            if obj is not None:
+                self.tools.feed_stream(obj, now)
             if obj is not None and obj.get("type") == "supervise_launch":
                 self.new_run_stream()
         if self.stream.run_ended and self.stream.is_error and not self.stream.limited:
@@ -446,7 +465,12 @@ class ClaudeAdapter(AgentAdapter):
         facts = self.stream.report()
         facts["transcript_path"] = self.transcript_path
         facts["last_notification"] = self.notification
+        facts["tools_in_flight"] = self.tools.report()
         return {"claude": facts, "denials": self.denials, "escalation": self.escalation}
+
+    def unsaved(self) -> bool:
+        """The tool calls in flight changed since the last call (:mod:`.tools`)."""
+        return self.tools.take_changed()
 
     def result_text(self) -> str | None:
         """The ``result`` of the run's last stream-json ``result`` line."""

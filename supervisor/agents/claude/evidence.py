@@ -40,6 +40,7 @@ from supervisor.agents.claude.screen import (
     screen_hash,
     strip_ansi,
 )
+from supervisor.config.monitor import DEFAULT_TOOL_BUDGET
 
 __all__ = [
     "TOOL_SCREEN_LIMIT",
@@ -50,10 +51,10 @@ __all__ = [
     "seconds_of",
 ]
 
-TOOL_SCREEN_LIMIT = 1800.0
-"""Seconds of a running tool's on-screen timer that still count as evidence of work (30 min:
-well above Claude Code's own Bash timeout of 10 min at most). Past it the tool's timer is
-no evidence, and staleness judges the session as before."""
+TOOL_SCREEN_LIMIT = DEFAULT_TOOL_BUDGET
+"""Seconds of a running tool's on-screen timer that still count as evidence of work when no
+``[monitor] tool_budget`` is given (the adapter passes the task's): past it a tool that hangs
+is judged by staleness again."""
 
 _UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 _PART_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|[hms])")

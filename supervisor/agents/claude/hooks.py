@@ -23,14 +23,18 @@ from typing import Any
 from supervisor.taskdir import atomic_write
 
 #: Hook events the adapter registers (Claude Code hooks reference). ``PermissionRequest``
-#: blocks until the engine rules; the others only record and wake the engine.
+#: blocks until the engine rules; the others only record and wake the engine (``PreToolUse``
+#: and ``PostToolUse``/``PostToolUseFailure``/``PostToolBatch`` bracket a tool in flight,
+#: :mod:`supervisor.agents.claude.tools`).
 HOOK_EVENTS: tuple[str, ...] = (
     "SessionStart",
     "UserPromptSubmit",
+    "PreToolUse",
     "PermissionRequest",
     "PermissionDenied",
     "PostToolUse",
     "PostToolUseFailure",
+    "PostToolBatch",
     "Notification",
     "Stop",
     "StopFailure",
@@ -38,7 +42,7 @@ HOOK_EVENTS: tuple[str, ...] = (
 )
 #: Hook events that take a ``matcher`` (tool events).
 _TOOL_EVENTS = frozenset(
-    {"PermissionRequest", "PermissionDenied", "PostToolUse", "PostToolUseFailure"}
+    {"PreToolUse", "PermissionRequest", "PermissionDenied", "PostToolUse", "PostToolUseFailure"}
 )
 SETTINGS = "claude-settings.json"
 STREAM = "stream.jsonl"
