@@ -54,6 +54,26 @@ LINE_LIMIT = 1 << 20
 _EVENT_START = f'{{"type":"{STREAM_EVENT}"'.encode()
 
 
+def launch_line(path: str, at: float) -> bytes:
+    """The line the wrapper writes to the stream file ``path`` before a run (``at``: epoch
+    s): ``{"type": LAUNCH_MARK, "at": at}``, after a newline when the file ends inside a
+    line (a wrapper killed while it passed a long line on), so the marker is a line of its
+    own and the new run's fields start afresh."""
+    line = json.dumps({"type": LAUNCH_MARK, "at": at}).encode() + b"\n"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return line
+    try:
+        size = os.fstat(fd).st_size
+        last = os.pread(fd, 1, size - 1) if size else b"\n"
+    except OSError:
+        last = b"\n"
+    finally:
+        os.close(fd)
+    return line if last == b"\n" else b"\n" + line
+
+
 def stream_kind(line: bytes) -> str:
     """What step 3 does with one line of the agent's stdout: ``"delta"`` (content: folded),
     ``"keepalive"`` (dropped), ``"event"`` (another partial-message line: the file only) or

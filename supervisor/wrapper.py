@@ -162,9 +162,7 @@ def _copy(source: int, sink_path: str, child: int) -> int:
     # is then incomplete, which the engine can read, and the pane still gets its lines.
     with open(sink_path, "ab", buffering=0) as sink:
         with contextlib.suppress(OSError):
-            sink.write(
-                json.dumps({"type": streamcopy.LAUNCH_MARK, "at": time.time()}).encode() + b"\n"
-            )
+            sink.write(streamcopy.launch_line(sink_path, time.time()))
         copy = streamcopy.StreamCopy(sink)
         while True:
             if status is None:

@@ -183,17 +183,7 @@ def test_the_wrapper_run_by_path_folds_the_stream(tmp_path: Path) -> None:
     folded and the pane (its stdout) not at all."""
     task_dir = tmp_path / "task"
     task_dir.mkdir()
-    fixture = HEADLESS / "partial-slow-write.jsonl"
-    agent = "import sys; sys.stdout.buffer.write(open(sys.argv[1], 'rb').read())"
-    spec = {"argv": [sys.executable, "-c", agent, str(fixture)], "env": {},
-            "cwd": str(tmp_path), "resume_exit_codes": [], "stream": "stream.jsonl"}  # fmt: skip
-    (task_dir / "launch.json").write_text(json.dumps(spec))
-    done = subprocess.run(
-        [sys.executable, "-I", "-S", str(WRAPPER), str(task_dir)],
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
+    done = _run_wrapper(task_dir, HEADLESS / "partial-slow-write.jsonl")
     assert done.returncode == 0, done.stderr
     assert b"stream_event" not in done.stdout and b'"type":"result"' in done.stdout
     lines = (task_dir / "stream.jsonl").read_bytes().splitlines()
@@ -201,3 +191,33 @@ def test_the_wrapper_run_by_path_folds_the_stream(tmp_path: Path) -> None:
     folds = _folds(lines)
     assert sum(f["events"] for f in folds) == sum(_kind(x) == "delta" for x in SLOW.splitlines())
     assert (task_dir / "done").exists()
+
+
+def _run_wrapper(task_dir: Path, fixture: Path) -> subprocess.CompletedProcess[bytes]:
+    """The wrapper run by path over an agent that prints ``fixture``."""
+    agent = "import sys; sys.stdout.buffer.write(open(sys.argv[1], 'rb').read())"
+    spec = {"argv": [sys.executable, "-c", agent, str(fixture)], "env": {},
+            "cwd": str(task_dir), "resume_exit_codes": [], "stream": "stream.jsonl"}  # fmt: skip
+    (task_dir / "launch.json").write_text(json.dumps(spec))
+    return subprocess.run(
+        [sys.executable, "-I", "-S", str(WRAPPER), str(task_dir)],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_a_run_after_one_killed_mid_line_starts_on_a_line_of_its_own(tmp_path: Path) -> None:
+    """Attack (SIGKILL halfway): the previous wrapper died while passing a long line on, so
+    the file ends inside a line. The next run's launch marker still starts a line, and the
+    reader sees the new run (before, the marker was glued to the broken line and lost)."""
+    from supervisor.agents.claude.stream import StreamState
+
+    task_dir = tmp_path / "task"
+    task_dir.mkdir()
+    (task_dir / "stream.jsonl").write_bytes(b'{"type":"assistant","message":{"content":"cut sh')
+    assert _run_wrapper(task_dir, HEADLESS / "success.jsonl").returncode == 0
+    state = StreamState()
+    for line in (task_dir / "stream.jsonl").read_bytes().splitlines():
+        state.feed_line(line)
+    assert state.runs == 1 and state.run_ended and state.result == "DONE: wrote hello.txt"
