@@ -132,9 +132,7 @@ class StreamCopy:
             return
         if kind == "delta":
             self.deltas += 1
-            now = time.monotonic()
-            if self.folded_at is None or now - self.folded_at >= FOLD_EVERY:
-                self.fold()
+            self.idle()
             return
         self.fold()  # the deltas before this line come first
         self._out(line, kind == "line")
@@ -150,8 +148,11 @@ class StreamCopy:
         self.folded_at = time.monotonic()
 
     def idle(self) -> None:
-        """The pipe was quiet: write the folded deltas now, at their time."""
-        self.fold()
+        """Write the deltas held back once :data:`FOLD_EVERY` passed since the last fold
+        line (at once after a quiet spell): a stall's last progress reaches the file at
+        most that late, and a slow stream (a delta every 0.25 s) still folds."""
+        if self.folded_at is None or time.monotonic() - self.folded_at >= FOLD_EVERY:
+            self.fold()
 
     def close(self) -> None:
         """The stream ended: the folded deltas, the keep-alives dropped (so the file

@@ -115,16 +115,29 @@ def test_deltas_fold_at_most_once_per_fold_every(monkeypatch, tmp_path: Path) ->
     assert 9 <= len(folds) <= 12, [f["events"] for f in folds]
 
 
-def test_a_quiet_pipe_writes_the_pending_deltas(tmp_path: Path) -> None:
-    """:meth:`StreamCopy.idle` (the pipe was quiet for 0.2 s) writes the deltas held back,
-    so a stall's last progress is on disk at its own time."""
+def test_a_quiet_pipe_writes_the_pending_deltas(monkeypatch, tmp_path: Path) -> None:
+    """:meth:`StreamCopy.idle` (the pipe was quiet for 0.2 s) writes the deltas held back
+    once a fold's time has come, so a stall's last progress is on disk at most
+    :data:`FOLD_EVERY` late; deltas slower than the pipe's quiet time still fold."""
     delta = next(line for line in SLOW.splitlines(keepends=True) if _kind(line) == "delta")
+    now = [100.0]
+    monkeypatch.setattr(streamcopy.time, "monotonic", lambda: now[0])
     sink = io.BytesIO()
     copy = StreamCopy(sink, os.open(os.devnull, os.O_WRONLY))
-    copy.feed(delta * 3)  # the first folds at once, the next two wait
-    assert sum(f["events"] for f in _folds(sink.getvalue().splitlines())) == 1
+
+    def written() -> int:
+        return sum(f["events"] for f in _folds(sink.getvalue().splitlines()))
+
+    copy.feed(delta)  # after a quiet spell: at once
+    for _ in range(3):  # a delta every 0.25 s, the pipe quiet for 0.2 s between them
+        now[0] += 0.2
+        copy.idle()
+        now[0] += 0.05
+        copy.feed(delta)
+    assert written() == 1
+    now[0] += 0.25
     copy.idle()
-    assert sum(f["events"] for f in _folds(sink.getvalue().splitlines())) == 3
+    assert written() == 4
     os.close(copy.pane)
 
 
