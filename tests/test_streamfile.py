@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_agents import _adapter, _agent
 
@@ -142,3 +142,23 @@ def test_headless_argv_asks_for_partial_messages() -> None:
     assert "--include-partial-messages" not in argv(
         _agent("claude", mode="interactive"), False, None
     )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lines=st.lists(st.binary(max_size=40).filter(lambda b: b"\n" not in b and b"\r" not in b)),
+    chunk=st.integers(min_value=2, max_value=32),
+)
+def test_the_reader_returns_every_line_shorter_than_a_read_in_order(
+    lines: list[bytes], chunk: int, tmp_path_factory
+) -> None:
+    """Whatever the lines and the read size: every line shorter than a read comes back once,
+    in order; every longer one is skipped; the reader reaches the end."""
+    path = tmp_path_factory.mktemp("reader") / "stream.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    reader, seen = StreamReader(), []
+    size = path.stat().st_size
+    for _ in range(size + 2):  # each read moves at least a byte, or the end is reached
+        seen += reader.read(path, size, chunk=chunk)
+    assert seen == [line for line in lines if len(line) < chunk]
+    assert reader.offset == size and not reader.skipping
