@@ -58,8 +58,9 @@ def parse_slow_write(args: str) -> tuple[str, float]:
 
 
 def fragments_for(seconds: float) -> int:
-    """How many fragments a block streaming ``seconds`` is cut into (at least 1)."""
-    return max(1, int(seconds / FRAGMENT_EVERY))
+    """How many fragments a block streaming ``seconds`` is cut into: one at the start and
+    one per :data:`FRAGMENT_EVERY` after it."""
+    return int(seconds / FRAGMENT_EVERY) + 1
 
 
 def slow_content(seconds: float) -> str:
@@ -81,12 +82,12 @@ def paced(events: list[Event], seconds: float) -> Iterator[tuple[float, list[Eve
     name, data = events[index]
     delta = data["delta"]
     text = delta["partial_json"]
-    count = fragments_for(seconds)
-    size = max(1, -(-len(text) // count))
-    for start in range(0, len(text), size):
+    count = min(fragments_for(seconds), len(text))
+    bounds = [len(text) * k // count for k in range(count + 1)]
+    for k in range(count):
         piece = copy.deepcopy(data)
-        piece["delta"]["partial_json"] = text[start : start + size]
-        yield (FRAGMENT_EVERY if start else 0.0), [(name, piece)]
+        piece["delta"]["partial_json"] = text[bounds[k] : bounds[k + 1]]
+        yield (FRAGMENT_EVERY if k else 0.0), [(name, piece)]
     yield 0.0, events[index + 1 :]
 
 
