@@ -11,9 +11,12 @@ Protocol with the engine (files in ``TASK_DIR``, names from the seed skill):
    has attached pipe-pane, so ``output.log`` gets every byte from the first one.
 3. Fork; the child execs the agent. ``pid`` is written with the agent's own PID (not ours).
    With ``"stream": NAME`` in ``launch.json`` (Claude Code headless mode), the agent's
-   stdout is a pipe that the wrapper copies both to the pane and to ``TASK_DIR/NAME``
-   (after a ``{"type": "supervise_launch"}`` marker line). That copy is complete when the
-   files of step 4 appear, so the engine never reads a half-flushed result line.
+   stdout is a pipe that the wrapper copies line by line to ``TASK_DIR/NAME`` (after a
+   ``{"type": "supervise_launch"}`` marker line) and to the pane. That copy is complete
+   when the files of step 4 appear, so the engine never reads a half-flushed result line.
+   The partial-message lines (``--include-partial-messages``) never reach the pane and
+   their content deltas are folded in the file (:mod:`streamcopy`, the stdlib-only module
+   beside this one).
    If the agent's program cannot be executed, the child writes ``launch_error`` (the
    reason) and exits 127, as a shell does for a missing command.
 4. When the agent ends: ``exit_code`` (for a signal: 128 + N, as shells report it) and, only
@@ -55,6 +58,18 @@ import subprocess
 import sys
 import threading
 import time
+
+if __package__:  # imported as supervisor.wrapper (the engine, the tests)
+    from supervisor import streamcopy
+else:  # run by path as ``python3 -I -S wrapper.py``, which leaves its folder off sys.path
+    import importlib.util
+
+    _SPEC = importlib.util.spec_from_file_location(
+        "streamcopy", os.path.join(os.path.dirname(os.path.abspath(__file__)), "streamcopy.py")
+    )
+    assert _SPEC is not None and _SPEC.loader is not None
+    streamcopy = importlib.util.module_from_spec(_SPEC)
+    _SPEC.loader.exec_module(streamcopy)
 
 GATE_TIMEOUT = 30.0  # seconds to wait for the engine's pipe-pane gate
 END_MARK = "[supervise]"  # starts the last line the wrapper prints when the agent ends
@@ -137,16 +152,18 @@ def _say(text: str) -> None:
 
 
 def _copy(source: int, sink_path: str, child: int) -> int:
-    """Copy the agent's stdout to the pane (fd 1) and to ``sink_path`` until EOF, or until
-    the agent has exited and its pipe has been quiet for a moment (a grandchild may keep the
-    pipe open). Returns the agent's wait status."""
+    """Copy the agent's stdout to ``sink_path`` and the pane (fd 1), as
+    :class:`streamcopy.StreamCopy` does, until EOF, or until the agent has exited and its
+    pipe has been quiet for a moment (a grandchild may keep the pipe open). Returns the
+    agent's wait status."""
     status: int | None = None
     quiet_since: float | None = None
     # A full disk must not end the copy to the pane (nor the wrapper): the copy to the file
-    # is then incomplete, which the engine can read, and the pane still gets every byte.
+    # is then incomplete, which the engine can read, and the pane still gets its lines.
     with open(sink_path, "ab", buffering=0) as sink:
         with contextlib.suppress(OSError):
-            sink.write(json.dumps({"type": "supervise_launch", "at": time.time()}).encode() + b"\n")
+            sink.write(streamcopy.launch_line(sink_path, time.time()))
+        copy = streamcopy.StreamCopy(sink)
         while True:
             if status is None:
                 with contextlib.suppress(ChildProcessError):
@@ -155,18 +172,17 @@ def _copy(source: int, sink_path: str, child: int) -> int:
                         status, quiet_since = waited, time.monotonic()
             ready, _, _ = select.select([source], [], [], 0.2)
             if not ready:
+                copy.idle()
                 if quiet_since is not None and time.monotonic() - quiet_since > 1.0:
                     break
                 continue
             data = os.read(source, 65536)
             if not data:
                 break
-            with contextlib.suppress(OSError):
-                sink.write(data)
-            with contextlib.suppress(OSError):
-                os.write(1, data)
+            copy.feed(data)
             if quiet_since is not None:
                 quiet_since = time.monotonic()
+        copy.close()
     os.close(source)
     if status is None:
         while True:

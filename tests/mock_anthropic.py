@@ -67,8 +67,12 @@ turn. Text after a directive is free; unknown names are ignored; ``args`` may no
     nothing meanwhile, as during a real API stall.
 
 The per-session count runs through the directives in the order listed: ``ratelimit``,
-``overloaded``, ``server_error``, ``billing``, ``auth``, ``drop``, ``stall_stream``; a
+``overloaded``, ``server_error``, ``billing``, ``auth``, ``drop``, ``stall_stream``,
+``ping_stall``; a
 resumed session keeps its count, so its later requests are answered normally.
+``[[slow_write: NAME S]]`` / ``[[ping_stall: N]]``
+    A Write step whose block streams for S seconds, and a stall that sends only SSE pings:
+    see :mod:`mock_streaming`.
 ``[[stall_final_once: S]]``
     The first time the final-answer turn is requested for this session id, the mock waits S
     seconds (float) before answering, so a test can kill the agent mid-run; later requests
@@ -82,7 +86,7 @@ One tool_use per turn.
 
 Every request is recorded (method, path, lower-cased headers, parsed JSON body, what was answered
 as ``reply_kind``: "tool_use", "final", "side", "error", "ratelimit", "overloaded",
-"server_error", "billing", "auth", "dropped", "stalled" or "other",
+"server_error", "billing", "auth", "dropped", "stalled", "ping_stalled" or "other",
 and the HTTP ``status``) in :attr:`MockAnthropic.requests`, so tests can assert on session ids
 and on resumed histories.
 """
@@ -98,9 +102,12 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+import mock_streaming
 
 SESSION_HEADER = "x-claude-code-session-id"
 """Header (lower-cased) in which Claude Code sends its session id."""
@@ -108,7 +115,7 @@ SESSION_HEADER = "x-claude-code-session-id"
 _CWD_RE = re.compile(r"Primary working directory:\s*(\S[^\n]*)")
 _DIRECTIVE_RE = re.compile(r"\[\[\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?::\s*(.*?))?\s*\]\]", re.S)
 
-_COUNTED = ("server_error", "billing", "auth", "drop", "stall_stream")
+_COUNTED = ("server_error", "billing", "auth", "drop", "stall_stream", "ping_stall")
 """Directives that take a count only (``[[name: N]]``, N defaults to 1)."""
 
 BILLING_MESSAGE = (
@@ -178,6 +185,8 @@ class Reply:
     content: list[dict[str, Any]]
     stop_reason: str
     kind: str
+    stream_seconds: float = 0.0
+    """Seconds the tool_use block's input streams (``slow_write``; 0: at once)."""
 
 
 @dataclass
@@ -198,6 +207,7 @@ class Directives:
     auth: int = 0
     drop: int = 0
     stall_stream: int = 0
+    ping_stall: int = 0
     stall_final_once: float = 0.0
 
 
@@ -206,7 +216,7 @@ def parse_directives(text: str) -> Directives:
     found = Directives()
     for match in _DIRECTIVE_RE.finditer(text):
         name, args = match.group(1).lower(), (match.group(2) or "").strip()
-        if name in ("bash", "write"):
+        if name in ("bash", "write", "slow_write"):
             found.steps.append((name, args))
         elif name == "final":
             found.final = args
@@ -458,6 +468,7 @@ def later_failure(directives: Directives, number: int) -> ErrorReply | None:
         (directives.auth, _api_error(401, "authentication_error", "invalid x-api-key", "auth")),
         (directives.drop, ErrorReply(0, {}, {}, "dropped")),
         (directives.stall_stream, ErrorReply(200, {}, {}, "stalled")),
+        (directives.ping_stall, ErrorReply(200, {}, {}, "ping_stalled")),
     ]
     for count, reply in plan:
         if number <= count:
@@ -542,12 +553,20 @@ class MockAnthropic:
         """Let every stream stalled by ``stall_stream`` (now or later) send the rest."""
         self._released.set()
 
-    def wait_released(self) -> bool:
-        """Block a stalled stream until :meth:`release_stalls` (True) or :meth:`stop` (False)."""
+    def wait_released(self, seconds: float | None = None) -> bool | None:
+        """Block a stalled stream until :meth:`release_stalls` (True) or :meth:`stop`
+        (False); ``None`` once ``seconds`` passed without either (``None``: no limit)."""
+        end = None if seconds is None else time.monotonic() + seconds
         while not self._stopping.is_set():
             if self._released.wait(0.1):
                 return True
+            if end is not None and time.monotonic() >= end:
+                return None
         return False
+
+    def wait_stopped(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; True when the mock stopped meanwhile."""
+        return self._stopping.wait(seconds)
 
     def __enter__(self) -> MockAnthropic:
         return self.start()
@@ -605,6 +624,9 @@ class MockAnthropic:
             return Reply([{"type": "text", "text": final}], "end_turn", "final")
         kind, arg = steps[done]
         tool = "Bash" if kind == "bash" else "Write"
+        seconds = 0.0
+        if kind == "slow_write":
+            arg, seconds = mock_streaming.parse_slow_write(arg)
         cwd = working_directory(body)
         tool_names = {t.get("name") for t in body["tools"] if isinstance(t, dict)}
         if (kind == "write" and cwd is None) or tool not in tool_names:
@@ -620,6 +642,7 @@ class MockAnthropic:
             assert cwd is not None
             name, _, text = arg.partition(" | ")  # [[write: NAME | TEXT]]: TEXT + newline
             content = f"{text}\n" if text else self.file_content
+            content = mock_streaming.slow_content(seconds) if seconds else content
             tool_input = {"file_path": f"{cwd.rstrip('/')}/{name}", "content": content}
             text = f"I will write {arg}."
         tool_use = {
@@ -628,7 +651,8 @@ class MockAnthropic:
             "name": tool,
             "input": tool_input,
         }
-        return Reply([{"type": "text", "text": text}, tool_use], "tool_use", "tool_use")
+        content_blocks = [{"type": "text", "text": text}, tool_use]
+        return Reply(content_blocks, "tool_use", "tool_use", stream_seconds=seconds)
 
     def error_for(
         self, body: dict[str, Any], session_id: str | None, now: float | None = None
@@ -643,7 +667,7 @@ class MockAnthropic:
             return None
         directives = parse_directives(first_user_text(body.get("messages") or []))
         counted = (directives.server_error, directives.billing, directives.auth)
-        counted += (directives.drop, directives.stall_stream)
+        counted += (directives.drop, directives.stall_stream, directives.ping_stall)
         if not (directives.ratelimit or directives.overloaded or any(counted)):
             return None
         key = session_id or ""
@@ -752,9 +776,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
             self.connection.close()
 
-    def _send_stalled(self, events: list[tuple[str, dict[str, Any]]]) -> None:
-        """Start the SSE stream, go silent until released (then send the rest) or stopped
-        (then close). The body ends with the connection (no Content-Length)."""
+    def _send_pieces(self, pieces: Iterable[tuple[float, list[tuple[str, Any]]]]) -> None:
+        """Answer 200 with an SSE body that ends with the connection (no Content-Length),
+        sending each ``(delay, events)`` piece after its delay; a stopped mock closes it."""
         self.close_connection = True
         try:
             self.send_response(200)
@@ -763,10 +787,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
             self.send_header("request-id", self.server_mock.next_id("req"))
             self.end_headers()
-            self.wfile.write(encode_sse(events[:STALL_PREFIX_EVENTS]))
-            self.wfile.flush()
-            if self.server_mock.wait_released():
-                self.wfile.write(encode_sse(events[STALL_PREFIX_EVENTS:]))
+            for delay, events in pieces:
+                if delay > 0 and self.server_mock.wait_stopped(delay):
+                    return
+                self.wfile.write(encode_sse(events))
                 self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             pass
@@ -798,7 +822,7 @@ class _Handler(BaseHTTPRequestHandler):
             mock.record(recorded)
             self._reset_connection()
             return
-        stalled = error is not None and error.kind == "stalled"
+        stalled = error is not None and error.kind in ("stalled", "ping_stalled")
         if error is not None and not stalled:
             recorded.reply_kind = error.kind
             recorded.status = error.status
@@ -808,7 +832,7 @@ class _Handler(BaseHTTPRequestHandler):
             )
             return
         reply = mock.reply_for(body)
-        recorded.reply_kind = "stalled" if stalled else reply.kind
+        recorded.reply_kind = error.kind if error is not None and stalled else reply.kind
         if reply.kind == "tool_use":
             recorded.tool_name = next(
                 (b["name"] for b in reply.content if b.get("type") == "tool_use"), None
@@ -820,8 +844,14 @@ class _Handler(BaseHTTPRequestHandler):
         model = str(body.get("model") or "claude-mock")
         message_id = mock.next_id("msg")
         input_tokens = max(1, len(json.dumps(body.get("messages", []))) // 4)
+        events = sse_event_list(message_id, model, reply, input_tokens)
         if stalled and body.get("stream"):
-            self._send_stalled(sse_event_list(message_id, model, reply, input_tokens))
+            assert error is not None
+            pings = error.kind == "ping_stalled"
+            prefix = 1 if pings else STALL_PREFIX_EVENTS
+            self._send_pieces(mock_streaming.stalled(mock, events, prefix, pings))
+        elif body.get("stream") and reply.stream_seconds > 0:
+            self._send_pieces(mock_streaming.paced(events, reply.stream_seconds))
         elif body.get("stream"):
             payload = sse_events(message_id, model, reply, input_tokens)
             self._send(200, payload, "text/event-stream", {"Cache-Control": "no-cache"})

@@ -163,6 +163,12 @@ FIXTURES = {
         0.017529,
     ),
     "resume": (ok_run(RESUMED, "RESUMED FIN", 1), 0.00888),
+    # --include-partial-messages: the stream_event lines change none of the facts
+    "partial-slow-write": (ok_run("6998e647-cfd1-4ece-8061-f2d9a82adc11", "SLOW DONE"), 0.019455),
+    "partial-ping-stall": (
+        ok_run("1c44f82d-314c-4769-912d-58ae91bc81a4", "AFTER PINGS"),
+        0.017484,
+    ),
     "killed-stall": (
         {
             **ok_run(RESUMED, None, 0),

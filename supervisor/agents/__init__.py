@@ -70,8 +70,9 @@ class Keys:
 class AgentView:
     """The agent's facts for one check (the fields of :class:`supervisor.policy.Signals`
     of the same names; see there). ``output_mtime`` (epoch s) replaces the output.log
-    mtime as the staleness signal when the agent chose another one (screen, transcript);
-    ``None`` keeps the output.log mtime. ``requests``: permission requests the agent waits
+    mtime as the staleness signal when the agent chose another one (screen, transcript,
+    Claude Code's headless stream: :mod:`supervisor.agents.claude.streamfile`); ``None``
+    keeps the output.log mtime. ``requests``: permission requests the agent waits
     on, each with a proposed ruling that :meth:`AgentAdapter.rule` carries out when the
     policy says so. ``spent_usd``: the task's spend so far (USD, all runs), ``None`` when
     the agent does not report one. ``turn_failure``: the error of an interactive turn that

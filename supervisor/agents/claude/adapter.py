@@ -10,7 +10,8 @@ check (:meth:`ClaudeAdapter.observe`)
 2. proposes a ruling for each waiting permission request (:mod:`.permissions`; an
    interactive TUI without hooks is read from its screen, :mod:`.screen`); the rulings are
    carried out by :meth:`ClaudeAdapter.rule` only when the policy's decision says so;
-3. reads new lines of ``stream.jsonl`` (headless mode) into a :class:`.stream.StreamState`;
+3. reads new lines of ``stream.jsonl`` (headless mode) into a :class:`.stream.StreamState`,
+   and when they last showed progress (:mod:`.streamfile`);
 4. returns an :class:`supervisor.agents.AgentView`: the facts the pure policy needs
    (escalation, usage limit, interactive turn ended, failure class, staleness).
 
@@ -48,15 +49,15 @@ from supervisor.agents import (
 from supervisor.agents.claude import failures, hooks, limits, permissions, screen, turns
 from supervisor.agents.claude.evidence import ScreenProgress
 from supervisor.agents.claude.stream import StreamState
+from supervisor.agents.claude.streamfile import StreamReader
 from supervisor.agents.claude.tools import HEARTBEAT, ToolsInFlight
 from supervisor.audit import By
 from supervisor.config import AgentSpec
+from supervisor.streamcopy import LAUNCH_MARK
 from supervisor.taskdir import Manifest, utc_iso
 
 log = logging.getLogger(__name__)
 
-#: Largest chunk of ``stream.jsonl`` read per check, in bytes.
-READ_CHUNK = 8 * 1024 * 1024
 #: ``StopFailure`` errors that mean "come back later" (Claude Code hooks reference).
 LIMIT_ERRORS = frozenset({"rate_limit", "overloaded", "usage_limit"})
 #: Seconds until the next look at a permission dialog first seen on screen (it must hold
@@ -78,6 +79,7 @@ def argv(agent: AgentSpec, resume: bool, settings: Path | None) -> list[str]:
     line = [agent.binary]
     if agent.mode == "headless":
         line += ["-p", "--output-format", "stream-json", "--verbose"]
+        line += ["--include-partial-messages"]  # content deltas: progress (streamfile.py)
     line += ["--model", "{model}"]
     line += ["--resume", "{session_id}"] if resume else ["--session-id", "{session_id}"]
     line += ["--permission-mode", agent.permission_mode]
@@ -101,7 +103,7 @@ class ClaudeAdapter(AgentAdapter):
         self.agent = context.agent
         self.default_message = context.default_message
         self.stream = StreamState()
-        self.offset = 0
+        self.reader = StreamReader()
         self.denials = 0
         self.pending_answer: Path | None = None
         self.escalation: dict[str, Any] | None = None
@@ -194,6 +196,8 @@ class ClaudeAdapter(AgentAdapter):
                 escalate = self.screen_prompt(text)
         elif how == "transcript":
             mtime = self.transcript_mtime()
+        elif not interactive:  # "mtime": the stream's progress, not output.log (pings)
+            mtime = self.reader.stamp()
         resume_at, reason = self.limit if self.limit else (None, "")
         tool = self.tools.oldest(now)
         return AgentView(
@@ -386,7 +390,7 @@ class ClaudeAdapter(AgentAdapter):
                 logrotate.finish(path)  # a rotation cut short by a crash
             return
         self._read_new_lines(now, path, size)
-        if self.offset == size and size > self.resolved.policy.max_log_bytes:
+        if self.reader.offset == size and size > self.resolved.policy.max_log_bytes:
             self._rotate_stream(path)
 
     def _rotate_stream(self, path: Path) -> None:
@@ -402,27 +406,20 @@ class ClaudeAdapter(AgentAdapter):
         except OSError as exc:
             log.warning("%s: cannot rotate %s: %s", self.task.task_id, path, exc)
             return
-        self.offset = len(line)
+        self.reader.offset = len(line)
 
     def _read_new_lines(self, now: float, path: Path, size: int) -> None:
-        if size < self.offset:  # replaced: read it again from the start
-            self.offset, self.stream = 0, StreamState()
-        if size == self.offset:
-            return
-        with open(path, "rb") as handle:
-            handle.seek(self.offset)
-            chunk = handle.read(READ_CHUNK)
-        end = chunk.rfind(b"\n")
-        if end < 0:
-            return
-        self.offset += end + 1
-        for line in chunk[: end + 1].splitlines():
+        if size < self.reader.offset:  # replaced: read it again from the start
+            self.reader = StreamReader(progress_at=self.reader.progress_at)
+            self.stream = StreamState()
+        for line in self.reader.read(path, size):
             if not line.strip():
                 continue
             obj = self.stream.feed_line(line)
             if obj is not None:
                 self.tools.feed_stream(obj, now)
-            if obj is not None and obj.get("type") == "supervise_launch":
+            self.reader.saw(obj)
+            if obj is not None and obj.get("type") == LAUNCH_MARK:
                 self.new_run_stream()
         if self.stream.run_ended and self.stream.is_error and not self.stream.limited:
             self.failure = failures.classify(
