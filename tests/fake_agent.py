@@ -39,6 +39,14 @@ the signal); ``ignore_term`` ignores SIGTERM whatever else is set.
 Runs are counted in ``fake_runs`` in the working directory (a resume is a new run). With
 ``--resume ID`` it prints ``resumed session ID``, like a CLI continuing a conversation.
 
+The prompt, as Claude Code 2.1.328 takes it (issue 21): ``-p TEXT``, ``--prompt-file F``,
+the argument after ``--``, else stdin when it is not a terminal (``claude -p`` with the prompt
+on stdin). With ``--tui`` it plays the TUI's side of a long prompt's paste: on its terminal
+(raw mode, bracketed paste on) it shows an input box (a rule line, then ``❯``), takes one
+bracketed paste, shows ``[Pasted text #1 +N lines]`` and submits on Enter (tmux sends the
+paste's newlines as CR; they are turned back). An argv string over 128 KiB never reaches it:
+the kernel refuses the exec with E2BIG, as for the real CLI (tests/test_prompt_delivery.py).
+
 It always records, in its working directory, ``received_prompt.bin`` (the prompt bytes
 exactly as received), ``received_argv.json`` and ``agent_pid`` (its own PID).
 """
@@ -136,6 +144,42 @@ def _set_signals(prompt: str) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
+def _tui_paste() -> bytes:
+    """``--tui``: the input box, one bracketed paste, then Enter (see the module docstring)."""
+    import termios
+    import tty
+
+    saved = termios.tcgetattr(0)
+    tty.setraw(0)
+    try:
+        os.write(1, b"\x1b[?2004h\r\n" + ("─" * 40).encode() + "\r\n❯ \r\n".encode())
+        data = b""
+        while b"\x1b[201~" not in data:
+            data += os.read(0, 65536)
+        body = data.split(b"\x1b[200~", 1)[-1].split(b"\x1b[201~", 1)[0]
+        lines = body.count(b"\r")
+        os.write(1, f"\x1b[?2004l\r\n❯ [Pasted text #1 +{lines} lines]\r\n".encode())
+        rest = data.split(b"\x1b[201~", 1)[1]
+        while b"\r" not in rest:
+            rest += os.read(0, 1024)
+    finally:
+        termios.tcsetattr(0, termios.TCSADRAIN, saved)
+    return body.replace(b"\r", b"\n")
+
+
+def _prompt(args: argparse.Namespace, rest: list[str]) -> bytes:
+    """The prompt's bytes from wherever this run was given it (the module docstring)."""
+    if args.prompt_file:
+        return Path(args.prompt_file).read_bytes()
+    if args.prompt is not None:
+        return os.fsencode(args.prompt)
+    if "--" in rest and rest.index("--") + 1 < len(rest):
+        return os.fsencode(rest[rest.index("--") + 1])
+    if args.tui:
+        return _tui_paste()
+    return b"" if sys.stdin.isatty() else sys.stdin.buffer.read()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("-p", dest="prompt")
@@ -143,11 +187,9 @@ def main() -> int:
     parser.add_argument("--session-id", default="")
     parser.add_argument("--model", default="")
     parser.add_argument("--resume", default="")
-    args, _ = parser.parse_known_args()
-    if args.prompt_file:
-        raw = Path(args.prompt_file).read_bytes()
-    else:
-        raw = os.fsencode(args.prompt or "")
+    parser.add_argument("--tui", action="store_true")
+    args, rest = parser.parse_known_args()
+    raw = _prompt(args, rest)
     Path("received_prompt.bin").write_bytes(raw)
     Path("received_argv.json").write_text(json.dumps(sys.argv[1:]), encoding="utf-8")
     Path("agent_pid").write_text(str(os.getpid()), encoding="utf-8")

@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from supervisor.config.argsize import prompt_problems
 from supervisor.config.env import read_env_overrides
 from supervisor.config.models import (
     ALIAS_RE,
@@ -226,6 +227,10 @@ def resolve_task(
             spec.workspace.root = str(_resolve(base, Path(spec.workspace.root)))
         except ValueError as exc:
             problems.append(f"{where('workspace.root')}: not a usable path ({exc})")
+    if prompt is not None:  # a prompt the agent's argv cannot carry (E2BIG)
+        key = "prompt_file" if spec.prompt_file is not None else "prompt"
+        agent = profile.spec.agent
+        problems += prompt_problems(agent, prompt, where(key), str(profile.path))
     if problems or policy is None or prompt is None:
         raise ConfigError(problems)
     rules = (*(spec.approval.rules if spec.approval else ()), *profile.spec.approval.rules)

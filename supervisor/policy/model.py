@@ -133,6 +133,10 @@ class Signals:
             Code's ``total_cost_usd`` summed over the task's runs); ``None``: not reported.
         superseded: the fleet's database gives this cluster task to a newer generation
             (or another host): this host's copy must stop and never resume (issue 15).
+        launch_error: why the agent could not be started, in the wrapper's words (its
+            ``launch_error`` file: an exec's errno, e.g. a prompt too long for argv, E2BIG;
+            issue 21), for the decision's reason and so the manifest's summary; ``None``
+            when the agent started.
     """
 
     now: float
@@ -160,6 +164,7 @@ class Signals:
     requests: int = 0
     spent_usd: float | None = None
     superseded: bool = False
+    launch_error: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,71 @@
+"""How a Claude Code run gets its prompt: never as an argv element beyond a safe size.
+
+Linux caps one argv string at 128 KiB (``E2BIG``, :mod:`supervisor.config.argsize`), and a
+task's prompt may be 10 MiB. Measured with the real CLI 2.1.328 (tests/test_prompt_e2e.py):
+
+* ``claude -p`` reads its prompt from stdin when no prompt argument is given, also with
+  ``--session-id`` or ``--resume``; a regular file as stdin ends at its end, nothing has to
+  be closed. A headless first run therefore always gets the task's ``prompt`` file as
+  stdin (``launch.json`` ``stdin``) and no prompt in argv.
+* The TUI needs the terminal as stdin. A prompt up to :data:`ARGV_PROMPT_MAX` bytes stays
+  its positional argument; a longer one is typed into the TUI by the wrapper as one
+  bracketed paste (``launch.json`` ``paste``): the TUI shows a 300 KB paste as
+  ``[Pasted text #1 +N lines]`` within a second and sends all of it on Enter. The wrapper
+  waits for the input box (:data:`READY`) before pasting and for :data:`PASTED` before
+  Enter.
+* A resume passes ``resume_prompt`` (a short profile value, bounded by ``ArgText``) as the
+  positional argument, in both modes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from supervisor.config import AgentSpec
+from supervisor.config.argsize import ARGV_PROMPT_MAX
+
+#: The TUI's empty input box: a rule line, then the ``❯`` prompt on the next line, not a
+#: numbered choice (a dialog's cursor is ``❯ 1. Yes``), as ``capture-pane -p`` shows it.
+READY = r"^─{8,}[ ]*\n❯(?![ ]*\d+\.)"
+#: What the TUI shows once it holds a long paste (``[Pasted text #1 +11112 lines]``).
+PASTED = r"\[Pasted text #\d+"
+#: Seconds the wrapper waits for the input box before it gives up (the TUI starts in about
+#: a second; a loaded machine or a first-run dialog takes longer).
+PASTE_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """How one run gets its prompt.
+
+    Attributes:
+        tail: the end of the argv: ``["--", PROMPT]`` (a placeholder or the resume prompt),
+            or ``[]`` when the prompt goes another way.
+        stdin: the file the wrapper gives the agent as stdin, or ``None`` (the pane's tty).
+        paste: the wrapper's ``paste`` spec (:mod:`supervisor.wrapper`, step 7), or ``None``.
+    """
+
+    tail: list[str]
+    stdin: str | None = None
+    paste: dict[str, object] | None = None
+
+
+def delivery(agent: AgentSpec, resume: bool, prompt: str, prompt_file: Path) -> Delivery:
+    """The way the prompt reaches this run (see the module docstring).
+
+    Args:
+        agent: the profile's ``[agent]`` (``mode``, ``resume_prompt``).
+        resume: a resume (the prompt is ``resume_prompt``).
+        prompt: the task's prompt.
+        prompt_file: the task folder's copy of the prompt (written at claim time).
+    """
+    # "--" ends the options, so a prompt that starts with "-" is still the prompt.
+    if resume:
+        return Delivery(["--", agent.resume_prompt])
+    if agent.mode == "headless":
+        return Delivery([], stdin=str(prompt_file))
+    if len(prompt.encode("utf-8")) <= ARGV_PROMPT_MAX:
+        return Delivery(["--", "{prompt}"])
+    paste = {"path": str(prompt_file), "ready": READY, "pasted": PASTED, "timeout": PASTE_TIMEOUT}
+    return Delivery([], paste=paste)
