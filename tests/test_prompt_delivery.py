@@ -264,3 +264,55 @@ def test_a_tui_that_never_shows_its_input_box_is_not_launched(setup: Setup) -> N
     m = setup.manifests()["mute"]
     assert (m["status"], m["failure_reason"], m["retry_count"]) == ("failed", "launch", 0), m
     assert m["exit_code"] == 127 and "could not be pasted" in m["summary"], m
+
+
+# ---------------------------------------------------------------- environment strings
+
+
+def test_a_task_env_value_too_long_for_exec_is_refused(setup: Setup) -> None:
+    """32768 four-byte characters are within the 32768-character bound of a task's env
+    value, but ``KEY=VALUE`` is then over the kernel's 128 KiB per string (E2BIG at every
+    launch): ``validate`` refuses it in one line naming the file, the key and the fix."""
+    setup.write_profile(extra={"security": {"task_may_set": ["env"]}})
+    task = setup.root / "task.toml"
+    value = "\U0001f600" * 32768
+    task.write_text(
+        f'name = "env"\nprompt = "exit: 0"\nproject_dir = "{setup.project}"\n'
+        f'[env]\nBIG = "{value}"\n',
+        encoding="utf-8",
+    )
+    done = setup.supervise("validate", "-c", str(setup.profile), str(task))
+    assert done.returncode == 1, done.stdout
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{task}:5: key 'env.BIG'" in lines[0], lines
+    assert str(ARG_STRLEN_MAX) in lines[0] and "shorten" in lines[0], lines
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("env", {"BIG": "x" * ARG_STRLEN_MAX}),
+        ("extra_args", ["--append-system-prompt", "x" * ARG_STRLEN_MAX]),
+        ("resume_prompt", "continue " * (ARGV_PROMPT_MAX // 8)),
+    ],
+)
+def test_a_profile_string_too_long_for_exec_is_refused(
+    setup: Setup, key: str, value: object
+) -> None:
+    """A profile's ``[agent]`` string that would make every launch (or resume) fail with
+    E2BIG is refused when the profile is loaded, in one line naming the key."""
+    setup.write_profile(extra={"agent": {"kind": "claude", key: value}})
+    done = setup.supervise("validate", str(setup.profile))
+    assert done.returncode == 1, done.stdout
+    assert "Traceback" not in done.stderr and f"agent.{key}" in done.stderr, done.stderr
+    assert "E2BIG" in done.stderr, done.stderr
+
+
+def test_an_error_line_never_echoes_a_huge_value_whole(setup: Setup) -> None:
+    """Found by attack (huge inputs): a refused 80 KB value was echoed whole into its
+    error line (``(got '...')``); the line keeps a short, escaped head of it."""
+    setup.write_profile(extra={"agent": {"kind": "claude", "resume_prompt": "go on " * 15000}})
+    done = setup.supervise("validate", str(setup.profile))
+    assert done.returncode == 1
+    [line] = done.stderr.strip().splitlines()
+    assert "agent.resume_prompt" in line and len(line) < 1000, len(line)

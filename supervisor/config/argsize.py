@@ -11,13 +11,23 @@ Linux caps one argv or environment string at 128 KiB (``MAX_ARG_STRLEN``,
   it fills stays within :data:`ARGV_PROMPT_MAX`: :func:`prompt_problems` refuses a longer
   one when the task is validated, submitted or claimed, naming the fix (``{prompt_file}``).
 
+Environment strings (``KEY=VALUE``) and the profile's own argv strings have only the
+kernel's cap: :func:`env_problems` (a task's ``env``, checked with the task) and
+:func:`check_env` / :func:`check_args` / :func:`check_resume_prompt` (``[agent]``, checked
+when the profile is loaded) refuse what would fail every launch.
+
 Pure: no I/O.
 """
 
 from __future__ import annotations
 
-from supervisor.config.models import AgentSpec
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
 from supervisor.wrapper import ARG_STRLEN_MAX
+
+if TYPE_CHECKING:  # models validates with the checks below: no import cycle at run time
+    from supervisor.config.models import AgentSpec
 
 #: Largest prompt in bytes of UTF-8 that Claude Code's adapter passes in argv: half the
 #: kernel's cap, so the prompt's element and the rest of the command line stay well clear
@@ -61,3 +71,71 @@ def prompt_problems(agent: AgentSpec, prompt: str, where: str, profile_name: str
                     "pass {prompt_file} instead of {prompt} in that argv, or shorten the prompt"
                 )
     return lines
+
+
+def string_bytes(text: str) -> int:
+    """Bytes ``execve`` counts for one string: its UTF-8 and the NUL."""
+    return len(text.encode("utf-8", "surrogatepass")) + 1
+
+
+def env_problems(env: dict[str, str], where: Callable[[str], str]) -> list[str]:
+    """One line per ``KEY=VALUE`` over the kernel's cap; ``where(KEY)`` names the file and
+    key (``FILE:LINE: key 'env.KEY'``)."""
+    return [f"{where(key)}: {_env_line(key, value)}" for key, value in _too_long(env)]
+
+
+def _too_long(env: dict[str, str]) -> list[tuple[str, str]]:
+    return [(k, v) for k, v in env.items() if string_bytes(f"{k}={v}") > ARG_STRLEN_MAX]
+
+
+def _env_line(key: str, value: str) -> str:
+    size = string_bytes(f"{key}={value}")
+    return (
+        f"{key}=VALUE is {size} bytes, over Linux's {ARG_STRLEN_MAX} per environment string "
+        "(the agent could not start: E2BIG); fix: shorten the value, or put it in a file "
+        "the agent reads"
+    )
+
+
+def check_env(env: dict[str, str]) -> dict[str, str]:
+    """``[agent] env`` unchanged when every ``KEY=VALUE`` fits the kernel's cap.
+
+    Raises:
+        ValueError: the first one that does not, with the fix.
+    """
+    for key, value in _too_long(env):
+        raise ValueError(_env_line(key, value))
+    return env
+
+
+def check_args(args: Iterable[str]) -> list[str]:
+    """``[agent] extra_args`` (or another argv list) unchanged when every element fits.
+
+    Raises:
+        ValueError: an element over the kernel's cap, with its index and the fix.
+    """
+    items = list(args)
+    for index, item in enumerate(items):
+        size = string_bytes(item) if "{prompt}" not in item else 0
+        if size > ARG_STRLEN_MAX:
+            raise ValueError(
+                f"element {index} is {size} bytes, over Linux's {ARG_STRLEN_MAX} per argument "
+                "(the agent could not start: E2BIG); fix: shorten it, or pass a file"
+            )
+    return items
+
+
+def check_resume_prompt(text: str) -> str:
+    """``[agent] resume_prompt`` unchanged when it fits :data:`ARGV_PROMPT_MAX` (it is the
+    resumed run's argument in both modes).
+
+    Raises:
+        ValueError: it is longer, with the fix.
+    """
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > ARGV_PROMPT_MAX:
+        raise ValueError(
+            f"{size} bytes, over the {ARGV_PROMPT_MAX} a prompt may take in argv (Linux "
+            f"refuses one over {ARG_STRLEN_MAX}: E2BIG); fix: shorten it"
+        )
+    return text

@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from supervisor.config.argsize import prompt_problems
+from supervisor.config.argsize import env_problems, prompt_problems
 from supervisor.config.env import read_env_overrides
 from supervisor.config.models import (
     ALIAS_RE,
@@ -179,9 +179,9 @@ def resolve_task(
     """
     problems: list[str] = []
 
-    def where(key: str) -> str:
-        line = key_line(text, (*loc_prefix, key)) if text else None
-        dotted = ".".join(str(p) for p in (*loc_prefix, key))
+    def where(*keys: str) -> str:
+        line = key_line(text, (*loc_prefix, *keys)) if text else None
+        dotted = ".".join(str(p) for p in (*loc_prefix, *keys))
         return (f"{file}:{line}" if line else f"{file}") + f": key '{dotted}'"
 
     try:
@@ -231,6 +231,7 @@ def resolve_task(
         key = "prompt_file" if spec.prompt_file is not None else "prompt"
         agent = profile.spec.agent
         problems += prompt_problems(agent, prompt, where(key), str(profile.path))
+    problems += env_problems(spec.env, lambda name: where("env", name))
     if problems or policy is None or prompt is None:
         raise ConfigError(problems)
     rules = (*(spec.approval.rules if spec.approval else ()), *profile.spec.approval.rules)
