@@ -302,8 +302,11 @@ def _spawn(task_dir: str, launch: dict, env: dict[str, str], pipe: tuple[int, in
             os.dup2(source, 0)
             os.close(source)
         os.execvpe(argv[0], argv, env)
-    except OSError as exc:
-        message = f"supervise: cannot run {argv[0]!r}: {_exec_failure(argv, env, exc)}"
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte, refused before execve
+        why = _exec_failure(argv, env, exc) if isinstance(exc, OSError) else f"{exc} (NUL)"
+        if isinstance(exc, OSError) and launch.get("stdin") and exc.filename == launch["stdin"]:
+            why = f"cannot open its prompt {launch['stdin']} as stdin: {exc.strerror}"
+        message = f"supervise: cannot run {argv[0]!r}: {why}"
         print(message, file=sys.stderr)
         with contextlib.suppress(OSError):
             _write(task_dir, LAUNCH_ERROR, message + "\n")

@@ -316,3 +316,24 @@ def test_an_error_line_never_echoes_a_huge_value_whole(setup: Setup) -> None:
     assert done.returncode == 1
     [line] = done.stderr.strip().splitlines()
     assert "agent.resume_prompt" in line and len(line) < 1000, len(line)
+
+
+def test_a_nul_in_a_prompt_bound_for_argv_is_refused_and_never_a_traceback(
+    setup: Setup, tmp_path: Path
+) -> None:
+    """Found by attack (NUL): a prompt holding NUL was accepted for a generic ``{prompt}``
+    argv; ``execve`` cannot take it, the wrapper's child died in a traceback and the task
+    ended ``failed`` with exit 1 and no reason. Now ``validate`` refuses it in one line,
+    and a wrapper given such an argv records a launch error (exit 127)."""
+    profile = _generic_profile(setup, "{prompt}")
+    task = setup.root / "nul.toml"
+    task.write_text(f'name = "n"\nprompt = "a\\u0000b"\nproject_dir = "{setup.project}"\n')
+    done = setup.supervise("validate", "-c", str(profile), str(task))
+    assert done.returncode == 1, done.stdout
+    [line] = done.stderr.strip().splitlines()
+    assert f"{task}:2: key 'prompt'" in line and "NUL" in line, line
+    folder = tmp_path / "w"
+    launch = {"argv": ["/bin/echo", "a\0b"], "env": {}, "cwd": str(tmp_path),
+              "resume_exit_codes": []}  # fmt: skip
+    assert _run_wrapper(folder, launch) == 127
+    assert "NUL" in (folder / "launch_error").read_text("utf-8")

@@ -47,8 +47,9 @@ def element_bytes(template: str, prompt_bytes: int) -> int:
 
 def prompt_problems(agent: AgentSpec, prompt: str, where: str, profile_name: str) -> list[str]:
     """One line per ``[agent] command`` / ``resume_command`` element that the prompt would
-    make longer than :data:`ARGV_PROMPT_MAX`; ``[]`` when every element fits (and for ``kind =
-    "claude"``, whose adapter never puts a long prompt in argv).
+    make longer than :data:`ARGV_PROMPT_MAX`, or one line for a NUL byte in a prompt bound
+    for argv (a generic ``{prompt}``, the TUI's argument); ``[]`` when the prompt fits (and
+    for headless ``kind = "claude"``, whose prompt goes on stdin).
 
     Args:
         agent: the profile's ``[agent]``.
@@ -56,6 +57,14 @@ def prompt_problems(agent: AgentSpec, prompt: str, where: str, profile_name: str
         where: the task file and key the line names (``FILE:LINE: key 'prompt_file'``).
         profile_name: the profile's path, named with the key to change.
     """
+    in_argv = agent.kind == "generic" and any(
+        _PROMPT in element for element in (*(agent.command or ()), *(agent.resume_command or ()))
+    )
+    if "\0" in prompt and (in_argv or agent.mode == "interactive"):
+        return [
+            f"{where}: the prompt holds a NUL byte, which no argv element can carry "
+            "(execve takes C strings); fix: remove it"
+        ]
     if agent.kind != "generic":
         return []
     size = len(prompt.encode("utf-8"))
