@@ -139,7 +139,7 @@ class ClaudeAdapter(AgentAdapter):
             settings = hooks.write_settings(self.task.path, self.resolved.policy.deadline)
         stream = hooks.STREAM if self.agent.mode == "headless" else None
         self.new_run()
-        how = delivery(self.agent, resume, self.resolved.prompt, self.task.file("prompt"))
+        how = delivery(self.agent, resume, self.resolved.prompt, self.task.path)
         line = argv(self.agent, resume, settings, how.tail)
         return LaunchPart(argv=line, stream=stream, stdin=how.stdin, paste=how.paste)
 

@@ -13,17 +13,26 @@ task's prompt may be 10 MiB. Measured with the real CLI 2.1.328 (tests/test_prom
   ``[Pasted text #1 +N lines]`` within a second and sends all of it on Enter. The wrapper
   waits for the input box (:data:`READY`) before pasting and for :data:`PASTED` before
   Enter.
+* tmux (3.3a) pastes a buffer as it is: a prompt holding ``ESC [201~`` would end the
+  bracketed paste early and its next characters would be keystrokes to the TUI (Ctrl-C,
+  Shift-Tab cycles the permission mode, CR submits). The TUI is therefore given
+  :func:`inert` text, written to :data:`PASTE_FILE` in the task folder: control characters
+  but tab and newline become visible escapes (``\\x1b``), as they would be harmless
+  bytes in argv.
 * A resume passes ``resume_prompt`` (a short profile value, bounded by ``ArgText``) as the
   positional argument, in both modes.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from supervisor.config import AgentSpec
 from supervisor.config.argsize import ARGV_PROMPT_MAX
+from supervisor.diskio import atomic_write
 
 #: The TUI's empty input box: a rule line, then the ``❯`` prompt on the next line, not a
 #: numbered choice (a dialog's cursor is ``❯ 1. Yes``), as ``capture-pane -p`` shows it.
@@ -33,6 +42,17 @@ PASTED = r"\[Pasted text #\d+"
 #: Seconds the wrapper waits for the input box before it gives up (the TUI starts in about
 #: a second; a loaded machine or a first-run dialog takes longer).
 PASTE_TIMEOUT = 60.0
+#: The task folder's file the wrapper pastes: the prompt made :func:`inert` (mode 0600).
+PASTE_FILE = "prompt.paste"
+#: Characters a terminal application takes as keys, not text: C0 but tab and newline, DEL,
+#: C1 (ECMA-48).
+_KEYS_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def inert(prompt: str) -> str:
+    """``prompt`` with every character a TUI would take as a key (see :data:`_KEYS_RE`)
+    written as a visible escape, ``\\x1b`` or ``\\x9b``: pasted, it stays text."""
+    return _KEYS_RE.sub(lambda m: f"\\x{ord(m.group()):02x}", prompt)
 
 
 @dataclass(frozen=True)
@@ -51,15 +71,21 @@ class Delivery:
     paste: dict[str, object] | None = None
 
 
-def delivery(agent: AgentSpec, resume: bool, prompt: str, prompt_file: Path) -> Delivery:
-    """The way the prompt reaches this run (see the module docstring).
+def delivery(agent: AgentSpec, resume: bool, prompt: str, task_dir: Path) -> Delivery:
+    """The way the prompt reaches this run (see the module docstring); for a paste, the
+    :func:`inert` prompt is written to ``task_dir/``:data:`PASTE_FILE` first.
 
     Args:
         agent: the profile's ``[agent]`` (``mode``, ``resume_prompt``).
         resume: a resume (the prompt is ``resume_prompt``).
         prompt: the task's prompt.
-        prompt_file: the task folder's copy of the prompt (written at claim time).
+        task_dir: the task folder, holding ``prompt`` (written at claim time).
+
+    Raises:
+        OSError: the paste file cannot be written (the launch is retried as for
+            ``launch.json``).
     """
+    prompt_file = task_dir / "prompt"
     # "--" ends the options, so a prompt that starts with "-" is still the prompt.
     if resume:
         return Delivery(["--", agent.resume_prompt])
@@ -67,5 +93,8 @@ def delivery(agent: AgentSpec, resume: bool, prompt: str, prompt_file: Path) -> 
         return Delivery([], stdin=str(prompt_file))
     if len(prompt.encode("utf-8")) <= ARGV_PROMPT_MAX:
         return Delivery(["--", "{prompt}"])
-    paste = {"path": str(prompt_file), "ready": READY, "pasted": PASTED, "timeout": PASTE_TIMEOUT}
+    pasted = task_dir / PASTE_FILE
+    atomic_write(pasted, inert(prompt).encode("utf-8"))
+    os.chmod(pasted, 0o600)
+    paste = {"path": str(pasted), "ready": READY, "pasted": PASTED, "timeout": PASTE_TIMEOUT}
     return Delivery([], paste=paste)
