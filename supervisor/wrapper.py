@@ -41,9 +41,10 @@ Each file is written atomically (temp + rename). Exit status: the agent's.
    "timeout"}`` (an interactive TUI) a thread waits until the pane's text matches the
    ``ready`` pattern, pastes the file as one bracketed paste (``tmux load-buffer`` +
    ``paste-buffer -p``), waits until the pane matches ``pasted`` and presses Enter. A TUI
-   that shows no input prompt within ``timeout`` seconds is stopped and recorded as not
-   launched (``launch_error``, exit 127). An exec that fails with ``E2BIG`` names the
-   longest argument or environment string in ``launch_error``.
+   that shows no input prompt within ``timeout`` seconds, or that shows the ``refused``
+   pattern within :data:`PASTE_SETTLE` seconds of Enter, is stopped and recorded as not
+   launched (``launch_error``: ``refused_why``; exit 127). An exec that fails with
+   ``E2BIG`` names the longest argument or environment string in ``launch_error``.
 
 6. Fencing (a fleet's task only; issue 20, :mod:`supervisor.cluster.lease`): with
    ``"lease": {"path", "expiry", "poll", "grace"}`` in ``launch.json``, a thread reads the
@@ -358,11 +359,8 @@ def _paste(task_dir: str, spec: dict, child: int, failed: list[str]) -> None:
     timeout = float(spec.get("timeout", 60))
     ready = re.compile(str(spec["ready"]), re.MULTILINE)
     if not pane or not _pane_matches(pane, ready, time.monotonic() + timeout):
-        reason = f"the prompt could not be pasted: no input prompt on screen within {timeout:g} s"
-        failed.append(reason)
-        with contextlib.suppress(OSError):
-            _write(task_dir, LAUNCH_ERROR, f"supervise: {reason}\n")
-        _end(child, 5.0)
+        why = f"the prompt could not be pasted: no input prompt on screen within {timeout:g} s"
+        _not_delivered(task_dir, child, why, failed)
         return
     buffer = f"supervise-{pane.lstrip('%')}-{os.getpid()}"
     if _tmux("load-buffer", "-b", buffer, str(spec["path"])) is not None:
@@ -370,6 +368,18 @@ def _paste(task_dir: str, spec: dict, child: int, failed: list[str]) -> None:
         # Enter before the TUI has taken the whole paste would submit part of it
         _pane_matches(pane, re.compile(str(spec["pasted"])), time.monotonic() + PASTE_SETTLE)
     _tmux("send-keys", "-t", pane, "Enter")
+    refused = re.compile(str(spec["refused"]), re.MULTILINE) if spec.get("refused") else None
+    if refused and _pane_matches(pane, refused, time.monotonic() + PASTE_SETTLE):
+        _not_delivered(task_dir, child, str(spec.get("refused_why", "refused")), failed)
+
+
+def _not_delivered(task_dir: str, child: int, why: str, failed: list[str]) -> None:
+    """The agent never got its prompt: ``launch_error`` says ``why``, ``failed`` gets it (the
+    wrapper then reports exit 127) and the agent is ended."""
+    failed.append(why)
+    with contextlib.suppress(OSError):
+        _write(task_dir, LAUNCH_ERROR, f"supervise: {why}\n")
+    _end(child, 5.0)
 
 
 def _end(child: int, grace: float) -> None:

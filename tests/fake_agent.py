@@ -44,8 +44,11 @@ the argument after ``--``, else stdin when it is not a terminal (``claude -p`` w
 on stdin). With ``--tui`` it plays the TUI's side of a long prompt's paste: on its terminal
 (raw mode, bracketed paste on) it shows an input box (a rule line, then ``❯``), takes one
 bracketed paste, shows ``[Pasted text #1 +N lines]`` and submits on Enter (tmux sends the
-paste's newlines as CR; they are turned back). An argv string over 128 KiB never reaches it:
-the kernel refuses the exec with E2BIG, as for the real CLI (tests/test_prompt_delivery.py).
+paste's newlines as CR; they are turned back). A ``context_limit`` line in such a prompt
+makes it answer as the real TUI does for a prompt over its model's context window: it
+shows ``Context limit reached · /compact or /clear to continue`` and waits, with no hook.
+An argv string over 128 KiB never reaches it: the kernel refuses the exec with E2BIG, as for
+the real CLI (tests/test_prompt_delivery.py).
 
 It always records, in its working directory, ``received_prompt.bin`` (the prompt bytes
 exactly as received), ``received_argv.json`` and ``agent_pid`` (its own PID).
@@ -194,6 +197,9 @@ def main() -> int:
     Path("received_argv.json").write_text(json.dumps(sys.argv[1:]), encoding="utf-8")
     Path("agent_pid").write_text(str(os.getpid()), encoding="utf-8")
     prompt = raw.decode("utf-8", errors="replace")
+    if args.tui and re.search(r"^context_limit$", prompt, re.MULTILINE):
+        print("  ⎿  Context limit reached · /compact or /clear to continue", flush=True)
+        time.sleep(3600)
     runs_file = Path("fake_runs")
     run = int(runs_file.read_text() or 0) + 1 if runs_file.exists() else 1
     runs_file.write_text(str(run))

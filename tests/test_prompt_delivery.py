@@ -96,6 +96,10 @@ def test_ready_pattern_matches_the_real_input_box_and_no_dialog() -> None:
     assert not pasted.search((SCREENS / "prompt_ready.txt").read_text("utf-8"))
     for name in ("permission_bash", "permission_write_create", "permission_edit"):
         assert not ready.search((SCREENS / f"{name}.txt").read_text("utf-8")), name
+    refused = re.compile(delivery.REFUSED, re.MULTILINE)
+    assert refused.search((SCREENS / "context_limit_reached.txt").read_text("utf-8"))
+    for name in ("prompt_pasted", "idle_after_turn", "working_streaming_a"):
+        assert not refused.search((SCREENS / f"{name}.txt").read_text("utf-8")), name
 
 
 # ---------------------------------------------------------------- validate and submit
@@ -346,3 +350,20 @@ def test_a_nul_in_a_prompt_bound_for_argv_is_refused_and_never_a_traceback(
               "resume_exit_codes": []}  # fmt: skip
     assert _run_wrapper(folder, launch) == 127
     assert "NUL" in (folder / "launch_error").read_text("utf-8")
+
+
+def test_a_pasted_prompt_over_the_context_window_ends_failed_at_once(setup: Setup) -> None:
+    """Measured with CLI 2.1.328 (sonnet-4-6, a 200k-token window): the TUI answers a
+    prompt over its model's context window with ``Context limit reached`` and waits, with no
+    Stop or StopFailure hook, so the task sat idle until staleness resumed it into the same
+    wall. The wrapper sees the refusal on screen: the task ends ``failed``/``launch`` with
+    the cause in its summary, without a retry (fake TUI here; tests/test_prompt_e2e.py has
+    the real one)."""
+    shim = str(_tui_shim(setup.root))
+    setup.write_profile(extra={"agent": {"kind": "claude", "mode": "interactive", "binary": shim}})
+    setup.drop("ctx.toml", setup.task("ctx", "context_limit\n" + big_prompt()))
+    done = setup.run(timeout=90)
+    assert done.returncode == 0, done.stderr
+    m = setup.manifests()["ctx"]
+    assert (m["status"], m["failure_reason"], m["retry_count"]) == ("failed", "launch", 0), m
+    assert "context window" in m["summary"], m

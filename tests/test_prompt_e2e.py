@@ -82,3 +82,35 @@ def json_to_toml(data: dict[str, str]) -> str:
     import tomli_w
 
     return tomli_w.dumps(data)
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason", "said"),
+    [
+        ("headless", "invalid_request", "Prompt is too long"),
+        ("interactive", "launch", "context window"),
+    ],
+)
+def test_a_prompt_over_the_context_window_fails_at_once(
+    harness, mode: str, reason: str, said: str
+) -> None:
+    """An 800 KB prompt is over sonnet-4-6's 200k-token window (the CLI estimates; 650 KB
+    passes). The CLI refuses it without an API call: ``-p`` exits 1 with "Prompt is too
+    long"; the TUI shows "Context limit reached" and waits with no hook, which the wrapper
+    sees. Both end ``failed`` at once, retry 0, with the cause in the summary."""
+    h = harness()
+    project = h.project()
+    h.write_profile(agent={"mode": mode})
+    prompt_file = h.root / "prompt.md"
+    filler = "".join(f"filler line {i:06d} of a very long task description\n" for i in range(16000))
+    prompt_file.write_text(filler, "utf-8")
+    assert prompt_file.stat().st_size > 750_000
+    task = {"name": "huge", "prompt_file": str(prompt_file), "project_dir": str(project)}
+    (h.spool / "huge.toml").write_text(json_to_toml(task), encoding="utf-8")
+    h.start()
+    h.finish()
+    m = h.manifests()["huge"]
+    info = json.dumps({k: m[k] for k in m if k != "output_tail"}, indent=1) + h.diagnostics()
+    assert (m["status"], m["failure_reason"], m["retry_count"]) == ("failed", reason, 0), info
+    assert said in m["summary"], info
+    assert not [r for r in h.mock.message_requests() if r.offers_tools], info

@@ -35,10 +35,20 @@ from supervisor.config.argsize import ARGV_PROMPT_MAX
 from supervisor.diskio import atomic_write
 
 #: The TUI's empty input box: a rule line, then the ``❯`` prompt on the next line, not a
-#: numbered choice (a dialog's cursor is ``❯ 1. Yes``), as ``capture-pane -p`` shows it.
-READY = r"^─{8,}[ ]*\n❯(?![ ]*\d+\.)"
+#: numbered choice (a dialog's cursor is ``❯ 1. Yes``), as ``capture-pane -p`` shows it
+#: (the CLI may put a no-break space after ``❯``: ``\s`` takes it).
+READY = r"^─{8,}[ ]*\n❯(?!\s*\d+\.)"
 #: What the TUI shows once it holds a long paste (``[Pasted text #1 +11112 lines]``).
 PASTED = r"\[Pasted text #\d+"
+#: The TUI's answer to a prompt over its model's context window (measured: sonnet-4-6's
+#: 200k tokens; about 650 KB pass, 700 KB do not): no API call, no Stop or StopFailure
+#: hook, the TUI just waits. The wrapper looks for it after Enter.
+REFUSED = r"^\s*⎿\s+Context limit reached\b"
+#: The launch error the wrapper records when it sees :data:`REFUSED`.
+REFUSED_WHY = (
+    "the prompt is larger than the model's context window (Claude Code: Context limit "
+    "reached); shorten it or pick a model with a larger window"
+)
 #: Seconds the wrapper waits for the input box before it gives up (the TUI starts in about
 #: a second; a loaded machine or a first-run dialog takes longer).
 PASTE_TIMEOUT = 60.0
@@ -96,5 +106,8 @@ def delivery(agent: AgentSpec, resume: bool, prompt: str, task_dir: Path) -> Del
     pasted = task_dir / PASTE_FILE
     atomic_write(pasted, inert(prompt).encode("utf-8"))
     os.chmod(pasted, 0o600)
-    paste = {"path": str(pasted), "ready": READY, "pasted": PASTED, "timeout": PASTE_TIMEOUT}
+    paste = {
+        "path": str(pasted), "ready": READY, "pasted": PASTED, "timeout": PASTE_TIMEOUT,
+        "refused": REFUSED, "refused_why": REFUSED_WHY,
+    }  # fmt: skip
     return Delivery([], paste=paste)
