@@ -367,3 +367,26 @@ def test_a_pasted_prompt_over_the_context_window_ends_failed_at_once(setup: Setu
     m = setup.manifests()["ctx"]
     assert (m["status"], m["failure_reason"], m["retry_count"]) == ("failed", "launch", 0), m
     assert "context window" in m["summary"], m
+
+
+def test_a_task_env_too_big_in_total_for_exec_is_refused(setup: Setup, tmp_path: Path) -> None:
+    """Found by attack (thousands of items): 200 env values of 20 KB each pass every
+    per-string bound, but 4 MB of environment is over what ``execve`` takes in total (a
+    quarter of the stack limit: 2 MiB at the usual 8 MiB), so every launch failed with E2BIG.
+    ``validate`` refuses it in one line; a wrapper meeting such an exec names the total."""
+    setup.write_profile(extra={"security": {"task_may_set": ["env"]}})
+    task = setup.root / "task.toml"
+    env = "".join(f'V{i} = "{"x" * 20000}"\n' for i in range(200))
+    task.write_text(
+        f'name = "env"\nprompt = "exit: 0"\nproject_dir = "{setup.project}"\n[env]\n{env}',
+        encoding="utf-8",
+    )
+    done = setup.supervise("validate", "-c", str(setup.profile), str(task))
+    assert done.returncode == 1, done.stdout
+    [line] = done.stderr.strip().splitlines()
+    assert f"{task}:4: key 'env'" in line and "in total" in line, line
+    folder = tmp_path / "w"
+    launch = {"argv": ["/bin/true"], "env": {f"V{i}": "x" * 20000 for i in range(200)},
+              "cwd": str(tmp_path), "resume_exit_codes": []}  # fmt: skip
+    assert _run_wrapper(folder, launch) == 127
+    assert "argv and environment total" in (folder / "launch_error").read_text("utf-8")

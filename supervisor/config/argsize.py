@@ -34,6 +34,11 @@ if TYPE_CHECKING:  # models validates with the checks below: no import cycle at 
 #: of it. A longer prompt goes on stdin (``-p``) or as a paste (the TUI).
 ARGV_PROMPT_MAX = 64 * 1024
 
+#: Largest total in bytes of a task's ``env`` strings: ``execve`` takes argv and env
+#: together up to a quarter of the stack limit (2 MiB at the usual 8 MiB), and the
+#: engine's own environment and the argv need room beside them.
+ENV_TOTAL_MAX = 1024 * 1024
+
 _PROMPT = "{prompt}"
 
 
@@ -87,10 +92,19 @@ def string_bytes(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass")) + 1
 
 
-def env_problems(env: dict[str, str], where: Callable[[str], str]) -> list[str]:
-    """One line per ``KEY=VALUE`` over the kernel's cap; ``where(KEY)`` names the file and
-    key (``FILE:LINE: key 'env.KEY'``)."""
-    return [f"{where(key)}: {_env_line(key, value)}" for key, value in _too_long(env)]
+def env_problems(env: dict[str, str], where: Callable[[str | None], str]) -> list[str]:
+    """One line per ``KEY=VALUE`` over the kernel's cap, else one when all of them take more
+    than :data:`ENV_TOTAL_MAX`; ``where(KEY)`` names the file and key (``FILE:LINE: key
+    'env.KEY'``; ``where(None)``: the ``env`` table)."""
+    lines = [f"{where(key)}: {_env_line(key, value)}" for key, value in _too_long(env)]
+    total = sum(string_bytes(f"{k}={v}") for k, v in env.items())
+    if total > ENV_TOTAL_MAX and not lines:
+        lines.append(
+            f"{where(None)}: {len(env)} variables take {total} bytes in total, over the "
+            f"{ENV_TOTAL_MAX} a task's environment may take (execve would refuse the whole: "
+            "E2BIG); fix: pass large values in a file the agent reads"
+        )
+    return lines
 
 
 def _too_long(env: dict[str, str]) -> list[tuple[str, str]]:

@@ -231,7 +231,7 @@ def resolve_task(
         key = "prompt_file" if spec.prompt_file is not None else "prompt"
         agent = profile.spec.agent
         problems += prompt_problems(agent, prompt, where(key), str(profile.path))
-    problems += env_problems(spec.env, lambda name: where("env", name))
+    problems += env_problems(spec.env, lambda name: where("env", *([name] if name else [])))
     if problems or policy is None or prompt is None:
         raise ConfigError(problems)
     rules = (*(spec.approval.rules if spec.approval else ()), *profile.spec.approval.rules)
