@@ -34,18 +34,6 @@ Each file is written atomically (temp + rename). Exit status: the agent's.
    ``done`` is never on disk without ``exit_code``. The engine reads these options with
    its one ``list-panes -a`` and writes the files itself when the disk has room again. If
    tmux refuses too, the writes are retried for :data:`RETRY_FOR` seconds.
-7. Prompt delivery (issue 21): Linux caps one argv or environment string at
-   :data:`ARG_STRLEN_MAX` bytes, so a long prompt never rides in argv. With
-   ``"stdin": PATH`` the agent's stdin is that file (Claude Code's ``-p`` reads its prompt
-   from stdin and stops at the file's end). With ``"paste": {"path", "ready", "pasted",
-   "timeout"}`` (an interactive TUI) a thread waits until the pane's text matches the
-   ``ready`` pattern, pastes the file as one bracketed paste (``tmux load-buffer`` +
-   ``paste-buffer -p``), waits until the pane matches ``pasted`` and presses Enter. A TUI
-   that shows no input prompt within ``timeout`` seconds, or that shows the ``refused``
-   pattern within :data:`PASTE_SETTLE` seconds of Enter, is stopped and recorded as not
-   launched (``launch_error``: ``refused_why``; exit 127). An exec that fails with
-   ``E2BIG`` names the longest argument or environment string in ``launch_error``.
-
 6. Fencing (a fleet's task only; issue 20, :mod:`supervisor.cluster.lease`): with
    ``"lease": {"path", "expiry", "poll", "grace"}`` in ``launch.json``, a thread reads the
    lease file's record (:data:`LEASE_RECORD` bytes, opened ``O_NONBLOCK``) every ``poll``
@@ -54,6 +42,18 @@ Each file is written atomically (temp + rename). Exit status: the agent's.
    gone and the sweeper may soon run the task on another host: the agent's process group
    gets SIGTERM (and SIGCONT), and ``grace`` seconds later SIGKILL (every member but this
    wrapper, which records the end). A fenced agent has not finished: no ``done``.
+7. Prompt delivery (issue 21): Linux caps one argv or environment string at
+   :data:`ARG_STRLEN_MAX` bytes, so a long prompt never rides in argv. With
+   ``"stdin": PATH`` the agent's stdin is that file (Claude Code's ``-p`` reads its prompt
+   from stdin and stops at the file's end). With ``"paste": {"path", "ready", "pasted",
+   "timeout", "refused", "refused_why"}`` (an interactive TUI; the last two optional) a
+   thread waits until the pane's text matches the ``ready`` pattern, pastes the file as
+   one bracketed paste (``tmux load-buffer`` + ``paste-buffer -p``), waits until the pane
+   matches ``pasted`` and presses Enter. A TUI that shows no input prompt within
+   ``timeout`` seconds, or that shows the ``refused`` pattern within
+   :data:`PASTE_SETTLE` seconds of Enter, is stopped and recorded as not launched
+   (``launch_error``: the reason, ``refused_why``; exit 127). An exec that fails with
+   ``E2BIG`` names the longest argument or environment string in ``launch_error``.
 """
 
 from __future__ import annotations

@@ -19,8 +19,12 @@ task's prompt may be 10 MiB. Measured with the real CLI 2.1.328 (tests/test_prom
   :func:`inert` text, written to :data:`PASTE_FILE` in the task folder: control characters
   but tab and newline become visible escapes (``\\x1b``), as they would be harmless
   bytes in argv.
-* A resume passes ``resume_prompt`` (a short profile value, bounded by ``ArgText``) as the
-  positional argument, in both modes.
+* A prompt over the model's context window is refused by the CLI before any API call
+  (sonnet-4-6, 200k tokens: 650 KB pass, 700 KB do not): ``-p`` exits 1 with "Prompt is
+  too long"; the TUI shows :data:`REFUSED` and waits, with no Stop or StopFailure hook, so
+  the wrapper looks for it after Enter (``refused``) and ends the run as not launched.
+* A resume passes ``resume_prompt`` (a profile value, at most :data:`ARGV_PROMPT_MAX`
+  bytes) as the positional argument, in both modes.
 """
 
 from __future__ import annotations
