@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -227,11 +228,7 @@ def resolve_task(
             spec.workspace.root = str(_resolve(base, Path(spec.workspace.root)))
         except ValueError as exc:
             problems.append(f"{where('workspace.root')}: not a usable path ({exc})")
-    if prompt is not None:  # a prompt the agent's argv cannot carry (E2BIG)
-        key = "prompt_file" if spec.prompt_file is not None else "prompt"
-        agent = profile.spec.agent
-        problems += prompt_problems(agent, prompt, where(key), str(profile.path))
-    problems += env_problems(spec.env, lambda name: where("env", *([name] if name else [])))
+    problems += _exec_problems(spec, profile, prompt, where)
     if problems or policy is None or prompt is None:
         raise ConfigError(problems)
     rules = (*(spec.approval.rules if spec.approval else ()), *profile.spec.approval.rules)
@@ -245,6 +242,20 @@ def resolve_task(
         acceptance=spec.acceptance or profile.spec.acceptance,
         workspace=effective_workspace(profile.spec.workspace, spec.workspace),
     )
+
+
+def _exec_problems(
+    spec: TaskSpec, profile: LoadedProfile, prompt: str | None, where: Callable[..., str]
+) -> list[str]:
+    """What of the task the agent's ``execve`` could not take (issue 21, E2BIG): a prompt
+    its argv cannot carry, an environment string or table too big. ``where(*keys)`` names
+    the file, line and key."""
+    problems = []
+    if prompt is not None:
+        key = "prompt_file" if spec.prompt_file is not None else "prompt"
+        problems += prompt_problems(profile.spec.agent, prompt, where(key), str(profile.path))
+    problems += env_problems(spec.env, lambda name: where("env", *([name] if name else [])))
+    return problems
 
 
 def load_task(
