@@ -176,7 +176,8 @@ def resolve_task(
 
     Raises:
         ConfigError: a missing ``project_dir``, unreadable ``prompt_file``, unknown model
-            alias (the known ones are listed) or a bad policy.
+            alias (the known ones are listed), a bad policy, or a prompt or ``env`` the
+            agent's exec could not take (:mod:`supervisor.config.argsize`).
     """
     problems: list[str] = []
 
@@ -204,17 +205,7 @@ def resolve_task(
             problems.append(
                 f"{where('prompt_file')}: cannot read {str(spec.prompt_file)!r} as UTF-8 ({exc})"
             )
-    models = profile.spec.agent.known_models()
-    wanted = spec.model or profile.spec.agent.default_model
-    model = wanted
-    if wanted in models:
-        model = models[wanted]
-    elif ALIAS_RE.match(wanted):
-        problems.append(
-            f"{where('model')}: unknown model alias {wanted!r}; known aliases: "
-            + ", ".join(f"{k} ({v})" for k, v in sorted(models.items()))
-            + "; or give a full model id such as claude-sonnet-4-6"
-        )
+    model = _model(spec, profile, where, problems)
     policy: MonitorPolicy | None = None
     sources: dict[str, str] = {}
     try:
@@ -242,6 +233,24 @@ def resolve_task(
         acceptance=spec.acceptance or profile.spec.acceptance,
         workspace=effective_workspace(profile.spec.workspace, spec.workspace),
     )
+
+
+def _model(
+    spec: TaskSpec, profile: LoadedProfile, where: Callable[..., str], problems: list[str]
+) -> str:
+    """The task's model id: its alias looked up in the profile's models; an unknown alias
+    adds one line (listing the known ones) to ``problems``."""
+    models = profile.spec.agent.known_models()
+    wanted = spec.model or profile.spec.agent.default_model
+    if wanted in models:
+        return models[wanted]
+    if ALIAS_RE.match(wanted):
+        problems.append(
+            f"{where('model')}: unknown model alias {wanted!r}; known aliases: "
+            + ", ".join(f"{k} ({v})" for k, v in sorted(models.items()))
+            + "; or give a full model id such as claude-sonnet-4-6"
+        )
+    return wanted
 
 
 def _exec_problems(
