@@ -17,6 +17,7 @@ import time
 
 import psutil
 
+from supervisor.diskio import read_regular
 from supervisor.policy import Signals
 from supervisor.taskdir import TaskDir
 from supervisor.wrapper import LAUNCH_ERROR
@@ -104,7 +105,24 @@ def observe(
         output_mtime=task.output_mtime(),
         signal=task.read_int("signal"),
         failure="launch" if unlaunched else None,
+        launch_error=_launch_error(task) if unlaunched else None,
     )
+
+
+#: Characters of the wrapper's ``launch_error`` kept for the decision's reason.
+LAUNCH_ERROR_CHARS = 400
+
+
+def _launch_error(task: TaskDir) -> str | None:
+    """The first line of the wrapper's ``launch_error`` (bounded, the ``supervise: ``
+    prefix dropped), or ``None`` when it cannot be read."""
+    try:  # the agent can write its task folder: no FIFO, no symlink, no huge file
+        data = read_regular(task.file(LAUNCH_ERROR), limit=16 * 1024, follow=False)
+    except (OSError, ValueError):
+        return None
+    line = data.decode("utf-8", "replace").strip().splitlines()[:1]
+    text = line[0].removeprefix("supervise: ") if line else ""
+    return text[:LAUNCH_ERROR_CHARS] or None
 
 
 def _pid_file(task: TaskDir) -> tuple[int | None, float | None]:

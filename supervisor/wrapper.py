@@ -45,13 +45,27 @@ Each file is written atomically (temp + rename). Exit status: the agent's.
    gone and the sweeper may soon run the task on another host: the agent's process group
    gets SIGTERM (and SIGCONT), and ``grace`` seconds later SIGKILL (every member but this
    wrapper, which records the end). A fenced agent has not finished: no ``done``.
+7. Prompt delivery (issue 21): Linux caps one argv or environment string at
+   :data:`ARG_STRLEN_MAX` bytes, so a long prompt never rides in argv. With
+   ``"stdin": PATH`` the agent's stdin is that file (Claude Code's ``-p`` reads its prompt
+   from stdin and stops at the file's end). With ``"paste": {"path", "ready", "pasted",
+   "timeout", "refused", "refused_why"}`` (an interactive TUI; the last two optional) a
+   thread waits until the pane's text matches the ``ready`` pattern, pastes the file as
+   one bracketed paste (``tmux load-buffer`` + ``paste-buffer -p``), waits until the pane
+   matches ``pasted`` and presses Enter. A TUI that shows no input prompt within
+   ``timeout`` seconds, or that shows the ``refused`` pattern within
+   :data:`PASTE_SETTLE` seconds of Enter, is stopped and recorded as not launched
+   (``launch_error``: the reason, ``refused_why``; exit 127). An exec that fails with
+   ``E2BIG`` names the longest argument or environment string in ``launch_error``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -84,6 +98,11 @@ RETRY_EVERY = 0.5  # seconds between those retries
 LEASE_RECORD = 64
 #: The start of a released lease's record (the engine stopped cleanly: nothing expires).
 LEASE_RELEASED = b"released"
+#: Linux's cap on one argv or environment string, NUL included (``MAX_ARG_STRLEN``, 32
+#: pages of 4 KiB): a longer one makes ``execve`` fail with ``E2BIG``.
+ARG_STRLEN_MAX = 128 * 1024
+PASTE_POLL = 0.2  # seconds between looks at the pane while a paste waits
+PASTE_SETTLE = 10.0  # seconds to wait for the TUI to show the paste before Enter anyway
 
 
 def _write(task_dir: str, name: str, text: str) -> None:
@@ -294,13 +313,106 @@ def _spawn(task_dir: str, launch: dict, env: dict[str, str], pipe: tuple[int, in
             os.close(pipe[1])
         if launch.get("cwd"):
             os.chdir(launch["cwd"])
+        if launch.get("stdin"):  # step 7: the prompt on stdin, never in argv
+            source = os.open(launch["stdin"], os.O_RDONLY | os.O_NONBLOCK)
+            os.set_blocking(source, True)
+            os.dup2(source, 0)
+            os.close(source)
         os.execvpe(argv[0], argv, env)
-    except OSError as exc:
-        message = f"supervise: cannot run {argv[0]!r}: {exc.strerror}"
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte, refused before execve
+        why = _exec_failure(argv, env, exc) if isinstance(exc, OSError) else f"{exc} (NUL)"
+        if isinstance(exc, OSError) and launch.get("stdin") and exc.filename == launch["stdin"]:
+            why = f"cannot open its prompt {launch['stdin']} as stdin: {exc.strerror}"
+        message = f"supervise: cannot run {argv[0]!r}: {why}"
         print(message, file=sys.stderr)
         with contextlib.suppress(OSError):
             _write(task_dir, LAUNCH_ERROR, message + "\n")
     os._exit(127)
+
+
+def _exec_failure(argv: list[str], env: dict[str, str], exc: OSError) -> str:
+    """Why ``execve`` failed, in words: for ``E2BIG`` the longest string and its size
+    against :data:`ARG_STRLEN_MAX` (the cause the engine puts in the task's summary)."""
+    if exc.errno != errno.E2BIG:
+        return str(exc.strerror)
+    sizes = [(len(os.fsencode(a)) + 1, f"argv[{i}]") for i, a in enumerate(argv)]
+    sizes += [(len(os.fsencode(f"{k}={v}")) + 1, f"env {k}") for k, v in env.items()]
+    size, where = max(sizes)
+    if size <= ARG_STRLEN_MAX:
+        total = sum(n for n, _ in sizes)
+        return f"argument list too long (E2BIG): argv and environment total {total} bytes"
+    what = "prompt too long for argv" if where.startswith("argv") else "value too long for env"
+    return (
+        f"{what} (E2BIG): {where} is {size} bytes, Linux allows {ARG_STRLEN_MAX} per string; "
+        "pass a long prompt as a file ({prompt_file}) or on stdin"
+    )
+
+
+def _tmux(*args: str) -> str | None:
+    """One tmux command through the pane's own server; its stdout, ``None`` on failure."""
+    argv = [os.environ.get("SUPERVISE_TMUX", "tmux"), *args]
+    try:
+        done = subprocess.run(argv, timeout=TMUX_TIMEOUT, check=False, capture_output=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.decode("utf-8", "replace") if done.returncode == 0 else None
+
+
+def _pane_matches(pane: str, pattern: re.Pattern[str], until: float) -> bool:
+    """Whether the pane's visible text matches ``pattern`` before ``until`` (monotonic s)."""
+    while time.monotonic() < until:
+        if pattern.search(_tmux("capture-pane", "-p", "-t", pane) or ""):
+            return True
+        _nap(PASTE_POLL)
+    return False
+
+
+def _paste(task_dir: str, spec: dict, child: int, failed: list[str]) -> None:
+    """Step 7: type the file ``spec["path"]`` into the agent's TUI as one bracketed paste
+    and press Enter, once the TUI shows its input prompt; else stop the agent and record
+    why in ``launch_error`` (``failed`` gets the reason: the wrapper then exits 127)."""
+    pane = os.environ.get("TMUX_PANE", "")
+    timeout = float(spec.get("timeout", 60))
+    ready = re.compile(str(spec["ready"]), re.MULTILINE)
+    if not pane or not _pane_matches(pane, ready, time.monotonic() + timeout):
+        why = f"the prompt could not be pasted: no input prompt on screen within {timeout:g} s"
+        _not_delivered(task_dir, child, why, failed)
+        return
+    buffer = f"supervise-{pane.lstrip('%')}-{os.getpid()}"
+    if _tmux("load-buffer", "-b", buffer, str(spec["path"])) is not None:
+        _tmux("paste-buffer", "-p", "-d", "-b", buffer, "-t", pane)
+        # Enter before the TUI has taken the whole paste would submit part of it
+        _pane_matches(pane, re.compile(str(spec["pasted"])), time.monotonic() + PASTE_SETTLE)
+    _tmux("send-keys", "-t", pane, "Enter")
+    refused = re.compile(str(spec["refused"]), re.MULTILINE) if spec.get("refused") else None
+    if refused and _pane_matches(pane, refused, time.monotonic() + PASTE_SETTLE):
+        _not_delivered(task_dir, child, str(spec.get("refused_why", "refused")), failed)
+
+
+def _not_delivered(task_dir: str, child: int, why: str, failed: list[str]) -> None:
+    """The agent never got its prompt: ``launch_error`` says ``why``, ``failed`` gets it (the
+    wrapper then reports exit 127) and the agent is ended."""
+    failed.append(why)
+    with contextlib.suppress(OSError):
+        _write(task_dir, LAUNCH_ERROR, f"supervise: {why}\n")
+    _end(child, 5.0)
+
+
+def _end(child: int, grace: float) -> None:
+    """SIGTERM to the agent alone, SIGKILL after ``grace`` seconds; through a pidfd, so a
+    PID the main thread reaped meanwhile (and the kernel gave away) is never signalled."""
+    try:
+        pidfd = os.pidfd_open(child)
+    except OSError:
+        return
+    try:
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(pidfd, signal.SIGTERM)
+        if not select.select([pidfd], [], [], grace)[0]:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    finally:
+        os.close(pidfd)
 
 
 def _wait(child: int) -> int:
@@ -333,6 +445,11 @@ def main(args: list[str]) -> int:
     child = _spawn(task_dir, launch, env, pipe)
     _record(task_dir, [("pid", f"{child}\n")], time.time())
     fenced: list[float] = []
+    unpasted: list[str] = []
+    if launch.get("paste"):
+        threading.Thread(
+            target=_paste, args=(task_dir, launch["paste"], child, unpasted), daemon=True
+        ).start()
     if launch.get("lease"):
         threading.Thread(
             target=_watch_lease, args=(launch["lease"], child, fenced), daemon=True
@@ -360,12 +477,12 @@ def main(args: list[str]) -> int:
     # The end line goes to the pane (and so to output.log) before the files, so the engine
     # can wait for it and capture a complete output_tail.
     at = time.time()
-    if os.WIFSIGNALED(status):
+    if os.WIFSIGNALED(status) and not unpasted:
         number = os.WTERMSIG(status)
         _say(f"\n{END_MARK} agent killed by signal {number}")
         _record(task_dir, [("signal", f"{number}\n"), ("exit_code", f"{128 + number}\n")], at)
         return 128 + number
-    code = os.WEXITSTATUS(status)
+    code = 127 if unpasted else os.WEXITSTATUS(status)  # never got its prompt: not launched
     _say(f"\n{END_MARK} agent exited with code {code}")
     files = [("exit_code", f"{code}\n")]
     # An agent that exits because we passed it a SIGTERM or SIGHUP (the real Claude Code

@@ -48,6 +48,17 @@ the signal); ``ignore_term`` ignores SIGTERM whatever else is set.
 Runs are counted in ``fake_runs`` in the working directory (a resume is a new run). With
 ``--resume ID`` it prints ``resumed session ID``, like a CLI continuing a conversation.
 
+The prompt, as Claude Code 2.1.328 takes it (issue 21): ``-p TEXT``, ``--prompt-file F``,
+the argument after ``--``, else stdin when it is not a terminal (``claude -p`` with the prompt
+on stdin). With ``--tui`` it plays the TUI's side of a long prompt's paste: on its terminal
+(raw mode, bracketed paste on) it shows an input box (a rule line, then ``❯``), takes one
+bracketed paste, shows ``[Pasted text #1 +N lines]`` and submits on Enter (tmux sends the
+paste's newlines as CR; they are turned back). A ``context_limit`` line in such a prompt
+makes it answer as the real TUI does for a prompt over its model's context window: it
+shows ``Context limit reached · /compact or /clear to continue`` and waits, with no hook.
+An argv string over 128 KiB never reaches it: the kernel refuses the exec with E2BIG, as for
+the real CLI (tests/test_prompt_delivery.py).
+
 It always records, in its working directory, ``received_prompt.bin`` (the prompt bytes
 exactly as received), ``received_argv.json`` and ``agent_pid`` (its own PID).
 """
@@ -171,11 +182,47 @@ def _stream_tool(prompt: str, session: str) -> None:
 
 
 def _claude_argv(argv: list[str]) -> list[str]:
-    """Claude Code's argv (``-p`` is a mode flag, the prompt follows ``--``) as this
-    fake's own options."""
+    """Claude Code's argv (``-p`` is a mode flag; the prompt follows ``--``, or comes on
+    stdin) as this fake's own options."""
     cut = argv.index("--") if "--" in argv else len(argv)
     own = [a for a in argv[:cut] if a not in ("-p", "--verbose")]
-    return [*own, "-p", " ".join(argv[cut + 1 :])]
+    return [*own, "-p", " ".join(argv[cut + 1 :])] if cut < len(argv) else own
+
+
+def _tui_paste() -> bytes:
+    """``--tui``: the input box, one bracketed paste, then Enter (see the module docstring)."""
+    import termios
+    import tty
+
+    saved = termios.tcgetattr(0)
+    tty.setraw(0)
+    try:
+        os.write(1, b"\x1b[?2004h\r\n" + ("─" * 40).encode() + "\r\n❯ \r\n".encode())
+        data = b""
+        while b"\x1b[201~" not in data:
+            data += os.read(0, 65536)
+        body = data.split(b"\x1b[200~", 1)[-1].split(b"\x1b[201~", 1)[0]
+        lines = body.count(b"\r")
+        os.write(1, f"\x1b[?2004l\r\n❯ [Pasted text #1 +{lines} lines]\r\n".encode())
+        rest = data.split(b"\x1b[201~", 1)[1]
+        while b"\r" not in rest:
+            rest += os.read(0, 1024)
+    finally:
+        termios.tcsetattr(0, termios.TCSADRAIN, saved)
+    return body.replace(b"\r", b"\n")
+
+
+def _prompt(args: argparse.Namespace, rest: list[str]) -> bytes:
+    """The prompt's bytes from wherever this run was given it (the module docstring)."""
+    if args.prompt_file:
+        return Path(args.prompt_file).read_bytes()
+    if args.prompt is not None:
+        return os.fsencode(args.prompt)
+    if "--" in rest and rest.index("--") + 1 < len(rest):
+        return os.fsencode(rest[rest.index("--") + 1])
+    if args.tui:
+        return _tui_paste()
+    return b"" if sys.stdin.isatty() else sys.stdin.buffer.read()
 
 
 def main() -> int:
@@ -185,18 +232,19 @@ def main() -> int:
     parser.add_argument("--session-id", default="")
     parser.add_argument("--model", default="")
     parser.add_argument("--resume", default="")
+    parser.add_argument("--tui", action="store_true")
     argv = sys.argv[1:]
     if argv[:1] == ["--claude"]:
         argv = _claude_argv(argv[1:])
-    args, _ = parser.parse_known_args(argv)
-    if args.prompt_file:
-        raw = Path(args.prompt_file).read_bytes()
-    else:
-        raw = os.fsencode(args.prompt or "")
+    args, rest = parser.parse_known_args(argv)
+    raw = _prompt(args, rest)
     Path("received_prompt.bin").write_bytes(raw)
     Path("received_argv.json").write_text(json.dumps(sys.argv[1:]), encoding="utf-8")
     Path("agent_pid").write_text(str(os.getpid()), encoding="utf-8")
     prompt = raw.decode("utf-8", errors="replace")
+    if args.tui and re.search(r"^context_limit$", prompt, re.MULTILINE):
+        print("  ⎿  Context limit reached · /compact or /clear to continue", flush=True)
+        time.sleep(3600)
     runs_file = Path("fake_runs")
     run = int(runs_file.read_text() or 0) + 1 if runs_file.exists() else 1
     runs_file.write_text(str(run))

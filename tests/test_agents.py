@@ -68,11 +68,12 @@ def test_claude_launch_writes_its_settings_and_resumes_by_session_id(tmp_path: P
     assert first.stream == hooks.STREAM
     assert first.argv[first.argv.index("--session-id") + 1] == "{session_id}"
     assert first.argv[first.argv.index("--settings") + 1] == str(settings)
-    assert first.argv[-2:] == ["--", "{prompt}"]
+    # headless: the prompt goes on stdin, never in argv (issue 21: E2BIG past 128 KiB)
+    assert "{prompt}" not in first.argv and first.stdin == str(tmp_path / "task" / "prompt")
     again = adapter.launch(resume=True)
     assert "--session-id" not in again.argv
     assert again.argv[again.argv.index("--resume") + 1] == "{session_id}"
-    assert again.argv[-1] == "continue the task"
+    assert again.argv[-2:] == ["--", "continue the task"] and again.stdin is None
 
 
 def test_claude_interactive_ends_its_turn_with_exit_not_more_often_than_every_10_s(

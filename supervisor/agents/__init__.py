@@ -50,11 +50,18 @@ class LaunchPart:
             top of them, then the ``SUPERVISE_*`` ones).
         stream: name of a file in the task folder the wrapper copies the agent's stdout to
             (Claude Code's ``stream.jsonl``), or ``None``.
+        stdin: a file the wrapper gives the agent as stdin (a prompt too long for argv),
+            or ``None``: the pane's terminal.
+        paste: a file the wrapper pastes into the agent's TUI once it is ready, with the
+            screen patterns it waits for (``launch.json`` ``paste``, see
+            :mod:`supervisor.wrapper`), or ``None``.
     """
 
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     stream: str | None = None
+    stdin: str | None = None
+    paste: dict[str, object] | None = None
 
 
 @dataclass(frozen=True)

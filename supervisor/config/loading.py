@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from supervisor.config.argsize import env_problems, prompt_problems
 from supervisor.config.env import read_env_overrides
 from supervisor.config.models import (
     ALIAS_RE,
@@ -174,13 +176,14 @@ def resolve_task(
 
     Raises:
         ConfigError: a missing ``project_dir``, unreadable ``prompt_file``, unknown model
-            alias (the known ones are listed) or a bad policy.
+            alias (the known ones are listed), a bad policy, or a prompt or ``env`` the
+            agent's exec could not take (:mod:`supervisor.config.argsize`).
     """
     problems: list[str] = []
 
-    def where(key: str) -> str:
-        line = key_line(text, (*loc_prefix, key)) if text else None
-        dotted = ".".join(str(p) for p in (*loc_prefix, key))
+    def where(*keys: str) -> str:
+        line = key_line(text, (*loc_prefix, *keys)) if text else None
+        dotted = ".".join(str(p) for p in (*loc_prefix, *keys))
         return (f"{file}:{line}" if line else f"{file}") + f": key '{dotted}'"
 
     try:
@@ -202,17 +205,7 @@ def resolve_task(
             problems.append(
                 f"{where('prompt_file')}: cannot read {str(spec.prompt_file)!r} as UTF-8 ({exc})"
             )
-    models = profile.spec.agent.known_models()
-    wanted = spec.model or profile.spec.agent.default_model
-    model = wanted
-    if wanted in models:
-        model = models[wanted]
-    elif ALIAS_RE.match(wanted):
-        problems.append(
-            f"{where('model')}: unknown model alias {wanted!r}; known aliases: "
-            + ", ".join(f"{k} ({v})" for k, v in sorted(models.items()))
-            + "; or give a full model id such as claude-sonnet-4-6"
-        )
+    model = _model(spec, profile, where, problems)
     policy: MonitorPolicy | None = None
     sources: dict[str, str] = {}
     try:
@@ -226,6 +219,7 @@ def resolve_task(
             spec.workspace.root = str(_resolve(base, Path(spec.workspace.root)))
         except ValueError as exc:
             problems.append(f"{where('workspace.root')}: not a usable path ({exc})")
+    problems += _exec_problems(spec, profile, prompt, where)
     if problems or policy is None or prompt is None:
         raise ConfigError(problems)
     rules = (*(spec.approval.rules if spec.approval else ()), *profile.spec.approval.rules)
@@ -239,6 +233,38 @@ def resolve_task(
         acceptance=spec.acceptance or profile.spec.acceptance,
         workspace=effective_workspace(profile.spec.workspace, spec.workspace),
     )
+
+
+def _model(
+    spec: TaskSpec, profile: LoadedProfile, where: Callable[..., str], problems: list[str]
+) -> str:
+    """The task's model id: its alias looked up in the profile's models; an unknown alias
+    adds one line (listing the known ones) to ``problems``."""
+    models = profile.spec.agent.known_models()
+    wanted = spec.model or profile.spec.agent.default_model
+    if wanted in models:
+        return models[wanted]
+    if ALIAS_RE.match(wanted):
+        problems.append(
+            f"{where('model')}: unknown model alias {wanted!r}; known aliases: "
+            + ", ".join(f"{k} ({v})" for k, v in sorted(models.items()))
+            + "; or give a full model id such as claude-sonnet-4-6"
+        )
+    return wanted
+
+
+def _exec_problems(
+    spec: TaskSpec, profile: LoadedProfile, prompt: str | None, where: Callable[..., str]
+) -> list[str]:
+    """What of the task the agent's ``execve`` could not take (issue 21, E2BIG): a prompt
+    its argv cannot carry, an environment string or table too big. ``where(*keys)`` names
+    the file, line and key."""
+    problems = []
+    if prompt is not None:
+        key = "prompt_file" if spec.prompt_file is not None else "prompt"
+        problems += prompt_problems(profile.spec.agent, prompt, where(key), str(profile.path))
+    problems += env_problems(spec.env, lambda name: where("env", *([name] if name else [])))
+    return problems
 
 
 def load_task(

@@ -18,6 +18,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
+from supervisor.config.argsize import check_args, check_env, check_resume_prompt
 from supervisor.config.argv import argv_placeholders_ok
 from supervisor.config.cluster import NAME_RE, ClusterSpec
 from supervisor.config.monitor import (
@@ -126,7 +127,13 @@ class AgentSpec(BaseModel):
     hooks: Annotated[bool, Strict()] = True
 
     _check_argv = field_validator("command", "resume_command")(
-        classmethod(lambda cls, v: None if v is None else argv_placeholders_ok(v))
+        classmethod(lambda cls, v: None if v is None else check_args(argv_placeholders_ok(v)))
+    )
+    # what would fail every launch with E2BIG (Linux's 128 KiB per string; issue 21)
+    _check_env = field_validator("env")(classmethod(lambda cls, v: check_env(v)))
+    _check_args = field_validator("extra_args")(classmethod(lambda cls, v: check_args(v)))
+    _check_resume = field_validator("resume_prompt")(
+        classmethod(lambda cls, v: check_resume_prompt(v))
     )
 
     @model_validator(mode="after")

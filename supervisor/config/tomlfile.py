@@ -119,10 +119,24 @@ def format_errors(
                 where = f"{file}:{line}" if line else f"{file}"
                 dotted = "', '".join(".".join(str(p) for p in (*loc, k)) for k in named)
             got = item.get("input")
-            shown = "" if isinstance(got, dict | list) else f" (got {got!r})"
+            shown = "" if isinstance(got, dict | list) else f" (got {_clipped(got)})"
             label = "keys" if len(named) > 1 else "key"
             problems.append(f"{where}: {label} '{dotted}': {message}{shown}")
     return problems
+
+
+#: Characters of a refused value's ``repr`` shown in its error line (a 10 MB value is not
+#: echoed whole).
+SHOWN_VALUE_CHARS = 120
+
+
+def _clipped(value: object) -> str:
+    """``repr(value)``, cut to :data:`SHOWN_VALUE_CHARS` with its full length named."""
+    text = repr(value)
+    if len(text) <= SHOWN_VALUE_CHARS:
+        return text
+    size = f"{len(value)} characters" if isinstance(value, str) else f"{len(text)} characters"
+    return f"{text[:SHOWN_VALUE_CHARS]}… ({size})"
 
 
 def too_big(shown: Path, size: int, limit: int = MAX_TASK_FILE_BYTES) -> str:

@@ -41,7 +41,8 @@ class LaunchSpec:
     project dir when shared), ``resume_exit_codes`` are the exit codes the wrapper reports as a
     resumable stop, ``stream`` (optional) names the file in the task folder the wrapper
     copies the agent's stdout to, ``lease`` (a fleet task only) what the wrapper fences
-    the agent by (:func:`supervisor.cluster.lease.lease_for`).
+    the agent by (:func:`supervisor.cluster.lease.lease_for`), ``stdin`` and ``paste``
+    how a prompt too long for argv reaches the agent (:class:`supervisor.agents.LaunchPart`).
     """
 
     argv: list[str]
@@ -50,6 +51,8 @@ class LaunchSpec:
     resume_exit_codes: list[int]
     stream: str | None = None
     lease: dict[str, object] | None = None
+    stdin: str | None = None
+    paste: dict[str, object] | None = None
 
     def to_json(self) -> bytes:
         """UTF-8 JSON, one key per line; ``stream`` only when the agent has one."""
@@ -63,6 +66,10 @@ class LaunchSpec:
             data["stream"] = self.stream
         if self.lease:
             data["lease"] = self.lease
+        if self.stdin:
+            data["stdin"] = self.stdin
+        if self.paste:
+            data["paste"] = self.paste
         return json.dumps(data, ensure_ascii=False, indent=1).encode()
 
 
@@ -101,7 +108,9 @@ def launch_spec(profile: LoadedProfile, runtime: Runtime, resume: bool) -> Launc
     argv = expand_argv(part.argv, argv_values(profile, runtime))
     codes = list(runtime.policy.resume_exit_codes)
     lease = lease_for(profile, runtime.task.path)
-    return LaunchSpec(argv, env, str(runtime.workdir), codes, part.stream or None, lease)
+    return LaunchSpec(
+        argv, env, str(runtime.workdir), codes, part.stream or None, lease, part.stdin, part.paste
+    )
 
 
 def write_launch(profile: LoadedProfile, runtime: Runtime, resume: bool) -> None:

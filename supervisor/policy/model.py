@@ -149,6 +149,10 @@ class Signals:
             Code's ``PreToolUse`` without its ``PostToolUse``, or a stream ``tool_use``
             without its ``tool_result``); ``None`` when no tool runs (issue 21).
         tool_name: that call's tool (``Bash``, ...), for the log.
+        launch_error: why the agent could not be started, in the wrapper's words (its
+            ``launch_error`` file: an exec's errno, e.g. a prompt too long for argv, E2BIG;
+            issue 21), for the decision's reason and so the manifest's summary; ``None``
+            when the agent started.
     """
 
     now: float
@@ -180,6 +184,7 @@ class Signals:
     agent_working: bool = False
     tool_since: float | None = None
     tool_name: str | None = None
+    launch_error: str | None = None
 
 
 @dataclass(frozen=True)

@@ -170,6 +170,8 @@ def _layer_done(state: TaskState, signals: Signals, policy: MonitorPolicy) -> De
     )  # fmt: skip
     named = failure is not None and failure != "exit_code"
     why = f"done-file with exit code {code}" + (f"; failure reason: {failure}" if named else "")
+    if failure == "launch" and signals.launch_error:  # the cause, not only output_tail's
+        why += f" ({signals.launch_error})"
     return Decision(
         state=new,
         actions=(Action.FINISH, Action.CLEANUP, Action.NOTIFY),

@@ -47,6 +47,7 @@ from supervisor.agents import (
     ScreenCapture,
 )
 from supervisor.agents.claude import failures, hooks, limits, permissions, screen, turns
+from supervisor.agents.claude.delivery import delivery
 from supervisor.agents.claude.evidence import ScreenProgress
 from supervisor.agents.claude.stream import StreamState
 from supervisor.agents.claude.streamfile import StreamReader
@@ -67,15 +68,19 @@ PROMPT_RECHECK = 1.0
 END_SESSION_REPEAT = 10.0
 
 
-def argv(agent: AgentSpec, resume: bool, settings: Path | None) -> list[str]:
+def argv(
+    agent: AgentSpec, resume: bool, settings: Path | None, tail: list[str] | None = None
+) -> list[str]:
     """The Claude Code argv template (placeholders ``{prompt}``, ``{model}``,
     ``{session_id}`` are filled by the engine; no shell ever sees it).
 
-    Headless: ``claude -p PROMPT ... --output-format stream-json --verbose``; interactive:
-    the prompt is the positional argument of the TUI. A resume replaces ``--session-id``
-    with ``--resume`` and the prompt with ``agent.resume_prompt``.
+    Headless: ``claude -p ... --output-format stream-json --verbose``; interactive: the
+    TUI. ``tail`` ends the line: the prompt argument (:func:`.delivery.delivery`; default
+    ``["--", "{prompt}"]``, or ``agent.resume_prompt`` on a resume), or nothing when the
+    prompt goes on stdin or as a paste. A resume replaces ``--session-id`` with ``--resume``.
     """
-    prompt = agent.resume_prompt if resume else "{prompt}"
+    if tail is None:
+        tail = ["--", agent.resume_prompt if resume else "{prompt}"]
     line = [agent.binary]
     if agent.mode == "headless":
         line += ["-p", "--output-format", "stream-json", "--verbose"]
@@ -86,8 +91,7 @@ def argv(agent: AgentSpec, resume: bool, settings: Path | None) -> list[str]:
     if settings is not None:
         line += ["--settings", str(settings)]
     line += agent.extra_args
-    # "--" ends the options, so a prompt that starts with "-" is still the prompt.
-    return [*line, "--", prompt]
+    return [*line, *tail]
 
 
 class ClaudeAdapter(AgentAdapter):
@@ -146,7 +150,9 @@ class ClaudeAdapter(AgentAdapter):
             settings = hooks.write_settings(self.task.path, self.resolved.policy.deadline)
         stream = hooks.STREAM if self.agent.mode == "headless" else None
         self.new_run()
-        return LaunchPart(argv=argv(self.agent, resume, settings), stream=stream)
+        how = delivery(self.agent, resume, self.resolved.prompt, self.task.path)
+        line = argv(self.agent, resume, settings, how.tail)
+        return LaunchPart(argv=line, stream=stream, stdin=how.stdin, paste=how.paste)
 
     # ------------------------------------------------------------------ runs
     def new_run(self) -> None:
