@@ -64,7 +64,9 @@ def test_slow_acceptance_checks_do_not_delay_preparation_or_notifications(
         assert m["status"] == "completed" and m["workspace"]["head_commit"]
         names = [e["event"] for e in setup.events(m["task_id"])]
         assert names.index("workspace_ready") < names.index("launched")
-        assert "notified" in names
+        # the engine logs `notified` once the notifier has exited, just after its file
+        wait_for(lambda: "notified" in [e["event"] for e in setup.events(m["task_id"])], 30)
+        assert all(_alive(pid) for pid in sleepers)  # still while the checks sleep
     finally:
         for pid in sleepers:  # the checks fail at once; the engine then goes idle
             if _alive(pid):
