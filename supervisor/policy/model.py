@@ -109,7 +109,10 @@ class Signals:
         exit_code: content of ``exit_code``, if written.
         agent_alive: ``True``/``False`` from the PID check (zombie = dead, PID reuse guarded
             with create_time); ``None`` when no ``pid`` file exists yet.
-        output_mtime: mtime of ``output.log`` (epoch s), ``None`` when absent.
+        output_mtime: when the agent last showed progress (epoch s, as the engine saw it
+            change): ``output.log``'s mtime, or the adapter's own signal (headless Claude
+            Code: ``stream.jsonl``'s progress, pings excepted; the TUI: its screen's
+            evidence of work); ``None`` when absent.
         stop_requested: an operator ran ``supervise stop`` for this task.
         resume_requested: an operator ran ``supervise resume`` for this task.
         signal: content of ``signal``: the wrapper saw the agent killed by this signal.
