@@ -43,9 +43,19 @@ def warning(
         f"warning: {where}: [monitor] stale_threshold ({stale:g} s) + grace_period "
         f"({grace:g} s) = {stale + grace:g} s is shorter than the {beat:g} s between the "
         f"heartbeats a headless {agent.kind} agent prints while a tool runs ({origin}); a "
-        f"tool that runs longer may be judged hung. Fix: set stale_threshold + grace_period "
-        f"to at least {beat:g} (e.g. stale_threshold = {max(beat - grace, 0.1):g})"
+        f"tool in flight counts as work only for tool_budget ({policy.tool_budget:g} s), "
+        f"after which the gap between two heartbeats is judged hung. Fix: set "
+        f"stale_threshold + grace_period to at least {beat:g} (e.g. "
+        f"{_example(max(beat - grace, 0.1), sources)})"
     )
+
+
+def _example(stale: float, sources: dict[str, str]) -> str:
+    """The fix written where the value came from: the ``MONITOR_*`` variable when the
+    environment set ``stale_threshold``, else the TOML key."""
+    if sources.get("stale_threshold") == "env":
+        return f"MONITOR_STALE_THRESHOLD={stale:g}"
+    return f"stale_threshold = {stale:g}"
 
 
 def check(profile: LoadedProfile) -> list[str]:

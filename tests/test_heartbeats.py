@@ -80,7 +80,7 @@ def test_the_environment_can_cause_it_and_is_named(tmp_path: Path) -> None:
     done = _validate(tmp_path, profile, MONITOR_STALE_THRESHOLD="10")
     [line] = _heartbeat_lines(done.stderr)
     assert "stale_threshold from env, grace_period from profile" in line
-    assert "(e.g. stale_threshold = 25)" in line
+    assert "(e.g. MONITOR_STALE_THRESHOLD=25)" in line
     assert done.returncode == 0
 
 
@@ -107,3 +107,25 @@ def test_a_task_file_that_lowers_them_is_warned_with_its_own_name(tmp_path: Path
     assert line.startswith(f"warning: {task}: [monitor] stale_threshold (5 s) + grace_period (0 s)")
     assert "stale_threshold from task, grace_period from task" in line
     assert "(e.g. stale_threshold = 30)" in line
+
+
+def test_run_logs_the_same_warning_for_who_skipped_validate(
+    tmp_path: Path, socket_name: str
+) -> None:
+    """``supervise run`` logs the heartbeat warning at start (found by trying it as a user:
+    only ``validate`` said it)."""
+    profile = _profile(tmp_path, CLAUDE, "stale_threshold = 15\ngrace_period = 5")
+    with profile.open("a", encoding="utf-8") as out:
+        out.write(f'[tmux]\nsocket_name = "{socket_name}"\n')
+    (tmp_path / "spool").mkdir(mode=0o700)
+    done = subprocess.run(
+        [sys.executable, "-m", "supervisor.cli", "run", str(profile), "--exit-when-idle"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    [line] = _heartbeat_lines(done.stderr)
+    assert "stale_threshold (15 s) + grace_period (5 s)" in line

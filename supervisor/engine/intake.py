@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from supervisor import folderaccess, spool, statefs
+from supervisor import folderaccess, heartbeats, spool, statefs
 from supervisor.config import LoadedProfile, ResolvedTask, resolve_task
 from supervisor.taskdir import Manifest, TaskDir, atomic_write, utc_iso
 
@@ -159,6 +159,8 @@ def check_spool_permissions(profile: LoadedProfile) -> None:
         )
     for line in folderaccess.exposure_warnings(profile):
         log.warning(line)
+    for line in heartbeats.check(profile):  # what validate says, for who skipped it
+        log.warning(line.removeprefix("warning: "))
 
 
 class SpoolIntake:
