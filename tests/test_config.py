@@ -645,8 +645,22 @@ def test_prompt_file_that_cannot_be_read(
     path = task_file(tmp_path, 'name = "t"\nproject_dir = "project"\nprompt_file = "gone.md"\n')
     line = one_problem(lambda: load_task(path, profile))
     assert line.startswith(
-        f"{path}:3: key 'prompt_file': cannot read {str(tmp_path / 'gone.md')!r} as UTF-8"
+        f"{path}:3: key 'prompt_file': cannot read {str(tmp_path / 'gone.md')!r}"
     )
+    assert "UTF-8" not in line  # a missing file is not an encoding problem
+
+
+def test_a_prompt_file_too_big_is_not_blamed_on_utf8(
+    tmp_path: Path, profile: LoadedProfile, project: Path
+) -> None:
+    """Found by trying it as a user: an 11 MB file of ``a`` was "cannot read ... as UTF-8"."""
+    from supervisor.config.loading import MAX_PROMPT_BYTES
+
+    (tmp_path / "huge.md").write_bytes(b"a" * (MAX_PROMPT_BYTES + 1))
+    path = task_file(tmp_path, 'name = "t"\nproject_dir = "project"\nprompt_file = "huge.md"\n')
+    line = one_problem(lambda: load_task(path, profile))
+    assert line.startswith(f"{path}:3: key 'prompt_file': cannot read ")
+    assert "UTF-8" not in line and f"at most {MAX_PROMPT_BYTES}" in line
 
 
 def test_prompt_file_not_utf8(tmp_path: Path, profile: LoadedProfile, project: Path) -> None:

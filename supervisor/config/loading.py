@@ -201,9 +201,13 @@ def resolve_task(
         try:
             spec.prompt_file = _resolve(base, spec.prompt_file)
             prompt = _read_prompt_file(spec.prompt_file)
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
+        except UnicodeDecodeError as exc:
             problems.append(
                 f"{where('prompt_file')}: cannot read {str(spec.prompt_file)!r} as UTF-8 ({exc})"
+            )
+        except (OSError, ValueError) as exc:  # not a regular file, too big, unreadable
+            problems.append(
+                f"{where('prompt_file')}: cannot read {str(spec.prompt_file)!r} ({exc})"
             )
     model = _model(spec, profile, where, problems)
     policy: MonitorPolicy | None = None
