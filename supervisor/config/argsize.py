@@ -81,8 +81,9 @@ def prompt_problems(agent: AgentSpec, prompt: str, where: str, profile_name: str
                 lines.append(
                     f"{where}: the prompt ({size} bytes) makes [agent] {key}[{index}] of "
                     f"{profile_name} {total} bytes with its NUL, over the {ARGV_PROMPT_MAX} "
-                    f"a prompt may take in argv (Linux refuses one over {ARG_STRLEN_MAX}: E2BIG); fix: "
-                    "pass {prompt_file} instead of {prompt} in that argv, or shorten the prompt"
+                    f"a prompt may take in argv (Linux refuses one over {ARG_STRLEN_MAX}: "
+                    "E2BIG); fix: pass {prompt_file} instead of {prompt} in that argv, or "
+                    "shorten the prompt"
                 )
     return lines
 
