@@ -315,7 +315,12 @@ def _staleness(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Dec
         if now - state.stale_since >= policy.grace_period:
             state = dataclasses.replace(state, lost_session=False)
             return fail_over(
-                state, "hung", now, policy, f"output stale for {age:.1f} s after the grace period"
+                state,
+                "hung",
+                now,
+                policy,
+                f"output stale for {age:.1f} s, through the {policy.grace_period:g} s grace "
+                f"period (stale after {policy.stale_after:g} s)",
             )
         remaining = state.stale_since + policy.grace_period - now
         return Decision(
