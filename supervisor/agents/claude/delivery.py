@@ -111,7 +111,11 @@ def delivery(agent: AgentSpec, resume: bool, prompt: str, task_dir: Path) -> Del
     atomic_write(pasted, inert(prompt).encode("utf-8"))
     os.chmod(pasted, 0o600)
     paste = {
-        "path": str(pasted), "ready": READY, "pasted": PASTED, "timeout": PASTE_TIMEOUT,
-        "refused": REFUSED, "refused_why": REFUSED_WHY,
-    }  # fmt: skip
+        "path": str(pasted),
+        "ready": READY,
+        "pasted": PASTED,
+        "timeout": PASTE_TIMEOUT,
+        "refused": REFUSED,
+        "refused_why": REFUSED_WHY,
+    }
     return Delivery([], paste=paste)
