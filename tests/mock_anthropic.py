@@ -514,7 +514,7 @@ class MockAnthropic:
         mock = self
         self._stopping.clear()
 
-        class Handler(_Handler):
+        class Handler(self._handler_base()):  # type: ignore[misc]
             server_mock = mock
 
         self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
@@ -528,6 +528,10 @@ class MockAnthropic:
         )
         self._thread.start()
         return self
+
+    def _handler_base(self) -> type[_Handler]:
+        """The request handler class to serve with (a subclass of the mock may extend it)."""
+        return _Handler
 
     def stop(self) -> None:
         """Stop serving and close the socket (ends any ``stall_final_once`` wait)."""

@@ -22,7 +22,6 @@ import json
 import re
 import threading
 import time
-from http.server import ThreadingHTTPServer
 from typing import Any
 
 from mock_anthropic import (
@@ -80,25 +79,9 @@ class DripMock(MockAnthropic):
         self._dripped: set[str] = set()
         self._drip_lock = threading.Lock()
 
-    def start(self, port: int = 0) -> DripMock:
-        """Serve with :class:`_DripHandler` (same lifecycle as the base mock)."""
-        mock = self
-        self._stopping.clear()
-
-        class Handler(_DripHandler):
-            server_mock = mock
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self._port = self._server.server_address[1]
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name="mock-drip",
-            daemon=True,
-        )
-        self._thread.start()
-        return self
+    def _handler_base(self) -> type[_Handler]:
+        """Serve with :class:`_DripHandler` (the base mock's lifecycle)."""
+        return _DripHandler
 
     def drip_for(self, body: dict[str, Any], reply: Reply, session_id: str | None) -> float:
         """Seconds over which to stream ``reply`` (0: at once); marks the drip used."""
