@@ -4,7 +4,8 @@ Commands (``--json``: the result as JSON on stdout)::
 
     supervise run PROFILE [--exit-when-idle] [--log-file PATH]   run the engine (cli_ops.py)
     supervise validate [-c PROFILE] FILE... [--json]  check profiles and task files
-    supervise submit -c PROFILE TASK.toml [--json]    validate a task, spool it, print its id
+    supervise submit -c PROFILE TASK.toml|-|--prompt TEXT --project DIR [--wait] [--json]
+                                                 validate a task, spool it, print its id
     supervise status -c PROFILE [--json] [--sort K] [--status S]... [--archived]
                                                  engine, spool, tasks (or the archived ones)
     supervise top -c PROFILE                     live view (the 'tui' extra: Textual)
@@ -52,7 +53,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from supervisor import cli_cluster, cli_ops, cli_setup, cli_workspace, heartbeats
+from supervisor import cli_cluster, cli_ops, cli_setup, cli_workspace, heartbeats, inline_submit
 from supervisor.cli_cluster import STATUS_HELP as CLUSTER_HELP
 from supervisor.errors import ConfigError
 from supervisor.terminal import escape_controls
@@ -165,34 +166,6 @@ def _exposed(profile: LoadedProfile) -> list[str]:
     from supervisor.folderaccess import exposure_warnings
 
     return [f"warning: {line}" for line in exposure_warnings(profile)] + heartbeats.check(profile)
-
-
-def cmd_submit(args: argparse.Namespace) -> int:
-    import tomli_w
-
-    from supervisor.config import load_task
-    from supervisor.submission import place
-
-    profile = _profile(args.config)
-    source = Path(args.task).resolve()
-    resolved = load_task(source, profile)
-    if profile.spec.cluster is not None:  # into the fleet's database, not the spool
-        return cli_cluster.submit(profile, resolved, args.json)
-    spec = resolved.spec
-    data: dict[str, Any] = spec.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
-    data["name"] = spec.name
-    data["project_dir"] = str(spec.project_dir)
-    if spec.prompt_file is not None:
-        data["prompt_file"] = str(spec.prompt_file)
-    spool_dir = profile.spool_dir  # never replaces a file or reuses an id (submission.py)
-    task_id = place(spool_dir, profile.tasks_dir, spec.name, tomli_w.dumps(data).encode())
-    warn_no_engine(profile, "the task waits in the spool")
-    if args.json:
-        print(json.dumps({"task_id": task_id, "name": spec.name,
-                          "spool_file": str(spool_dir / f"{task_id}.toml")}))  # fmt: skip
-    else:
-        print(task_id)
-    return 0
 
 
 def warn_no_engine(profile: LoadedProfile, what: str) -> None:
@@ -421,11 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--json", action="store_true", help="one result per file as JSON")
     validate.set_defaults(func=cmd_validate)
 
-    submit = sub.add_parser("submit", help="validate a task file and drop it into the spool")
-    submit.add_argument("-c", "--config", required=True, help="profile TOML file")
-    submit.add_argument("task", help="task TOML file")
-    submit.add_argument("--json", action="store_true", help="print the id as JSON")
-    submit.set_defaults(func=cmd_submit)
+    inline_submit.register(sub)  # submit: a file, stdin or --prompt
 
     status = sub.add_parser("status", help="list tasks and their state")
     status.add_argument("-c", "--config", help="profile TOML file")

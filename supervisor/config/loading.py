@@ -292,6 +292,23 @@ def load_task(
     path = Path(path).resolve()
     shown = shown_as or path
     text, data = read_toml(path, shown, limit=MAX_TASK_FILE_BYTES)
+    return task_from_table(data, profile, base or path.parent, shown, text)
+
+
+def task_from_table(
+    data: dict[str, Any], profile: LoadedProfile, base: Path, shown: Path, text: str = ""
+) -> ResolvedTask:
+    """Validate one task table (a parsed task file, or ``submit``'s inline keys) against
+    ``profile`` exactly as :func:`load_task` does: the model, ``task_may_set``, paths
+    (relative ones against ``base``), the prompt, the policy.
+
+    Args:
+        shown: the name error lines start with.
+        text: the TOML text ``data`` was parsed from, for line numbers ("" for none).
+
+    Raises:
+        ConfigError: with one line per problem.
+    """
     try:
         spec = TaskSpec.model_validate(data)
     except ValidationError as exc:
@@ -307,7 +324,7 @@ def load_task(
                 for key in refused
             ]
         )
-    return resolve_task(spec, profile, base or path.parent, shown, text)
+    return resolve_task(spec, profile, base, shown, text)
 
 
 def _refused_keys(data: dict[str, Any], security: SecuritySpec) -> list[str]:
