@@ -22,6 +22,7 @@ Commands (``--json``: the result as JSON on stdout)::
     supervise archive -c PROFILE --older-than D  ended task folders into tarballs (cli_ops.py)
     supervise diff|merge|discard|prune ...       review a task's worktree (cli_workspace.py)
     supervise init|schema|startup|completion ... set up; --version (cli_setup.py)
+    supervise mcp -c PROFILE                     an MCP server over stdio (cli_mcp.py)
 
 Exit codes (the table in README "Exit codes")::
 
@@ -53,7 +54,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from supervisor import cli_cluster, cli_ops, cli_setup, cli_workspace, heartbeats, inline_submit
+from supervisor import (
+    cli_cluster,
+    cli_mcp,
+    cli_ops,
+    cli_setup,
+    cli_workspace,
+    heartbeats,
+    inline_submit,
+)
 from supervisor.cli_cluster import STATUS_HELP as CLUSTER_HELP
 from supervisor.errors import ConfigError
 from supervisor.terminal import escape_controls
@@ -445,6 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_workspace.register(sub)  # diff, merge, discard, prune
     serve.register(sub)  # the web view (extra 'web')
     cli_setup.register(sub)  # init, schema, startup, completion
+    cli_mcp.register(sub)  # the MCP server over stdio (extra 'mcp')
     cli_cluster.register(sub)  # cluster init|check, hosts (extra 'cluster')
     return parser
 

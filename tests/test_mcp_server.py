@@ -1,0 +1,181 @@
+"""``supervise mcp`` (issue 22 item 6) driven by the official SDK's stdio client against a
+live engine that runs the fake agent: submit → wait → show → tail, the resources, and one
+clear error text for each kind of bad call."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from conftest import Setup
+from test_ops import engine
+
+pytest.importorskip("mcp")
+
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
+
+from supervisor import cli
+
+TOOLS = {
+    "submit",
+    "status",
+    "show",
+    "wait",
+    "tail",
+    "continue",
+    "approve",
+    "deny",
+    "stop",
+    "resume",
+}
+
+
+def _session(profile: Path, body: Callable[[ClientSession], Awaitable[None]]) -> None:
+    """Start ``supervise mcp -c profile`` as the SDK's stdio client does, run ``body``."""
+
+    async def main() -> None:
+        params = StdioServerParameters(
+            command=sys.executable, args=["-m", "supervisor.cli", "mcp", "-c", str(profile)]
+        )
+        with anyio.fail_after(120):
+            async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
+                await s.initialize()
+                await body(s)
+
+    anyio.run(main)
+
+
+def _text(result: Any) -> str:
+    return "".join(block.text for block in result.content if block.type == "text")
+
+
+async def _ok(s: ClientSession, tool: str, **arguments: Any) -> Any:
+    result = await s.call_tool(tool, arguments)
+    assert not result.is_error, _text(result)
+    text = _text(result)
+    return text if tool == "tail" else json.loads(text)
+
+
+async def _refused(s: ClientSession, tool: str, **arguments: Any) -> str:
+    result = await s.call_tool(tool, arguments)
+    assert result.is_error, _text(result)
+    text = _text(result)
+    assert "\n" not in text.strip() and "Traceback" not in text, text
+    return text
+
+
+def test_the_sdk_client_submits_waits_shows_and_tails(setup: Setup) -> None:
+    profile = setup.write_profile()
+
+    async def body(s: ClientSession) -> None:
+        listed = {tool.name: tool for tool in (await s.list_tools()).tools}
+        assert set(listed) == TOOLS
+        assert listed["submit"].input_schema["required"] == ["name", "prompt", "project_dir"]
+        assert listed["wait"].input_schema["properties"]["timeout"]
+        placed = await _ok(
+            s,
+            "submit",
+            name="via-mcp",
+            project_dir=str(setup.project),
+            prompt="print: hello from mcp\nexit: 0",
+        )
+        task_id = placed["task_id"]
+        assert task_id.startswith("via-mcp-") and "warning" not in placed
+        waited = await _ok(s, "wait", task_ids=[task_id], timeout=60)
+        assert waited["pending"] == [] and waited["code"] == 0, waited
+        assert waited["tasks"][0]["status"] == "completed"
+        shown = await _ok(s, "show", task_id=task_id)
+        assert (shown["task_id"], shown["verdict"]) == (task_id, "PASS")
+        assert "hello from mcp" in await _ok(s, "tail", task_id=task_id, lines=50)
+        rows = await _ok(s, "status")
+        assert [r["task_id"] for r in rows["tasks"]] == [task_id]
+        templates = {t.uri_template for t in (await s.list_resource_templates()).resource_templates}
+        assert templates == {
+            "supervise://task/{task_id}/manifest",
+            "supervise://task/{task_id}/output",
+        }
+        read = await s.read_resource(f"supervise://task/{task_id}/manifest")
+        assert json.loads(read.contents[0].text)["verdict"] == "PASS"
+        read = await s.read_resource(f"supervise://task/{task_id}/output")
+        assert "hello from mcp" in read.contents[0].text
+        assert "already ended" in await _refused(s, "approve", task_id=task_id)
+        assert "not available" in await _refused(s, "continue", task_id=task_id, prompt="more")
+
+    with engine(setup):
+        _session(profile, body)
+
+
+def test_bad_calls_get_one_clear_line_and_stay_inside_the_profile(setup: Setup) -> None:
+    profile = setup.write_profile()
+    outside = setup.root / "outside"
+    (outside / "x").mkdir(parents=True)
+    (outside / "x" / "manifest.json").write_text('{"status": "completed"}')
+
+    async def body(s: ClientSession) -> None:
+        for bad in ("../outside/x", "/etc", "NOPE", "a\x1b[31mb", ""):
+            assert "is not a task id" in await _refused(s, "show", task_id=bad)
+        assert "no task 'nosuch-1'" in await _refused(s, "show", task_id="nosuch-1")
+        assert "no task 'nosuch-1'" in await _refused(s, "tail", task_id="nosuch-1")
+        assert "no task 'nosuch-1'" in await _refused(s, "wait", task_ids=["nosuch-1"])
+        assert "no task 'nosuch-1'" in await _refused(s, "stop", task_id="nosuch-1")
+        assert "timeout must be a number from 0 to 300" in await _refused(
+            s, "wait", task_ids=["nosuch-1"], timeout=1e9
+        )
+        assert "give 1 to 100 task ids" in await _refused(s, "wait", task_ids=[])
+        project = str(setup.project)
+        line = await _refused(
+            s, "submit", name="m", prompt="x", project_dir=project, model="nosuch"
+        )
+        assert "unknown model alias 'nosuch'" in line
+        line = await _refused(s, "submit", name="m", prompt="x", project_dir="relative/dir")
+        assert "absolute" in line
+        line = await _refused(
+            s,
+            "submit",
+            name="m",
+            prompt="x",
+            project_dir=project,
+            task={"prompt_file": "/etc/passwd"},
+        )
+        assert "prompt_file is not taken here" in line
+        line = await _refused(
+            s,
+            "submit",
+            name="m",
+            prompt="x",
+            project_dir=project,
+            task={"env": {"LD_PRELOAD": "/tmp/x.so"}},
+        )
+        assert "does not let task files set it" in line
+        line = await _refused(
+            s,
+            "submit",
+            name="m",
+            prompt="x",
+            project_dir=project,
+            task={"monitor": {"deadline": 1e12}},
+        )
+        assert "monitor.deadline" in line
+        for uri in ("supervise://task/nosuch-1/manifest", "supervise://task/..%2Fx/output"):
+            with pytest.raises(MCPError):
+                await s.read_resource(uri)
+
+    _session(profile, body)
+    assert not setup.spool.exists() or not list(setup.spool.glob("*.toml"))
+
+
+def test_without_the_extra_mcp_is_one_line_and_exit_2(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "mcp", None)  # what find_spec sees without the package
+    assert cli.main(["mcp", "-c", str(setup.write_profile())]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "supervise mcp needs the 'mcp' extra: pip install 'supervise-agents[mcp]'"
+    )
