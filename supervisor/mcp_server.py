@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from supervisor import mcp_tools
 from supervisor.terminal import escape_controls
@@ -65,12 +65,35 @@ def _guard(call: Callable[[], Any]) -> Any:
         raise ToolError(escape_controls(str(exc))) from None
 
 
+def argument_errors(tool: str, exc: ValidationError) -> str:
+    """The SDK's argument validation failure as one line: ``TOOL: argument 'KEY': what
+    (got VALUE)`` per problem, joined with "; " (pydantic's own text spans lines)."""
+    problems = []
+    for item in exc.errors():
+        key = ".".join(str(part) for part in item.get("loc", ())) or "?"
+        got = "" if item.get("type") == "missing" else f" (got {item.get('input')!r:.80})"
+        problems.append(f"argument '{key}': {item.get('msg')}{got}")
+    return escape_controls(f"{tool}: {'; '.join(problems)}; see the tool's input schema")
+
+
 def build_server(profile: LoadedProfile) -> MCPServer:
     """The :class:`mcp.server.MCPServer` with every tool and resource bound to
     ``profile``. Raises ``ImportError`` without the ``mcp`` extra."""
     from mcp.server import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
 
-    server: MCPServer = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING")
+    class Server(MCPServer):  # type: ignore[type-arg]
+        """Argument errors in one line (the SDK's are pydantic's multi-line text)."""
+
+        async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            try:
+                return await super().call_tool(name, arguments, context)
+            except ToolError as exc:
+                if isinstance(exc.__cause__, ValidationError):
+                    raise ToolError(argument_errors(name, exc.__cause__)) from None
+                raise
+
+    server: MCPServer = Server(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING")
     _task_tools(server, profile)
     _request_tools(server, profile)
     _resources(server, profile)

@@ -129,6 +129,10 @@ def test_bad_calls_get_one_clear_line_and_stay_inside_the_profile(setup: Setup) 
             s, "wait", task_ids=["nosuch-1"], timeout=1e9
         )
         assert "give 1 to 100 task ids" in await _refused(s, "wait", task_ids=[])
+        line = await _refused(s, "tail", task_id="x", lines="many")
+        assert line.startswith("tail: argument 'lines': Input should be a valid integer"), line
+        line = await _refused(s, "submit", name="m")
+        assert "argument 'prompt': Field required; argument 'project_dir'" in line, line
         project = str(setup.project)
         line = await _refused(
             s, "submit", name="m", prompt="x", project_dir=project, model="nosuch"
@@ -179,3 +183,21 @@ def test_without_the_extra_mcp_is_one_line_and_exit_2(
     assert capsys.readouterr().err.strip() == (
         "supervise mcp needs the 'mcp' extra: pip install 'supervise-agents[mcp]'"
     )
+
+
+def test_tail_and_show_escape_what_the_agent_printed(setup: Setup) -> None:
+    from supervisor.config import load_profile
+    from supervisor.mcp_tools import as_text, manifest, tail
+
+    profile = load_profile(setup.write_profile())
+    folder = setup.state / "tasks" / "evil-0a0a0a"
+    folder.mkdir(parents=True)
+    hostile = "red \x1b[31mtext\x1b]0;title\x07 \x9b2J \u202ereversed\u202c end"
+    (folder / "manifest.json").write_text(
+        json.dumps({"task_id": "evil-0a0a0a", "status": "running", "summary": hostile})
+    )
+    (folder / "output.log").write_text(f"first\n{hostile}\n")
+    shown = tail(profile, "evil-0a0a0a", 5) + as_text(manifest(profile, "evil-0a0a0a"))
+    for char in ("\x1b", "\x07", "\x9b", "\u202e", "\u202c"):
+        assert char not in shown, (char, shown)
+    assert "first\n" in shown and "reversed" in shown
