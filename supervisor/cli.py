@@ -34,6 +34,8 @@ Exit codes (the table in README "Exit codes")::
                                                                             engine), 4 not
                                                                             applied in --wait
     wait                         all PASS one or more did not        usage  124 timeout
+    submit --wait                as wait (the id printed first); 1 also: invalid input
+    mcp                          client closed  bad profile          usage, no 'mcp' extra
     archive                      done     archive not written        usage
     diff merge discard prune     done     refused                    usage
     init startup schema          done     refused or failed          usage
