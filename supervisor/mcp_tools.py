@@ -121,7 +121,7 @@ def submit(profile: LoadedProfile, fields: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(project, str) or not Path(project).is_absolute():
         raise ToolRefused(f"project_dir must be an absolute folder path, got {project!r}")
     try:
-        task_id = submit_fields(profile, fields, shown=Path("submit"))
+        task_id = submit_fields(profile, fields, shown=Path("task"))
     except ConfigError as exc:
         raise ToolRefused("; ".join(exc.problems)) from None
     done: dict[str, Any] = {"task_id": task_id, "name": fields.get("name")}
