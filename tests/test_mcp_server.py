@@ -112,6 +112,30 @@ def test_the_sdk_client_submits_waits_shows_and_tails(setup: Setup) -> None:
         _session(profile, body)
 
 
+def test_stop_through_mcp_takes_the_cli_request_path(setup: Setup) -> None:
+    profile = setup.write_profile()
+
+    async def body(s: ClientSession) -> None:
+        placed = await _ok(
+            s,
+            "submit",
+            name="long",
+            project_dir=str(setup.project),
+            prompt="print: started\nsleep: 60",
+        )
+        task_id = placed["task_id"]
+        with anyio.fail_after(60):  # poll for the claim: the manifest appears
+            while (await s.call_tool("show", {"task_id": task_id})).is_error:
+                await anyio.sleep(0.1)
+        stopped = await _ok(s, "stop", task_id=task_id, wait_s=30)
+        assert (stopped["result"], stopped["status"]) == ("applied", "abandoned"), stopped
+        assert (await _ok(s, "show", task_id=task_id))["abandon_reason"] == "stopped"
+        assert "already ended: abandoned" in await _refused(s, "resume", task_id=task_id)
+
+    with engine(setup):
+        _session(profile, body)
+
+
 def test_bad_calls_get_one_clear_line_and_stay_inside_the_profile(setup: Setup) -> None:
     profile = setup.write_profile()
     outside = setup.root / "outside"
