@@ -12,7 +12,8 @@ parsed, two placeholders are replaced from the latest ``tool_result`` of the con
 
 ``{{task_id}}``
     its ``"task_id"`` value (the JSON object the ``submit`` tool returns), else the first
-    ``task_id``-looking word of its text;
+    ``"task_id": "..."`` in its text (``wait``'s manifests), else the first task-id-looking
+    word;
 ``{{last_result}}``
     its whole text, escaped to sit inside a JSON string.
 
@@ -29,6 +30,8 @@ from typing import Any
 
 TASK_ID_RE = re.compile(r"\b[a-z0-9][a-z0-9-]*-[0-9a-f]{6}\b")
 """A task id as ``supervise`` makes them (name slug, ``-``, six hex digits)."""
+TASK_ID_KEY_RE = re.compile(r'"task_id":\s*"([a-z0-9][a-z0-9-]*)"')
+"""The first ``"task_id": "..."`` of a result (``wait``'s manifests name it first)."""
 
 
 def last_tool_result_text(messages: list[dict[str, Any]]) -> str:
@@ -67,7 +70,9 @@ def task_id_of(text: str) -> str:
         data = None
     if isinstance(data, dict) and isinstance(data.get("task_id"), str):
         return data["task_id"]
-    match = TASK_ID_RE.search(text)
+    match = TASK_ID_KEY_RE.search(text) or TASK_ID_RE.search(text)
+    if match and match.re is TASK_ID_KEY_RE:
+        return match.group(1)
     return match.group(0) if match else ""
 
 

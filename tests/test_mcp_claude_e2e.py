@@ -27,6 +27,7 @@ from claude_support import (
 )
 from conftest import Setup
 from mock_tool_calls import last_tool_result_text
+from test_claude_agent import Harness
 from test_ops import engine
 
 pytest.importorskip("mcp")
@@ -34,7 +35,10 @@ pytest.importorskip("mcp")
 pytestmark = pytest.mark.e2e
 
 FIXTURE = Path(__file__).parent / "fixtures" / "claude" / "mcp" / "submit-wait.json"
-TOOLS = ("submit", "wait")
+#: Seconds the brain's first wait blocks: it returns when the task ends (it does not end
+#: while escalated), so this outlasts the child's start and its escalation.
+ESCALATION_WAIT = 45
+TOOLS = ("submit", "wait", "approve", "show", "tail", "continue")
 
 
 def _brain(root: Path, profile: Path, prompt: str, base_url: str) -> subprocess.CompletedProcess:
@@ -143,3 +147,59 @@ def test_claude_code_submits_through_supervise_mcp_and_waits_for_the_result(
         FIXTURE.parent.mkdir(parents=True, exist_ok=True)
         FIXTURE.write_text(json.dumps(shape, indent=2) + "\n")
     assert shape == json.loads(FIXTURE.read_text())
+
+
+def _inert(text: str) -> str:
+    """``text`` (JSON) with the mock's directive brackets as JSON escapes: the brain's own
+    script does not see the child's directives, the child's prompt holds them again."""
+    return text.replace("[[", "\\u005b\\u005b").replace("]]", "\\u005d\\u005d")
+
+
+def test_claude_code_runs_the_escalation_loop_through_supervise_mcp(tmp_path: Path) -> None:
+    """The brain submits a Claude Code task whose Bash call a rule escalates, waits, approves
+    it, waits again and reads the result; every call through ``supervise mcp``."""
+    mock = start_mock(final_text="child finished")
+    h = Harness(tmp_path, mock)
+    engine_proc = None
+    try:
+        project = h.project()
+        rule = {"tool": "Bash", "match": "^echo escalated", "action": "escalate"}
+        profile = h.write_profile(approval={"rules": [rule]})
+        child = {
+            "name": "loop",
+            "project_dir": str(project),
+            "prompt": "[[bash: echo escalated > escalated.txt]] do it",
+        }
+        task = _inert(json.dumps(child))
+        prompt = (
+            f"[[tool: mcp__supervise__submit | {task}]]\n"
+            '[[tool: mcp__supervise__wait | {"task_ids": ["{{task_id}}"], "timeout": WAIT}]]\n'
+            '[[tool: mcp__supervise__approve | {"task_id": "{{task_id}}", "wait_s": 30}]]\n'
+            '[[tool: mcp__supervise__wait | {"task_ids": ["{{task_id}}"], "timeout": 120}]]\n'
+            '[[tool: mcp__supervise__tail | {"task_id": "{{task_id}}"}]]\n'
+            "[[final: the loop is done]]"
+        ).replace("WAIT", str(ESCALATION_WAIT))
+        engine_proc = subprocess.Popen(
+            [sys.executable, "-m", "supervisor.cli", "run", str(profile)],
+            env=scrubbed_environ(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        h.proc = engine_proc  # Harness.close ends it by PID
+        done = _brain(tmp_path, profile, prompt, mock.base_url)
+        brain = [r for r in mock.message_requests() if "[[tool:" in json.dumps(r.messages[:1])]
+        results = [last_tool_result_text(r.messages) for r in brain if r.offers_tools][1:]
+    finally:
+        h.close()
+        stop_mock(mock)
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:], h.diagnostics())
+    manifest = h.manifests()["loop"]
+    assert (manifest["status"], manifest["verdict"]) == ("completed", "PASS"), h.diagnostics()
+    assert (project / "escalated.txt").exists()
+    approved = json.loads(results[2])
+    assert (approved["verb"], approved["result"]) == ("approve", "applied"), results
+    waited = json.loads(results[3])
+    assert waited["pending"] == [] and waited["tasks"][0]["verdict"] == "PASS", waited
+    assert "child finished" in results[4], results[4]
+    final = json.loads(done.stdout.strip().splitlines()[-1])
+    assert final["result"] == "the loop is done"

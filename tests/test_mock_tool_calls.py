@@ -51,6 +51,8 @@ def test_tool_steps_call_any_tool_and_feed_the_last_result_forward() -> None:
     assert second.content[0]["input"] == {"task_ids": ["child-0a1b2c"], "note": result}
     plain = mock.reply_for(_body("submitted as child-99ffee (queued)"))
     assert plain.content[0]["input"]["task_ids"] == ["child-99ffee"]
+    nested = '{"tasks": [{"session_id": "aaaaaaaa-bbbb", "task_id": "child-0a1b2c"}]}'
+    assert mock.reply_for(_body(nested)).content[0]["input"]["task_ids"] == ["child-0a1b2c"]
     done = mock.reply_for(_body(result, "{}"))
     assert (done.kind, done.content[0]["text"]) == ("final", "delegated")
 
