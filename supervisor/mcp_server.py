@@ -116,7 +116,8 @@ def _task_tools(server: MCPServer, profile: LoadedProfile) -> None:
     ) -> str:
         """Validate a task as a task file is and submit it; returns its task_id."""
         fields = {**(task or {}), "name": name, "prompt": prompt, "project_dir": project_dir}
-        fields["model"] = model
+        if model is not None:  # else a model in ``task`` stands
+            fields["model"] = model
         return _guard(lambda: text(mcp_tools.submit(profile, fields)))
 
     @server.tool(structured_output=False)
