@@ -258,6 +258,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     with ``--wait``, then ``supervise wait`` on it (its output and exit status)."""
     from supervisor.cli import _profile, warn_no_engine
 
+    if args.timeout is not None and not args.wait:
+        raise ConfigError(["supervise submit: --timeout is --wait's; add --wait, or leave it out"])
     profile = _profile(args.config)
     resolved = _resolved(args, profile)
     if profile.spec.cluster is not None:

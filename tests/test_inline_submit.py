@@ -112,6 +112,7 @@ def test_bad_inline_input_is_one_line_naming_the_key_and_nothing_is_spooled(
         ("--prompt", "x", "--prompt-file", "f", "--project", project): "not both",
         ("--name", "n"): "give a task file, '-'",
         ("some.toml", "--prompt", "x"): "cannot be combined with a task file",
+        ("--prompt", "x", "--project", project, "--timeout", "5"): "add --wait",
     }
     for argv, expected in cases.items():
         line = _one_line(setup.supervise("submit", "-c", config, *argv, cwd=setup.root))
