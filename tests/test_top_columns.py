@@ -110,8 +110,19 @@ def test_160_columns_add_model_cost_retries_output_age_and_branch(
         app = make_app(fixture)
         async with app.run_test(size=(160, 24)) as pilot:
             await pilot.pause()
-            assert keys(app) == ["group", "id", "status", "state", "outcome", "model", "cost",
-                                 "retries", "output", "branch", "last"]  # fmt: skip
+            assert keys(app) == [
+                "group",
+                "id",
+                "status",
+                "state",
+                "outcome",
+                "model",
+                "cost",
+                "retries",
+                "output",
+                "branch",
+                "last",
+            ]
             assert app.query_one(DataTable).columns["last"].width >= 20
             assert cell(app, "refactor-0a1b2c", "branch") == (
                 "supervise/refactor-0a1b2c 3 files +41 -7"
@@ -173,8 +184,12 @@ def test_status_filter_keeps_statuses_and_groups(fixture: vf.Fixture) -> None:
         async with app.run_test(size=(80, 24)) as pilot:
             await pilot.pause()
             # "failed" names a status and a group: the group (abandoned too) is kept
-            assert sorted(row_ids(app)) == ["ask-perm-a1b2c3", "bad-auth-2a3b4c",
-                                            "gave-up-5d6e7f", "stuck-loop-9d0e1f"]  # fmt: skip
+            assert sorted(row_ids(app)) == [
+                "ask-perm-a1b2c3",
+                "bad-auth-2a3b4c",
+                "gave-up-5d6e7f",
+                "stuck-loop-9d0e1f",
+            ]
             groups = [str(r[0]) for r in map(app.query_one(DataTable).get_row_at, range(4))]
             assert [g for g in groups if g] == ["Needs you 1", "Recovering 1", "Failed 2"]
 
@@ -194,8 +209,9 @@ def test_filter_matches_every_word() -> None:
 def test_top_refuses_a_bad_status_in_one_line(fixture: vf.Fixture) -> None:
     argv = ["top", "-c", str(fixture.profile), "--status", "bogus\x1b"]
     code = f"import sys; from supervisor.cli import main; sys.exit(main({argv!r}))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60, cwd=REPO)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and out.stderr.startswith(
         "supervise top: --status 'bogus\\x1b' is no status or group; use one of queued,"

@@ -33,8 +33,9 @@ def parse_statuses(values: list[str] | None) -> frozenset[str]:
             if not word:
                 continue
             if word not in CHOICES:
-                raise FilterError(f"--status {word!r} is no status or group; use one of "
-                                  f"{', '.join(CHOICES)}")  # fmt: skip
+                raise FilterError(
+                    f"--status {word!r} is no status or group; use one of {', '.join(CHOICES)}"
+                )
             out.add(word)
     return frozenset(out)
 

@@ -24,12 +24,20 @@ def register(sub: argparse._SubParsersAction, func: Callable[[argparse.Namespace
     """Add ``top`` to the CLI's subcommands; ``func`` runs it (the CLI's ``cmd_top``)."""
     top = sub.add_parser("top", help="live view of every task (needs the 'tui' extra)")
     top.add_argument("-c", "--config", required=True, help="profile TOML file")
-    top.add_argument("--status", action="append", metavar="S[,S...]",
-                     help="show only tasks of these statuses or groups (needs_you, waiting, "
-                          "running, recovering, failed, queued, done); repeatable")  # fmt: skip
-    top.add_argument("--filter", default="", metavar="TEXT",
-                     help="show only tasks whose id, name or status holds every word of TEXT "
-                          "(the '/' key edits it)")  # fmt: skip
+    top.add_argument(
+        "--status",
+        action="append",
+        metavar="S[,S...]",
+        help="show only tasks of these statuses or groups (needs_you, waiting, "
+        "running, recovering, failed, queued, done); repeatable",
+    )
+    top.add_argument(
+        "--filter",
+        default="",
+        metavar="TEXT",
+        help="show only tasks whose id, name or status holds every word of TEXT "
+        "(the '/' key edits it)",
+    )
     top.set_defaults(func=func)
 
 
@@ -56,7 +64,12 @@ def run(profile: LoadedProfile | None, args: argparse.Namespace | None = None) -
     from supervisor.views.tui import TopApp
 
     shown = TaskFilter(statuses, getattr(args, "filter", "") or "")
-    app = TopApp(profile.state_dir, profile.spool_dir, profile.socket_name,
-                 title=str(profile.path), task_filter=shown)  # fmt: skip
+    app = TopApp(
+        profile.state_dir,
+        profile.spool_dir,
+        profile.socket_name,
+        title=str(profile.path),
+        task_filter=shown,
+    )
     app.run()
     return 0

@@ -121,8 +121,11 @@ class TopApp(App[None]):
     def compose(self) -> ComposeResult:
         yield Static(id="head")
         yield DataTable[Text](cursor_type="row", zebra_stripes=True)
-        yield Input(self.task_filter.text, placeholder="filter: words of the id, name or status",
-                    id=FILTER_INPUT)  # fmt: skip
+        yield Input(
+            self.task_filter.text,
+            placeholder="filter: words of the id, name or status",
+            id=FILTER_INPUT,
+        )
         yield Static(id="details")
         yield Footer()
 

@@ -33,8 +33,15 @@ LAST_MIN = 8
 #: tasks of one name apart).
 ID_TAIL = 6
 
-_STYLE = {"needs_you": "bold yellow", "failed": "red", "recovering": "magenta",
-          "waiting": "cyan", "running": "green", "done": "dim", "queued": ""}  # fmt: skip
+_STYLE = {
+    "needs_you": "bold yellow",
+    "failed": "red",
+    "recovering": "magenta",
+    "waiting": "cyan",
+    "running": "green",
+    "done": "dim",
+    "queued": "",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +79,9 @@ def columns_for(width: int) -> tuple[Column, ...]:
     :data:`LAST_MIN`)."""
     shown = [c for c in COLUMNS if width >= c.min_width]
     used = sum((c.width or 0) + PAD for c in shown) + SCROLLBAR
-    return tuple(replace(c, width=max(LAST_MIN, width - used)) if c.width is None else c
-                 for c in shown)  # fmt: skip
+    return tuple(
+        replace(c, width=max(LAST_MIN, width - used)) if c.width is None else c for c in shown
+    )
 
 
 def short_id(task_id: str, width: int) -> str:
