@@ -155,3 +155,23 @@ def test_timeline_of_thousands_of_changes_stays_bounded() -> None:
     svg = str(timeline.svg(line))
     assert svg.count("<rect") == timeline.MAX_BANDS and "2700 older changes" in svg
     assert len(svg) < 1_000_000
+
+
+def test_timeline_of_hostile_events_stays_small_and_drawable() -> None:
+    """A 1 MB status or reason, a year-1 and a year-9999 time, a non-dict line: drawn,
+    cut, never raising."""
+    events: list[Any] = [
+        "not a dict",
+        {"ts": "0001-01-01T00:00:00+14:00", "event": "queued", "status": "queued"},
+        {
+            "ts": "9999-12-31T23:59:59-14:00",
+            "event": "resumed",
+            "status": "r" * 1_000_000,
+            "reason": "why " * 250_000,
+        },
+    ]
+    line = timeline.timeline(events, 0.0)
+    assert len(line.bands[-1].status) == timeline.LABEL_MAX
+    assert len(line.marks[0].detail) == timeline.DETAIL_MAX
+    svg = str(timeline.svg(line))
+    assert len(svg) < 10_000 and "UTC" in svg

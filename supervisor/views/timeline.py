@@ -31,6 +31,9 @@ from supervisor.views.sources import duration, epoch
 #: The most bands drawn (the newest): a task that flapped thousands of times would make a
 #: page of megabytes, re-rendered at each change of its output.
 MAX_BANDS = 300
+#: Characters kept of a status and of a mark's reason (the event log is the full record).
+LABEL_MAX = 64
+DETAIL_MAX = 300
 #: Events drawn as marks over the bands (their names come from the policy's decisions).
 MARKED = frozenset({"resumed", "escalated", "approved", "denied", "continued", "stale"})
 #: Width of the drawing in SVG user units (the page scales it to its own width), the
@@ -95,12 +98,15 @@ def timeline(events: Iterable[dict[str, Any]], now: float) -> Timeline:
             continue
         last = at if last is None else max(last, at)
         status = event.get("status")
-        if isinstance(status, str) and status and (not starts or starts[-1][0] != status):
-            starts.append((status, last))
+        if isinstance(status, str) and status:
+            status = status[:LABEL_MAX]
+            if not starts or starts[-1][0] != status:
+                starts.append((status, last))
         name = event.get("event")
         if name in MARKED:
             reason = event.get("reason")
-            marks.append(Mark(str(name), last, reason if isinstance(reason, str) else ""))
+            detail = reason[:DETAIL_MAX] if isinstance(reason, str) else ""
+            marks.append(Mark(str(name), last, detail))
     bands = []
     for i, (status, start) in enumerate(starts):
         if i + 1 < len(starts):
@@ -139,6 +145,14 @@ def _x_of(at: float, bands: tuple[Band, ...], boxes: list[tuple[float, float]]) 
             part = (at - band.start) / span if span > 0 else 0.0
             return x + width * min(1.0, max(0.0, part))
     return 0.0
+
+
+def _utc(at: float) -> str:
+    """``2026-11-23 12:00:00 UTC``; ``?`` for a moment the C library cannot show."""
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
+    except (OverflowError, OSError, ValueError):
+        return "?"
 
 
 def _summary(line: Timeline) -> str:
@@ -197,7 +211,7 @@ def svg(line: Timeline) -> Markup:
             '<text class="axis" x="{2:.1f}" y="{0:.1f}" text-anchor="end">{3}</text>'
         ).format(
             height - 4,
-            time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(first)),
+            _utc(first),
             width - 2,
             f"{duration(last - first)} in all",
         )
