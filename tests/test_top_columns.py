@@ -216,3 +216,22 @@ def test_top_refuses_a_bad_status_in_one_line(fixture: vf.Fixture) -> None:
     assert out.stderr.count("\n") == 1 and out.stderr.startswith(
         "supervise top: --status 'bogus\\x1b' is no status or group; use one of queued,"
     )
+
+
+def test_filter_text_is_escaped_in_the_head_and_split_once(fixture: vf.Fixture) -> None:
+    hostile = TaskFilter(text="[red]x\x1b]0;t\x07 " + "y" * 1_000_000)
+    assert hostile.words[0] == "[red]x\x1b]0;t\x07" and len(hostile.words) == 2
+
+    async def go() -> None:
+        app = make_app(fixture, task_filter=hostile)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            assert row_ids(app) == []
+            head = str(app.query_one("#head", Static).render())
+            assert "[red]x\\x1b]0;t\\x07" in head and "\x1b" not in head
+            assert len(head) < 500  # the pasted megabyte is cut in the head
+            await pilot.resize_terminal(12, 6)  # too narrow for any column: still drawn
+            await pilot.pause()
+            assert keys(app)[-1] == "last"
+
+    run(go())

@@ -8,13 +8,17 @@ occurs, ignoring case, in its id, its name or its status. Pure: no I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from supervisor.states import Status
 from supervisor.views import model
 
 #: What ``--status`` accepts: every status, ``damaged``, and every group of the model.
 CHOICES: tuple[str, ...] = (*(str(s) for s in Status), "damaged", *model.GROUPS)
+
+
+#: Characters of the filter text a header shows (a pasted megabyte must not fill a view).
+SHOWN_MAX = 60
 
 
 class FilterError(ValueError):
@@ -47,13 +51,21 @@ class TaskFilter:
 
     statuses: frozenset[str] = frozenset()
     text: str = ""
+    #: The words of ``text``, lower-cased once (a view asks :meth:`keeps` of every task at
+    #: each refresh: splitting a pasted megabyte there would stall it).
+    words: tuple[str, ...] = field(init=False, default=())
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "words", tuple(self.text.lower().split()))
 
     def keeps(self, task: model.Task) -> bool:
         """Whether ``task`` is shown."""
         if self.statuses and not {task.status, task.group} & self.statuses:
             return False
+        if not self.words:
+            return True
         haystack = " ".join((task.task_id, task.name or "", task.status)).lower()
-        return all(word in haystack for word in self.text.lower().split())
+        return all(word in haystack for word in self.words)
 
     def describe(self) -> str:
         """A short text for a view's header (``status running,hung · "parser"``); empty
@@ -61,6 +73,7 @@ class TaskFilter:
         parts = []
         if self.statuses:
             parts.append("status " + ",".join(sorted(self.statuses)))
-        if self.text.strip():
-            parts.append(repr(self.text.strip()))
+        text = self.text.strip()
+        if text:
+            parts.append(repr(text if len(text) <= SHOWN_MAX else text[:SHOWN_MAX] + "…"))
         return " · ".join(parts)
