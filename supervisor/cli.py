@@ -35,7 +35,7 @@ Exit codes (the table in README "Exit codes")::
     archive                      done     archive not written        usage
     diff merge discard prune     done     refused                    usage
     init startup schema          done     refused or failed          usage
-      completion
+      completion top (quit; 1: no 'tui' extra; 2: a bad --status)
 
 ``submit``, ``wait`` and the four requests warn on stderr when no live engine holds the
 state dir (:mod:`supervisor.engine_probe`); ``status`` shows the engine line itself.
