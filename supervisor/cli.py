@@ -7,7 +7,7 @@ Commands (``--json``: the result as JSON on stdout)::
     supervise submit -c PROFILE TASK.toml [--json]    validate a task, spool it, print its id
     supervise status -c PROFILE [--json] [--sort K] [--status S]... [--archived]
                                                  engine, spool, tasks (or the archived ones)
-    supervise top -c PROFILE                     live view (the 'tui' extra: Textual)
+    supervise top -c PROFILE [--status S] [--filter T]  live view (the 'tui' extra)
     supervise serve -c PROFILE [--bind H:P]      live web page (the 'web' extra; views/serve.py)
     supervise wait -c PROFILE ID... [--timeout S] [--json]  until they end (cli_ops.py)
     supervise show -c PROFILE ID                 print one manifest
@@ -35,7 +35,7 @@ Exit codes (the table in README "Exit codes")::
     archive                      done     archive not written        usage
     diff merge discard prune     done     refused                    usage
     init startup schema          done     refused or failed          usage
-      completion
+      completion top (quit; 1: no 'tui' extra; 2: a bad --status)
 
 ``submit``, ``wait`` and the four requests warn on stderr when no live engine holds the
 state dir (:mod:`supervisor.engine_probe`); ``status`` shows the engine line itself.
@@ -223,7 +223,7 @@ def cmd_top(args: argparse.Namespace) -> int:
 
     if top.textual_missing():  # before loading the profile: the fix is the same either way
         return top.run(None)
-    return top.run(_profile(args.config))
+    return top.run(_profile(args.config), args)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
