@@ -107,7 +107,11 @@ def starter_profile(folder: Path) -> str:
     data = tomllib.loads(bundled.read_text("profiles", "demo.toml"))
     data["paths"] = {"spool_dir": "spool", "state_dir": "state"}
     data.pop("tmux", None)
-    header = INIT_HEADER.format(profile=folder / "profile.toml", tasks=folder / "tasks")
+    from supervisor.starter_claude import shown
+
+    header = INIT_HEADER.format(
+        profile=shown(folder / "profile.toml"), tasks=shown(folder / "tasks")
+    )
     return header + tomli_w.dumps(data)
 
 
@@ -163,6 +167,7 @@ def _write_starter(folder: Path) -> None:
     of each in the spool. Raises OSError."""
     from supervisor import bundled
     from supervisor.diskio import atomic_write
+    from supervisor.starter_claude import shown
 
     private_folders(folder)
     (folder / "project").mkdir(exist_ok=True)
@@ -172,9 +177,9 @@ def _write_starter(folder: Path) -> None:
             data = entry.read_bytes()
             atomic_write(folder / "tasks" / entry.name, data, durable=False)
             atomic_write(folder / "spool" / entry.name, data, durable=False)
-    profile = folder / "profile.toml"
-    atomic_write(profile, starter_profile(folder).encode(), durable=False)
-    print(f"wrote {profile}, {folder / 'spool'}/ (holding the demo tasks), {folder / 'state'}/")
+    atomic_write(folder / "profile.toml", starter_profile(folder).encode(), durable=False)
+    profile = shown(folder / "profile.toml")
+    print(f"wrote {profile}, and in {shown(folder)}: spool/ (holding the demo tasks), state/")
     print(f"run:  supervise run {profile} --exit-when-idle")
 
 

@@ -39,7 +39,7 @@ HEADER = """\
 # every path inside {folder} (spool/, state/ with the task folders and worktrees, the
 # engine log below). Relative paths resolve against this file's folder.
 #   supervise validate -c {profile} {profile} {task}
-#   supervise run {profile} --log-file {folder}/engine.log    # the engine; leave it running
+#   supervise run {profile} --log-file {log}    # the engine; leave it running
 #   supervise submit -c {profile} {task}                      # prints the task id
 #   supervise wait -c {profile} TASK_ID && supervise show -c {profile} TASK_ID
 # [agent] binary is `claude` on the engine's PATH: set an absolute path if it is elsewhere.
@@ -65,12 +65,25 @@ def claude_profile(folder: Path) -> str:
 
 
 def _names(folder: Path) -> dict[str, str]:
+    """The paths shown in comments and printed: absolute, quoted for a shell, control
+    characters escaped (a newline in ``DIR`` would end a TOML comment and start a key)."""
     folder = Path(os.path.abspath(folder))
     return {
-        "folder": str(folder),
-        "profile": str(folder / "profile.toml"),
-        "task": str(folder / "tasks" / "hello.toml"),
+        "folder": shown(folder),
+        "profile": shown(folder / "profile.toml"),
+        "task": shown(folder / "tasks" / "hello.toml"),
+        "log": shown(folder / "engine.log"),
     }
+
+
+def shown(path: Path) -> str:
+    """``path`` for a comment or a suggested command: shell-quoted, control characters
+    escaped (:func:`supervisor.terminal.escape_controls`)."""
+    import shlex
+
+    from supervisor.terminal import escape_controls
+
+    return escape_controls(shlex.quote(str(path)))
 
 
 def write(folder: Path) -> None:
@@ -93,10 +106,10 @@ def write(folder: Path) -> None:
     atomic_write(folder / "tasks" / "hello.toml", task, durable=False)
     atomic_write(folder / "profile.toml", claude_profile(folder).encode(), durable=False)
     profile, sample = names["profile"], names["task"]
-    print(f"wrote {profile} (Claude Code), {sample}, {folder / 'project'}/, "
-          f"{folder / 'spool'}/, {folder / 'state'}/")  # fmt: skip
+    print(f"wrote {profile} (Claude Code), {sample}, and in {names['folder']}: project/, "
+          "spool/, state/")  # fmt: skip
     print("next:")
     print(f"  supervise validate -c {profile} {profile} {sample}")
-    print(f"  supervise run {profile} --log-file {names['folder']}/engine.log &")
+    print(f"  supervise run {profile} --log-file {names['log']} &")
     print(f"  supervise submit -c {profile} {sample}")
     print(f"  supervise status -c {profile}")

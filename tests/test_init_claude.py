@@ -138,3 +138,17 @@ def test_init_claude_profile_runs_a_task_with_the_real_cli(tmp_path: Path) -> No
     finally:
         kill_tmux_server(default_socket_name(state))
         stop_mock(mock)
+
+
+@pytest.mark.parametrize("claude", [True, False])
+def test_a_folder_name_with_a_newline_cannot_write_keys_into_the_profile(
+    tmp_path: Path, claude: bool
+) -> None:
+    """The folder's path is written into the profile's comments: a newline there would end
+    the comment and start TOML of its own (found by attack: hostile values)."""
+    name = "x\n[agent]\nbinary = 'evil'"
+    done = _supervise("init", *(["--claude"] if claude else []), name, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "\n[agent]" not in done.stdout and "\\x0a" in done.stdout
+    profile = load_profile(tmp_path / name / "profile.toml")
+    assert profile.spec.agent.binary == "claude"
