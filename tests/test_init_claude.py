@@ -152,3 +152,15 @@ def test_a_folder_name_with_a_newline_cannot_write_keys_into_the_profile(
     assert "\n[agent]" not in done.stdout and "\\x0a" in done.stdout
     profile = load_profile(tmp_path / name / "profile.toml")
     assert profile.spec.agent.binary == "claude"
+
+
+def test_two_init_claude_into_one_folder_at_once(tmp_path: Path) -> None:
+    """One writes, the other waits on the folder's lock and refuses in one line."""
+    argv = [sys.executable, "-m", "supervisor.cli", "init", "--claude", "both"]
+    procs = [subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]  # fmt: skip
+    results = [(p.wait(timeout=120), *p.communicate()) for p in procs]
+    assert sorted(code for code, _, _ in results) == [0, 1], results
+    (refusal,) = [err for code, _, err in results if code == 1]
+    assert len(refusal.splitlines()) == 1 and "exists; not overwriting" in refusal
+    assert load_profile(tmp_path / "both" / "profile.toml").spec.agent.kind == "claude"
