@@ -3,12 +3,12 @@
 Commands (``--json``: the result as JSON on stdout)::
 
     supervise run PROFILE [--exit-when-idle] [--log-file PATH]   run the engine (cli_ops.py)
-    supervise validate [-c PROFILE] FILE... [--json]  check profiles and task files
+    supervise validate [-c PROFILE] FILE... [--json]  check profile, task files (cli_validate.py)
     supervise submit -c PROFILE TASK.toml|-|--prompt TEXT --project DIR [--wait] [--json]
                                                  validate a task, spool it, print its id
     supervise status -c PROFILE [--json] [--sort K] [--status S]... [--archived]
                                                  engine, spool, tasks (or the archived ones)
-    supervise top -c PROFILE                     live view (the 'tui' extra: Textual)
+    supervise top -c PROFILE [--status S] [--filter T]  live view (the 'tui' extra)
     supervise serve -c PROFILE [--bind H:P]      live web page (the 'web' extra; views/serve.py)
     supervise wait -c PROFILE ID... [--timeout S] [--json]  until they end (cli_ops.py)
     supervise show -c PROFILE ID                 print one manifest
@@ -39,7 +39,7 @@ Exit codes (the table in README "Exit codes")::
     archive                      done     archive not written        usage
     diff merge discard prune     done     refused                    usage
     init startup schema          done     refused or failed          usage
-      completion
+      completion top (quit; 1: no 'tui' extra; 2: a bad --status)
 
 ``submit``, ``wait`` and the four requests warn on stderr when no live engine holds the
 state dir (:mod:`supervisor.engine_probe`); ``status`` shows the engine line itself.
@@ -54,15 +54,15 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from supervisor import (
     cli_cluster,
     cli_mcp,
     cli_ops,
     cli_setup,
+    cli_validate,
     cli_workspace,
-    heartbeats,
     inline_submit,
 )
 from supervisor.cli_cluster import STATUS_HELP as CLUSTER_HELP
@@ -97,88 +97,6 @@ def _profile(path: str) -> LoadedProfile:
 # ---------------------------------------------------------------- commands
 
 
-def cmd_validate(args: argparse.Namespace) -> int:
-    from supervisor.config import (
-        LoadedProfile,
-        Profile,
-        load_profile,
-        load_task,
-        looks_like_profile,
-    )
-    from supervisor.tmux import require_tmux
-
-    profile: LoadedProfile | None = None
-    results: list[dict[str, Any]] = []  # --json: {"file", "kind", "ok", "problems", "warnings"}
-    if args.config:
-        try:
-            profile = _profile(args.config)
-        except ConfigError as exc:
-            for line in exc.problems:
-                _err(line)
-            return 1
-        for warning in filter(None, [_missing_agent_binary(profile), *_exposed(profile)]):
-            _err(warning)
-    for name in args.files:
-        path = Path(name)
-        row: dict[str, Any] = {"file": name, "kind": None, "ok": False, "problems": [],
-                               "warnings": []}  # fmt: skip
-        results.append(row)
-        try:
-            if looks_like_profile(path):
-                row["kind"] = "profile"
-                loaded = load_profile(path)
-                for warning in filter(None, [_missing_agent_binary(loaded), *_exposed(loaded)]):
-                    row["warnings"].append(warning)
-                    _err(warning)
-                require_tmux(path)
-            else:
-                row["kind"] = "task"
-                base = profile or LoadedProfile(
-                    path=path.resolve(), spec=Profile.model_validate({"agent": {"command": ["x"]}})
-                )
-                cli_cluster.task_warnings(row, load_task(path, base), profile)
-        except ConfigError as exc:
-            row["problems"] = list(exc.problems)
-            for line in exc.problems:
-                _err(line)
-            continue
-        row["ok"] = True
-        if not args.json:
-            print(escape_controls(f"ok: {path} ({row['kind']})"))
-    if args.json:
-        print(json.dumps(results, indent=2))
-    return 0 if all(row["ok"] for row in results) else 1
-
-
-def _missing_agent_binary(profile: LoadedProfile) -> str | None:
-    """A warning line when the agent's program is not found on the ``PATH`` the agent
-    will run with (the engine's, or ``[agent.env] PATH``); ``None`` when it is found or
-    cannot be known (a ``{placeholder}``). A missing program ends every task ``failed``
-    with exit 127 and ``failure_reason`` ``launch``."""
-    import shutil
-
-    agent = profile.spec.agent
-    program = agent.binary if agent.kind == "claude" else (agent.command or [""])[0]
-    key = "binary" if agent.kind == "claude" else "command[0]"
-    if not program or "{" in program:
-        return None
-    search = agent.env.get("PATH", os.environ.get("PATH", ""))
-    if shutil.which(program, path=search):
-        return None
-    return escape_controls(
-        f"warning: {profile.path}: [agent] {key} {program!r} is not found on PATH "
-        f"({search}); every task would fail with exit 127. Fix: set [agent] {key} to the "
-        "program's absolute path, or add its folder to [agent.env] PATH"
-    )
-
-
-def _exposed(profile: LoadedProfile) -> list[str]:
-    """``validate``'s lines for readable folders (folderaccess.py), thresholds (heartbeats.py)."""
-    from supervisor.folderaccess import exposure_warnings
-
-    return [f"warning: {line}" for line in exposure_warnings(profile)] + heartbeats.check(profile)
-
-
 def warn_no_engine(profile: LoadedProfile, what: str) -> None:
     """One stderr line when no live engine holds the profile's state dir
     (:func:`supervisor.engine_probe.warning`)."""
@@ -207,7 +125,7 @@ def cmd_top(args: argparse.Namespace) -> int:
 
     if top.textual_missing():  # before loading the profile: the fix is the same either way
         return top.run(None)
-    return top.run(_profile(args.config))
+    return top.run(_profile(args.config), args)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -397,13 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     cli_ops.register(sub)  # run, wait, archive
 
-    validate = sub.add_parser("validate", help="check profile and task files")
-    validate.add_argument("files", nargs="+", metavar="FILE")
-    validate.add_argument(
-        "-c", "--config", help="profile to check tasks against (model aliases, policy)"
-    )
-    validate.add_argument("--json", action="store_true", help="one result per file as JSON")
-    validate.set_defaults(func=cmd_validate)
+    cli_validate.register(sub)  # validate
 
     inline_submit.register(sub)  # submit: a file, stdin or --prompt
 

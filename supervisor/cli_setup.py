@@ -2,12 +2,12 @@
 
 Commands::
 
-    supervise init [DIR]                        a starter profile (the demo) with its folders
+    supervise init [DIR] [--claude] [--force]   a starter profile (the demo, or Claude Code)
     supervise schema profile|task|manifest|status   print a JSON Schema (the package's copy)
     supervise startup -c PROFILE [--install]    a systemd user unit that runs the engine
     supervise completion bash|zsh|fish          a shell completion script (shtab)
 
-Exit codes (as :mod:`supervisor.cli`): 0 done, 1 refused or failed (an existing profile, a
+Exit codes (as :mod:`supervisor.cli`): 0 done, 1 refused or failed (an existing file, a
 profile that does not load, no systemd for ``--install``, ``systemctl`` failing), 2 usage
 error (argparse). A refusal is one line on stderr.
 
@@ -50,7 +50,7 @@ INIT_HEADER = """\
 #   supervise submit -c {profile} {tasks}/hello.toml
 # Relative paths resolve against this file's folder. [tmux] socket_name is left out: it is
 # then supervise-<8 hex of the state_dir>, a private tmux server for this folder alone.
-# For Claude Code, start from the shipped long.toml (`supervise schema profile` lists keys).
+# For Claude Code: supervise init --claude DIR (`supervise schema profile` lists keys).
 
 """
 
@@ -107,26 +107,30 @@ def starter_profile(folder: Path) -> str:
     data = tomllib.loads(bundled.read_text("profiles", "demo.toml"))
     data["paths"] = {"spool_dir": "spool", "state_dir": "state"}
     data.pop("tmux", None)
-    header = INIT_HEADER.format(profile=folder / "profile.toml", tasks=folder / "tasks")
+    from supervisor.starter_claude import shown
+
+    header = INIT_HEADER.format(
+        profile=shown(folder / "profile.toml"), tasks=shown(folder / "tasks")
+    )
     return header + tomli_w.dumps(data)
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    """Write ``DIR/profile.toml``, ``DIR/spool/`` and ``DIR/state/`` (mode 0700: the engine
-    refuses a spool others can write to), ``DIR/project/``, the demo's task files in
-    ``DIR/tasks/`` and a copy of each in the spool. Refuses an existing profile. Two inits
+    """Write a starter into ``DIR``: the demo (:func:`_write_starter`) or, with
+    ``--claude``, a Claude Code profile and a sample task (:mod:`supervisor.starter_claude`).
+    Refuses, in one line, to overwrite a file it would write unless ``--force``. Two inits
     into one folder at once: one writes, the other waits for it (a lock on ``DIR``,
-    :mod:`supervisor.statelock`) and then refuses, as for any existing profile."""
-    from supervisor import statelock
+    :mod:`supervisor.statelock`) and then refuses, as for any existing file."""
+    from supervisor import starter_claude, statelock
 
     folder = Path(args.dir)
-    profile = folder / "profile.toml"
+    names = starter_claude.FILES if args.claude else ("profile.toml",)
     try:
-        if not profile.exists():
+        if args.force or not _taken(folder, names):
             folder.mkdir(parents=True, exist_ok=True)
             with statelock.held(folder, grace=INIT_WAIT):
-                if not profile.exists():
-                    _write_starter(folder, profile)
+                if args.force or not _taken(folder, names):
+                    (starter_claude.write if args.claude else _write_starter)(folder)
                     return 0
     except statelock.LockBusy:
         _err(
@@ -138,20 +142,34 @@ def cmd_init(args: argparse.Namespace) -> int:
         _err(f"supervise init: cannot write {exc.filename or folder}: {exc.strerror}")
         return 1
     _err(
-        f"supervise init: {profile} exists; not overwriting it (remove it, or give "
-        "another folder: supervise init DIR)"
+        f"supervise init: {_taken(folder, names)[0]} exists; not overwriting it (remove it, "
+        "give another folder: supervise init DIR, or replace it: --force)"
     )
     return 1
 
 
-def _write_starter(folder: Path, profile: Path) -> None:
-    """The files of :func:`cmd_init` (the caller holds the folder's lock). Raises OSError."""
-    from supervisor import bundled
-    from supervisor.diskio import atomic_write
+def _taken(folder: Path, names: Sequence[str]) -> list[Path]:
+    """The files of ``names`` (relative to ``folder``) that exist, as paths."""
+    return [folder / name for name in names if os.path.lexists(folder / name)]
 
+
+def private_folders(folder: Path) -> None:
+    """``folder/spool`` and ``folder/state`` with mode 0700 whatever the umask (the engine
+    refuses a spool others can write to). Raises OSError."""
     for name in ("spool", "state"):
         (folder / name).mkdir(mode=0o700, exist_ok=True)
         os.chmod(folder / name, 0o700)  # mkdir's mode is masked by the umask
+
+
+def _write_starter(folder: Path) -> None:
+    """The demo's files (the caller holds the folder's lock): ``profile.toml``, the private
+    ``spool/`` and ``state/``, ``project/``, the demo's task files in ``tasks/`` and a copy
+    of each in the spool. Raises OSError."""
+    from supervisor import bundled
+    from supervisor.diskio import atomic_write
+    from supervisor.starter_claude import shown
+
+    private_folders(folder)
     (folder / "project").mkdir(exist_ok=True)
     (folder / "tasks").mkdir(exist_ok=True)
     for entry in bundled.folder("demo_tasks").iterdir():
@@ -159,9 +177,9 @@ def _write_starter(folder: Path, profile: Path) -> None:
             data = entry.read_bytes()
             atomic_write(folder / "tasks" / entry.name, data, durable=False)
             atomic_write(folder / "spool" / entry.name, data, durable=False)
-    with open(profile, "x", encoding="utf-8") as handle:  # "x": never over another's
-        handle.write(starter_profile(folder))
-    print(f"wrote {profile}, {folder / 'spool'}/ (holding the demo tasks), {folder / 'state'}/")
+    atomic_write(folder / "profile.toml", starter_profile(folder).encode(), durable=False)
+    profile = shown(folder / "profile.toml")
+    print(f"wrote {profile}, and in {shown(folder)}: spool/ (holding the demo tasks), state/")
     print(f"run:  supervise run {profile} --exit-when-idle")
 
 
@@ -306,6 +324,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``init``, ``schema``, ``startup`` and ``completion`` to the subcommands."""
     init = sub.add_parser("init", help="write a starter profile (the demo) and its folders")
     init.add_argument("dir", nargs="?", default=".", metavar="DIR", help="folder (default: .)")
+    init.add_argument(
+        "--claude",
+        action="store_true",
+        help="a Claude Code profile and a sample task, every path inside DIR",
+    )
+    init.add_argument("--force", action="store_true", help="replace the files it would write")
     init.set_defaults(func=cmd_init)
 
     schema = sub.add_parser("schema", help="print a JSON Schema (profile, task, manifest...)")

@@ -483,4 +483,5 @@ def materialize(task: TaskDir, resolved: ResolvedTask, source: str, state_dir: P
     task.write_manifest(manifest)
     task.append_event("queued", status="queued", source=source, session_id=manifest.session_id,
                       workspace=workspace.model_dump(mode="json"))  # fmt: skip
+    lifecycle.note_in_place(task, workspace)  # a repository without a commit runs in place
     return manifest

@@ -74,6 +74,24 @@ class Verdict(StrEnum):
     ABANDONED = "ABANDONED"
 
 
+class AbandonReason(StrEnum):
+    """Why an ``abandoned`` task was given up (``abandon_reason``; set by the policy).
+
+    ``deadline``: the task's ``deadline`` passed (verdict ``TIMEOUT``). ``max_retries``:
+    the agent crashed or hung once more after ``max_retries`` resumes. ``tmux_lost``: the
+    same, when the last failure was a lost tmux session (the server died or the session
+    was killed). ``stopped``: ``supervise stop``. ``denied``: ``supervise deny`` of a task
+    the circuit breaker paused. ``budget``: ``max_cost_usd`` was spent, so no more resumes.
+    """
+
+    DEADLINE = "deadline"
+    MAX_RETRIES = "max_retries"
+    TMUX_LOST = "tmux_lost"
+    STOPPED = "stopped"
+    DENIED = "denied"
+    BUDGET = "budget"
+
+
 class FailureReason(StrEnum):
     """Why a ``failed`` task failed (``failure_reason``; see :mod:`supervisor.failures`).
 

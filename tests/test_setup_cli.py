@@ -61,7 +61,8 @@ def test_init_refuses_an_existing_profile_in_one_line(tmp_path: Path) -> None:
     done = _supervise("init", cwd=tmp_path)
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr == ("supervise init: profile.toml exists; not overwriting it (remove "
-                           "it, or give another folder: supervise init DIR)\n")  # fmt: skip
+                           "it, give another folder: supervise init DIR, or replace it: "
+                           "--force)\n")  # fmt: skip
     assert (tmp_path / "profile.toml").read_text() == "# mine\n"
     assert not (tmp_path / "spool").exists()
 

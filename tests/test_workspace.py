@@ -92,9 +92,10 @@ def test_resolve_a_plain_folder_is_shared(tmp_path: Path) -> None:
 def test_no_usable_base_fails_prepare_with_one_line(tmp_path: Path, case: str) -> None:
     repo = tmp_path / "repo"
     spec = WorkspaceSpec()
-    if case == "empty":
+    if case == "empty":  # without a base it runs in place (test_workspace_unborn.py)
         repo.mkdir()
         sh(repo, "init", "-q", "-b", "main")
+        spec = WorkspaceSpec(base="main")
     elif case == "not_a_repo":
         repo.mkdir()
         spec = WorkspaceSpec(mode="worktree")

@@ -35,6 +35,7 @@ from supervisor.config.models import (
     default_socket_name,
 )
 from supervisor.config.monitor import MonitorOverrides, MonitorPolicy, error_message
+from supervisor.config.salvage import without_bad_values
 from supervisor.config.tomlfile import format_errors, key_line, policy_line, read_toml
 from supervisor.config.workspace import effective_workspace
 from supervisor.diskio import FileTooBig, NotRegularFile, read_regular
@@ -126,7 +127,23 @@ def load_profile(path: Path | str) -> LoadedProfile:
     try:
         spec = Profile.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(format_errors(exc, path, text, Profile)) from exc
+        problems = format_errors(exc, path, text, Profile)
+        rest = without_bad_values(Profile, data, exc)  # the checks below, on what is left
+        if rest is not None:
+            written = data.get("tasks")
+            if len(rest.tasks) != (len(written) if isinstance(written, list) else 0):
+                rest.tasks = []  # an inline task was set aside: the others' indexes moved
+            problems += _checked_profile(rest, path, text)[1]
+        raise ConfigError(problems) from exc
+    loaded, problems = _checked_profile(spec, path, text)
+    if problems:
+        raise ConfigError(problems)
+    return loaded
+
+
+def _checked_profile(spec: Profile, path: Path, text: str) -> tuple[LoadedProfile, list[str]]:
+    """The checks of a validated profile (paths resolved, the policy merged with the
+    environment, the default model's alias, each inline task): ``(profile, problem lines)``."""
     base = path.parent
     spec.paths.spool_dir = _resolve(base, spec.paths.spool_dir)
     spec.paths.state_dir = _resolve(base, spec.paths.state_dir)
@@ -156,9 +173,7 @@ def load_profile(path: Path | str) -> LoadedProfile:
             resolve_task(task, loaded, base, path, text, loc_prefix=("tasks", index))
         except ConfigError as exc:
             problems.extend(exc.problems)
-    if problems:
-        raise ConfigError(problems)
-    return loaded
+    return loaded, problems
 
 
 def resolve_task(
@@ -312,19 +327,35 @@ def task_from_table(
     try:
         spec = TaskSpec.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(format_errors(exc, shown, text, TaskSpec)) from exc
-    refused = _refused_keys(data, profile.spec.security)
+        problems = format_errors(exc, shown, text, TaskSpec) + _refusals(data, profile, shown, text)
+        rest = without_bad_values(TaskSpec, data, exc)  # the checks below, on what is left
+        if rest is not None:
+            try:
+                resolve_task(rest, profile, base, shown, text)
+            except ConfigError as later:
+                problems += later.problems
+        raise ConfigError(problems) from exc
+    refused = _refusals(data, profile, shown, text)
     if refused:
-        allowed = ", ".join(profile.spec.security.task_may_set) or "(none)"
-        raise ConfigError(
-            [
-                f"{shown}:{key_line(text, tuple(key.split('.'))) or '?'}: key '{key}': "
-                f"this profile does not let task files set it ({profile.path} "
-                f"[security] task_may_set = {allowed})"
-                for key in refused
-            ]
-        )
+        raise ConfigError(refused)
     return resolve_task(spec, profile, base, shown, text)
+
+
+def _refusals(data: dict[str, Any], profile: LoadedProfile, shown: Path, text: str) -> list[str]:
+    """One line per key of the task file that the profile's ``task_may_set`` refuses."""
+    allowed = ", ".join(profile.spec.security.task_may_set) or "(none)"
+    return [
+        f"{shown}{_at_line(text, key)}: key '{key}': "
+        f"this profile does not let task files set it ({profile.path} "
+        f"[security] task_may_set = {allowed})"
+        for key in _refused_keys(data, profile.spec.security)
+    ]
+
+
+def _at_line(text: str, key: str) -> str:
+    """``:LINE`` of a dotted key in a task file's text (``:?`` when not found), or "" for
+    a table that came from no text (``submit``'s inline keys)."""
+    return f":{key_line(text, tuple(key.split('.'))) or '?'}" if text else ""
 
 
 def _refused_keys(data: dict[str, Any], security: SecuritySpec) -> list[str]:
@@ -332,7 +363,8 @@ def _refused_keys(data: dict[str, Any], security: SecuritySpec) -> list[str]:
     keys = [k for k in ("model", "env", "approval", "acceptance", "workspace") if k in data]
     monitor = data.get("monitor")
     if isinstance(monitor, dict):
-        keys += [f"monitor.{k}" for k in monitor]
+        # an unknown key is the model's problem line, not a refusal as well
+        keys += [f"monitor.{k}" for k in monitor if k in MonitorOverrides.model_fields]
     return [k for k in keys if not security.allows(k)]
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from supervisor.config import MonitorPolicy
 from supervisor.policy.model import Action, Decision, Signals, TaskState
 from supervisor.policy.outcomes import abandon
+from supervisor.states import AbandonReason
 
 #: Statuses from which the task would be resumed later (a resume is on its way).
 _ON_THE_WAY = frozenset({"crashed", "hung", "waiting"})
@@ -37,4 +38,5 @@ def within_budget(
     if not resumes:
         return decision
     spent, limit = signals.spent_usd, policy.max_cost_usd
-    return abandon(state, "budget", f"spent {spent:.6g} USD of max_cost_usd {limit:g}; not resumed")
+    why = f"spent {spent:.6g} USD of max_cost_usd {limit:g}; not resumed"
+    return abandon(state, AbandonReason.BUDGET, why)

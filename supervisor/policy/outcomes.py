@@ -22,6 +22,7 @@ from supervisor.policy.model import (
     bounded,
     first_check,
 )
+from supervisor.states import AbandonReason
 
 
 def hold_disk_full(state: TaskState, policy: MonitorPolicy) -> Decision:
@@ -75,7 +76,8 @@ def resume(
 def verifying(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decision:
     """The agent exited 0 and the acceptance check decides the verdict."""
     if signals.stop_requested:
-        return abandon(state, "stopped", "stopped by the operator during the acceptance check")
+        why = "stopped by the operator during the acceptance check"
+        return abandon(state, AbandonReason.STOPPED, why)
     if signals.acceptance is not None:
         verdict = "PASS" if signals.acceptance else "FAIL"
         new = dataclasses.replace(state, status="completed", verdict=verdict)
@@ -101,9 +103,9 @@ def waiting(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisi
     deadline and the operator count."""
     now = signals.now
     if state.started_at is not None and now - state.started_at >= policy.deadline:
-        return abandon(state, "deadline", f"deadline of {policy.deadline:g} s passed")
+        return abandon(state, AbandonReason.DEADLINE, f"deadline of {policy.deadline:g} s passed")
     if signals.stop_requested:
-        return abandon(state, "stopped", "stopped by the operator (supervise stop)")
+        return abandon(state, AbandonReason.STOPPED, "stopped by the operator (supervise stop)")
     if signals.resume_requested:
         return resume(state, now, policy, stop_first=True, by="the operator (supervise resume)")
     if state.resume_at is not None and now < state.resume_at:
@@ -197,7 +199,7 @@ def answered(state: TaskState, signals: Signals, now: float, policy: MonitorPoli
     """An operator answered an escalation with ``supervise approve`` or ``deny``."""
     approve = signals.approve_requested
     if state.paused and not approve:
-        return abandon(state, "denied", "the operator denied the paused escalation")
+        return abandon(state, AbandonReason.DENIED, "the operator denied the paused escalation")
     # The same run goes on: launched_at (and so the PID-reuse guard) stays; only output age
     # counts afresh, since the agent was silent while it waited for the human.
     new = dataclasses.replace(
@@ -268,7 +270,7 @@ def fail_over(
     abandon once ``max_retries`` resumes were spent (``tmux_lost`` if the session was
     gone). A hung agent is stopped first."""
     if state.retry_count >= policy.max_retries:
-        reason = "tmux_lost" if state.lost_session else "max_retries"
+        reason = AbandonReason.TMUX_LOST if state.lost_session else AbandonReason.MAX_RETRIES
         return abandon(state, reason, f"{why}; {state.retry_count} resumes already")
     wait = backoff(state.retry_count, policy)
     new = dataclasses.replace(

@@ -42,6 +42,7 @@ from supervisor.policy.outcomes import (
 )
 from supervisor.policy.tools import tool_in_flight
 from supervisor.policy.turns import continued, failed_turn, keeps_agent, on_failed_turn
+from supervisor.states import AbandonReason
 
 Step = Callable[[TaskState, Signals, MonitorPolicy], Decision | None]
 
@@ -115,7 +116,7 @@ def _not_live(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Deci
     stopped before it starts."""
     if state.status == "queued" and signals.stop_requested:
         new = dataclasses.replace(
-            state, status="abandoned", abandon_reason="stopped", verdict="ABANDONED"
+            state, status="abandoned", abandon_reason=AbandonReason.STOPPED, verdict="ABANDONED"
         )
         return Decision(
             state=new,
@@ -185,9 +186,9 @@ def _operator(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Deci
     an answer to an escalation (approve/deny), resume."""
     now = signals.now
     if state.started_at is not None and now - state.started_at >= policy.deadline:
-        return abandon(state, "deadline", f"deadline of {policy.deadline:g} s passed")
+        return abandon(state, AbandonReason.DEADLINE, f"deadline of {policy.deadline:g} s passed")
     if signals.stop_requested:
-        return abandon(state, "stopped", "stopped by the operator (supervise stop)")
+        return abandon(state, AbandonReason.STOPPED, "stopped by the operator (supervise stop)")
     if state.status == "escalated" and (signals.approve_requested or signals.deny_requested):
         return answered(state, signals, now, policy)
     if signals.resume_requested:
@@ -202,7 +203,7 @@ def _recovering(state: TaskState, signals: Signals, policy: MonitorPolicy) -> De
         return None
     now = signals.now
     if state.retry_count >= policy.max_retries:
-        reason = "tmux_lost" if state.lost_session else "max_retries"
+        reason = AbandonReason.TMUX_LOST if state.lost_session else AbandonReason.MAX_RETRIES
         return abandon(state, reason, f"{state.retry_count} resumes already")
     if state.resume_at is not None and now < state.resume_at:
         return Decision(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -29,39 +30,19 @@ from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import DataTable, Footer, Static
+from textual.events import Resize
+from textual.widgets import DataTable, Footer, Input, Static
 
 from supervisor.terminal import escape_controls
 from supervisor.views import actions, model
+from supervisor.views.taskfilter import TaskFilter
+from supervisor.views.tui_columns import Column, cells, columns_for
 from supervisor.views.tui_screens import HELP, ConfirmScreen, TailScreen, TextScreen
 
 #: Seconds between refreshes (see the module docstring).
 REFRESH_EVERY = 0.5
-#: Table columns: (key, title, width or None for the rest).
-COLUMNS = (("group", "Group", 12), ("name", "Task", 18), ("status", "Status", 9),
-           ("state", "In state", 8), ("retries", "Rt", 2), ("cost", "Cost", 6),
-           ("last", "Last line", None))  # fmt: skip
-_STYLE = {"needs_you": "bold yellow", "failed": "red", "recovering": "magenta",
-          "waiting": "cyan", "running": "green", "done": "dim", "queued": ""}  # fmt: skip
-
-
-def cells(task: model.Task, first: int) -> tuple[Text, ...]:
-    """A task's table cells (``first``: on the first row of its group, the group's size,
-    shown with its title; else 0). Texts are escaped and never parsed as markup."""
-    style = _STYLE.get(task.group, "")
-    state = model.duration(task.state_s)
-    if task.resume_in_s is not None and task.group in ("waiting", "recovering"):
-        state = f"→{model.duration(task.resume_in_s)}"
-    status = task.status + ("*" if task.requests else "")
-    return (
-        Text(f"{model.GROUPS.get(task.group, task.group)} {first}" if first else "", style=style),
-        Text(escape_controls(task.name or task.task_id), no_wrap=True, overflow="ellipsis"),
-        Text(status, style=style),
-        Text(state, justify="right"),
-        Text(str(task.retries), justify="right"),
-        Text("" if task.cost_usd is None else f"{task.cost_usd:.2f}", justify="right"),
-        Text(task.last_line or "", no_wrap=True, overflow="ellipsis"),
-    )
+#: Id of the filter's input line (``/``).
+FILTER_INPUT = "filter"
 
 
 def details(task: model.Task | None) -> Text:
@@ -97,6 +78,8 @@ class TopApp(App[None]):
         clock: the time source (epoch s); tests pass a fixed one.
         refresh_every: seconds between refreshes (``None``: never; tests call
             :meth:`refresh_view`).
+        task_filter: the tasks shown at start (``--status``, ``--filter``); the ``/`` key
+            edits its text.
     """
 
     TITLE = "supervise top"
@@ -109,6 +92,7 @@ class TopApp(App[None]):
         Binding("s", "request('stop')", "stop"),
         Binding("r", "request('resume')", "resume"),
         Binding("d", "diff", "diff"),
+        Binding("slash", "filter", "filter"),
         Binding("question_mark", "help", "help"),
         Binding("q", "quit", "quit"),
     ]
@@ -116,12 +100,17 @@ class TopApp(App[None]):
     #head { height: 2; padding: 0 1; background: $boost; }
     DataTable { height: 1fr; overflow-x: hidden; }
     #details { height: 5; padding: 0 1; border-top: solid $primary; }
+    #filter { display: none; height: 1; border: none; padding: 0 1; }
+    #filter.shown { display: block; }
     """
 
     def __init__(self, state_dir: Path, spool_dir: Path, socket: str, title: str = "",
                  clock: Callable[[], float] = time.time,
-                 refresh_every: float | None = REFRESH_EVERY) -> None:  # fmt: skip
+                 refresh_every: float | None = REFRESH_EVERY,
+                 task_filter: TaskFilter | None = None) -> None:  # fmt: skip
         super().__init__()
+        self.task_filter = task_filter or TaskFilter()
+        self.columns: tuple[Column, ...] = ()
         self.reader = model.Reader(state_dir, spool_dir)
         self.state_dir, self.socket, self.clock = Path(state_dir), socket, clock
         self.profile_title, self.refresh_every = title, refresh_every
@@ -131,14 +120,19 @@ class TopApp(App[None]):
 
     def compose(self) -> ComposeResult:
         yield Static(id="head")
-        table: DataTable[Text] = DataTable(cursor_type="row", zebra_stripes=True)
-        for key, title, width in COLUMNS:
-            table.add_column(title, key=key, width=width)
-        yield table
+        yield DataTable[Text](cursor_type="row", zebra_stripes=True)
+        yield Input(
+            self.task_filter.text,
+            placeholder="filter: words of the id, name or status",
+            id=FILTER_INPUT,
+        )
         yield Static(id="details")
         yield Footer()
 
     def on_mount(self) -> None:
+        self._set_columns(self.size.width)
+        if self.task_filter.text:
+            self.query_one(f"#{FILTER_INPUT}", Input).add_class("shown")
         self.refresh_view()
         if self.refresh_every:
             self.set_interval(self.refresh_every, self.refresh_view)
@@ -148,25 +142,25 @@ class TopApp(App[None]):
         """Read a new snapshot and show it (cells in place; rows rebuilt when needed)."""
         snap = self.reader.snapshot(self.clock())
         self.snap = snap
-        tasks = model.sort_tasks(snap.tasks, "group")
+        tasks = [t for t in model.sort_tasks(snap.tasks, "group") if self.task_filter.keeps(t)]
         order = [(t.task_id, t.group) for t in tasks]
-        rows, group = {}, None
+        counts, rows, group = Counter(t.group for t in tasks), {}, None
         for task in tasks:
-            first = snap.totals.get(task.group, 0) if task.group != group else 0
-            rows[task.task_id] = cells(task, first)
+            first = counts[task.group] if task.group != group else 0
+            rows[task.task_id] = cells(task, first, self.columns)
             group = task.group
         table = self.query_one(DataTable)
         if order != self._order:
             self._rebuild(table, order, rows)
         else:
-            keys = [key for key, _, _ in COLUMNS]
+            keys = [column.key for column in self.columns]
             for task_id, row in rows.items():
                 old = self._shown.get(task_id)
                 for i, cell in enumerate(row):
                     if old is None or old[i] != cell:
                         table.update_cell(task_id, keys[i], cell)
         self._shown = rows
-        self.query_one("#head", Static).update(self._head(snap))
+        self.query_one("#head", Static).update(self._head(snap, len(tasks)))
         self._show_details()
 
     def _rebuild(self, table: DataTable[Text], order: list[tuple[str, str]],
@@ -180,13 +174,34 @@ class TopApp(App[None]):
         if selected in ids:
             table.move_cursor(row=ids.index(selected), animate=False)
 
-    def _head(self, snap: model.Snapshot) -> Text:
-        """Two lines: the engine; tasks, cost, spool files waiting, the profile."""
+    def _set_columns(self, width: int) -> bool:
+        """Show the columns of a terminal ``width`` wide; whether they changed (then the
+        rows are rebuilt by the next :meth:`refresh_view`)."""
+        wanted = columns_for(width)
+        if wanted == self.columns:
+            return False
+        table = self.query_one(DataTable)
+        table.clear(columns=True)
+        for column in wanted:
+            table.add_column(column.title, key=column.key, width=column.width)
+        self.columns, self._order, self._shown = wanted, [], {}
+        return True
+
+    def on_resize(self, event: Resize) -> None:
+        """A wider or narrower terminal shows more or fewer columns."""
+        if self.is_mounted and self._set_columns(event.size.width):
+            self.refresh_view()
+
+    def _head(self, snap: model.Snapshot, shown: int) -> Text:
+        """Two lines: the engine; tasks (and how many the filter shows), cost, spool files
+        waiting, the profile."""
         head = Text(snap.engine.line(), style="bold" if snap.engine.state == "running" else "red")
         tokens = snap.totals.get("tokens")
         line = f"\n{snap.totals['tasks']} tasks  cost ${snap.totals['cost_usd']:.2f}"
         line += f"  {tokens:,} tokens" if tokens else ""
         line += f"  spool: {len(snap.spool)} waiting" if snap.spool else ""
+        described = self.task_filter.describe()
+        line += f"  filter {escape_controls(described)}: {shown} shown" if described else ""
         head.append(f"{line}  {escape_controls(self.profile_title)}", style="")
         return head
 
@@ -211,7 +226,7 @@ class TopApp(App[None]):
     # ------------------------------------------------------------------ actions
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """The task keys act only on the table's screen (not under help, tail or diff)."""
-        if action in ("request", "attach", "tail", "diff", "help"):
+        if action in ("request", "attach", "tail", "diff", "help", "filter"):
             return len(self.screen_stack) == 1
         return True
 
@@ -263,3 +278,32 @@ class TopApp(App[None]):
 
     def action_help(self) -> None:
         self.push_screen(TextScreen("help", HELP))
+
+    # ------------------------------------------------------------------ filter
+    def action_filter(self) -> None:
+        """``/``: show the filter line and type into it (the table follows each key)."""
+        line = self.query_one(f"#{FILTER_INPUT}", Input)
+        line.add_class("shown")
+        line.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.task_filter = TaskFilter(self.task_filter.statuses, event.value)
+        self.refresh_view()
+
+    def on_input_submitted(self, _: Input.Submitted) -> None:
+        """Enter keeps the filter and goes back to the table."""
+        self._close_filter()
+
+    def on_key(self, event: Any) -> None:
+        """Escape in the filter line clears the filter and goes back to the table."""
+        line = self.query_one(f"#{FILTER_INPUT}", Input)
+        if event.key == "escape" and line.has_focus:
+            event.stop()
+            line.value = ""  # posts Input.Changed: the table shows every task again
+            self._close_filter()
+
+    def _close_filter(self) -> None:
+        line = self.query_one(f"#{FILTER_INPUT}", Input)
+        if not line.value:
+            line.remove_class("shown")
+        self.query_one(DataTable).focus()

@@ -33,8 +33,13 @@ supervise top: every task of the profile, grouped by what it needs from you.
   s   stop: end the task as abandoned, reason "stopped" (asks first)
   r   resume now (asks first)
   d   diff: the task branch against its base (supervise diff)
+  /   filter: type words of the task id, name or status (Enter keeps it,
+      Escape clears it); 'supervise top --status S --filter TEXT' starts with one
   ?   this help          q   quit
 
+Columns: the group, task id, status, time in state, outcome (verdict and
+  reason) and last output line; from 120 columns model, cost and retries; from
+  160 the time since the last output and the branch; from 200 the name.
 Groups: Needs you (escalated); Waiting (usage limit or transient failure,
   resumes at resume_at: "→" is the time left); Running (running, verifying);
   Recovering (crashed, hung, a stop requested); Failed (failed, abandoned,

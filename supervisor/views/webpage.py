@@ -16,6 +16,7 @@ import json
 import os
 import re
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ from markupsafe import Markup, escape
 from supervisor import control
 from supervisor.taskdir import TaskDir
 from supervisor.terminal import escape_controls
-from supervisor.views import fleet, model
+from supervisor.views import fleet, model, timeline
 
 if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
@@ -205,7 +206,8 @@ def task_view(folder: Path) -> dict[str, Any]:
     is missing or unreadable), ``manifest_text`` (the file as it is, for the page),
     ``events`` (the newest :data:`EVENT_LIMIT` of ``events.jsonl``, each as
     ``(ts, event, status, other fields as compact JSON)``), ``events_cut`` (whether older
-    ones were left out) and ``tail`` (the last :data:`TAIL_LINES` lines of output)."""
+    ones were left out), ``timeline`` (the SVG of :mod:`.timeline`, from every event read)
+    and ``tail`` (the last :data:`TAIL_LINES` lines of :func:`output_text`)."""
     task = TaskDir(folder)
     try:
         text = task.file("manifest.json").read_text(encoding="utf-8", errors="replace")
@@ -226,8 +228,17 @@ def task_view(folder: Path) -> dict[str, Any]:
         "manifest_text": text,
         "events": rows,
         "events_cut": cut or len(events) > EVENT_LIMIT,
-        "tail": task.output_tail(TAIL_LINES),
+        "timeline": timeline.svg(timeline.timeline(events, time.time())),
+        "tail": output_text(folder, TAIL_LINES),
     }
+
+
+def output_text(folder: Path, lines: int) -> str:
+    """The output a task's page shows: the last ``lines`` lines of the task folder's output
+    (``output.log``, across its rotation), as text that is not escaped yet (the template
+    escapes it). The one place the page reads output, so the readable rendering of
+    Claude Code's stream-json replaces the raw tail here alone."""
+    return TaskDir(folder).output_tail(lines)
 
 
 def _events_tail(path: Path) -> tuple[list[dict[str, Any]], bool]:

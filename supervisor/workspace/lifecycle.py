@@ -5,9 +5,12 @@ starts), finish (when the agent is done, before acceptance).
   ``project_dir`` is inside a git work tree, else ``shared``), the worktree's path
   (``root/<task_id>``), the task branch, the base (the branch checked out in
   ``project_dir`` unless ``base`` is given) and its commit. It never refuses a task: what
-  cannot work (no commit yet, a detached HEAD without ``base``, a base that names no
-  commit) makes :func:`prepare` fail, so the task ends ``failed`` with ``failure_reason =
-  "workspace"`` and one line saying why.
+  cannot work (a detached HEAD without ``base``, a base that names no commit) makes
+  :func:`prepare` fail, so the task ends ``failed`` with ``failure_reason = "workspace"``
+  and one line saying why. A repository without a commit yet (a fresh ``git init``) and
+  no ``base`` runs in place instead (``shared``, with :data:`IN_PLACE` logged at claim):
+  there is nothing to branch from, and a worktree on an orphan branch would start empty,
+  without the project's files (all untracked then), besides needing git 2.42 (issue 22).
 - :func:`prepare` (off the engine's worker: ``git worktree add``, submodules, copies and
   ``setup`` can take minutes) makes the worktree, or raises :class:`WorkspaceError` after
   removing whatever it made. It is idempotent across a crash of ``supervise``: the
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import shutil
 from collections.abc import Callable
@@ -37,8 +41,13 @@ from supervisor.workspace import git
 from supervisor.workspace.git import GitError
 from supervisor.workspace.model import WorkspaceReport
 
+log = logging.getLogger(__name__)
+
 #: Events of :func:`prepare` (``events.jsonl``): before ``git worktree add``, when done.
 PREPARING, READY = "workspace_preparing", "workspace_ready"
+#: Event at claim of a task that runs in place because its repository has no commit yet
+#: (:func:`note_in_place`); its ``message`` is the report's ``warning``.
+IN_PLACE = "workspace_in_place"
 #: Bytes of a ``setup``'s output written to ``output.log``; the rest is read and dropped
 #: (one line says so), so a flooding ``setup`` cannot fill the state filesystem.
 SETUP_LOG_BYTES = 16 * 1024 * 1024
@@ -66,6 +75,9 @@ def resolve(
     repository = str(top) if top is not None else None
     if mode == "shared":
         return WorkspaceReport(mode="shared", path=str(project_dir), repository=repository)
+    if top is not None and spec.base is None and _unborn(top):
+        return WorkspaceReport(mode="shared", path=str(project_dir), repository=repository,
+                               warning=_in_place_line(top))  # fmt: skip
     root = Path(spec.root) if spec.root else state_dir / "worktrees"
     report = WorkspaceReport(
         mode="worktree",
@@ -82,6 +94,30 @@ def resolve(
     except GitError:
         pass  # prepare names the cause
     return report
+
+
+def _unborn(top: Path) -> bool:
+    """Whether ``HEAD``'s branch has no commit yet (``git init`` and nothing else, or
+    ``git checkout --orphan``). A git that cannot run counts as "has one"."""
+    try:
+        return git.commit_of(top, "HEAD") is None and git.current_branch(top) is not None
+    except GitError:
+        return False
+
+
+def _in_place_line(top: Path) -> str:
+    return (f"repository {top} has no commit yet, so there is no branch to make a worktree "
+            "from: the task runs in place, in project_dir itself. Commit once for a worktree "
+            'per task, or set [workspace] mode = "shared" to silence this')  # fmt: skip
+
+
+def note_in_place(task: TaskDir, report: WorkspaceReport) -> None:
+    """At claim: log :data:`IN_PLACE` (and a warning line in the engine's log) when
+    :func:`resolve` chose to run the task in place; nothing otherwise."""
+    if report.warning is None:
+        return
+    log.warning("%s: %s", task.task_id, report.warning)
+    task.append_event(IN_PLACE, status="queued", message=report.warning)
 
 
 def agent_dir(report: WorkspaceReport | None, project_dir: Path | str) -> Path:

@@ -27,6 +27,9 @@ class WorkspaceReport(BaseModel):
             (``commit = false``, or the commit failed).
         removed: the worktree has been removed (``supervise discard`` or ``prune``).
         shared_with: task ids of other live tasks in the same folder (shared mode).
+        warning: why the task runs somewhere other than its ``[workspace]`` asked, in one
+            line (a repository without a commit yet runs in place: ``lifecycle.resolve``);
+            also the ``workspace_in_place`` event's ``message``.
     """
 
     model_config = ConfigDict(extra="allow")
@@ -43,3 +46,4 @@ class WorkspaceReport(BaseModel):
     uncommitted: bool | None = None
     removed: bool = False
     shared_with: list[str] = Field(default_factory=list)
+    warning: str | None = None

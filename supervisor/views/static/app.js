@@ -35,12 +35,31 @@
     flash.className = bad ? "bad" : "ok";
   }
 
+  // The output box opens at its newest line and follows new output while the reader is at
+  // its bottom; scrolled up, it stays where they are until they scroll back down.
+  const SLACK = 8; // pixels from the bottom that still count as "at the bottom"
+  let following = true;
+  const output = () => document.getElementById("output");
+  const atBottom = (el) => el.scrollHeight - el.scrollTop - el.clientHeight <= SLACK;
+  function stick(top) {
+    const el = output();
+    if (!el) return;
+    el.scrollTop = following || top === undefined ? el.scrollHeight : top;
+  }
+  document.addEventListener("scroll", (e) => {
+    if (e.target === output()) following = atBottom(e.target);
+  }, true);
+  stick();
+
   const url = body.dataset.stream;
   const target = document.querySelector("[data-event]");
   if (url && target && window.EventSource) {
     const source = new EventSource(url);
     source.addEventListener(target.dataset.event, (e) => {
+      const before = output();
+      const top = before ? before.scrollTop : undefined;
       target.innerHTML = e.data;
+      stick(top);
       received = performance.now();
       body.dataset.updates = String(parseInt(body.dataset.updates || "0", 10) + 1);
     });
