@@ -21,11 +21,15 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("mcp") is None:
         print(EXTRA_HINT, file=sys.stderr)
         return EXIT_USAGE
+    from supervisor import mcp_tools
     from supervisor.cli import _profile
     from supervisor.mcp_server import build_server
 
     server = build_server(_profile(args.config))
-    server.run("stdio")
+    try:
+        server.run("stdio")
+    finally:  # a wait still blocking on a worker thread returns now, not at its timeout
+        mcp_tools.CLOSING.set()
     return 0
 
 

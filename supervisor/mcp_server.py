@@ -23,7 +23,7 @@ The command itself is :mod:`supervisor.cli_mcp` (no SDK or pydantic import at CL
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field, ValidationError
@@ -54,7 +54,7 @@ WaitS = Annotated[
 ]
 
 
-def _guard(call: Callable[[], Any]) -> Any:
+def _refused(call: Callable[[], Any]) -> Any:
     """Run a tool body; a refusal becomes the SDK's ``ToolError`` (an ``isError`` result
     whose text is the one line)."""
     from mcp.server.mcpserver.exceptions import ToolError
@@ -63,6 +63,15 @@ def _guard(call: Callable[[], Any]) -> Any:
         return call()
     except mcp_tools.ToolRefused as exc:
         raise ToolError(escape_controls(str(exc))) from None
+
+
+async def _guard(call: Callable[[], Any]) -> Any:
+    """Run a tool body on a worker thread (waits block); a cancelled call (the client
+    gone or its cancel) leaves the thread, which stops at its next slice once
+    :data:`supervisor.mcp_tools.CLOSING` is set."""
+    import anyio
+
+    return await anyio.to_thread.run_sync(_refused, call, abandon_on_cancel=True)
 
 
 def argument_errors(tool: str, exc: ValidationError) -> str:
@@ -104,7 +113,7 @@ def _task_tools(server: MCPServer, profile: LoadedProfile) -> None:
     text = mcp_tools.as_text
 
     @server.tool(structured_output=False)
-    def submit(
+    async def submit(
         name: Annotated[str, Field(description="task name (letters, digits, '-', '_', '.')")],
         prompt: Annotated[str, Field(description="the instruction for the agent")],
         project_dir: Annotated[str, Field(description="absolute path of the project folder")],
@@ -118,24 +127,24 @@ def _task_tools(server: MCPServer, profile: LoadedProfile) -> None:
         fields = {**(task or {}), "name": name, "prompt": prompt, "project_dir": project_dir}
         if model is not None:  # else a model in ``task`` stands
             fields["model"] = model
-        return _guard(lambda: text(mcp_tools.submit(profile, fields)))
+        return await _guard(lambda: text(mcp_tools.submit(profile, fields)))
 
     @server.tool(structured_output=False)
-    def status(
+    async def status(
         statuses: Annotated[
             list[str] | None, Field(description="only these statuses or groups, e.g. needs_you")
         ] = None,
     ) -> str:
         """The engine line, the spool and one row per task (status, verdict, reason)."""
-        return _guard(lambda: text(mcp_tools.status(profile, statuses)))
+        return await _guard(lambda: text(mcp_tools.status(profile, statuses)))
 
     @server.tool(structured_output=False)
-    def show(task_id: TaskId) -> str:
+    async def show(task_id: TaskId) -> str:
         """One task's manifest: status, verdict, summary, claude.result, cost, reasons."""
-        return _guard(lambda: text(mcp_tools.manifest(profile, task_id)))
+        return await _guard(lambda: text(mcp_tools.manifest(profile, task_id)))
 
     @server.tool(structured_output=False)
-    def wait(
+    async def wait(
         task_ids: Annotated[list[str], Field(description="the task ids to wait for")],
         timeout: Annotated[
             float | None, Field(description="seconds to block (default 60, at most 300)")
@@ -143,15 +152,15 @@ def _task_tools(server: MCPServer, profile: LoadedProfile) -> None:
     ) -> str:
         """Block until every task ended or timeout passed; 'pending' lists those not done
         (call wait again), 'tasks' their manifests, 'code' supervise wait's exit status."""
-        return _guard(lambda: text(mcp_tools.wait(profile, task_ids, timeout)))
+        return await _guard(lambda: text(mcp_tools.wait(profile, task_ids, timeout)))
 
     @server.tool(structured_output=False)
-    def tail(
+    async def tail(
         task_id: TaskId,
         lines: Annotated[int | None, Field(description="lines (default 40, at most 2000)")] = None,
     ) -> str:
         """The last lines of a task's output."""
-        return _guard(lambda: mcp_tools.tail(profile, task_id, lines))
+        return await _guard(lambda: mcp_tools.tail(profile, task_id, lines))
 
 
 def _request_tools(server: MCPServer, profile: LoadedProfile) -> None:
@@ -168,16 +177,18 @@ def _request_tools(server: MCPServer, profile: LoadedProfile) -> None:
         )
 
     @server.tool(name="continue", structured_output=False)
-    def continue_(task_id: TaskId, prompt: str, wait_s: WaitS = None) -> str:
+    async def continue_(task_id: TaskId, prompt: str, wait_s: WaitS = None) -> str:
         """Continue a task's conversation with a follow-up prompt, as a new turn."""
-        return _guard(lambda: text(mcp_tools.follow_up(profile, task_id, prompt, wait_s)))
+        return await _guard(lambda: text(mcp_tools.follow_up(profile, task_id, prompt, wait_s)))
 
 
-def _verb_tool(profile: LoadedProfile, verb: str) -> Callable[..., str]:
+def _verb_tool(profile: LoadedProfile, verb: str) -> Callable[..., Awaitable[str]]:
     """The body of one request tool (``approve``, ``deny``, ``stop``, ``resume``)."""
 
-    def verb_tool(task_id: TaskId, wait_s: WaitS = None) -> str:
-        return _guard(lambda: mcp_tools.as_text(mcp_tools.request(profile, task_id, verb, wait_s)))
+    async def verb_tool(task_id: TaskId, wait_s: WaitS = None) -> str:
+        return await _guard(
+            lambda: mcp_tools.as_text(mcp_tools.request(profile, task_id, verb, wait_s))
+        )
 
     return verb_tool
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,12 @@ DEFAULT_TAIL_LINES = 40
 MAX_TAIL_LINES = 2000
 #: Task ids one ``wait`` call takes at most.
 MAX_IDS = 100
+#: Seconds a wait blocks between two looks at :data:`CLOSING`.
+SLICE_S = 1.0
+#: Set once the client has gone (``supervise mcp`` after its stdio loop ends): waits and
+#: requests still running on worker threads return at their next slice, so the process
+#: exits at once instead of after the longest wait (up to :data:`MAX_WAIT_S`).
+CLOSING = threading.Event()
 
 
 class ToolRefused(Exception):
@@ -195,7 +202,9 @@ def wait(profile: LoadedProfile, task_ids: list[str], timeout: float | None) -> 
     try:
         cli_ops._look(profile, ids, ended)
         while len(ended) < len(ids) and (left := deadline - time.monotonic()) > 0:
-            events.wait(min(left, cli_ops.SAFETY_POLL))
+            if CLOSING.is_set():
+                break
+            events.wait(min(left, SLICE_S))
             cli_ops._look(profile, ids, ended)
     finally:
         events.close()
@@ -251,9 +260,9 @@ def request(
             after = None
         if after is not None and control.acted(verb, before, after):
             return said("applied", after)
-        if time.monotonic() >= deadline:
+        if time.monotonic() >= deadline or CLOSING.is_set():
             return said("not_applied", before)
-        time.sleep(0.1)
+        CLOSING.wait(0.1)
 
 
 #: The ``continue`` tool's refusal until ``supervise continue`` (issue 22 item 3) exists.

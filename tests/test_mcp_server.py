@@ -5,6 +5,7 @@ clear error text for each kind of bad call."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -225,3 +226,55 @@ def test_tail_and_show_escape_what_the_agent_printed(setup: Setup) -> None:
     for char in ("\x1b", "\x07", "\x9b", "\u202e", "\u202c"):
         assert char not in shown, (char, shown)
     assert "first\n" in shown and "reversed" in shown
+
+
+def test_the_server_exits_when_its_client_goes_even_during_a_wait(setup: Setup) -> None:
+    """Found by attack (SIGKILL halfway / the client gone): stdin closed while a 300 s
+    wait blocked kept the server alive until the wait's end."""
+    profile = setup.write_profile()
+    placed = setup.supervise(
+        "submit", "-c", str(profile), "--prompt", "x", "--project", str(setup.project), "--json"
+    )
+    task_id = json.loads(placed.stdout)["task_id"]  # in the spool: no engine runs
+    server = subprocess.Popen(
+        [sys.executable, "-m", "supervisor.cli", "mcp", "-c", str(profile)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+    def send(message: dict[str, Any]) -> None:
+        assert server.stdin is not None
+        server.stdin.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
+        server.stdin.flush()
+
+    try:
+        send(
+            {
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "test", "version": "1"},
+                },
+            }
+        )
+        assert server.stdout is not None and '"id":1' in server.stdout.readline()
+        send({"method": "notifications/initialized"})
+        send(
+            {
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "wait", "arguments": {"task_ids": [task_id], "timeout": 300}},
+            }
+        )
+        send({"id": 3, "method": "tools/call", "params": {"name": "status", "arguments": {}}})
+        assert '"id":3' in server.stdout.readline()  # the wait is blocking meanwhile
+        server.stdin.close()
+        assert server.wait(timeout=60) == 0  # far below the wait's 300 s
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
