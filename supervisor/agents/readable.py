@@ -30,12 +30,15 @@ from supervisor.agents.claude import hooks
 from supervisor.agents.claude.render import MAX_PARSE, ClaudeRenderer, cut
 from supervisor.config.models import AgentKind
 from supervisor.taskdir import MANIFEST, OUTPUT
+from supervisor.terminal import escape_controls
 
 #: The agent kinds a profile may name (``[agent] kind``; ``config.models.AgentKind``).
 KINDS = frozenset(get_args(AgentKind))
 CLAUDE = "claude"
 #: The kind shown as it is, and the one assumed when a folder does not say.
 GENERIC = "generic"
+#: Not an agent kind: ``tail --raw``, every line whole (escaped, never cut).
+RAW = "raw"
 #: Bytes a tail reads first, and the most it reads (at least :data:`MAX_PARSE`, so the
 #: longest line the renderer parses can be read whole).
 TAIL_START = 16 * 1024
@@ -64,8 +67,19 @@ class PlainRenderer:
         return [cut(line)]
 
 
+class RawRenderer:
+    """``tail --raw``: each line as it is, escaped, never cut."""
+
+    def feed(self, line: str) -> list[str]:
+        """``[line]`` escaped (tabs kept)."""
+        return [escape_controls(line, keep="\t")]
+
+
 def renderer_for(kind: str) -> Renderer:
-    """A fresh renderer for an agent of ``kind`` (an unknown kind: shown as it is)."""
+    """A fresh renderer for an agent of ``kind`` (:data:`RAW`: the raw lines; an unknown
+    kind: shown as it is)."""
+    if kind == RAW:
+        return RawRenderer()
     return ClaudeRenderer() if kind == CLAUDE else PlainRenderer()
 
 
@@ -92,10 +106,11 @@ def agent_kind(folder: Path | None, manifest: Mapping[str, Any] | None = None) -
     return GENERIC
 
 
-def readable_lines(kind: str, lines: Iterable[str]) -> list[str]:
+def readable_lines(kind: str, lines: Iterable[str], renderer: Renderer | None = None) -> list[str]:
     """Each of ``lines`` (raw output, oldest first, without newlines) rendered for an
-    agent of ``kind``; escaped, each at most ``MAX_LINE`` characters."""
-    renderer = renderer_for(kind)
+    agent of ``kind`` (by ``renderer`` when given: a follower's, which then goes on from
+    these lines); escaped, each at most ``MAX_LINE`` characters."""
+    renderer = renderer or renderer_for(kind)
     return [out for line in lines for out in renderer.feed(line)]
 
 
@@ -115,17 +130,22 @@ def readable_tail(folder: Path, lines: int) -> str:
 
 
 def tail_lines(
-    folder: Path, lines: int, kind: str | None = None, end: int | None = None
+    folder: Path,
+    lines: int,
+    kind: str | None = None,
+    end: int | None = None,
+    renderer: Renderer | None = None,
 ) -> list[str]:
     """:func:`readable_tail` as a list; ``kind`` when the caller knows it; ``end``: read
-    ``output.log`` only up to this byte offset (where a follower starts)."""
+    ``output.log`` only up to this byte offset, and ``renderer``: render with it (a
+    :class:`Follower`'s: where it starts, and what it knows from the lines before)."""
     if lines <= 0:
         return []
     kind = kind or agent_kind(folder)
     budget = min(max(TAIL_START, lines * 1024), TAIL_MAX)
     while True:
         raw, whole = _window(folder, budget, end)
-        out = readable_lines(kind, _whole_lines(kind, raw, whole))
+        out = readable_lines(kind, _whole_lines(kind, raw, whole), renderer)
         if len(out) >= lines or whole or budget >= TAIL_MAX:
             return out[-lines:]
         budget = min(budget * 4, TAIL_MAX)

@@ -23,6 +23,7 @@ from jinja2 import Environment, FileSystemLoader
 from markupsafe import Markup, escape
 
 from supervisor import control
+from supervisor.agents.readable import readable_tail
 from supervisor.taskdir import TaskDir
 from supervisor.terminal import escape_controls
 from supervisor.views import fleet, model
@@ -205,7 +206,8 @@ def task_view(folder: Path) -> dict[str, Any]:
     is missing or unreadable), ``manifest_text`` (the file as it is, for the page),
     ``events`` (the newest :data:`EVENT_LIMIT` of ``events.jsonl``, each as
     ``(ts, event, status, other fields as compact JSON)``), ``events_cut`` (whether older
-    ones were left out) and ``tail`` (the last :data:`TAIL_LINES` lines of output)."""
+    ones were left out) and ``tail`` (the last :data:`TAIL_LINES` lines of output, rendered
+    for the agent's kind: :func:`supervisor.agents.readable.readable_tail`)."""
     task = TaskDir(folder)
     try:
         text = task.file("manifest.json").read_text(encoding="utf-8", errors="replace")
@@ -226,7 +228,7 @@ def task_view(folder: Path) -> dict[str, Any]:
         "manifest_text": text,
         "events": rows,
         "events_cut": cut or len(events) > EVENT_LIMIT,
-        "tail": task.output_tail(TAIL_LINES),
+        "tail": readable_tail(folder, TAIL_LINES),
     }
 
 
