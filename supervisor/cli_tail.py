@@ -15,6 +15,7 @@ task, 2 usage (``cli.py``'s table).
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 import time
 from pathlib import Path
@@ -53,6 +54,10 @@ def run(folder: Path, args: argparse.Namespace) -> int:
     """Print the task's tail (and follow it with ``-f``); returns the exit status."""
     from supervisor.agents import readable
 
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        # The rendering adds "…", "·" and "⎿": a terminal whose locale cannot show them
+        # gets escapes, never a UnicodeEncodeError.
+        sys.stdout.reconfigure(errors="backslashreplace")
     kind = readable.RAW if args.raw else readable.agent_kind(folder)
     follower = readable.Follower(folder, kind)  # where the tail ends, the follow starts
     lines = readable.tail_lines(folder, args.lines, kind, follower.offset, follower.renderer)

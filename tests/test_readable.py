@@ -367,3 +367,43 @@ def test_the_follower_holds_a_huge_line_by_its_head(tmp_path: Path, kind: str) -
         handle.write(b"\nnext\n")
     first, second, _ = follower.read().split("\n")
     assert first.startswith("[a stream line of 8.4 MB") and second == "next"
+
+
+def test_hostile_json_shapes_render_as_text_or_facts() -> None:
+    deep = '{"type":"assistant","message":' + "[" * 100_000 + "]" * 100_000 + "}"
+    huge_int = '{"type":"result","num_turns":' + "9" * 5000 + "}"
+    odd = json.dumps(
+        {
+            "type": "result",
+            "total_cost_usd": 1e308 * 10,
+            "duration_ms": -1,
+            "num_turns": True,
+            "subtype": ["x"],
+            "result": {"a": 1},
+        }
+    )
+    lines = readable_text("claude", "\n".join([deep, huge_int, odd])).split("\n")
+    assert lines[0].startswith('{"type":"assistant","message":[[[') and len(lines[0]) <= 2000
+    assert lines[1].startswith('{"type":"result","num_turns":999')  # not a number Python takes
+    assert lines[2] == "result: ended · -0.0 s"
+
+
+def test_the_follower_starts_over_after_a_truncation(tmp_path: Path) -> None:
+    folder = write_task(tmp_path / "t", b"one\ntwo\n")
+    follower = Follower(folder, "generic", 0)
+    assert follower.read() == "one\ntwo\n"
+    (folder / "output.log").write_bytes(b"new\n")  # truncated in place, then written
+    assert follower.read() == "new\n"
+
+
+def test_the_last_line_reads_a_bounded_end(tmp_path: Path, monkeypatch) -> None:
+    """A Claude task writing a 6 MB line (a big Write not finished yet): the one-line views
+    read at most ``LAST_LINE_MAX`` bytes of it and show the line before it, or nothing."""
+    folder = write_task(tmp_path / "w", b"earlier\n" + b'{"type":"assistant",' + b"x" * 6_000_000)
+    (folder / "stream.jsonl").write_bytes(b"")
+    read: list[int] = []
+    real = os.pread
+    monkeypatch.setattr(os, "pread", lambda fd, n, at: read.append(n) or real(fd, n, at))
+    assert readable.last_line(folder) is None
+    assert sum(read) <= 2 * readable.LAST_LINE_MAX
+    assert readable_tail(folder, 1) == "earlier"  # a tail reads further

@@ -212,3 +212,28 @@ def test_the_tail_screen_of_top_renders_and_follows(tmp_path: Path) -> None:
             assert not any('{"type"' in str(line) for line in shown.lines)
 
     asyncio.run(drive())
+
+
+@pytest.mark.parametrize("raw", [False, True])
+def test_tail_of_a_fifo_log_returns_at_once(tmp_path: Path, raw: bool) -> None:
+    """An ``output.log`` replaced by a FIFO (nobody writing): ``tail`` and ``tail --raw``
+    print nothing and exit 0 instead of blocking in ``open``."""
+    profile = make_task(tmp_path, b"")
+    log = tmp_path / "state" / "tasks" / TASK / "output.log"
+    log.unlink()
+    os.mkfifo(log)
+    argv = [sys.executable, "-m", "supervisor.cli", "tail", "-c", str(profile), TASK]
+    done = subprocess.run(argv + ["--raw"] * raw, capture_output=True, text=True, timeout=30)
+    assert (done.returncode, done.stdout) == (0, ""), done.stderr
+
+
+def test_tail_in_a_locale_that_cannot_show_the_rendering(tmp_path: Path) -> None:
+    """Under a Latin-1 terminal the rendering's "⎿" and "·" come out as escapes, and the
+    command does not die on a UnicodeEncodeError."""
+    profile = make_task(tmp_path, STREAM)
+    argv = [sys.executable, "-m", "supervisor.cli", "tail", "-c", str(profile), TASK]
+    env = {**os.environ, "PYTHONIOENCODING": "latin-1"}
+    done = subprocess.run(argv, capture_output=True, timeout=30, env=env)
+    assert done.returncode == 0, done.stderr
+    assert b"result: success \xb7 2 turns" in done.stdout  # in Latin-1: as it is
+    assert b"\\u23bf" in done.stdout and b"Traceback" not in done.stderr

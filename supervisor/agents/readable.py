@@ -43,6 +43,9 @@ RAW = "raw"
 #: longest line the renderer parses can be read whole).
 TAIL_START = 16 * 1024
 TAIL_MAX = MAX_PARSE + 64 * 1024
+#: The most bytes :func:`last_line` reads: a view refreshes it for every changed task, so a
+#: huge line being written (no whole line in this much) shows no last line for a while.
+LAST_LINE_MAX = 1024 * 1024
 #: Bytes a follower reads at a time, the most it reads per call (the rest waits for the
 #: next), and the head kept of a line longer than :data:`MAX_PARSE` that it holds back.
 FOLLOW_CHUNK = 1024 * 1024
@@ -135,27 +138,30 @@ def tail_lines(
     kind: str | None = None,
     end: int | None = None,
     renderer: Renderer | None = None,
+    limit: int = TAIL_MAX,
 ) -> list[str]:
     """:func:`readable_tail` as a list; ``kind`` when the caller knows it; ``end``: read
     ``output.log`` only up to this byte offset, and ``renderer``: render with it (a
-    :class:`Follower`'s: where it starts, and what it knows from the lines before)."""
+    :class:`Follower`'s: where it starts, and what it knows from the lines before);
+    ``limit``: the most bytes read."""
     if lines <= 0:
         return []
     kind = kind or agent_kind(folder)
-    budget = min(max(TAIL_START, lines * 1024), TAIL_MAX)
+    budget = min(max(TAIL_START, lines * 1024), limit)
     while True:
         raw, whole = _window(folder, budget, end)
         out = readable_lines(kind, _whole_lines(kind, raw, whole), renderer)
-        if len(out) >= lines or whole or budget >= TAIL_MAX:
+        if len(out) >= lines or whole or budget >= limit:
             return out[-lines:]
-        budget = min(budget * 4, TAIL_MAX)
+        budget = min(budget * 4, limit)
 
 
 def last_line(folder: Path, manifest: Mapping[str, Any] | None = None) -> str | None:
     """The last readable line of a task's output for a one-line view (``status``,
     ``top``, the web board): the wrapper's own end line only when nothing else is
     there; ``None`` when there is no output. Never raises."""
-    found = [line for line in tail_lines(folder, 3, agent_kind(folder, manifest)) if line.strip()]
+    kind = agent_kind(folder, manifest)
+    found = [line for line in tail_lines(folder, 3, kind, limit=LAST_LINE_MAX) if line.strip()]
     for line in reversed(found):
         if not line.startswith(WRAPPER_MARK):
             return line.strip()
@@ -258,6 +264,8 @@ class Follower:
             self._open(0)
             if self.fd is None:
                 return ""
+        if os.fstat(self.fd).st_size < self.offset:  # truncated in place: start over
+            self.offset, self.partial, self.dropped = 0, b"", 0
         out = self._drain()
         if self._replaced():
             out += self._drain()  # what the old file got before the capture moved on
@@ -268,18 +276,14 @@ class Follower:
         return out
 
     def _replaced(self) -> bool:
-        """``output.log`` is no longer the file held open (rotated, or truncated)."""
+        """``output.log`` is no longer the file held open (rotated)."""
         assert self.fd is not None
         try:
             now = os.stat(self.path)
         except OSError:
             return False  # rotated, the new file not created yet: keep reading the old
         held = os.fstat(self.fd)
-        if (now.st_ino, now.st_dev) != (held.st_ino, held.st_dev):
-            return True
-        if held.st_size < self.offset:  # truncated in place: start over
-            self.offset = 0
-        return False
+        return (now.st_ino, now.st_dev) != (held.st_ino, held.st_dev)
 
     def _drain(self) -> str:
         assert self.fd is not None
