@@ -270,6 +270,8 @@ def test_tail_of_a_claude_task_is_rendered(tmp_path: Path) -> None:
         "[supervise] agent exited with code 0",
     ]
     assert readable.last_line(folder) == "result: success · 2 turns · $0.0174 · 0.4 s"
+    write_task(folder, b"x" * 5000 + b"\n[supervise] agent exited with code 0\n")
+    assert readable.last_line(folder) == "x" * 299 + "…"
     assert readable_tail(folder, 0) == "" and readable_tail(tmp_path / "none", 5) == ""
 
 

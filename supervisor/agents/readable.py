@@ -31,6 +31,7 @@ from supervisor.agents.claude.render import MAX_PARSE, ClaudeRenderer, cut
 from supervisor.config.models import AgentKind
 from supervisor.taskdir import MANIFEST, OUTPUT
 from supervisor.terminal import escape_controls
+from supervisor.wrapper import END_MARK
 
 #: The agent kinds a profile may name (``[agent] kind``; ``config.models.AgentKind``).
 KINDS = frozenset(get_args(AgentKind))
@@ -43,6 +44,9 @@ RAW = "raw"
 #: longest line the renderer parses can be read whole).
 TAIL_START = 16 * 1024
 TAIL_MAX = MAX_PARSE + 64 * 1024
+#: The most characters of :func:`last_line` (the board and ``status --json`` carry one per
+#: task).
+LAST_LINE_CHARS = 300
 #: The most bytes :func:`last_line` reads: a view refreshes it for every changed task, so a
 #: huge line being written (no whole line in this much) shows no last line for a while.
 LAST_LINE_MAX = 1024 * 1024
@@ -51,9 +55,6 @@ LAST_LINE_MAX = 1024 * 1024
 FOLLOW_CHUNK = 1024 * 1024
 FOLLOW_MAX = 4 * MAX_PARSE
 _HEAD = 4096
-#: The wrapper's last line in the pane when the agent ends (:data:`supervisor.wrapper.
-#: END_MARK`, not imported: the wrapper module is loaded by path in the pane).
-WRAPPER_MARK = "[supervise]"
 
 
 class Renderer(Protocol):
@@ -158,14 +159,17 @@ def tail_lines(
 
 def last_line(folder: Path, manifest: Mapping[str, Any] | None = None) -> str | None:
     """The last readable line of a task's output for a one-line view (``status``,
-    ``top``, the web board): the wrapper's own end line only when nothing else is
-    there; ``None`` when there is no output. Never raises."""
+    ``top``, the web board), at most :data:`LAST_LINE_CHARS` characters: the wrapper's
+    own end line only when nothing else is there; ``None`` when there is no output.
+    Never raises."""
     kind = agent_kind(folder, manifest)
     found = [line for line in tail_lines(folder, 3, kind, limit=LAST_LINE_MAX) if line.strip()]
-    for line in reversed(found):
-        if not line.startswith(WRAPPER_MARK):
-            return line.strip()
-    return found[-1].strip() if found else None
+    chosen = next((line for line in reversed(found) if not line.startswith(END_MARK)), None)
+    chosen = chosen or (found[-1] if found else None)
+    if chosen is None:
+        return None
+    chosen = chosen.strip()
+    return chosen if len(chosen) <= LAST_LINE_CHARS else chosen[: LAST_LINE_CHARS - 1] + "…"
 
 
 def _whole_lines(kind: str, raw: bytes, whole: bool) -> list[str]:
