@@ -15,7 +15,7 @@ Commands (``--json``: the result as JSON on stdout)::
     supervise resume -c PROFILE ID [--json]      force a resume now
     supervise approve -c PROFILE ID [--json]     allow what an escalated task waits for
     supervise deny -c PROFILE ID [--json]        refuse it (the agent is told no)
-    supervise tail -c PROFILE ID [-n N] [-f]     print (and follow) a task's output.log
+    supervise tail -c PROFILE ID [-n N] [-f] [--raw]  a task's output, rendered (cli_tail.py)
     supervise attach -c PROFILE ID               attach this terminal to the task's tmux session
     supervise config -c PROFILE [--task FILE] [--json]  every effective policy value, its source
     supervise archive -c PROFILE --older-than D  ended task folders into tarballs (cli_ops.py)
@@ -52,7 +52,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from supervisor import cli_cluster, cli_ops, cli_setup, cli_validate, cli_workspace
+from supervisor import cli_cluster, cli_ops, cli_setup, cli_tail, cli_validate, cli_workspace
 from supervisor.cli_cluster import STATUS_HELP as CLUSTER_HELP
 from supervisor.errors import ConfigError
 from supervisor.terminal import escape_controls
@@ -243,36 +243,8 @@ def cmd_deny(args: argparse.Namespace) -> int:
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
-    profile = _profile(args.config)
-    folder = _task_dir(profile, args.task_id)
-    if folder is None:
-        return 1
-    from supervisor.states import TERMINAL
-    from supervisor.taskdir import TaskDir
-
-    task = TaskDir(folder)
-    # output.log is filtered at capture, but a log from an older version or a file put
-    # there by hand is not: escape here as well.
-    sys.stdout.write(escape_controls(task.output_tail(args.lines), keep="\n\t") + "\n")
-    if not args.follow:
-        return 0
-    import codecs
-
-    # Incremental: a UTF-8 character split across two reads is decoded whole.
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    log_path = folder / "output.log"
-    position = log_path.stat().st_size if log_path.exists() else 0
-    while True:
-        if log_path.exists() and log_path.stat().st_size > position:
-            with open(log_path, "rb") as handle:
-                handle.seek(position)
-                chunk = handle.read()
-            position += len(chunk)
-            sys.stdout.write(escape_controls(decoder.decode(chunk), keep="\n\t"))
-            sys.stdout.flush()
-        elif task.read_manifest().status in TERMINAL:
-            return 0
-        time.sleep(0.25)
+    folder = _task_dir(_profile(args.config), args.task_id)
+    return 1 if folder is None else cli_tail.run(folder, args)
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
@@ -367,11 +339,10 @@ def build_parser() -> argparse.ArgumentParser:
         verb.add_argument("--json", action="store_true", help="print the result as JSON")
         verb.set_defaults(func=func)
 
-    tail = sub.add_parser("tail", help="print the end of a task's output.log")
+    tail = sub.add_parser("tail", help="print the end of a task's output, rendered readably")
     tail.add_argument("-c", "--config", required=True, help="profile TOML file")
     tail.add_argument("task_id")
-    tail.add_argument("-n", "--lines", type=int, default=20, help="lines to print (20)")
-    tail.add_argument("-f", "--follow", action="store_true", help="follow until the task ends")
+    cli_tail.add_arguments(tail)  # -n, -f, --raw
     tail.set_defaults(func=cmd_tail)
 
     attach = sub.add_parser("attach", help="attach this terminal to a task's tmux session")
