@@ -52,7 +52,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from supervisor import cli_cluster, cli_ops, cli_setup, cli_workspace, heartbeats
+from supervisor import cli_cluster, cli_ops, cli_read, cli_setup, cli_workspace, heartbeats
 from supervisor.cli_cluster import STATUS_HELP as CLUSTER_HELP
 from supervisor.errors import ConfigError
 from supervisor.terminal import escape_controls
@@ -226,22 +226,10 @@ def cmd_top(args: argparse.Namespace) -> int:
     return top.run(_profile(args.config))
 
 
-def cmd_show(args: argparse.Namespace) -> int:
-    profile = _profile(args.config)
-    path = profile.tasks_dir / args.task_id / "manifest.json"
-    if "/" in args.task_id or not path.exists():
-        _err(f"no task {args.task_id!r} in {profile.tasks_dir}; see 'supervise status -c ...'")
-        return 1
-    from supervisor.terminal import escape_json_text
-
-    sys.stdout.write(escape_json_text(path.read_text(encoding="utf-8", errors="replace")))
-    return 0
-
-
 def _task_dir(profile: LoadedProfile, task_id: str) -> Path | None:
     path = profile.tasks_dir / task_id
     if "/" in task_id or task_id.startswith(".") or not (path / "manifest.json").exists():
-        _err(f"no task {task_id!r} in {profile.tasks_dir}; see 'supervise status -c ...'")
+        _err(cli_read.missing_line(profile, task_id))
         return None
     return path
 
@@ -412,6 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_setup.add_version_argument(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     cli_ops.register(sub)  # run, wait, archive
+    cli_read.register(sub)  # logs, events, _ids
 
     validate = sub.add_parser("validate", help="check profile and task files")
     validate.add_argument("files", nargs="+", metavar="FILE")
@@ -438,7 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="print one task's manifest.json")
     show.add_argument("-c", "--config", required=True, help="profile TOML file")
     show.add_argument("task_id")
-    show.set_defaults(func=cmd_show)
+    show.set_defaults(func=cli_read.cmd_show)
 
     for name, func, text in (
         ("stop", cmd_stop, "end a task now as abandoned (reason 'stopped'), with a clean stop"),
