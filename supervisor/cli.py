@@ -362,6 +362,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 def cmd_config(args: argparse.Namespace) -> int:
     from supervisor.config import effective_policy, load_task
+    from supervisor.config.approvalrules import approval_rows
     from supervisor.config.workspace import workspace_rows
 
     profile = _profile(args.config)
@@ -374,7 +375,8 @@ def cmd_config(args: argparse.Namespace) -> int:
     rows = [{"key": k, "value": json.dumps(v), "source": sources.get(k, "default")}
             for k, v in values.items()]  # fmt: skip
     task_ws = resolved.spec.workspace if args.task else None
-    for key, value, source in workspace_rows(profile.spec.workspace, task_ws):
+    rules = approval_rows(profile.spec, resolved.spec if args.task else None)  # with sources
+    for key, value, source in workspace_rows(profile.spec.workspace, task_ws) + rules:
         values[key] = value
         rows.append({"key": key, "value": json.dumps(value), "source": source})
     if args.json:
