@@ -26,16 +26,18 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from supervisor.terminal import escape_controls
 
 if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
-    from supervisor.eventview import Parsed, Renderer
+    from supervisor.eventview import Parsed
 
 #: Seconds between looks at a followed file (``logs -f``, ``events -f``).
 FOLLOW_EVERY = 0.25
+#: Most bytes read from a followed file at once.
+CHUNK = 1024 * 1024
 #: Most bytes of ``events.jsonl`` read from an archived task's tarball.
 ARCHIVED_EVENTS_LIMIT = 64 * 1024 * 1024
 
@@ -114,14 +116,38 @@ def cmd_logs(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- events
 
 
-def _print(parsed: list[Parsed], args: argparse.Namespace, renderer: Renderer, where: str) -> None:
-    for item in parsed:
-        if item.event is None:
-            _err(f"{where}:{item.number}: damaged line skipped ({item.problem})")
-        elif args.json:
-            print(item.text)  # as stored: ASCII-only JSON (taskdir.append_event)
-        else:
-            print(renderer.line(item.event))
+class _Shown:
+    """Prints events as they are parsed: readable or as stored (``--json``), damaged lines
+    on stderr; with ``-n N`` only the last ``N`` good ones are printed by :meth:`flush` (the
+    earlier ones still set the status a ``from→to`` starts at)."""
+
+    def __init__(self, args: argparse.Namespace, where: str) -> None:
+        from collections import deque
+
+        from supervisor.eventview import Renderer
+
+        self.json, self.where = args.json, where
+        self.renderer = Renderer(relative=args.relative)
+        self.kept: deque[str] | None = None if args.lines is None else deque(maxlen=args.lines)
+
+    def add(self, parsed: list[Parsed]) -> None:
+        for item in parsed:
+            if item.event is None:
+                _err(f"{self.where}:{item.number}: damaged line skipped ({item.problem})")
+                continue
+            # as stored: ASCII-only JSON (taskdir.append_event)
+            text = item.text if self.json else self.renderer.line(item.event)
+            if self.kept is None:
+                print(text)
+            else:
+                self.kept.append(text)
+
+    def flush(self) -> None:
+        """Print the kept lines, then print each later one at once."""
+        for text in self.kept or ():
+            print(text)
+        self.kept = None
+        sys.stdout.flush()
 
 
 def cmd_events(args: argparse.Namespace) -> int:
@@ -131,9 +157,13 @@ def cmd_events(args: argparse.Namespace) -> int:
 
     profile = _profile(args.config)
     task_id = args.task_id
-    folder = profile.tasks_dir / task_id
-    renderer = eventview.Renderer(relative=args.relative)
-    if not taskwhere.TASK_ID.fullmatch(task_id) or not (folder / EVENTS).is_file():
+    fd = None
+    if taskwhere.TASK_ID.fullmatch(task_id):
+        fd = _open_regular(profile.tasks_dir / task_id / EVENTS)
+    if fd is None and (profile.tasks_dir / task_id / "manifest.json").exists():
+        _err(f"{profile.tasks_dir / task_id / EVENTS}: missing or not a regular file")
+        return 1
+    if fd is None:
         tarball = taskwhere.archived_in(profile.state_dir, task_id)
         data = None
         if tarball is not None:
@@ -141,54 +171,52 @@ def cmd_events(args: argparse.Namespace) -> int:
         if data is None:
             _err(missing_line(profile, task_id))
             return 1
-        parsed = eventview.parse_lines(data.decode("utf-8", errors="replace"))
-        _print(_last(parsed, args.lines), args, renderer, f"{tarball}:{task_id}/{EVENTS}")
+        shown = _Shown(args, f"{tarball}:{task_id}/{EVENTS}")
+        shown.add(eventview.Splitter().feed(data if data.endswith(b"\n") else data + b"\n"))
+        shown.flush()
         return 0
-    return _events_live(folder / EVENTS, args, renderer)
+    with open(fd, "rb", buffering=0) as handle:
+        return _events_live(handle, profile.tasks_dir / task_id, args)
 
 
-def _last(parsed: list[Parsed], lines: int | None) -> list[Parsed]:
-    if lines is None:
-        return parsed
-    good = [p for p in parsed if p.event is not None]
-    keep = {id(p) for p in good[-lines:]} if lines > 0 else set()
-    return [p for p in parsed if id(p) in keep or p.event is None]
+def _open_regular(path: Path) -> int | None:
+    """A read descriptor on ``path`` when it is a regular file, else ``None``: opened
+    non-blocking and without following a symlink (an agent can write into its task folder;
+    a FIFO put there must not hang the reader), checked with ``fstat`` on the descriptor."""
+    import os
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
 
 
-def _events_live(path: Path, args: argparse.Namespace, renderer: Renderer) -> int:
-    """Print ``path``'s events; with ``-f`` go on printing whole new lines until the task's
-    manifest says it ended (then one last read)."""
-    from supervisor import eventview
+def _events_live(handle: BinaryIO, folder: Path, args: argparse.Namespace) -> int:
+    """Print the events in ``handle``; with ``-f`` go on printing whole new lines until
+    the task's manifest says it ended (then one last read: events are written first)."""
+    from supervisor.eventview import Splitter
 
-    with open(path, "rb") as handle:
-        data = handle.read()
-        whole = data[: data.rfind(b"\n") + 1]  # a line being written is read next time
-        parsed = eventview.parse_lines(whole.decode("utf-8", errors="replace"))
-        if args.lines is not None:
-            for item in parsed[: len(parsed) - len(_last(parsed, args.lines))]:
-                if item.event is not None:
-                    renderer.line(item.event)  # the status before
-        _print(_last(parsed, args.lines), args, renderer, str(path))
-        if not args.follow:
-            return 0
-        number = whole.count(b"\n") + 1
-        pending = data[len(whole) :]
-        ended = False
-        while True:
-            chunk = handle.read()
-            if not chunk and ended:
-                return 0
-            if not chunk:
-                ended = _ended(path.parent)
-                if not ended:
-                    time.sleep(FOLLOW_EVERY)  # a poll interval, not synchronisation
-                continue
-            pending += chunk
-            cut = pending.rfind(b"\n") + 1
-            text, pending = pending[:cut].decode("utf-8", errors="replace"), pending[cut:]
-            _print(eventview.parse_lines(text, number), args, renderer, str(path))
-            number += text.count("\n")
+    splitter, shown = Splitter(), _Shown(args, str(folder / "events.jsonl"))
+    while chunk := handle.read(CHUNK):
+        shown.add(splitter.feed(chunk))
+    shown.flush()
+    ended = not args.follow
+    while True:
+        chunk = handle.read(CHUNK)
+        if chunk:
+            shown.add(splitter.feed(chunk))
             sys.stdout.flush()
+        elif ended:
+            return 0
+        else:
+            ended = _ended(folder)
+            if not ended:
+                time.sleep(FOLLOW_EVERY)  # a poll interval, not synchronisation
 
 
 def _ended(folder: Path) -> bool:

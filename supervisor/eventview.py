@@ -129,3 +129,40 @@ class Renderer:
             if event[key] is not None and event[key] != "":
                 parts.append(f"{escape_controls(key)}={_value(event[key])}")
         return "  ".join(parts)
+
+
+#: Longest line kept, in bytes; a longer one is reported as damaged, never held whole.
+MAX_LINE = 16 * 1024 * 1024
+
+
+class Splitter:
+    """Bytes in, :class:`Parsed` lines out, as whole lines arrive (a line being written is
+    kept until its newline). A line longer than :data:`MAX_LINE` bytes is dropped as it
+    streams and reported once, so memory stays bounded whatever the file holds."""
+
+    def __init__(self) -> None:
+        self.pending = b""
+        self.number = 0  # lines seen so far
+        self.oversized = False
+
+    def feed(self, data: bytes) -> list[Parsed]:
+        """The lines that ``data`` completes, parsed (:func:`parse_lines`)."""
+        out: list[Parsed] = []
+        while data:
+            cut = data.find(b"\n")
+            piece, data = (data, b"") if cut < 0 else (data[: cut + 1], data[cut + 1 :])
+            if not self.oversized:
+                self.pending += piece
+                if len(self.pending) > MAX_LINE:
+                    self.pending, self.oversized = b"", True
+            if not piece.endswith(b"\n"):
+                break
+            self.number += 1
+            if self.oversized:
+                problem = f"longer than {MAX_LINE} bytes"
+                out.append(Parsed(self.number, "", problem=problem))
+            else:
+                text = self.pending.decode("utf-8", errors="replace")
+                out += parse_lines(text.rstrip("\n"), self.number)
+            self.pending, self.oversized = b"", False
+        return out

@@ -207,3 +207,50 @@ def test_a_spooled_a_rejected_and_an_unknown_task_each_say_so(setup: Setup) -> N
         assert "prompt" in rejected.stderr
         unknown = setup.supervise(verb, "-c", str(setup.profile), "nope-123")
         assert unknown.returncode == 1 and "no task 'nope-123'" in unknown.stderr
+
+
+# ---------------------------------------------------------------- attacks
+
+
+def test_a_fifo_in_place_of_a_log_or_the_events_never_hangs(setup: Setup) -> None:
+    task_id = _ran(setup)
+    events = setup.state / "tasks" / task_id / "events.jsonl"
+    events.unlink()
+    os.mkfifo(events)
+    said = setup.supervise("events", "-c", str(setup.profile), task_id, timeout=30)
+    assert said.returncode == 1 and "not a regular file" in said.stderr
+    log = setup.state / "engine.log"
+    log.unlink()
+    os.mkfifo(log)
+    said = setup.supervise("logs", "-c", str(setup.profile), timeout=30)
+    assert said.returncode == 1 and "no engine log yet" in said.stderr
+    (setup.state / "engine-log.json").write_text('{"path": 7}')  # a damaged record
+    assert "engine.log" in setup.supervise("logs", "-c", str(setup.profile)).stderr
+
+
+def test_an_endless_event_line_is_reported_not_held(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from supervisor import eventview
+
+    monkeypatch.setattr(eventview, "MAX_LINE", 100)
+    splitter = eventview.Splitter()
+    good = b'{"ts": "2026-01-01T00:00:00Z", "event": "queued", "status": "queued"}\n'
+    out = splitter.feed(good[:10]) + splitter.feed(good[10:] + b"x" * 150)
+    out += splitter.feed(b"y" * 10_000) + splitter.feed(b"z\n" + good)
+    assert [(p.number, p.event is not None) for p in out] == [(1, True), (2, False), (3, True)]
+    assert "longer than 100 bytes" in (out[1].problem or "")
+    assert len(splitter.pending) == 0
+
+
+def test_logs_follow_after_a_truncation_starts_over(setup: Setup) -> None:
+    setup.write_profile()
+    setup.state.mkdir()
+    log = setup.state / "engine.log"
+    log.write_text("first\n" * 50 + "last\n")
+    with _reader("logs", "-c", str(setup.profile), "-n", "1", "-f") as (process, lines):
+        wait_for(lambda: lines)  # it follows from here on
+        log.write_text("")  # copytruncate, as logrotate does
+        with open(log, "a") as handle:
+            handle.write("after truncation\n")
+        wait_for(lambda: any("after truncation" in line for line in lines))
+    assert process.returncode is not None and lines[0] == "last\n"
+    assert not any("first" in line for line in lines)
