@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import logging.handlers
 import os
 import stat
 from pathlib import Path
@@ -143,6 +145,15 @@ class Follower:
             self.fd = None
 
 
+class QuietFileHandler(logging.handlers.RotatingFileHandler):
+    """The default file log: a record it cannot write (a full or read-only state
+    filesystem) is dropped silently, since stderr carries the same line; the standard
+    handler would print a traceback to stderr for every such record."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        return None
+
+
 def attach(state_dir: Path, log_file: str | None, max_bytes: int, backups: int) -> str | None:
     """Set up the engine's file log once the profile is known: without ``--log-file``
     (``log_file`` ``None``) add a rotating handler on :func:`default_path` to the root
@@ -150,16 +161,13 @@ def attach(state_dir: Path, log_file: str | None, max_bytes: int, backups: int) 
     ``state_dir`` (it keeps its own record), :func:`record` the file in use. Returns a
     warning line when the default file cannot be opened (the engine then logs to stderr
     only), else ``None``."""
-    import logging
-    import logging.handlers
-
     from supervisor.statelock import engine_running
 
     path = Path(log_file).expanduser() if log_file is not None else default_path(state_dir)
     if log_file is None:
         try:
             state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            handler = logging.handlers.RotatingFileHandler(
+            handler = QuietFileHandler(
                 path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8"
             )
         except OSError as exc:

@@ -4,6 +4,8 @@ archived, waiting in the spool or rejected."""
 
 from __future__ import annotations
 
+import errno
+import io
 import json
 import os
 import subprocess
@@ -13,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from conftest import Setup, wait_for
 
 
@@ -254,3 +257,33 @@ def test_logs_follow_after_a_truncation_starts_over(setup: Setup) -> None:
         wait_for(lambda: any("after truncation" in line for line in lines))
     assert process.returncode is not None and lines[0] == "last\n"
     assert not any("first" in line for line in lines)
+
+
+def test_an_engine_log_that_cannot_be_written_costs_one_warning(setup: Setup) -> None:
+    setup.write_profile()
+    (setup.state / "engine.log").mkdir(parents=True)  # not a file: cannot be opened
+    run = setup.run()
+    assert run.returncode == 0, run.stderr
+    warnings = [line for line in run.stderr.splitlines() if "cannot write the engine log" in line]
+    assert len(warnings) == 1 and "Traceback" not in run.stderr
+
+
+def test_a_record_the_file_log_cannot_write_prints_no_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import logging
+
+    from supervisor.enginelog import QuietFileHandler
+
+    handler = QuietFileHandler(tmp_path / "engine.log", maxBytes=1000, backupCount=1)
+    handler.stream.close()
+
+    class Full(io.StringIO):
+        def write(self, text: str) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    handler.stream = Full()  # as a full filesystem fails a write
+    handler.emit(logging.LogRecord("x", logging.INFO, __file__, 1, "lost", None, None))
+    handler.stream = None  # type: ignore[assignment]
+    handler.close()
+    assert capsys.readouterr().err == ""
