@@ -16,6 +16,7 @@ Commands (``--json``: the result as JSON on stdout)::
     supervise approve -c PROFILE ID [--json]     allow what an escalated task waits for
     supervise deny -c PROFILE ID [--json]        refuse it (the agent is told no)
     supervise tail -c PROFILE ID [-n N] [-f]     print (and follow) a task's output.log
+    supervise logs|events ...                    the engine log, a task's events (cli_read.py)
     supervise attach -c PROFILE ID               attach this terminal to the task's tmux session
     supervise config -c PROFILE [--task FILE] [--json]  every effective policy value, its source
     supervise archive -c PROFILE --older-than D  ended task folders into tarballs (cli_ops.py)
@@ -36,6 +37,7 @@ Exit codes (the table in README "Exit codes")::
     diff merge discard prune     done     refused                    usage
     init startup schema          done     refused or failed          usage
       completion
+    logs events                  printed  no log yet, no task        usage  130 -f stopped
 
 ``submit``, ``wait`` and the four requests warn on stderr when no live engine holds the
 state dir (:mod:`supervisor.engine_probe`); ``status`` shows the engine line itself.
