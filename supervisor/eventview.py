@@ -93,12 +93,15 @@ def ago(seconds: float) -> str:
 def when(ts: Any, relative: bool, now: float | None = None) -> str:
     """An event's ``ts`` (ISO-8601 UTC) as local ISO time to the second, or its age with
     ``relative``; a missing or unreadable stamp is shown escaped as it is."""
-    epoch = parse_iso(ts) if isinstance(ts, str) else None
-    if epoch is None:
-        return escape_controls(str(ts))
-    if relative:
-        return ago((time.time() if now is None else now) - epoch)
-    return datetime.fromtimestamp(epoch).astimezone().isoformat(timespec="seconds")
+    try:
+        epoch = parse_iso(ts) if isinstance(ts, str) else None
+        if epoch is not None and relative:
+            return ago((time.time() if now is None else now) - epoch)
+        if epoch is not None:
+            return datetime.fromtimestamp(epoch).astimezone().isoformat(timespec="seconds")
+    except (ValueError, OverflowError, OSError):  # a stamp no calendar or clock can show
+        pass
+    return escape_controls(str(ts))
 
 
 def _value(value: Any) -> str:

@@ -287,3 +287,13 @@ def test_a_record_the_file_log_cannot_write_prints_no_traceback(
     handler.stream = None  # type: ignore[assignment]
     handler.close()
     assert capsys.readouterr().err == ""
+
+
+def test_hostile_event_stamps_show_as_they_are() -> None:
+    from supervisor.eventview import Renderer
+
+    for relative in (False, True):
+        renderer = Renderer(relative=relative)
+        for ts in ("0001-01-01T00:00:00Z", "2026-13-45T00:00:00Z", "\x1b[2J", 1e300, None):
+            line = renderer.line({"ts": ts, "event": "x", "n": float("inf")})
+            assert "\x1b" not in line and "  x  n=Infinity" in line, line
