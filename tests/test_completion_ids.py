@@ -59,7 +59,9 @@ def _complete_bash(script: Path, words: list[str]) -> list[str]:
         _shtab_supervise 2>/dev/null
         printf '%s\\n' "${{COMPREPLY[@]}}"
     """
-    result = subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        ["bash", "-c", program], capture_output=True, text=True, timeout=60, cwd=script.parent
+    )
     assert result.returncode == 0, result.stderr
     return [line for line in result.stdout.splitlines() if line]
 
@@ -89,6 +91,20 @@ def test_bash_completes_task_ids_from_the_profile(setup: Setup, tmp_path: Path) 
     # wait takes several ids: the second one completes too
     assert _complete_bash(script, [SUPERVISE, "wait", "-c", profile, ids[0], "g"]) == [ids[2]]
     assert _complete_bash(script, [SUPERVISE, "show", ""]) == []  # no profile: no guess
+
+
+def test_hostile_folder_names_are_never_offered_nor_run(setup: Setup, tmp_path: Path) -> None:
+    ids = _profile_with_tasks(setup)
+    marker = tmp_path / "PWNED"  # bash runs in tmp_path
+    (setup.state / "tasks" / "$(touch PWNED)").mkdir()
+    (setup.state / "tasks" / "x`touch PWNED`").mkdir()
+    (setup.state / "tasks" / "bad\nname").mkdir()
+    (setup.spool / "$(touch PWNED).toml").write_text("")
+    script = tmp_path / "supervise.bash"
+    script.write_text(_script(setup, "bash"))
+    got = _complete_bash(script, [SUPERVISE, "show", "-c", str(setup.profile), ""])
+    assert got == ids
+    assert not marker.exists()
 
 
 def test_zsh_and_fish_scripts_complete_task_ids(setup: Setup) -> None:
