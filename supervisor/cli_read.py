@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 
 #: Seconds between looks at a followed file (``logs -f``, ``events -f``).
 FOLLOW_EVERY = 0.25
+#: Largest ``manifest.json`` that ``show`` prints, in bytes.
+MANIFEST_LIMIT = 64 * 1024 * 1024
 #: Most bytes read from a followed file at once.
 CHUNK = 1024 * 1024
 #: Most bytes of ``events.jsonl`` read from an archived task's tarball.
@@ -71,9 +73,15 @@ def cmd_show(args: argparse.Namespace) -> int:
     if "/" in args.task_id or not path.exists():
         _err(missing_line(profile, args.task_id))
         return 1
+    from supervisor.diskio import read_regular
     from supervisor.terminal import escape_json_text
 
-    sys.stdout.write(escape_json_text(path.read_text(encoding="utf-8", errors="replace")))
+    try:  # never waits on a FIFO put there (an agent can write into its task folder)
+        data = read_regular(path, MANIFEST_LIMIT, follow=False)
+    except OSError as exc:
+        _err(f"supervise show: {path}: {exc.strerror or exc}")
+        return 1
+    sys.stdout.write(escape_json_text(data.decode("utf-8", errors="replace")))
     return 0
 
 

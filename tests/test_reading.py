@@ -297,3 +297,13 @@ def test_hostile_event_stamps_show_as_they_are() -> None:
         for ts in ("0001-01-01T00:00:00Z", "2026-13-45T00:00:00Z", "\x1b[2J", 1e300, None):
             line = renderer.line({"ts": ts, "event": "x", "n": float("inf")})
             assert "\x1b" not in line and "  x  n=Infinity" in line, line
+
+
+def test_show_of_a_manifest_swapped_for_a_fifo_says_so_and_never_hangs(setup: Setup) -> None:
+    task_id = _ran(setup)
+    manifest = setup.state / "tasks" / task_id / "manifest.json"
+    manifest.unlink()
+    os.mkfifo(manifest)
+    said = setup.supervise("show", "-c", str(setup.profile), task_id, timeout=30)
+    assert said.returncode == 1 and said.stderr.count("\n") == 1, said
+    assert "manifest.json" in said.stderr and "FIFO" in said.stderr
