@@ -16,6 +16,7 @@ Commands (``--json``: the result as JSON on stdout)::
     supervise approve -c PROFILE ID [--json]     allow what an escalated task waits for
     supervise deny -c PROFILE ID [--json]        refuse it (the agent is told no)
     supervise tail -c PROFILE ID [-n N] [-f] [--raw]  a task's output, rendered (cli_tail.py)
+    supervise logs|events ...                    the engine log, a task's events (cli_read.py)
     supervise attach -c PROFILE ID               attach this terminal to the task's tmux session
     supervise config -c PROFILE [--task FILE] [--json]  every effective policy value, its source
     supervise archive -c PROFILE --older-than D  ended task folders into tarballs (cli_ops.py)
@@ -36,6 +37,7 @@ Exit codes (the table in README "Exit codes")::
     diff merge discard prune     done     refused                    usage
     init startup schema          done     refused or failed          usage
       completion top (quit; 1: no 'tui' extra; 2: a bad --status)
+    logs events                  printed  no log yet, no task        usage  130 -f stopped
 
 ``submit``, ``wait`` and the four requests warn on stderr when no live engine holds the
 state dir (:mod:`supervisor.engine_probe`); ``status`` shows the engine line itself.
@@ -52,7 +54,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from supervisor import cli_cluster, cli_ops, cli_setup, cli_tail, cli_validate, cli_workspace
+from supervisor import (
+    cli_cluster,
+    cli_ops,
+    cli_read,
+    cli_setup,
+    cli_tail,
+    cli_validate,
+    cli_workspace,
+)
 from supervisor.cli_cluster import STATUS_HELP as CLUSTER_HELP
 from supervisor.errors import ConfigError
 from supervisor.terminal import escape_controls
@@ -144,22 +154,10 @@ def cmd_top(args: argparse.Namespace) -> int:
     return top.run(_profile(args.config), args)
 
 
-def cmd_show(args: argparse.Namespace) -> int:
-    profile = _profile(args.config)
-    path = profile.tasks_dir / args.task_id / "manifest.json"
-    if "/" in args.task_id or not path.exists():
-        _err(f"no task {args.task_id!r} in {profile.tasks_dir}; see 'supervise status -c ...'")
-        return 1
-    from supervisor.terminal import escape_json_text
-
-    sys.stdout.write(escape_json_text(path.read_text(encoding="utf-8", errors="replace")))
-    return 0
-
-
 def _task_dir(profile: LoadedProfile, task_id: str) -> Path | None:
     path = profile.tasks_dir / task_id
     if "/" in task_id or task_id.startswith(".") or not (path / "manifest.json").exists():
-        _err(f"no task {task_id!r} in {profile.tasks_dir}; see 'supervise status -c ...'")
+        _err(cli_read.missing_line(profile, task_id))
         return None
     return path
 
@@ -264,6 +262,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 def cmd_config(args: argparse.Namespace) -> int:
     from supervisor.config import effective_policy, load_task
+    from supervisor.config.approvalrules import approval_rows
     from supervisor.config.workspace import workspace_rows
 
     profile = _profile(args.config)
@@ -276,7 +275,8 @@ def cmd_config(args: argparse.Namespace) -> int:
     rows = [{"key": k, "value": json.dumps(v), "source": sources.get(k, "default")}
             for k, v in values.items()]  # fmt: skip
     task_ws = resolved.spec.workspace if args.task else None
-    for key, value, source in workspace_rows(profile.spec.workspace, task_ws):
+    rules = approval_rows(profile.spec, resolved.spec if args.task else None)  # with sources
+    for key, value, source in workspace_rows(profile.spec.workspace, task_ws) + rules:
         values[key] = value
         rows.append({"key": key, "value": json.dumps(value), "source": source})
     if args.json:
@@ -302,6 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_setup.add_version_argument(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     cli_ops.register(sub)  # run, wait, archive
+    cli_read.register(sub)  # logs, events, _ids
 
     cli_validate.register(sub)  # validate
 
@@ -322,7 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="print one task's manifest.json")
     show.add_argument("-c", "--config", required=True, help="profile TOML file")
     show.add_argument("task_id")
-    show.set_defaults(func=cmd_show)
+    show.set_defaults(func=cli_read.cmd_show)
 
     for name, func, text in (
         ("stop", cmd_stop, "end a task now as abandoned (reason 'stopped'), with a clean stop"),

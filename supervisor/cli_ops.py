@@ -119,6 +119,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if profile.spec.cluster is not None and (refused := _cluster_preflight(profile)):
         _err(f"supervise run: {refused}")
         return 1
+    from supervisor import enginelog  # the file 'supervise logs' reads
+
+    if warning := enginelog.attach(
+        profile.state_dir, args.log_file, args.log_max_bytes, args.log_backups
+    ):
+        _err(warning)
     try:
         return run_profile(profile, exit_when_idle=args.exit_when_idle)
     except (EngineBusy, UnsafeSpool) as exc:

@@ -15,6 +15,7 @@ from pathlib import Path
 from supervisor import policy
 from supervisor.agents import AgentAdapter, Keys, adapter_for
 from supervisor.config import LoadedProfile, MonitorPolicy, ResolvedTask, TaskSpec, resolve_task
+from supervisor.config.approvalrules import default_message
 from supervisor.engine import clock
 from supervisor.policy.timebase import Seen
 from supervisor.stopping import StopInProgress
@@ -98,9 +99,7 @@ def build(
     """A task's runtime with its agent adapter (:func:`supervisor.agents.adapter_for`),
     whose keystrokes go to the task's tmux session."""
     runtime = Runtime(task, resolved, state, manifest)
-    message = profile.spec.approval.default_message
-    if resolved.spec.approval is not None:
-        message = resolved.spec.approval.default_message
+    message, _ = default_message(profile.spec, resolved.spec)
     session = task.task_id
 
     def send_keys(keys: Keys) -> None:
