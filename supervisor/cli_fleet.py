@@ -59,7 +59,7 @@ def _ids(args: argparse.Namespace) -> list[str]:
 def _is_local(args: argparse.Namespace, profile: Any) -> bool:
     """Every named task is in the profile's own state dir (or spool, for ``wait``)."""
     if args.command == "wait":
-        from supervisor.cli_ops import locate
+        from supervisor.waiting import locate
 
         return all(locate(profile, task_id) is not None for task_id in _ids(args))
     return all(_SLUG_RE.fullmatch(t) and (profile.tasks_dir / t / "manifest.json").exists()
