@@ -53,7 +53,9 @@ def _err(message: str) -> None:
 
 
 def _ids(args: argparse.Namespace) -> list[str]:
-    return list(getattr(args, "task_ids", None) or [args.task_id])
+    if hasattr(args, "task_ids"):  # the verbs and wait take several (or --all/--status)
+        return list(args.task_ids)
+    return [args.task_id]
 
 
 def _is_local(args: argparse.Namespace, profile: Any) -> bool:
@@ -114,17 +116,28 @@ def _routed(local: Command, fleet: Callable[[argparse.Namespace, str], int]) -> 
 
 
 def _verb(args: argparse.Namespace, dsn: str) -> int:
+    """Each named task through the fleet; the worst code (:func:`supervisor.requests.worst`).
+    ``--all``/``--status`` read one state dir, so they need ``-c``."""
+    from supervisor.requests import worst
+
+    if not args.task_ids:
+        _err(f"supervise {args.command}: --all/--status need -c PROFILE (one host's tasks)")
+        return EXIT_USAGE
+    return worst(_verb_one(args, dsn, task_id) for task_id in dict.fromkeys(args.task_ids))
+
+
+def _verb_one(args: argparse.Namespace, dsn: str, task_id: str) -> int:
     from supervisor.cluster.control import route
 
     who = f"{getpass.getuser()}@{socket.gethostname()}"
-    answer = route(dsn, args.task_id, args.command, args.wait, who)
+    answer = route(dsn, task_id, args.command, args.wait, who)
     if answer.ok and not args.json:
         print(escape_controls(answer.text))
     elif not answer.ok:
         _err(answer.text)
     if args.json and answer.code in (0, 4):
         match = _LINE_RE.match(answer.text)
-        print(json.dumps({"task_id": args.task_id, "verb": args.command,
+        print(json.dumps({"task_id": task_id, "verb": args.command,
                           "result": "applied" if answer.ok else "not_applied",
                           "status": match.group(1) if match else None,
                           "retry_count": int(match.group(2)) if match else None,
