@@ -52,7 +52,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from supervisor import cli_cluster, cli_ops, cli_requests, cli_setup, cli_workspace, heartbeats
+from supervisor import (
+    cli_cluster,
+    cli_ops,
+    cli_requests,
+    cli_setup,
+    cli_shutdown,
+    cli_workspace,
+    heartbeats,
+)
 from supervisor.cli_cluster import STATUS_HELP as CLUSTER_HELP
 from supervisor.errors import ConfigError
 from supervisor.requests import EXIT_NOT_APPLIED, EXIT_QUEUED  # noqa: F401 (their old home)
@@ -357,6 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.set_defaults(func=cmd_show)
 
     cli_requests.register(sub)  # stop, resume, approve, deny: one task or many
+    cli_shutdown.register(sub)  # stop the engine, leave the agents
 
     tail = sub.add_parser("tail", help="print the end of a task's output.log")
     tail.add_argument("-c", "--config", required=True, help="profile TOML file")
