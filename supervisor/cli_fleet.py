@@ -44,7 +44,6 @@ OUTAGE_S = 300.0
 EXIT_USAGE = 2
 EXIT_TIMEOUT = 124
 _LINE_RE = re.compile(r"^\S+: (\S+) \(retry_count (\d+)\)$")
-_SLUG_RE = re.compile(r"[a-z0-9][a-z0-9-]*")
 Command = Callable[[argparse.Namespace], int]
 
 
@@ -64,7 +63,9 @@ def _is_local(args: argparse.Namespace, profile: Any) -> bool:
         from supervisor.waiting import locate
 
         return all(locate(profile, task_id) is not None for task_id in _ids(args))
-    return all(_SLUG_RE.fullmatch(t) and (profile.tasks_dir / t / "manifest.json").exists()
+    from supervisor.waiting import is_task_id
+
+    return all(is_task_id(t) and (profile.tasks_dir / t / "manifest.json").exists()
                for t in _ids(args))  # fmt: skip
 
 

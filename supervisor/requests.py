@@ -22,14 +22,13 @@ has ended, so nothing is done twice.
 
 from __future__ import annotations
 
-import json
-import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from supervisor import control
+from supervisor.waiting import is_task_id, load_manifest, read_manifest
 
 if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
@@ -51,7 +50,6 @@ CODES = {
 SEVERITY = (1, EXIT_NOT_APPLIED, EXIT_QUEUED, 0)
 #: Seconds between looks at the manifests while waiting for the engine.
 POLL = 0.1
-_SLUG = re.compile(r"[a-z0-9][a-z0-9-]*")
 
 
 class RequestRefused(Exception):
@@ -106,22 +104,20 @@ def read_before(profile: LoadedProfile, task_id: str) -> dict[str, Any]:
     """The manifest of ``task_id`` (``retry_count`` defaulted to 0).
 
     Raises:
-        RequestRefused: no such task folder, or its manifest cannot be read.
+        RequestRefused: no such task folder, or its manifest cannot be read (a FIFO or a
+            huge file in its place included: :func:`supervisor.waiting.load_manifest`).
     """
-    folder = profile.tasks_dir / task_id
-    path = folder / "manifest.json"
-    if not _SLUG.fullmatch(task_id) or not path.exists():
+    path = profile.tasks_dir / task_id / "manifest.json"
+    if not is_task_id(task_id) or not path.exists():
         raise RequestRefused(
             f"no task {task_id!r} in {profile.tasks_dir}; see 'supervise status -c ...'"
         )
     try:
-        before = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(before, dict) or not isinstance(before.get("status"), str):
-            raise ValueError("no 'status'")
+        before = load_manifest(path)
     except (OSError, ValueError) as exc:
-        raise RequestRefused(
-            f"{path}: cannot read the manifest ({exc}); see 'supervise status'"
-        ) from None
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        line = f"{path}: cannot read the manifest ({why}); see 'supervise status'"
+        raise RequestRefused(line) from None
     before.setdefault("retry_count", 0)
     return before
 
@@ -227,11 +223,8 @@ def _await(profile: LoadedProfile, waiting: list[Result], deadline: float) -> No
 
 
 def _manifest(profile: LoadedProfile, task_id: str) -> dict[str, Any] | None:
-    try:
-        data = json.loads((profile.tasks_dir / task_id / "manifest.json").read_bytes())
-    except (OSError, ValueError):  # replaced atomically; a damaged one is looked at again
-        return None
-    return data if isinstance(data, dict) and isinstance(data.get("status"), str) else None
+    # replaced atomically; a damaged one is looked at again
+    return read_manifest(profile.tasks_dir / task_id / "manifest.json")
 
 
 def apply_request(profile: LoadedProfile, task_id: str, verb: str, wait_s: float) -> dict[str, Any]:

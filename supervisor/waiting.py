@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from supervisor.diskio import read_regular
 from supervisor.states import TERMINAL, Status
 from supervisor.terminal import escape_controls
 
@@ -48,6 +49,11 @@ EXIT_USAGE = 2
 #: Seconds between full re-reads while waiting: the net under the inotify events (a missed
 #: event costs at most this much).
 SAFETY_POLL = 5.0
+#: The longest file name Linux takes (``NAME_MAX``): a longer id names no folder.
+NAME_MAX = 255
+#: Bytes a manifest may have (today's are a few KiB): a bigger file is not read.
+MANIFEST_MAX = 16 << 20
+_SLUG = re.compile(r"[a-z0-9][a-z0-9-]*")
 #: ``needs.kind`` values.
 PERMISSION, BREAKER, OTHER = "permission", "circuit_breaker", "escalation"
 
@@ -61,19 +67,38 @@ class UnknownTasks(LookupError):
         self.ids = ids
 
 
+def is_task_id(text: str) -> bool:
+    """Whether ``text`` can name a task folder: a lowercase slug of at most
+    :data:`NAME_MAX` characters (never a path, never too long for the filesystem)."""
+    return len(text) <= NAME_MAX and _SLUG.fullmatch(text) is not None
+
+
+def load_manifest(path: Path) -> dict[str, Any]:
+    """A manifest read without blocking (a FIFO, a device or a file over
+    :data:`MANIFEST_MAX` bytes put in its place is refused: :func:`supervisor.diskio.read_regular`).
+
+    Raises:
+        OSError: missing, not a regular file, too big, unreadable.
+        ValueError: not JSON, or no string ``status``.
+    """
+    data = json.loads(read_regular(path, MANIFEST_MAX))
+    if not isinstance(data, dict) or not isinstance(data.get("status"), str):
+        raise ValueError("no 'status'")
+    return data
+
+
 def read_manifest(path: Path) -> dict[str, Any] | None:
-    """A manifest with a string ``status``, or ``None`` (missing, being replaced, damaged)."""
+    """:func:`load_manifest`, or ``None`` (missing, being replaced, damaged, odd)."""
     try:
-        data = json.loads(path.read_bytes())
+        return load_manifest(path)
     except (OSError, ValueError):
         return None  # not there yet, or replaced under us: looked at again
-    return data if isinstance(data, dict) and isinstance(data.get("status"), str) else None
 
 
 def locate(profile: LoadedProfile, task_id: str) -> str | None:
     """Where ``task_id`` is: ``"task"`` (a task folder), ``"spool"`` (its file waits in the
     spool or is being claimed), ``"rejected"`` (its file was rejected), or ``None``."""
-    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", task_id):  # a slug, never a path
+    if not is_task_id(task_id):
         return None
     if (profile.tasks_dir / task_id).is_dir():
         return "task"
