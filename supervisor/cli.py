@@ -9,12 +9,15 @@ Commands (``--json``: the result as JSON on stdout)::
                                                  engine, spool, tasks (or the archived ones)
     supervise top -c PROFILE                     live view (the 'tui' extra: Textual)
     supervise serve -c PROFILE [--bind H:P]      live web page (the 'web' extra; views/serve.py)
-    supervise wait -c PROFILE ID... [--timeout S] [--json]  until they end (cli_ops.py)
+    supervise wait -c PROFILE ID... [--timeout S] [--terminal-only] [--json]
+                                                 until they end or one needs you (cli_ops.py)
     supervise show -c PROFILE ID                 print one manifest
-    supervise stop -c PROFILE ID [--json]        end a task as abandoned (reason "stopped")
-    supervise resume -c PROFILE ID [--json]      force a resume now
-    supervise approve -c PROFILE ID [--json]     allow what an escalated task waits for
-    supervise deny -c PROFILE ID [--json]        refuse it (the agent is told no)
+    supervise stop -c PROFILE ID... [--json]     end tasks as abandoned (reason "stopped")
+    supervise resume -c PROFILE ID... [--json]   force a resume now
+    supervise approve -c PROFILE ID... [--json]  allow what an escalated task waits for
+    supervise deny -c PROFILE ID... [--json]     refuse it (the agent is told no); the four
+                                                 take --all or --status S (cli_requests.py)
+    supervise shutdown -c PROFILE [--wait S]     stop the engine, leave the agents (cli_shutdown.py)
     supervise tail -c PROFILE ID [-n N] [-f]     print (and follow) a task's output.log
     supervise attach -c PROFILE ID               attach this terminal to the task's tmux session
     supervise config -c PROFILE [--task FILE] [--json]  every effective policy value, its source
@@ -30,8 +33,13 @@ Exit codes (the table in README "Exit codes")::
       tail attach status
     stop resume approve deny     applied  nothing requested          usage  3 queued (no
                                                                             engine), 4 not
-                                                                            applied in --wait
-    wait                         all PASS one or more did not        usage  124 timeout
+                                                                            applied in --wait;
+                                                                            several: the worst,
+                                                                            1 > 4 > 3 > 0
+    shutdown                     stopped  no engine                  usage  4 still running
+    wait                         all PASS one or more did not        usage  10 needs you (wins
+                                                                            over 0, 1), 124
+                                                                            timeout
     archive                      done     archive not written        usage
     diff merge discard prune     done     refused                    usage
     init startup schema          done     refused or failed          usage
