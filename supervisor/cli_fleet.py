@@ -12,7 +12,8 @@ fleet's database answers (:mod:`supervisor.cluster.control`):
 * ``show`` prints the fleet's record (the manifest's summary fields, owner, generation,
   restarted_from, events) as JSON;
 * ``wait`` polls every :data:`WAIT_POLL` seconds until each row's state is final
-  (:data:`supervisor.cluster.control.FINAL`), and prints and exits as the local ``wait``
+  (:data:`supervisor.cluster.control.FINAL`) or, unless ``--terminal-only``, one is
+  ``escalated`` (exit 10, ``needs`` naming its host), and prints and exits as the local ``wait``
   (0 every task PASS, 1 otherwise, 2 unknown id, 124 timeout). It rides out a database
   that stops answering (a PostgreSQL restart, a failover): one line on stderr, then it
   reads again every :data:`WAIT_POLL` seconds until its own deadline (``--timeout``), or
@@ -213,6 +214,8 @@ def _wait(args: argparse.Namespace, dsn: str) -> int:
              "'supervise status --cluster'")  # fmt: skip
         return EXIT_USAGE
     while not all(row["status"] in FINAL for row in rows.values()):
+        if not args.terminal_only and any(_needs_you(row) for row in rows.values()):
+            break
         if deadline is not None and time.monotonic() >= deadline:
             break
         time.sleep(WAIT_POLL)
@@ -225,17 +228,32 @@ def _wait(args: argparse.Namespace, dsn: str) -> int:
     return _print_waited(args, [rows[task_id] for task_id in ids])
 
 
-def _print_waited(args: argparse.Namespace, shown: list[dict[str, Any]]) -> int:
-    """Print the rows ``wait`` ends with; its exit code (0 all PASS, 1 not, 124 timeout)."""
-    from supervisor.cluster.control import FINAL
+def _needs_you(row: dict[str, Any]) -> bool:
+    return row["status"] == "escalated"
 
+
+def _print_waited(args: argparse.Namespace, shown: list[dict[str, Any]]) -> int:
+    """Print the rows ``wait`` ends with; its exit code (0 all PASS, 1 not, 10 one or more
+    need you, 124 timeout: :mod:`supervisor.waiting`'s). The fleet's row has no escalation
+    record: ``needs`` names the host, where ``supervise show`` or ``-c`` there reads it."""
+    from supervisor.cluster.control import FINAL
+    from supervisor.waiting import EXIT_NEEDS_YOU, OTHER
+
+    needing = [] if args.terminal_only else [row for row in shown if _needs_you(row)]
+    for row in needing:
+        row["needs"] = {"kind": OTHER, "host": row.get("owner_host")}
     if args.json:
         print(escape_json_text(json.dumps(shown, indent=2, default=str)))
     else:
         for row in shown:
             why = row.get("failure_reason") or row.get("error") or ""
             line = f"{row['task_id']}: {row['status']} {row.get('verdict') or '-'}"
+            if "needs" in row:
+                line = f"{row['task_id']}: escalated needs-you on host {row.get('owner_host')}"
             print(escape_controls(line + (f" ({why})" if why else "")))
+    if needing:
+        _err(f"supervise wait: {len(needing)} task(s) need you: 'supervise approve|deny ID'")
+        return EXIT_NEEDS_YOU
     still = [row for row in shown if row["status"] not in FINAL]
     if still:
         _err(f"supervise wait: {len(still)} task(s) still running after {args.timeout:g} s")
