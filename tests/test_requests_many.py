@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import pytest
 from conftest import Setup, wait_for
 
-from supervisor.requests import RequestRefused, apply_request, worst
+from supervisor.requests import RequestRefused, apply_request, apply_requests, worst
 
 SLOW = "tick: 0.5\nsleep: 90\n"
 
@@ -118,28 +118,48 @@ def test_status_and_all_select_what_the_verb_applies_to(setup: Setup) -> None:
 
 
 def test_two_stop_all_at_once_neither_fail_nor_act_twice(setup: Setup) -> None:
+    """Both copies select and leave their requests while the engine is held (SIGSTOP; inotify
+    sees each copy's three requests renamed into ``control/``), so they truly overlap."""
+    from inotify_simple import INotify
+    from inotify_simple import flags as F
+
     setup.write_profile(base_interval=0.3)
-    with _engine(setup):
+    with _engine(setup) as engine:
         ids = _running(setup, "p", "q", "r")
-        argv = [
-            sys.executable,
-            "-m",
-            "supervisor.cli",
-            "stop",
-            "-c",
-            str(setup.profile),
-            "--all",
-            "--json",
-        ]
-        copies = [
-            subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for _ in range(2)
-        ]
+        control = setup.state / "control"
+        control.mkdir(exist_ok=True)
+        watch = INotify()
+        watch.add_watch(str(control), F.MOVED_TO)
+        engine.send_signal(signal.SIGSTOP)
+        try:
+            argv = [
+                sys.executable,
+                "-m",
+                "supervisor.cli",
+                "stop",
+                "-c",
+                str(setup.profile),
+                "--all",
+                "--json",
+                "--wait",
+                "60",
+            ]
+            copies = [
+                subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for _ in range(2)
+            ]
+            left = 0
+            while left < 2 * len(ids):  # every copy's request for every task
+                left += sum(e.name.endswith(".stop") for e in watch.read(timeout=60_000))
+        finally:
+            engine.send_signal(signal.SIGCONT)
+            watch.close()
         outs = [(c.communicate(timeout=90), c.returncode) for c in copies]
         for (out, err), code in outs:
             assert code == 0, out + err
             rows = json.loads(out)
-            assert {r["result"] for r in rows} <= {"applied", "skipped"}, rows
+            assert sorted(r["task_id"] for r in rows) == sorted(ids)
+            assert {r["result"] for r in rows} == {"applied"}, rows
         for task_id in ids:
             events = [e["event"] for e in setup.events(task_id)]
             assert events.count("abandoned") == 1, events
@@ -168,6 +188,10 @@ def test_no_engine_queues_each_and_apply_request_raises_on_a_refusal(setup: Setu
         apply_request(profile, ids[0], "approve", 0.1)
     with pytest.raises(RequestRefused, match="no task"):
         apply_request(profile, "../etc", "stop", 0.1)
+    # chosen by --all/--status, then answered by someone else first: skipped, exit 0
+    [skipped] = apply_requests(profile, [ids[0]], "approve", 0.1, selected=True)
+    assert (skipped.result, skipped.code) == ("skipped", 0)
+    assert skipped.as_dict()["error"].endswith("not escalated: nothing to approve")
     with _engine(setup):  # the next run applies the queued stops
         wait_for(
             lambda: all(m["status"] == "abandoned" for m in setup.manifests().values()), timeout=60
