@@ -4,7 +4,7 @@ nowhere, as one line for ``show``, ``tail``, ``attach`` and ``events`` (issue 22
 A task folder moves into a monthly tarball ``state_dir/archive/YYYY-MM.tar.gz``
 (:mod:`supervisor.archive`); a task file waits in the spool until the engine claims it and
 lands in ``spool/rejected/`` with a ``.error`` beside it when refused
-(:func:`supervisor.cli_ops.locate`). Standard library only.
+(:func:`supervisor.waiting.locate`). Standard library only.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def missing_line(profile: Paths, task_id: str, config: str) -> str:
     """Why ``task_id`` has no task folder, in one line naming where it is and what to run:
     archived in a tarball, waiting in the spool, rejected (with the first line of its
     ``.error``), or no such task. ``config`` names the profile in the commands suggested."""
-    from supervisor.cli_ops import locate
+    from supervisor.waiting import locate
 
     where = locate(profile, task_id)  # type: ignore[arg-type]
     if where == "spool":
