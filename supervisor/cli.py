@@ -29,7 +29,7 @@ Exit codes (the table in README "Exit codes")::
     submit validate config show  done     invalid input, no task     usage
       tail attach status
     stop resume approve deny     applied  nothing requested          usage  3 queued (no
-                                                                            engine), 4 not
+      continue (cli_followup.py)          (continue: refused)               engine), 4 not
                                                                             applied in --wait
     wait                         all PASS one or more did not        usage  124 timeout
     archive                      done     archive not written        usage
@@ -52,7 +52,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from supervisor import cli_cluster, cli_ops, cli_setup, cli_workspace, heartbeats
+from supervisor import cli_cluster, cli_followup, cli_ops, cli_setup, cli_workspace, heartbeats
 from supervisor.cli_cluster import STATUS_HELP as CLUSTER_HELP
 from supervisor.errors import ConfigError
 from supervisor.terminal import escape_controls
@@ -477,6 +477,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.register(sub)  # the web view (extra 'web')
     cli_setup.register(sub)  # init, schema, startup, completion
     cli_cluster.register(sub)  # cluster init|check, hosts (extra 'cluster')
+    cli_followup.register(sub)  # continue (issue 22)
     return parser
 
 
