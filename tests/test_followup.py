@@ -190,3 +190,121 @@ def test_an_archived_task_says_where_it_is(setup: Setup, tmp_path: Path) -> None
     asked = _continue(setup, task_id, "print: more")
     assert asked.returncode == 1, asked.stderr
     assert "is archived in" in asked.stderr and ".tar.gz" in asked.stderr
+
+
+# ---------------------------------------------------------------- Claude's follow-up launch
+
+
+def test_claude_follow_up_resumes_the_session_with_the_turn_prompt(tmp_path: Path) -> None:
+    """Headless: ``--resume`` with the turn's prompt on stdin (no prompt in argv, never the
+    profile's resume_prompt); the TUI: ``--resume`` with the prompt as its argument, or
+    pasted when too long for argv."""
+    from test_prompt_delivery import _claude
+
+    from supervisor.agents.claude import delivery
+    from supervisor.config.argsize import ARGV_PROMPT_MAX
+    from supervisor.taskdir import TURN_PROMPT
+
+    headless = _claude(tmp_path, "the follow-up").follow_up()
+    assert "--resume" in headless.argv and "--session-id" not in headless.argv
+    assert "--" not in headless.argv and "continue the task" not in headless.argv
+    assert headless.stdin == str(tmp_path / "task" / TURN_PROMPT)
+    tui = _claude(tmp_path, "the follow-up", mode="interactive").follow_up()
+    assert "--resume" in tui.argv and tui.argv[-2:] == ["--", "{prompt}"] and tui.stdin is None
+    long = _claude(tmp_path, "x" * (ARGV_PROMPT_MAX + 1), mode="interactive").follow_up()
+    assert "--resume" in long.argv and "{prompt}" not in long.argv
+    assert long.paste is not None and long.paste["path"].endswith(delivery.PASTE_FILE)
+
+
+# ---------------------------------------------------------------- attacks
+
+
+def test_a_fifo_in_place_of_the_follow_up_is_refused_without_a_hang(setup: Setup) -> None:
+    """A FIFO where the prompt should be (odd file type): the engine never blocks on it;
+    the follow-up is refused with an event and the task stays at turn 1."""
+    import os
+
+    from supervisor import control
+    from supervisor.taskdir import CONTINUE_REFUSED
+
+    task_id, _ = _first_turn(setup)
+    os.mkfifo(setup.state / "tasks" / task_id / FOLLOWUP)
+    control.request(setup.state, task_id, control.CONTINUE)
+    done = setup.run(timeout=PATIENCE)
+    assert done.returncode == 0, done.stderr[-3000:]
+    _, manifest = _only_task(setup)
+    assert manifest["turn"] == 1 and manifest["status"] == "completed"
+    refused = [e for e in setup.events(task_id) if e["event"] == CONTINUE_REFUSED]
+    assert refused and "cannot read its follow-up" in refused[0]["reason"]
+    assert not (setup.state / "tasks" / task_id / FOLLOWUP).exists()
+
+
+def test_an_engine_killed_before_the_prompt_was_moved_runs_the_turn_once(setup: Setup) -> None:
+    """SIGKILL after the manifest opened turn 2 and before the prompt file was renamed:
+    the next engine runs turn 2 with that prompt, once."""
+    from supervisor import turnlog
+
+    task_id, _ = _first_turn(setup)
+    folder = TaskDir(setup.state / "tasks" / task_id)
+    prompt = b"print: cut short\n"
+    folder.file(FOLLOWUP).write_bytes(prompt)
+    folder.append_event(
+        FOLLOWED_UP, status="queued", turn=2, prompt_sha256=hashlib.sha256(prompt).hexdigest()
+    )
+    folder.update_manifest(lambda m: turnlog.open_turn(m, 2, folder))
+    done = setup.run(timeout=PATIENCE)
+    assert done.returncode == 0, done.stderr[-3000:]
+    _, manifest = _only_task(setup)
+    assert (manifest["turn"], manifest["status"], len(manifest["turns"])) == (2, "completed", 1)
+    assert (setup.project / "received_prompt.bin").read_bytes() == prompt
+    assert not folder.file(FOLLOWUP).exists()
+    assert [e["event"] for e in setup.events(task_id)].count("launched") == 2
+
+
+def test_a_prompt_over_the_limit_on_stdin_is_refused_in_one_line(setup: Setup) -> None:
+    from supervisor.config import MAX_PROMPT_BYTES
+
+    task_id, _ = _first_turn(setup)
+    asked = _continue(setup, task_id, "-", input="x" * (MAX_PROMPT_BYTES + 1))
+    assert asked.returncode == 1 and f"over {MAX_PROMPT_BYTES} bytes" in asked.stderr
+    assert len(asked.stderr.strip().splitlines()) == 1
+
+
+def test_a_hostile_task_id_is_refused_in_one_line(setup: Setup) -> None:
+    setup.write_profile()
+    for task_id in ("../x", "a\x1b[2Jb", "-rf"):
+        asked = _continue(setup, task_id, "print: x")
+        assert asked.returncode in (1, 2), asked.stderr
+        assert "Traceback" not in asked.stderr and "\x1b" not in asked.stderr
+
+
+def test_a_worktree_task_continues_in_its_worktree_until_discarded(setup: Setup) -> None:
+    """The second turn runs in the same worktree (no second ``git worktree add``); once the
+    worktree is discarded, ``continue`` refuses in one line."""
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(setup.project), *args], check=True, capture_output=True)
+
+    git("init", "-q", "-b", "main")
+    (setup.project / "README").write_text("x\n")
+    git("add", "README")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    setup.write_profile(extra={"workspace": {"mode": "worktree"}})
+    setup.drop("t.toml", setup.task("t", "print: first\n"))
+    assert setup.run(timeout=PATIENCE).returncode == 0
+    task_id, first = _only_task(setup)
+    worktree = Path(first["workspace"]["path"])
+    assert _continue(setup, task_id, "print: second\n").returncode == 3
+    done = setup.run(timeout=PATIENCE)
+    assert done.returncode == 0, done.stderr[-3000:]
+    _, second = _only_task(setup)
+    assert (second["turn"], second["status"]) == (2, "completed"), second
+    assert second["workspace"]["path"] == str(worktree)
+    assert (worktree / "fake_runs").read_text() == "2"
+    assert (worktree / "received_prompt.bin").read_bytes() == b"print: second\n"
+    names = [e["event"] for e in setup.events(task_id)]
+    assert names.count("workspace_preparing") == 1
+    discarded = setup.supervise("discard", "-c", str(setup.profile), task_id, "--yes")
+    assert discarded.returncode == 0, discarded.stderr
+    asked = _continue(setup, task_id, "print: third\n")
+    assert asked.returncode == 1 and "worktree was discarded" in asked.stderr, asked.stderr
