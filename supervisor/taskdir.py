@@ -5,6 +5,8 @@ orchestrators keep working)::
 
     task.toml      the claimed spool file, moved here unchanged
     prompt         the prompt text, byte for byte
+    followup.prompt  a follow-up's prompt waiting for the engine (``supervise continue``)
+    turn.prompt    the current turn's prompt once a follow-up opened turn 2 or later
     argv           the agent argv for the wrapper, NUL-separated (rewritten before a resume)
     env.json       extra environment for the agent (profile [agent.env] + task [env])
     pid            the agent's own PID (written by the wrapper before exec)
