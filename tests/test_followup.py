@@ -308,3 +308,19 @@ def test_a_worktree_task_continues_in_its_worktree_until_discarded(setup: Setup)
     assert discarded.returncode == 0, discarded.stderr
     asked = _continue(setup, task_id, "print: third\n")
     assert asked.returncode == 1 and "worktree was discarded" in asked.stderr, asked.stderr
+
+
+def test_a_damaged_manifest_of_a_later_turn_is_never_rebuilt_as_the_first(setup: Setup) -> None:
+    """Attack (damaged state): turn 2 ran when its manifest was destroyed. The log's last
+    ending is turn 1's, which says nothing of turn 2: the manifest is not rebuilt from it
+    (the task is left ``damaged``, reported), never marked ended by turn 1's outcome."""
+    task_id, _ = _first_turn(setup)
+    folder = TaskDir(setup.state / "tasks" / task_id)
+    folder.append_event(FOLLOWED_UP, status="queued", turn=2, prompt_sha256="0" * 64)
+    folder.append_event("launched", status="running", session_name=task_id)
+    folder.file("manifest.json").write_text("{not json")
+    done = setup.run(timeout=PATIENCE)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert folder.file("manifest.json").read_text() == "{not json"
+    status = setup.supervise("status", "-c", str(setup.profile), "--json")
+    assert "damaged" in status.stdout, status.stdout
