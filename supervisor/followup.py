@@ -17,6 +17,7 @@ import os
 import re
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from supervisor import archive, control, engine_probe
@@ -49,7 +50,7 @@ def request_continue(profile: LoadedProfile, task_id: str, prompt: str, wait_s: 
     """
     task = _task(profile, task_id)
     manifest = _checked(profile, task, prompt)
-    _leave_prompt(task, prompt)
+    _leave_prompt(task, prompt, profile.state_dir)
     try:  # read again: a follow-up taken meanwhile has queued the task (see the module doc)
         manifest = _checked(profile, task, prompt)
     except FollowUpRefused:
@@ -137,9 +138,10 @@ def _workspace_kept(task: TaskDir, manifest: Manifest) -> None:
         )
 
 
-def _leave_prompt(task: TaskDir, prompt: str) -> None:
+def _leave_prompt(task: TaskDir, prompt: str, state_dir: Path) -> None:
     """Write the prompt beside the task, then link it in as :data:`FOLLOWUP` (never
-    replacing one: a second follow-up at once is refused)."""
+    replacing one: a second follow-up at once is refused, and the engine woken for the
+    one waiting, whose caller may have died before asking)."""
     fd, tmp = tempfile.mkstemp(prefix=".followup-", dir=task.path)  # mode 0600
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -149,6 +151,8 @@ def _leave_prompt(task: TaskDir, prompt: str) -> None:
         try:
             os.link(tmp, task.file(FOLLOWUP))
         except FileExistsError:
+            # Wake the engine for it: its caller may have been killed before asking.
+            control.request(state_dir, task.task_id, control.CONTINUE)
             raise FollowUpRefused(
                 f"task {task.task_id}: another follow-up waits for the engine already; "
                 "wait for it ('supervise wait') and continue again"

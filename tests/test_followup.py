@@ -324,3 +324,52 @@ def test_a_damaged_manifest_of_a_later_turn_is_never_rebuilt_as_the_first(setup:
     assert folder.file("manifest.json").read_text() == "{not json"
     status = setup.supervise("status", "-c", str(setup.profile), "--json")
     assert "damaged" in status.stdout, status.stdout
+
+
+def _engine(setup: Setup) -> subprocess.Popen:
+    engine = setup.start()
+    wait_for(lambda: engine_probe.engine(setup.state).lock_held, timeout=PATIENCE)
+    return engine
+
+
+def test_a_follow_up_whose_caller_was_killed_is_taken_at_the_next_ask(setup: Setup) -> None:
+    """Attack (SIGKILL halfway): a ``continue`` killed after leaving its prompt and before
+    waking the engine. The next ``continue`` refuses (one waits already) and wakes the
+    engine, which runs the waiting one: no follow-up stuck until a restart."""
+    task_id, _ = _first_turn(setup)
+    engine = _engine(setup)  # up first: its start would take the orphan by itself
+    try:
+        (setup.state / "tasks" / task_id / FOLLOWUP).write_bytes(b"print: orphan\n")
+        asked = _continue(setup, task_id, "print: mine\n")
+        assert asked.returncode == 1 and "another follow-up waits" in asked.stderr
+        wait_for(lambda: _only_task(setup)[1]["turn"] == 2, timeout=PATIENCE)
+        wait_for(lambda: _only_task(setup)[1]["status"] == "completed", timeout=PATIENCE)
+    finally:
+        engine.terminate()
+        engine.wait(timeout=PATIENCE)
+    assert (setup.project / "received_prompt.bin").read_bytes() == b"print: orphan\n"
+
+
+def test_two_continues_at_once_on_a_live_engine_start_one_turn(setup: Setup) -> None:
+    task_id, _ = _first_turn(setup, "print: first\nsleep: 0\n")
+    engine = _engine(setup)
+    try:
+        argv = [sys.executable, "-m", "supervisor.cli", "continue", "-c", str(setup.profile)]
+        procs = [
+            subprocess.Popen(
+                [*argv, task_id, f"print: turn {n}\nsleep: 2\n", "--wait", str(PATIENCE)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for n in (1, 2)
+        ]
+        results = [(p.wait(timeout=PATIENCE), p.communicate()[1]) for p in procs]
+        assert sorted(code for code, _ in results) == [0, 1], results
+        wait_for(lambda: _only_task(setup)[1]["status"] == "completed", timeout=PATIENCE)
+    finally:
+        engine.terminate()
+        engine.wait(timeout=PATIENCE)
+    _, manifest = _only_task(setup)
+    assert manifest["turn"] == 2 and len(manifest["turns"]) == 1
+    assert [e["event"] for e in setup.events(task_id)].count(FOLLOWED_UP) == 1
