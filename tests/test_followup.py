@@ -373,3 +373,27 @@ def test_two_continues_at_once_on_a_live_engine_start_one_turn(setup: Setup) -> 
     _, manifest = _only_task(setup)
     assert manifest["turn"] == 2 and len(manifest["turns"]) == 1
     assert [e["event"] for e in setup.events(task_id)].count(FOLLOWED_UP) == 1
+
+
+def test_a_claude_task_without_a_session_and_a_fleet_profile_are_refused(setup: Setup) -> None:
+    """Where the agent cannot resume (Claude Code never started a session: no session id in
+    the manifest's ``claude``) and where the fleet cannot do it (a ``[cluster]`` profile),
+    one line each says so."""
+    import tomli_w
+
+    task_id, _ = _first_turn(setup)
+    claude = {**_profile_data(setup), "agent": {"kind": "claude", "binary": sys.executable}}
+    setup.profile.write_text(tomli_w.dumps(claude))
+    asked = _continue(setup, task_id, "print: more")
+    assert asked.returncode == 1 and "never started a session" in asked.stderr, asked.stderr
+    fleet = {**_profile_data(setup), "cluster": {"dsn": "postgresql://nowhere/x"}}
+    setup.profile.write_text(tomli_w.dumps(fleet))
+    asked = _continue(setup, task_id, "print: more")
+    assert asked.returncode == 1 and "[cluster] profile" in asked.stderr, asked.stderr
+    assert len(asked.stderr.strip().splitlines()) == 1
+
+
+def _profile_data(setup: Setup) -> dict:
+    import tomllib
+
+    return tomllib.loads(setup.profile.read_text())
