@@ -37,6 +37,7 @@ Exit codes (the table in README "Exit codes")::
                                                                             applied in --wait;
                                                                             several: the worst,
                                                                             1 > 4 > 3 > 0
+    continue (cli_followup.py)   recorded refused                    usage  3 queued, 4 not taken
     shutdown                     stopped  no engine                  usage  4 still running
     wait                         all PASS one or more did not        usage  10 needs you (wins
                                                                             over 0, 1), 124
@@ -63,6 +64,7 @@ from typing import TYPE_CHECKING, Any
 
 from supervisor import (
     cli_cluster,
+    cli_followup,
     cli_ops,
     cli_read,
     cli_requests,
@@ -274,6 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.register(sub)  # the web view (extra 'web')
     cli_setup.register(sub)  # init, schema, startup, completion
     cli_cluster.register(sub)  # cluster init|check, hosts (extra 'cluster')
+    cli_followup.register(sub)  # continue (issue 22)
     return parser
 
 

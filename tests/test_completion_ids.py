@@ -111,7 +111,7 @@ def test_zsh_and_fish_scripts_complete_task_ids(setup: Setup) -> None:
     zsh, fish = _script(setup, "zsh"), _script(setup, "fish")
     assert "_supervise_task_ids() {" in zsh and "_ids -c" in zsh and "compadd -a ids" in zsh
     # one argument spec per command taking ids (":task_id:", or "(*)::..." for several)
-    assert zsh.count(":_supervise_task_ids\"") >= len(ID_COMMANDS)
+    assert zsh.count(':_supervise_task_ids"') >= len(ID_COMMANDS)
     assert ":ID:_supervise_task_ids" in zsh  # wait, events
     assert "function _supervise_task_ids" in fish and "_ids -c $profile" in fish
     for command in ID_COMMANDS:
