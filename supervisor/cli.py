@@ -10,13 +10,17 @@ Commands (``--json``: the result as JSON on stdout)::
                                                  engine, spool, tasks (or the archived ones)
     supervise top -c PROFILE [--status S] [--filter T]  live view (the 'tui' extra)
     supervise serve -c PROFILE [--bind H:P]      live web page (the 'web' extra; views/serve.py)
-    supervise wait -c PROFILE ID... [--timeout S] [--json]  until they end (cli_ops.py)
+    supervise wait -c PROFILE ID... [--timeout S] [--terminal-only] [--json]
+                                                 until they end or one needs you (cli_ops.py)
     supervise show -c PROFILE ID                 print one manifest
-    supervise stop -c PROFILE ID [--json]        end a task as abandoned (reason "stopped")
-    supervise resume -c PROFILE ID [--json]      force a resume now
-    supervise approve -c PROFILE ID [--json]     allow what an escalated task waits for
-    supervise deny -c PROFILE ID [--json]        refuse it (the agent is told no)
-    supervise tail -c PROFILE ID [-n N] [-f]     print (and follow) a task's output.log
+    supervise stop -c PROFILE ID... [--json]     end tasks as abandoned (reason "stopped")
+    supervise resume -c PROFILE ID... [--json]   force a resume now
+    supervise approve -c PROFILE ID... [--json]  allow what an escalated task waits for
+    supervise deny -c PROFILE ID... [--json]     refuse it (the agent is told no); the four
+                                                 take --all or --status S (cli_requests.py)
+    supervise shutdown -c PROFILE [--wait S]     stop the engine, leave the agents (cli_shutdown.py)
+    supervise tail -c PROFILE ID [-n N] [-f] [--raw]  a task's output, rendered (cli_tail.py)
+    supervise logs|events ...                    the engine log, a task's events (cli_read.py)
     supervise attach -c PROFILE ID               attach this terminal to the task's tmux session
     supervise config -c PROFILE [--task FILE] [--json]  every effective policy value, its source
     supervise archive -c PROFILE --older-than D  ended task folders into tarballs (cli_ops.py)
@@ -32,14 +36,21 @@ Exit codes (the table in README "Exit codes")::
       tail attach status
     stop resume approve deny     applied  nothing requested          usage  3 queued (no
                                                                             engine), 4 not
-                                                                            applied in --wait
-    wait                         all PASS one or more did not        usage  124 timeout
+                                                                            applied in --wait;
+                                                                            several: the worst,
+                                                                            1 > 4 > 3 > 0
+    continue (cli_followup.py)   recorded refused                    usage  3 queued, 4 not taken
+    shutdown                     stopped  no engine                  usage  4 still running
+    wait                         all PASS one or more did not        usage  10 needs you (wins
+                                                                            over 0, 1), 124
+                                                                            timeout
     submit --wait                as wait (the id printed first); 1 also: invalid input
     mcp                          client closed  bad profile          usage, no 'mcp' extra
     archive                      done     archive not written        usage
     diff merge discard prune     done     refused                    usage
     init startup schema          done     refused or failed          usage
       completion top (quit; 1: no 'tui' extra; 2: a bad --status)
+    logs events                  printed  no log yet, no task        usage  130 -f stopped
 
 ``submit``, ``wait`` and the four requests warn on stderr when no live engine holds the
 state dir (:mod:`supervisor.engine_probe`); ``status`` shows the engine line itself.
@@ -52,21 +63,26 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from supervisor import (
     cli_cluster,
+    cli_followup,
     cli_mcp,
     cli_ops,
+    cli_read,
+    cli_requests,
     cli_setup,
+    cli_shutdown,
+    cli_tail,
     cli_validate,
     cli_workspace,
     inline_submit,
 )
 from supervisor.cli_cluster import STATUS_HELP as CLUSTER_HELP
 from supervisor.errors import ConfigError
+from supervisor.requests import EXIT_NOT_APPLIED, EXIT_QUEUED  # noqa: F401 (their old home)
 from supervisor.terminal import escape_controls
 from supervisor.views import serve  # imports no web library until it runs
 from supervisor.views import status as views_status  # plain os/json, no third-party import
@@ -74,13 +90,6 @@ from supervisor.views.top import register as register_top  # never imports Textu
 
 if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
-
-
-#: Exit status of a request left for an engine that is not running (issue 10: an operator
-#: script must not take "queued" for "done").
-EXIT_QUEUED = 3
-#: Exit status of a request the running engine has not applied within ``--wait`` seconds.
-EXIT_NOT_APPLIED = 4
 
 
 def _err(message: str) -> None:
@@ -128,135 +137,17 @@ def cmd_top(args: argparse.Namespace) -> int:
     return top.run(_profile(args.config), args)
 
 
-def cmd_show(args: argparse.Namespace) -> int:
-    profile = _profile(args.config)
-    path = profile.tasks_dir / args.task_id / "manifest.json"
-    if "/" in args.task_id or not path.exists():
-        _err(f"no task {args.task_id!r} in {profile.tasks_dir}; see 'supervise status -c ...'")
-        return 1
-    from supervisor.terminal import escape_json_text
-
-    sys.stdout.write(escape_json_text(path.read_text(encoding="utf-8", errors="replace")))
-    return 0
-
-
 def _task_dir(profile: LoadedProfile, task_id: str) -> Path | None:
     path = profile.tasks_dir / task_id
     if "/" in task_id or task_id.startswith(".") or not (path / "manifest.json").exists():
-        _err(f"no task {task_id!r} in {profile.tasks_dir}; see 'supervise status -c ...'")
+        _err(cli_read.missing_line(profile, task_id))
         return None
     return path
 
 
-def _request(args: argparse.Namespace, verb: str) -> int:
-    from supervisor import control, engine_probe
-    from supervisor.states import TERMINAL, Status
-
-    profile = _profile(args.config)
-    folder = _task_dir(profile, args.task_id)
-    if folder is None:
-        return 1
-    manifest_path = folder / "manifest.json"
-    try:
-        before = json.loads(manifest_path.read_text(encoding="utf-8"))
-        if not isinstance(before, dict) or not isinstance(before.get("status"), str):
-            raise ValueError("no 'status'")
-        before.setdefault("retry_count", 0)
-    except (OSError, ValueError) as exc:
-        _err(f"{manifest_path}: cannot read the manifest ({exc}); see 'supervise status'")
-        return 1
-    refused = control.refusal(args.task_id, before["status"], verb)
-    if refused:
-        _err(refused)
-        return 1
-    control.request(profile.state_dir, args.task_id, verb)
-    found = engine_probe.engine(profile.state_dir)
-    if not found.lock_held:
-        _err(f"queued '{verb}' for {args.task_id}; no engine runs on {profile.state_dir}, "
-             "so it happens when 'supervise run' starts")  # fmt: skip
-        return _said(args, verb, "queued", before, EXIT_QUEUED)
-    if found.state != "running":
-        warn_no_engine(profile, f"'{verb}' waits until it moves")
-    deadline = time.time() + args.wait
-    while time.time() < deadline:
-        try:
-            after = json.loads(manifest_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):  # replaced atomically; a damaged one is looked at again
-            time.sleep(0.1)
-            continue
-        if verb == "stop":
-            acted = after["status"] in TERMINAL
-        elif verb in ("approve", "deny"):
-            acted = after["status"] != Status.ESCALATED
-        else:
-            acted = after["retry_count"] > before["retry_count"] or after["status"] in TERMINAL
-        if acted:
-            if not args.json:
-                print(f"{args.task_id}: {after['status']} (retry_count {after['retry_count']})")
-            return _said(args, verb, "applied", after, 0)
-        time.sleep(0.1)
-    _err(f"requested '{verb}' for {args.task_id}; the engine has not applied it within "
-         f"{args.wait:g} s (the request stays in {profile.state_dir / 'control'})")  # fmt: skip
-    return _said(args, verb, "not_applied", before, EXIT_NOT_APPLIED)
-
-
-def _said(args: argparse.Namespace, verb: str, result: str, manifest: dict, code: int) -> int:
-    """With ``--json``, print ``{"task_id", "verb", "result", "status", "retry_count"}``
-    (``result``: ``applied``, ``queued`` or ``not_applied``); return ``code``."""
-    if args.json:
-        print(json.dumps({"task_id": args.task_id, "verb": verb, "result": result,
-                          "status": manifest.get("status"),
-                          "retry_count": manifest.get("retry_count")}))  # fmt: skip
-    return code
-
-
-def cmd_stop(args: argparse.Namespace) -> int:
-    return _request(args, "stop")
-
-
-def cmd_resume(args: argparse.Namespace) -> int:
-    return _request(args, "resume")
-
-
-def cmd_approve(args: argparse.Namespace) -> int:
-    return _request(args, "approve")
-
-
-def cmd_deny(args: argparse.Namespace) -> int:
-    return _request(args, "deny")
-
-
 def cmd_tail(args: argparse.Namespace) -> int:
-    profile = _profile(args.config)
-    folder = _task_dir(profile, args.task_id)
-    if folder is None:
-        return 1
-    from supervisor.states import TERMINAL
-    from supervisor.taskdir import TaskDir
-
-    task = TaskDir(folder)
-    # output.log is filtered at capture, but a log from an older version or a file put
-    # there by hand is not: escape here as well.
-    sys.stdout.write(escape_controls(task.output_tail(args.lines), keep="\n\t") + "\n")
-    if not args.follow:
-        return 0
-    import codecs
-
-    # Incremental: a UTF-8 character split across two reads is decoded whole.
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    log_path = folder / "output.log"
-    position = log_path.stat().st_size if log_path.exists() else 0
-    while True:
-        if log_path.exists() and log_path.stat().st_size > position:
-            with open(log_path, "rb") as handle:
-                handle.seek(position)
-                chunk = handle.read()
-            position += len(chunk)
-            sys.stdout.write(escape_controls(decoder.decode(chunk), keep="\n\t"))
-            sys.stdout.flush()
-        elif task.read_manifest().status in TERMINAL:
-            return 0
-        time.sleep(0.25)
+    folder = _task_dir(_profile(args.config), args.task_id)
+    return 1 if folder is None else cli_tail.run(folder, args)
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
@@ -276,6 +167,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 def cmd_config(args: argparse.Namespace) -> int:
     from supervisor.config import effective_policy, load_task
+    from supervisor.config.approvalrules import approval_rows
     from supervisor.config.workspace import workspace_rows
 
     profile = _profile(args.config)
@@ -288,7 +180,8 @@ def cmd_config(args: argparse.Namespace) -> int:
     rows = [{"key": k, "value": json.dumps(v), "source": sources.get(k, "default")}
             for k, v in values.items()]  # fmt: skip
     task_ws = resolved.spec.workspace if args.task else None
-    for key, value, source in workspace_rows(profile.spec.workspace, task_ws):
+    rules = approval_rows(profile.spec, resolved.spec if args.task else None)  # with sources
+    for key, value, source in workspace_rows(profile.spec.workspace, task_ws) + rules:
         values[key] = value
         rows.append({"key": key, "value": json.dumps(value), "source": source})
     if args.json:
@@ -314,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_setup.add_version_argument(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     cli_ops.register(sub)  # run, wait, archive
+    cli_read.register(sub)  # logs, events, _ids
 
     cli_validate.register(sub)  # validate
 
@@ -330,28 +224,15 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="print one task's manifest.json")
     show.add_argument("-c", "--config", required=True, help="profile TOML file")
     show.add_argument("task_id")
-    show.set_defaults(func=cmd_show)
+    show.set_defaults(func=cli_read.cmd_show)
 
-    for name, func, text in (
-        ("stop", cmd_stop, "end a task now as abandoned (reason 'stopped'), with a clean stop"),
-        ("resume", cmd_resume, "stop the agent and resume it now with the resume command"),
-        ("approve", cmd_approve, "allow the request an escalated task waits on (or unpause it)"),
-        ("deny", cmd_deny, "refuse the request an escalated task waits on"),
-    ):
-        verb = sub.add_parser(name, help=text)
-        verb.add_argument("-c", "--config", required=True, help="profile TOML file")
-        verb.add_argument("task_id")
-        verb.add_argument(
-            "--wait", type=float, default=15.0, help="seconds to wait for the engine (15)"
-        )
-        verb.add_argument("--json", action="store_true", help="print the result as JSON")
-        verb.set_defaults(func=func)
+    cli_requests.register(sub)  # stop, resume, approve, deny: one task or many
+    cli_shutdown.register(sub)  # stop the engine, leave the agents
 
-    tail = sub.add_parser("tail", help="print the end of a task's output.log")
+    tail = sub.add_parser("tail", help="print the end of a task's output, rendered readably")
     tail.add_argument("-c", "--config", required=True, help="profile TOML file")
     tail.add_argument("task_id")
-    tail.add_argument("-n", "--lines", type=int, default=20, help="lines to print (20)")
-    tail.add_argument("-f", "--follow", action="store_true", help="follow until the task ends")
+    cli_tail.add_arguments(tail)  # -n, -f, --raw
     tail.set_defaults(func=cmd_tail)
 
     attach = sub.add_parser("attach", help="attach this terminal to a task's tmux session")
@@ -370,6 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_setup.register(sub)  # init, schema, startup, completion
     cli_mcp.register(sub)  # the MCP server over stdio (extra 'mcp')
     cli_cluster.register(sub)  # cluster init|check, hosts (extra 'cluster')
+    cli_followup.register(sub)  # continue (issue 22)
     return parser
 
 

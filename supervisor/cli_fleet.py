@@ -12,7 +12,8 @@ fleet's database answers (:mod:`supervisor.cluster.control`):
 * ``show`` prints the fleet's record (the manifest's summary fields, owner, generation,
   restarted_from, events) as JSON;
 * ``wait`` polls every :data:`WAIT_POLL` seconds until each row's state is final
-  (:data:`supervisor.cluster.control.FINAL`), and prints and exits as the local ``wait``
+  (:data:`supervisor.cluster.control.FINAL`) or, unless ``--terminal-only``, one is
+  ``escalated`` (exit 10, ``needs`` naming its host), and prints and exits as the local ``wait``
   (0 every task PASS, 1 otherwise, 2 unknown id, 124 timeout). It rides out a database
   that stops answering (a PostgreSQL restart, a failover): one line on stderr, then it
   reads again every :data:`WAIT_POLL` seconds until its own deadline (``--timeout``), or
@@ -44,7 +45,6 @@ OUTAGE_S = 300.0
 EXIT_USAGE = 2
 EXIT_TIMEOUT = 124
 _LINE_RE = re.compile(r"^\S+: (\S+) \(retry_count (\d+)\)$")
-_SLUG_RE = re.compile(r"[a-z0-9][a-z0-9-]*")
 Command = Callable[[argparse.Namespace], int]
 
 
@@ -53,16 +53,20 @@ def _err(message: str) -> None:
 
 
 def _ids(args: argparse.Namespace) -> list[str]:
-    return list(getattr(args, "task_ids", None) or [args.task_id])
+    if hasattr(args, "task_ids"):  # the verbs and wait take several (or --all/--status)
+        return list(args.task_ids)
+    return [args.task_id]
 
 
 def _is_local(args: argparse.Namespace, profile: Any) -> bool:
     """Every named task is in the profile's own state dir (or spool, for ``wait``)."""
     if args.command == "wait":
-        from supervisor.cli_ops import locate
+        from supervisor.waiting import locate
 
         return all(locate(profile, task_id) is not None for task_id in _ids(args))
-    return all(_SLUG_RE.fullmatch(t) and (profile.tasks_dir / t / "manifest.json").exists()
+    from supervisor.waiting import is_task_id
+
+    return all(is_task_id(t) and (profile.tasks_dir / t / "manifest.json").exists()
                for t in _ids(args))  # fmt: skip
 
 
@@ -114,17 +118,28 @@ def _routed(local: Command, fleet: Callable[[argparse.Namespace, str], int]) -> 
 
 
 def _verb(args: argparse.Namespace, dsn: str) -> int:
+    """Each named task through the fleet; the worst code (:func:`supervisor.requests.worst`).
+    ``--all``/``--status`` read one state dir, so they need ``-c``."""
+    from supervisor.requests import worst
+
+    if not args.task_ids:
+        _err(f"supervise {args.command}: --all/--status need -c PROFILE (one host's tasks)")
+        return EXIT_USAGE
+    return worst(_verb_one(args, dsn, task_id) for task_id in dict.fromkeys(args.task_ids))
+
+
+def _verb_one(args: argparse.Namespace, dsn: str, task_id: str) -> int:
     from supervisor.cluster.control import route
 
     who = f"{getpass.getuser()}@{socket.gethostname()}"
-    answer = route(dsn, args.task_id, args.command, args.wait, who)
+    answer = route(dsn, task_id, args.command, args.wait, who)
     if answer.ok and not args.json:
         print(escape_controls(answer.text))
     elif not answer.ok:
         _err(answer.text)
     if args.json and answer.code in (0, 4):
         match = _LINE_RE.match(answer.text)
-        print(json.dumps({"task_id": args.task_id, "verb": args.command,
+        print(json.dumps({"task_id": task_id, "verb": args.command,
                           "result": "applied" if answer.ok else "not_applied",
                           "status": match.group(1) if match else None,
                           "retry_count": int(match.group(2)) if match else None,
@@ -199,6 +214,8 @@ def _wait(args: argparse.Namespace, dsn: str) -> int:
              "'supervise status --cluster'")  # fmt: skip
         return EXIT_USAGE
     while not all(row["status"] in FINAL for row in rows.values()):
+        if not args.terminal_only and any(_needs_you(row) for row in rows.values()):
+            break
         if deadline is not None and time.monotonic() >= deadline:
             break
         time.sleep(WAIT_POLL)
@@ -211,17 +228,32 @@ def _wait(args: argparse.Namespace, dsn: str) -> int:
     return _print_waited(args, [rows[task_id] for task_id in ids])
 
 
-def _print_waited(args: argparse.Namespace, shown: list[dict[str, Any]]) -> int:
-    """Print the rows ``wait`` ends with; its exit code (0 all PASS, 1 not, 124 timeout)."""
-    from supervisor.cluster.control import FINAL
+def _needs_you(row: dict[str, Any]) -> bool:
+    return row["status"] == "escalated"
 
+
+def _print_waited(args: argparse.Namespace, shown: list[dict[str, Any]]) -> int:
+    """Print the rows ``wait`` ends with; its exit code (0 all PASS, 1 not, 10 one or more
+    need you, 124 timeout: :mod:`supervisor.waiting`'s). The fleet's row has no escalation
+    record: ``needs`` names the host, where ``supervise show`` or ``-c`` there reads it."""
+    from supervisor.cluster.control import FINAL
+    from supervisor.waiting import EXIT_NEEDS_YOU, OTHER
+
+    needing = [] if args.terminal_only else [row for row in shown if _needs_you(row)]
+    for row in needing:
+        row["needs"] = {"kind": OTHER, "host": row.get("owner_host")}
     if args.json:
         print(escape_json_text(json.dumps(shown, indent=2, default=str)))
     else:
         for row in shown:
             why = row.get("failure_reason") or row.get("error") or ""
             line = f"{row['task_id']}: {row['status']} {row.get('verdict') or '-'}"
+            if "needs" in row:
+                line = f"{row['task_id']}: escalated needs-you on host {row.get('owner_host')}"
             print(escape_controls(line + (f" ({why})" if why else "")))
+    if needing:
+        _err(f"supervise wait: {len(needing)} task(s) need you: 'supervise approve|deny ID'")
+        return EXIT_NEEDS_YOU
     still = [row for row in shown if row["status"] not in FINAL]
     if still:
         _err(f"supervise wait: {len(still)} task(s) still running after {args.timeout:g} s")

@@ -4,14 +4,16 @@ Commands::
 
     supervise run PROFILE [--exit-when-idle] [-v] [--log-file PATH [--log-max-bytes N]
                   [--log-backups K]]               run the engine (one start line logged)
-    supervise wait -c PROFILE ID... [--timeout S] [--json]
-                                                   return when every named task has ended
+    supervise wait -c PROFILE ID... [--timeout S] [--terminal-only] [--json]
+                                                   return when every named task has ended,
+                                                   or one needs you (supervisor/waiting.py)
     supervise archive -c PROFILE --older-than D [--dry-run] [--json]
                                                    move ended task dirs into monthly tarballs
 
-Exit codes of ``wait`` (``timeout(1)``'s 124 for a timeout): 0 every task ended with verdict
-``PASS``; 1 one or more ended otherwise (or its task file was rejected); 124 ``--timeout``
-seconds passed first; 2 usage error (argparse, or an id that names no task, spool file or
+Exit codes of ``wait`` (:mod:`supervisor.waiting`): 0 every task ended with verdict
+``PASS``; 1 one or more ended otherwise (or its task file was rejected); 10 one or more
+need you (escalated; wins over 0 and 1); 124 ``--timeout`` seconds passed first (as
+``timeout(1)``); 2 usage error (argparse, or an id that names no task, spool file or
 rejected file). ``run``: 0 on a normal stop, 1 when it cannot start (another engine, an
 unsafe spool). ``archive``: 0 done (also nothing to do), 1 an archive could not be written
 (nothing removed then) or another ``archive`` runs on the state dir (nothing done), 2 usage
@@ -22,23 +24,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from supervisor.terminal import escape_controls
+from supervisor.waiting import EXIT_TIMEOUT
 
 if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
 
-#: ``timeout(1)``'s exit status when the time ran out (GNU coreutils manual).
-EXIT_TIMEOUT = 124
 EXIT_USAGE = 2
-#: Seconds between full re-reads while waiting: the net under the inotify events (a missed
-#: event costs at most this much).
-SAFETY_POLL = 5.0
 #: Default size and count of ``--log-file`` rotation (supervisord's ``logfile_maxbytes``
 #: and ``logfile_backups`` defaults: 50 MB, 10).
 LOG_MAX_BYTES = 50 * 1024 * 1024
@@ -119,6 +115,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if profile.spec.cluster is not None and (refused := _cluster_preflight(profile)):
         _err(f"supervise run: {refused}")
         return 1
+    from supervisor import enginelog  # the file 'supervise logs' reads
+
+    if warning := enginelog.attach(
+        profile.state_dir, args.log_file, args.log_max_bytes, args.log_backups
+    ):
+        _err(warning)
     try:
         return run_profile(profile, exit_when_idle=args.exit_when_idle)
     except (EngineBusy, UnsafeSpool) as exc:
@@ -129,146 +131,38 @@ def cmd_run(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- wait
 
 
-def _read_manifest(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return None  # not there yet, or replaced under us: looked at again
-    return data if isinstance(data, dict) and isinstance(data.get("status"), str) else None
-
-
-def locate(profile: LoadedProfile, task_id: str) -> str | None:
-    """Where ``task_id`` is: ``"task"`` (a task folder), ``"spool"`` (its file waits in the
-    spool or is being claimed), ``"rejected"`` (its file was rejected), or ``None``."""
-    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", task_id):  # a slug, never a path
-        return None
-    if (profile.tasks_dir / task_id).is_dir():
-        return "task"
-    spool = profile.spool_dir
-    if (spool / f"{task_id}.toml").exists() or any(spool.glob(f".claim.{task_id}.*")):
-        # the claim may have moved it into its task folder meanwhile
-        return "task" if (profile.tasks_dir / task_id).is_dir() else "spool"
-    if (spool / "rejected" / f"{task_id}.toml").exists():
-        return "rejected"
-    return None
-
-
-def _rejected(profile: LoadedProfile, task_id: str) -> dict[str, Any]:
-    """The stand-in for a task whose file the engine rejected: status ``rejected``."""
-    error = profile.spool_dir / "rejected" / f"{task_id}.toml.error"
-    try:
-        text = error.read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
-        text = ""
-    return {"task_id": task_id, "status": "rejected", "verdict": None, "error": text}
-
-
-def _look(profile: LoadedProfile, ids: list[str], ended: dict[str, dict[str, Any]]) -> None:
-    """Add to ``ended`` every task of ``ids`` that has ended since the last look."""
-    from supervisor.states import TERMINAL
-
-    for task_id in ids:
-        if task_id in ended:
-            continue
-        manifest = _read_manifest(profile.tasks_dir / task_id / "manifest.json")
-        if manifest is not None and manifest["status"] in TERMINAL:
-            ended[task_id] = manifest
-        elif manifest is None and locate(profile, task_id) == "rejected":
-            ended[task_id] = _rejected(profile, task_id)
-
-
-class _Events:
-    """inotify on the tasks folder, each named task's folder and ``spool/rejected``: any
-    rename or write there wakes :meth:`wait`. Folders that appear later are added."""
-
-    def __init__(self, profile: LoadedProfile, ids: list[str]) -> None:
-        from inotify_simple import INotify
-        from inotify_simple import flags as F
-
-        self.flags = F.MOVED_TO | F.CLOSE_WRITE | F.CREATE | F.MOVED_FROM | F.DELETE
-        self.inotify = INotify()
-        self.profile, self.ids = profile, set(ids)
-        self.watched: set[Path] = set()
-        self.refresh()
-
-    def refresh(self) -> None:
-        """Watch the folders that exist now (idempotent)."""
-        folders = [self.profile.tasks_dir, self.profile.spool_dir / "rejected",
-                   self.profile.spool_dir]  # fmt: skip
-        folders += [self.profile.tasks_dir / task_id for task_id in self.ids]
-        for folder in folders:
-            if folder in self.watched:
-                continue
-            try:
-                self.inotify.add_watch(str(folder), self.flags)
-            except OSError:
-                continue  # not there yet: the next refresh or the safety poll finds it
-            self.watched.add(folder)
-
-    def wait(self, seconds: float) -> None:
-        """Block until an event or ``seconds`` pass."""
-        self.inotify.read(timeout=max(1, int(seconds * 1000)))
-        self.refresh()
-
-    def close(self) -> None:
-        self.inotify.close()
-
-
 def cmd_wait(args: argparse.Namespace) -> int:
-    from supervisor import engine_probe
+    """``supervise wait``: :func:`supervisor.waiting.wait_tasks`, printed."""
+    from supervisor import engine_probe, waiting
 
     profile = _profile(args.config)
-    ids = list(dict.fromkeys(args.task_ids))
-    unknown = [task_id for task_id in ids if locate(profile, task_id) is None]
-    if unknown:
-        _err(f"supervise wait: no task {', '.join(unknown)} in {profile.tasks_dir} nor in "
-             f"{profile.spool_dir}; see 'supervise status -c {args.config}'")  # fmt: skip
-        return EXIT_USAGE
-    ended: dict[str, dict[str, Any]] = {}
-    _look(profile, ids, ended)
-    if len(ended) < len(ids):
+
+    def warn() -> None:
         warning = engine_probe.warning(profile.state_dir, args.config, "the tasks do not move")
         if warning:
             _err(warning)
-    deadline = None if args.timeout is None else time.monotonic() + args.timeout
-    events = _Events(profile, ids)
+
     try:
-        while len(ended) < len(ids):
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                break
-            events.wait(SAFETY_POLL if left is None else min(left, SAFETY_POLL))
-            _look(profile, ids, ended)
-    finally:
-        events.close()
-    return _report_wait(args, profile, ids, ended)
-
-
-def _report_wait(
-    args: argparse.Namespace, profile: LoadedProfile, ids: list[str], ended: dict[str, Any]
-) -> int:
-    """Print the outcome (``--json``: the manifests, in the order named) and return the
-    exit status."""
-    timed_out = len(ended) < len(ids)
-    shown = []
-    for task_id in ids:
-        manifest = ended.get(task_id)
-        if manifest is None:
-            manifest = _read_manifest(profile.tasks_dir / task_id / "manifest.json") or {
-                "task_id": task_id, "status": "spooled", "verdict": None}  # fmt: skip
-        shown.append(manifest)
+        outcome = waiting.wait_tasks(
+            profile, args.task_ids, args.timeout, terminal_only=args.terminal_only, on_block=warn
+        )
+    except waiting.UnknownTasks as exc:
+        _err(f"supervise wait: {exc}")
+        return EXIT_USAGE
     if args.json:
-        print(json.dumps(shown, indent=2))
+        print(json.dumps(outcome.shown, indent=2))
     else:
-        for m in shown:
-            why = m.get("failure_reason") or m.get("abandon_reason") or m.get("error") or ""
-            line = f"{m.get('task_id')}: {m.get('status')} {m.get('verdict') or '-'}"
-            print(escape_controls(line + (f" ({why})" if why else "")))
-    if timed_out:
-        _err(f"supervise wait: {len(ids) - len(ended)} task(s) still running after "
-             f"{args.timeout:g} s")  # fmt: skip
-        return EXIT_TIMEOUT
-    return 0 if all(m.get("verdict") == "PASS" for m in shown) else 1
+        print("\n".join(outcome.lines()))
+    if outcome.code == waiting.EXIT_NEEDS_YOU:
+        _err(
+            f"supervise wait: {len(outcome.needs_you)} task(s) need you: answer with "
+            f"'supervise approve|deny -c {args.config} ID'"
+        )
+    elif outcome.code == EXIT_TIMEOUT:
+        _err(
+            f"supervise wait: {len(outcome.pending)} task(s) still running after {args.timeout:g} s"
+        )
+    return outcome.code
 
 
 # ---------------------------------------------------------------- archive
@@ -361,11 +255,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                      help=f"rotated log files kept ({LOG_BACKUPS})")  # fmt: skip
     run.set_defaults(func=cmd_run)
 
-    wait = sub.add_parser("wait", help="return when every named task has ended")
+    wait = sub.add_parser(
+        "wait", help="return when every named task has ended, or one needs you (exit 10)"
+    )
     wait.add_argument("-c", "--config", required=True, help="profile TOML file")
     wait.add_argument("task_ids", nargs="+", metavar="ID")
     wait.add_argument("--timeout", type=_positive, help="give up after S seconds (exit 124)")
-    wait.add_argument("--json", action="store_true", help="print the final manifests as JSON")
+    wait.add_argument(
+        "--terminal-only",
+        action="store_true",
+        help="wait through escalations: return only when every task ended",
+    )
+    wait.add_argument(
+        "--json",
+        action="store_true",
+        help="print the final manifests, or what each task needs, as JSON",
+    )
     wait.set_defaults(func=cmd_wait)
 
     archive = sub.add_parser("archive", help="move ended task folders into monthly tarballs")

@@ -297,9 +297,11 @@ def cmd_completion(args: argparse.Namespace) -> int:
     import shtab
 
     from supervisor.cli import build_parser
+    from supervisor.completion import mark_ids
 
     parser = build_parser()
     _mark_paths(parser, shtab.FILE, shtab.DIRECTORY)
+    mark_ids(parser)  # task ids from the profile given with -c (completion.py)
     sys.stdout.write(shtab.complete(parser, shell=args.shell))
     return 0
 

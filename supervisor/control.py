@@ -21,8 +21,11 @@ VERBS = ("stop", "resume", "approve", "deny")
 #: Requests only the engine's own parts leave, never an operator: ``supersede`` (the
 #: cluster intake found the task's row given to a newer generation, issue 15).
 ENGINE_VERBS = ("supersede",)
+#: ``supervise continue ID PROMPT`` (issue 22): its prompt waits in the task folder
+#: (:data:`supervisor.taskdir.FOLLOWUP`); the request only wakes the engine.
+CONTINUE = "continue"
 CONTROL = "control"
-_NAME_RE = re.compile(r"^([a-z0-9-]+)\.(stop|resume|approve|deny|supersede)$")
+_NAME_RE = re.compile(r"^([a-z0-9-]+)\.(stop|resume|approve|deny|supersede|continue)$")
 
 
 def request(state_dir: Path, task_id: str, verb: str) -> Path:
@@ -31,7 +34,7 @@ def request(state_dir: Path, task_id: str, verb: str) -> Path:
     Raises:
         ValueError: an unknown verb or a task id that is not a slug.
     """
-    if verb not in (*VERBS, *ENGINE_VERBS) or not re.fullmatch(r"[a-z0-9-]+", task_id):
+    if verb not in (*VERBS, *ENGINE_VERBS, CONTINUE) or not re.fullmatch(r"[a-z0-9-]+", task_id):
         raise ValueError(f"bad request {verb!r} for {task_id!r}")
     folder = state_dir / CONTROL
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -2,7 +2,7 @@
 
 Commands::
 
-    supervise submit -c PROFILE TASK.toml [--json] [--wait [--timeout S]]
+    supervise submit -c PROFILE TASK.toml [--json] [--wait [--timeout S] [--terminal-only]]
     supervise submit -c PROFILE - [--json] [--wait ...]          a task file on stdin
     supervise submit -c PROFILE --prompt TEXT --project DIR [--name N] [--model M]
                      [--set KEY=VALUE]... [--json] [--wait [--timeout S]]
@@ -258,8 +258,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
     with ``--wait``, then ``supervise wait`` on it (its output and exit status)."""
     from supervisor.cli import _profile, warn_no_engine
 
-    if args.timeout is not None and not args.wait:
-        raise ConfigError(["supervise submit: --timeout is --wait's; add --wait, or leave it out"])
+    if (args.timeout is not None or args.terminal_only) and not args.wait:
+        raise ConfigError(
+            ["supervise submit: --timeout and --terminal-only are --wait's; add --wait"]
+        )
     profile = _profile(args.config)
     resolved = _resolved(args, profile)
     if profile.spec.cluster is not None:
@@ -288,6 +290,8 @@ def _wait(args: argparse.Namespace, task_id: str) -> int:
         argv += ["--timeout", str(args.timeout)]
     if args.json:
         argv.append("--json")
+    if args.terminal_only:
+        argv.append("--terminal-only")
     waited = build_parser().parse_args(argv)
     return int(waited.func(waited))
 
@@ -320,6 +324,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     submit.add_argument("--json", action="store_true", help="print the id as JSON")
     submit.add_argument(
         "--wait", action="store_true", help="then wait for the task as 'supervise wait' does"
+    )
+    submit.add_argument(
+        "--terminal-only",
+        action="store_true",
+        help="with --wait: wait through escalations, as 'supervise wait --terminal-only'",
     )
     submit.add_argument(
         "--timeout", type=_positive, help="with --wait: give up after S seconds (exit 124)"

@@ -7,10 +7,10 @@ typed arguments and a one-line error text (``isError`` results) for a refusal:
 ``submit``      validate and submit a task (``supervise submit --prompt``)
 ``status``      the engine line, the spool and the task rows (``supervise status --json``)
 ``show``        one task's manifest (``supervise show``)
-``wait``        until the tasks end, at most ``timeout`` seconds per call (default 60, at
-                most 300): call it again while ``pending`` is not empty
+``wait``        until the tasks end or one needs a person, at most ``timeout`` seconds per
+                call (default 60, at most 300): call it again while ``pending`` is not empty
 ``tail``        the end of a task's output (``supervise tail``)
-``continue``    registered, and refuses in one line until ``supervise continue`` exists
+``continue``    a follow-up prompt as the task's next turn (``supervise continue``)
 ``approve`` ``deny`` ``stop`` ``resume``   the operator requests (``supervise approve ID``)
 
 Resources (templates): ``supervise://task/{task_id}/manifest`` (JSON) and
@@ -149,10 +149,14 @@ def _task_tools(server: MCPServer, profile: LoadedProfile) -> None:
         timeout: Annotated[
             float | None, Field(description="seconds to block (default 60, at most 300)")
         ] = None,
+        terminal_only: Annotated[
+            bool, Field(description="wait through escalations: return only when all ended")
+        ] = False,
     ) -> str:
-        """Block until every task ended or timeout passed; 'pending' lists those not done
-        (call wait again), 'tasks' their manifests, 'code' supervise wait's exit status."""
-        return await _guard(lambda: text(mcp_tools.wait(profile, task_ids, timeout)))
+        """Block until every task ended, or one needs a person (escalated: 'needs_you',
+        its needs in 'tasks'), or timeout passed ('pending': call wait again); 'code' is
+        supervise wait's exit status (0 all PASS, 1 not, 10 needs you, 124 timeout)."""
+        return await _guard(lambda: text(mcp_tools.wait(profile, task_ids, timeout, terminal_only)))
 
     @server.tool(structured_output=False)
     async def tail(

@@ -2,10 +2,11 @@
 
 Each function takes the profile the server was started with and plain arguments, and
 returns JSON-ready data or text; a refusal raises :class:`ToolRefused` with one line (the
-tool's error text). They use the CLI's code paths: :func:`supervisor.inline_submit.
-submit_fields` for ``submit``, the status model for ``status``, ``control.refusal`` /
-``control.request`` / ``control.acted`` for the four requests, the manifest and
-``output.log`` of the task folder for ``show`` and ``tail``.
+tool's error text). They are the CLI's code paths: :func:`supervisor.inline_submit.
+submit_fields` (``submit``), the status model (``status``), the manifest (``show``),
+:func:`supervisor.waiting.wait_tasks` (``wait``), :func:`supervisor.agents.readable.
+readable_tail` (``tail``), :func:`supervisor.requests.apply_request` (the four requests)
+and :func:`supervisor.followup.request_continue` (``continue``).
 
 Confinement: every task is named by its id, checked as a slug (:data:`TASK_ID_RE`) and looked
 up only in the profile's own ``tasks_dir``; no argument is a path the server reads, and a
@@ -78,11 +79,10 @@ def task_folder(profile: LoadedProfile, task_id: str) -> Path:
             "letters, digits and '-', as 'submit' and 'status' give them)"
         )
     folder = profile.tasks_dir / task_id
-    if not (folder / "manifest.json").is_file():
-        raise ToolRefused(
-            f"no task {task_id!r} in {profile.tasks_dir}; the 'status' tool lists the tasks "
-            "(a task just submitted waits in the spool until the engine claims it)"
-        )
+    if not (folder / "manifest.json").is_file():  # archived, in the spool, rejected, or none
+        from supervisor.taskwhere import missing_line
+
+        raise ToolRefused(missing_line(profile, task_id, str(profile.path)))
     return folder
 
 
@@ -169,116 +169,89 @@ def tail(profile: LoadedProfile, task_id: str, lines: int | None = None) -> str:
 
 
 def rendered_tail(folder: Path, lines: int) -> str:
-    """A task folder's last ``lines`` lines as ``tail`` shows them: the one place the MCP
-    server reads output (issue 22 item 1 renders Claude Code's stream here once merged)."""
-    from supervisor.taskdir import TaskDir
+    """A task folder's last ``lines`` lines as ``tail`` shows them: Claude Code's stream
+    rendered readable, escaped (:func:`supervisor.agents.readable.readable_tail`)."""
+    from supervisor.agents.readable import readable_tail
 
-    return escape_controls(TaskDir(folder).output_tail(lines), keep="\n\t")
+    return readable_tail(folder, lines)
 
 
-def wait(profile: LoadedProfile, task_ids: list[str], timeout: float | None) -> dict[str, Any]:
-    """Block until every task has ended or ``timeout`` seconds (at most :data:`MAX_WAIT_S`)
-    pass. Returns ``{"tasks": [manifest per id, in order], "pending": [ids not ended],
-    "timed_out": bool, "code": supervise wait's exit status}``.
+def wait(
+    profile: LoadedProfile, task_ids: list[str], timeout: float | None, terminal_only: bool = False
+) -> dict[str, Any]:
+    """``supervise wait``: block until every task has ended, or one needs a person (unless
+    ``terminal_only``), or ``timeout`` seconds (at most :data:`MAX_WAIT_S`) pass. Returns
+    ``{"tasks": [per id, in order: the final manifest, or what it needs], "needs_you": ids,
+    "pending": ids still going, "timed_out": bool, "code": supervise wait's exit status}``
+    (:func:`supervisor.waiting.wait_tasks`, waited in :data:`SLICE_S` slices so that
+    :data:`CLOSING` ends it).
 
     Raises:
         ToolRefused: no ids, too many, a bad id, an id that names no task, a bad timeout.
     """
-    from supervisor import cli_ops
+    from supervisor.waiting import EXIT_TIMEOUT, UnknownTasks, wait_tasks
 
     seconds = _bounded(timeout, DEFAULT_WAIT_S, MAX_WAIT_S, "timeout")
     ids = list(dict.fromkeys(task_ids or []))
     if not ids or len(ids) > MAX_IDS:
         raise ToolRefused(f"give 1 to {MAX_IDS} task ids in task_ids")
     for task_id in ids:
-        if not TASK_ID_RE.fullmatch(task_id) or cli_ops.locate(profile, task_id) is None:
-            raise ToolRefused(
-                f"no task {escape_controls(task_id)[:80]!r} in {profile.tasks_dir} nor in "
-                f"{profile.spool_dir}; the 'status' tool lists the tasks"
-            )
-    ended: dict[str, dict[str, Any]] = {}
+        if not TASK_ID_RE.fullmatch(task_id):
+            raise ToolRefused(f"{escape_controls(task_id)[:80]!r} is not a task id")
     deadline = time.monotonic() + seconds
-    events = cli_ops._Events(profile, ids)
-    try:
-        cli_ops._look(profile, ids, ended)
-        while len(ended) < len(ids) and (left := deadline - time.monotonic()) > 0:
-            if CLOSING.is_set():
-                break
-            events.wait(min(left, SLICE_S))
-            cli_ops._look(profile, ids, ended)
-    finally:
-        events.close()
-    shown = [ended.get(i) or _current(profile, i) for i in ids]
-    pending = [i for i in ids if i not in ended]
-    passed = all(m.get("verdict") == "PASS" for m in shown)
-    code = cli_ops.EXIT_TIMEOUT if pending else 0 if passed else 1
-    return {"tasks": shown, "pending": pending, "timed_out": bool(pending), "code": code}
-
-
-def _current(profile: LoadedProfile, task_id: str) -> dict[str, Any]:
-    from supervisor.cli_ops import _read_manifest
-
-    found = _read_manifest(profile.tasks_dir / task_id / "manifest.json")
-    return found or {"task_id": task_id, "status": "spooled", "verdict": None}
+    while True:
+        left = max(0.0, deadline - time.monotonic())
+        try:
+            outcome = wait_tasks(profile, ids, min(left, SLICE_S), terminal_only=terminal_only)
+        except UnknownTasks as exc:
+            raise ToolRefused(str(exc)) from None
+        if outcome.code != EXIT_TIMEOUT or left <= SLICE_S or CLOSING.is_set():
+            break
+    return {
+        "tasks": outcome.shown,
+        "needs_you": list(outcome.needs_you),
+        "pending": list(outcome.pending),
+        "timed_out": outcome.code == EXIT_TIMEOUT,
+        "code": outcome.code,
+    }
 
 
 def request(
     profile: LoadedProfile, task_id: str, verb: str, wait_s: float | None = None
 ) -> dict[str, Any]:
-    """``supervise stop|resume|approve|deny ID --json``: leave the request, wait up to
-    ``wait_s`` seconds for the engine to apply it. Returns ``{"task_id", "verb", "result"
-    (applied | queued | not_applied), "status", "retry_count"}``.
+    """``supervise stop|resume|approve|deny ID --json``
+    (:func:`supervisor.requests.apply_request`): leave the request, wait up to ``wait_s``
+    seconds for the engine to apply it. Returns ``{"task_id", "verb", "result" (applied |
+    queued | not_applied), "status", "retry_count"}``.
 
     Raises:
-        ToolRefused: a bad or unknown id, or :func:`supervisor.control.refusal`'s line.
+        ToolRefused: a bad or unknown id, or the request's refusal line.
     """
-    from supervisor import control, engine_probe
+    from supervisor.requests import RequestRefused, apply_request
 
     seconds = _bounded(wait_s, DEFAULT_REQUEST_WAIT_S, MAX_REQUEST_WAIT_S, "wait_s")
-    before = manifest(profile, task_id)
-    refused = control.refusal(task_id, str(before.get("status")), verb)
-    if refused:
-        raise ToolRefused(refused)
-    control.request(profile.state_dir, task_id, verb)
-
-    def said(result: str, data: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "task_id": task_id,
-            "verb": verb,
-            "result": result,
-            "status": data.get("status"),
-            "retry_count": data.get("retry_count", 0),
-        }
-
-    if not engine_probe.engine(profile.state_dir).lock_held:
-        return said("queued", before)
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            after = manifest(profile, task_id)
-        except ToolRefused:  # replaced atomically; a damaged one is looked at again
-            after = None
-        if after is not None and control.acted(verb, before, after):
-            return said("applied", after)
-        if time.monotonic() >= deadline or CLOSING.is_set():
-            return said("not_applied", before)
-        CLOSING.wait(0.1)
-
-
-#: The ``continue`` tool's refusal until ``supervise continue`` (issue 22 item 3) exists.
-NO_FOLLOW_UP = (
-    "continue is not available in this version of supervise (follow-ups are not built "
-    "yet); submit a new task with the context it needs instead"
-)
+    task_folder(profile, task_id)
+    try:
+        return apply_request(profile, task_id, verb, seconds)
+    except RequestRefused as exc:
+        raise ToolRefused(str(exc)) from None
 
 
 def follow_up(
     profile: LoadedProfile, task_id: str, prompt: str, wait_s: float | None = None
 ) -> dict[str, Any]:
-    """Continue a task's conversation with ``prompt`` (``supervise continue``).
+    """``supervise continue ID PROMPT`` (:func:`supervisor.followup.request_continue`):
+    the task's conversation goes on with ``prompt`` as a new turn. Returns ``{"task_id",
+    "verb": "continue", "result", "status", "retry_count", "turn"}``.
 
     Raises:
-        ToolRefused: always for now (:data:`NO_FOLLOW_UP`), after checking the id.
+        ToolRefused: a bad or unknown id, a bad ``wait_s``, or the follow-up's refusal line.
     """
+    from supervisor.followup import FollowUpRefused, request_continue
+
+    seconds = _bounded(wait_s, DEFAULT_REQUEST_WAIT_S, MAX_REQUEST_WAIT_S, "wait_s")
     task_folder(profile, task_id)
-    raise ToolRefused(NO_FOLLOW_UP)
+    try:
+        return request_continue(profile, task_id, prompt, seconds)
+    except FollowUpRefused as exc:
+        raise ToolRefused(str(exc)) from None

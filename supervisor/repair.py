@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.states import TERMINAL, Status
-from supervisor.taskdir import MANIFEST, Manifest, TaskDir, utc_iso
+from supervisor.taskdir import FOLLOWED_UP, MANIFEST, Manifest, TaskDir, utc_iso
 from supervisor.workspace import lifecycle
 
 #: Status shown by ``supervise status`` for a folder whose manifest is missing or unreadable.
@@ -62,7 +62,8 @@ def rebuild(
     task: TaskDir, events: list[dict[str, Any]], name: str, model: str, project_dir: str
 ) -> Manifest | None:
     """The manifest as the event log fixes it, or ``None`` when the log cannot fix it
-    exactly (no ``queued`` event with a ``session_id``, or a run started and not ended).
+    exactly (no ``queued`` event with a ``session_id``, a run started and not ended, or a
+    follow-up's later turn: the earlier turns' records, ``turns``, are in no event whole).
 
     Args:
         task: the task folder.
@@ -73,6 +74,8 @@ def rebuild(
     queued = next((e for e in events if e.get("event") == "queued"), None)
     if queued is None or not queued.get("session_id"):
         return None
+    if any(e.get("event") == FOLLOWED_UP for e in events):
+        return None  # turn 2 or later (supervise continue): left damaged, reported
     end = last_terminal(events)
     launched = [e for e in events if e.get("event") == "launched"]
     if end is None and launched:

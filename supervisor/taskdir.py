@@ -5,6 +5,8 @@ orchestrators keep working)::
 
     task.toml      the claimed spool file, moved here unchanged
     prompt         the prompt text, byte for byte
+    followup.prompt  a follow-up's prompt waiting for the engine (``supervise continue``)
+    turn.prompt    the current turn's prompt once a follow-up opened turn 2 or later
     argv           the agent argv for the wrapper, NUL-separated (rewritten before a resume)
     env.json       extra environment for the agent (profile [agent.env] + task [env])
     pid            the agent's own PID (written by the wrapper before exec)
@@ -54,6 +56,19 @@ NOTIFYING = "notifying"
 NOTIFIED = "notified"
 OUTPUT = "output.log"
 TAIL_LINES = 100
+#: ``supervise continue`` (issue 22): the prompt of a follow-up that waits for the engine.
+#: Created with ``link(2)`` (never replaced), so of two follow-ups at once exactly one is
+#: taken; the engine renames it to :data:`TURN_PROMPT` once the new turn is recorded.
+FOLLOWUP = "followup.prompt"
+#: The prompt of the task's current turn when it is a follow-up (turn 2 and later); the
+#: first turn's prompt stays in ``prompt``.
+TURN_PROMPT = "turn.prompt"
+#: The event that opens a new turn of an ended (or escalated, then stopped) task: the
+#: events after the last one of these are the current turn's (:meth:`TaskDir.turn_events`).
+FOLLOWED_UP = "followed_up"
+#: The event of a follow-up the engine could not take (the task was live, or its prompt
+#: could not be read): the prompt file is removed and ``supervise continue`` shows why.
+CONTINUE_REFUSED = "continue_refused"
 
 
 def _inline_enum(values: type[StrEnum]) -> WithJsonSchema:
@@ -61,6 +76,29 @@ def _inline_enum(values: type[StrEnum]) -> WithJsonSchema:
     ``type`` on the property itself, no ``$defs``), so ``schemas/manifest.schema.json`` keeps
     its plain shape while its values come from the one definition."""
     return WithJsonSchema({"enum": [member.value for member in values], "type": "string"})
+
+
+class TurnRecord(BaseModel):
+    """One earlier turn of a task, kept in the manifest's ``turns`` when ``supervise
+    continue`` opens the next one (issue 22): its prompt (first line, at most 200
+    characters, and the SHA-256 of the whole prompt), outcome and times (ISO-8601 UTC),
+    ``cost_usd`` (Claude Code's ``total_cost_usd`` as reported at the turn's end: the
+    session's running total) and ``summary``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    turn: int
+    prompt: str
+    prompt_sha256: str
+    status: Annotated[Status, _inline_enum(Status)]
+    verdict: Annotated[Verdict, _inline_enum(Verdict)] | None = None
+    failure_reason: str | None = None
+    abandon_reason: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    retry_count: int = 0
+    cost_usd: float | None = None
+    summary: str | None = None
 
 
 class Manifest(BaseModel):
@@ -82,6 +120,8 @@ class Manifest(BaseModel):
     (the circuit breaker's count), ``escalation`` (what waits for a human) and
     ``limit_waits``; an acceptance check adds ``acceptance``; ``workspace``
     (:class:`~supervisor.workspace.model.WorkspaceReport`) says where the task worked.
+    ``turn`` is 1 for the first run of the task's prompt and counts each ``supervise
+    continue``; ``turns`` keeps each earlier turn's outcome (:class:`TurnRecord`).
     All timestamps are ISO-8601 UTC strings.
     """
 
@@ -122,6 +162,8 @@ class Manifest(BaseModel):
     )
     acceptance: dict[str, Any] | None = None
     workspace: WorkspaceReport | None = None
+    turn: int = 1
+    turns: list[TurnRecord] = Field(default_factory=list)
 
 
 #: Serializes appends to event logs within the engine, so a short write can be truncated
@@ -252,6 +294,13 @@ class TaskDir:
             except json.JSONDecodeError:
                 continue
         return out
+
+    def turn_events(self) -> list[dict[str, Any]]:
+        """The current turn's events: those after the last :data:`FOLLOWED_UP` (all of
+        them in the first turn). An earlier turn's ending is no word on this one."""
+        events = self.events()
+        starts = [i for i, e in enumerate(events) if e.get("event") == FOLLOWED_UP]
+        return events[starts[-1] :] if starts else events
 
     # -- wrapper files ------------------------------------------------------------
     def read_int(self, name: str) -> int | None:

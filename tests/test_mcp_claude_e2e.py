@@ -35,9 +35,9 @@ pytest.importorskip("mcp")
 pytestmark = pytest.mark.e2e
 
 FIXTURE = Path(__file__).parent / "fixtures" / "claude" / "mcp" / "submit-wait.json"
-#: Seconds the brain's first wait blocks: it returns when the task ends (it does not end
-#: while escalated), so this outlasts the child's start and its escalation.
-ESCALATION_WAIT = 45
+#: Seconds a wait of the brain may block: it returns as soon as the task needs a person
+#: or ends, long before this.
+WAIT = 120
 TOOLS = ("submit", "wait", "approve", "show", "tail", "continue")
 
 
@@ -156,8 +156,10 @@ def _inert(text: str) -> str:
 
 
 def test_claude_code_runs_the_escalation_loop_through_supervise_mcp(tmp_path: Path) -> None:
-    """The brain submits a Claude Code task whose Bash call a rule escalates, waits, approves
-    it, waits again and reads the result; every call through ``supervise mcp``."""
+    """The brain submits a Claude Code task whose Bash call a rule escalates, waits (back on
+    the escalation, code 10), approves it, waits (PASS), continues it with a follow-up,
+    waits (PASS, turn 2) and reads the rendered result; every call through ``supervise
+    mcp``."""
     mock = start_mock(final_text="child finished")
     h = Harness(tmp_path, mock)
     engine_proc = None
@@ -171,14 +173,17 @@ def test_claude_code_runs_the_escalation_loop_through_supervise_mcp(tmp_path: Pa
             "prompt": "[[bash: echo escalated > escalated.txt]] do it",
         }
         task = _inert(json.dumps(child))
+        wait = '[[tool: mcp__supervise__wait | {"task_ids": ["{{task_id}}"], "timeout": WAIT}]]\n'
         prompt = (
-            f"[[tool: mcp__supervise__submit | {task}]]\n"
-            '[[tool: mcp__supervise__wait | {"task_ids": ["{{task_id}}"], "timeout": WAIT}]]\n'
+            f"[[tool: mcp__supervise__submit | {task}]]\n{wait}"
             '[[tool: mcp__supervise__approve | {"task_id": "{{task_id}}", "wait_s": 30}]]\n'
-            '[[tool: mcp__supervise__wait | {"task_ids": ["{{task_id}}"], "timeout": 120}]]\n'
+            f"{wait}"
+            '[[tool: mcp__supervise__continue | {"task_id": "{{task_id}}", "wait_s": 30, '
+            '"prompt": "now check it once more"}]]\n'
+            f"{wait}"
             '[[tool: mcp__supervise__tail | {"task_id": "{{task_id}}"}]]\n'
             "[[final: the loop is done]]"
-        ).replace("WAIT", str(ESCALATION_WAIT))
+        ).replace("WAIT", str(WAIT))
         engine_proc = subprocess.Popen(
             [sys.executable, "-m", "supervisor.cli", "run", str(profile)],
             env=scrubbed_environ(),
@@ -196,10 +201,19 @@ def test_claude_code_runs_the_escalation_loop_through_supervise_mcp(tmp_path: Pa
     manifest = h.manifests()["loop"]
     assert (manifest["status"], manifest["verdict"]) == ("completed", "PASS"), h.diagnostics()
     assert (project / "escalated.txt").exists()
+    task_id = manifest["task_id"]
+    needs = json.loads(results[1])  # the wait returned on the escalation: exit code 10
+    assert (needs["code"], needs["needs_you"]) == (10, [task_id]), needs
+    assert needs["tasks"][0]["needs"]["tool"] == "Bash", needs
     approved = json.loads(results[2])
     assert (approved["verb"], approved["result"]) == ("approve", "applied"), results
     waited = json.loads(results[3])
-    assert waited["pending"] == [] and waited["tasks"][0]["verdict"] == "PASS", waited
-    assert "child finished" in results[4], results[4]
+    assert (waited["code"], waited["tasks"][0]["verdict"]) == (0, "PASS"), waited
+    followed = json.loads(results[4])
+    assert (followed["verb"], followed["result"], followed["turn"]) == ("continue", "applied", 2)
+    again = json.loads(results[5])
+    assert (again["code"], again["tasks"][0]["turn"]) == (0, 2), again
+    assert manifest["turn"] == 2 and len(manifest["turns"]) >= 1, manifest
+    assert "child finished" in results[6] and '{"type"' not in results[6], results[6]
     final = json.loads(done.stdout.strip().splitlines()[-1])
     assert final["result"] == "the loop is done"

@@ -107,7 +107,10 @@ def test_the_sdk_client_submits_waits_shows_and_tails(setup: Setup) -> None:
         read = await s.read_resource(f"supervise://task/{task_id}/output")
         assert "hello from mcp" in read.contents[0].text
         assert "already ended" in await _refused(s, "approve", task_id=task_id)
-        assert "not available" in await _refused(s, "continue", task_id=task_id, prompt="more")
+        assert "prompt" in await _refused(s, "continue", task_id=task_id, prompt="  ")
+        assert "no task 'nosuch-1'" in await _refused(
+            s, "continue", task_id="nosuch-1", prompt="more"
+        )
 
     with engine(setup):
         _session(profile, body)
@@ -148,7 +151,7 @@ def test_bad_calls_get_one_clear_line_and_stay_inside_the_profile(setup: Setup) 
             assert "is not a task id" in await _refused(s, "show", task_id=bad)
         assert "no task 'nosuch-1'" in await _refused(s, "show", task_id="nosuch-1")
         assert "no task 'nosuch-1'" in await _refused(s, "tail", task_id="nosuch-1")
-        assert "no task 'nosuch-1'" in await _refused(s, "wait", task_ids=["nosuch-1"])
+        assert "no task nosuch-1 in" in await _refused(s, "wait", task_ids=["nosuch-1"])
         assert "no task 'nosuch-1'" in await _refused(s, "stop", task_id="nosuch-1")
         assert "timeout must be a number from 0 to 300" in await _refused(
             s, "wait", task_ids=["nosuch-1"], timeout=1e9

@@ -13,6 +13,8 @@ Hooks, in the order the engine calls them:
 * :meth:`AgentAdapter.launch`: at each launch and resume, the :class:`LaunchPart`: argv
   template, extra environment, the stream file; per-task files (Claude Code's hook
   settings) are written here. A new run starts: per-run facts are forgotten.
+* :meth:`AgentAdapter.follow_up`: instead of :meth:`AgentAdapter.launch` for the first run
+  of a follow-up's turn (``supervise continue``): the session goes on with a new prompt.
 * :meth:`AgentAdapter.observe`: at each check, the agent's facts for
   :class:`supervisor.policy.Signals` as an :class:`AgentView`.
 * :meth:`AgentAdapter.rule`: carry out the rulings on permission requests the last
@@ -149,6 +151,12 @@ class AgentAdapter:
         """The launch part of a new run (``resume``: the same session goes on); writes
         the per-task files the run needs. Called once per launch and resume."""
         raise NotImplementedError
+
+    def follow_up(self) -> LaunchPart:
+        """The launch part of a follow-up's first run (``supervise continue``, issue 22):
+        the same session goes on with the turn's prompt (``{prompt}``, ``{prompt_file}``).
+        Default: the resume command, whose placeholders carry the new prompt."""
+        return self.launch(True)
 
     def observe(self, now: float, status: str, screen: ScreenCapture | None) -> AgentView:
         """The agent's facts for this check.

@@ -97,7 +97,7 @@ class Actions:
            the error is logged, the old manifest stays intact, and the next check retries.
         """
         task, previous, A = runtime.task, runtime.state, policy.Action
-        events = task.events() if decision.state.status in TERMINAL else []
+        events = task.turn_events() if decision.state.status in TERMINAL else []
         state = policy.logged_ending(decision.state, events)
         if A.RESUME in decision.actions and not self._prepare_resume(runtime):
             return Outcome(next_check=runtime.policy.base_interval)

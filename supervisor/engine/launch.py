@@ -21,6 +21,7 @@ from supervisor.cluster.lease import lease_for
 from supervisor.config import LoadedProfile
 from supervisor.config.argv import expand_placeholders
 from supervisor.engine import clock
+from supervisor.engine import runtime as runtimes
 from supervisor.engine.panes import Sessions
 from supervisor.engine.runtime import Runtime
 from supervisor.taskdir import Manifest, atomic_write, utc_iso
@@ -82,7 +83,7 @@ def argv_values(profile: LoadedProfile, runtime: Runtime) -> dict[str, str]:
     manifest = runtime.manifest
     return {
         "prompt": runtime.resolved.prompt,
-        "prompt_file": str(runtime.task.file("prompt")),
+        "prompt_file": str(runtimes.prompt_file(runtime.task)),  # the current turn's
         "model": runtime.resolved.model,
         "session_id": manifest.session_id,
         "project_dir": str(runtime.workdir),
@@ -94,9 +95,11 @@ def argv_values(profile: LoadedProfile, runtime: Runtime) -> dict[str, str]:
 
 def launch_spec(profile: LoadedProfile, runtime: Runtime, resume: bool) -> LaunchSpec:
     """What the wrapper runs for this task: the agent adapter's argv and env (a first run
-    or a resume), then the profile's ``[agent] env`` and the task's ``env`` on top."""
+    or a resume; the first run of a follow-up's turn continues the session with the turn's
+    prompt), then the profile's ``[agent] env`` and the task's ``env`` on top."""
     assert runtime.agent is not None  # set by runtime.build
-    part = runtime.agent.launch(resume)
+    follow_up = not resume and runtime.manifest.turn > 1
+    part = runtime.agent.follow_up() if follow_up else runtime.agent.launch(resume)
     env = {
         **part.env,
         **profile.spec.agent.env,

@@ -11,6 +11,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from supervisor import notify, statelock
+from supervisor.agents.readable import agent_kind, readable_text
 from supervisor.config import MonitorPolicy
 from supervisor.engine.pools import Submit
 from supervisor.taskdir import NOTIFIED, NOTIFYING, Manifest, TaskDir
@@ -40,8 +41,17 @@ def notify_payload(manifest: Manifest, event_name: str, why: str) -> dict[str, A
         "retry_count": manifest.retry_count,
         "task_dir": manifest.tmpdir,
         "session_id": manifest.session_id,
-        "last_lines": "\n".join((manifest.output_tail or "").splitlines()[-10:]),
+        "last_lines": last_lines(manifest),
     }
+
+
+def last_lines(manifest: Manifest, count: int = 10) -> str:
+    """The last ``count`` lines of the manifest's ``output_tail`` (raw) as a person reads
+    them: rendered for the agent's kind (:func:`supervisor.agents.readable.readable_text`;
+    Claude Code's stream-json as text, a generic agent's output as it is)."""
+    kind = agent_kind(None, {"claude": manifest.claude, "agent": getattr(manifest, "agent", None)})
+    text = readable_text(kind, manifest.output_tail or "")
+    return "\n".join(text.splitlines()[-count:])
 
 
 class Notifications:

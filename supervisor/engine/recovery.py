@@ -114,7 +114,7 @@ def _adopt_one(
     except (OSError, ValueError, ConfigError) as exc:
         log.error("cannot re-adopt %s: %s", task.task_id, exc)
         return None
-    events = task.events()
+    events = task.turn_events()  # an earlier turn is no word on this one
     ended = repair.last_terminal(events) is not None  # the log's last word is final
     if manifest.status == "queued" and task.task_id not in sessions and not ended:
         return Requeued(task)

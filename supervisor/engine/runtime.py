@@ -15,10 +15,11 @@ from pathlib import Path
 from supervisor import policy
 from supervisor.agents import AgentAdapter, Keys, adapter_for
 from supervisor.config import LoadedProfile, MonitorPolicy, ResolvedTask, TaskSpec, resolve_task
+from supervisor.config.approvalrules import default_message
 from supervisor.engine import clock
 from supervisor.policy.timebase import Seen
 from supervisor.stopping import StopInProgress
-from supervisor.taskdir import Manifest, TaskDir
+from supervisor.taskdir import TURN_PROMPT, Manifest, TaskDir
 from supervisor.tmux import Tmux
 from supervisor.workspace import lifecycle
 
@@ -72,8 +73,16 @@ class Runtime:
         return lifecycle.agent_dir(self.manifest.workspace, self.manifest.project_dir)
 
 
+def prompt_file(task: TaskDir) -> Path:
+    """The file holding the prompt of the task's current turn: ``turn.prompt`` once a
+    follow-up opened turn 2 or later (:mod:`supervisor.engine.followups`), else ``prompt``."""
+    turn = task.file(TURN_PROMPT)
+    return turn if turn.exists() else task.file("prompt")
+
+
 def reload(profile: LoadedProfile, task: TaskDir) -> ResolvedTask:
-    """The task as validated at claim time (``spec.json``), with its stored prompt.
+    """The task as validated at claim time (``spec.json``), with the prompt of its current
+    turn (:func:`prompt_file`).
 
     Raises:
         OSError: a file of the task folder cannot be read.
@@ -83,7 +92,7 @@ def reload(profile: LoadedProfile, task: TaskDir) -> ResolvedTask:
     spec = TaskSpec.model_validate_json(task.file("spec.json").read_bytes())
     spec.prompt, spec.prompt_file = "-", None
     resolved = resolve_task(spec, profile, task.path, task.file("spec.json"))
-    prompt = task.file("prompt").read_bytes().decode("utf-8")
+    prompt = prompt_file(task).read_bytes().decode("utf-8", errors="replace")
     return dataclasses.replace(resolved, prompt=prompt)
 
 
@@ -98,9 +107,7 @@ def build(
     """A task's runtime with its agent adapter (:func:`supervisor.agents.adapter_for`),
     whose keystrokes go to the task's tmux session."""
     runtime = Runtime(task, resolved, state, manifest)
-    message = profile.spec.approval.default_message
-    if resolved.spec.approval is not None:
-        message = resolved.spec.approval.default_message
+    message, _ = default_message(profile.spec, resolved.spec)
     session = task.task_id
 
     def send_keys(keys: Keys) -> None:

@@ -42,7 +42,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from supervisor import children, control, policy, statefs, systemd
 from supervisor.config import ConfigError, LoadedProfile, ResolvedTask
-from supervisor.engine import clock, launch, recovery, shutdown, stats, workspaces
+from supervisor.engine import clock, followups, launch, recovery, shutdown, stats, workspaces
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.actions import Actions
 from supervisor.engine.intake import Claims, check_spool_permissions, make_intake
@@ -179,6 +179,7 @@ class Engine(Kicks):
         try:
             self.source.recover()
             self.adopt()
+            followups.recover(self)  # follow-ups a killed engine left half taken
         except TmuxError as exc:  # nothing adopted yet: launching now could start twice
             log.error("tmux did not answer while adopting (%s); trying again in %g s",
                       exc, ADOPT_RETRY)  # fmt: skip
@@ -241,6 +242,9 @@ class Engine(Kicks):
         """Apply operator requests (``supervise stop|resume ID``) found in ``control/``."""
         for task_id, verb, path in control.pending(self.profile.state_dir):
             path.unlink(missing_ok=True)
+            if verb == control.CONTINUE:  # supervise continue (engine/followups.py)
+                followups.take(self, task_id)
+                continue
             queued = next((t for t in self.queue if t.task_id == task_id), None)
             runtime = self.live.get(task_id)
             if runtime is None and queued is not None and verb in ("stop", "supersede"):
@@ -458,6 +462,7 @@ class Engine(Kicks):
             self.watcher.forget_task(task_id)
         with contextlib.suppress(JobLookupError):
             self.scheduler.remove_job(f"check:{task_id}")
+        followups.after_end(self, runtime.task)  # an escalated task a follow-up stopped
         self._fill_slots()
 
     def _finish_stops(self) -> None:

@@ -3,7 +3,7 @@
 No I/O happens here; :mod:`supervisor.engine` observes the signals and performs the actions.
 Every state change goes through a function of this package: :func:`decide` for a check,
 and the transitions outside a check, :func:`launched`, :func:`launch_failed`,
-:func:`adopted` and :func:`recovered_ending`.
+:func:`adopted`, :func:`recovered_ending` and :func:`continue_turn` (a follow-up).
 
 Modules: :mod:`~supervisor.policy.model` (the dataclasses and timing rules),
 :mod:`~supervisor.policy.steps` (:func:`decide` in named steps),
@@ -79,6 +79,10 @@ State table (like supervisord's process states; "stop" = stop the agent's proces
                   (crashed/hung/waiting) -> it, no backoff
     any live      (restart) terminal event logged, the      as logged   (stop if abandoned,) end;
                   manifest not written yet                              notify unless it ran
+    terminal      operator: supervise continue (issue 22)   queued      a new turn: launched as
+                  (escalated: stopped first, then this)                 any queued task, retries
+                                                                        0, a new deadline
+                                                                        (followups.py)
 
 An escalated task is never judged stale (it waits for a human); a waiting task is neither
 stale nor crashed (its agent was stopped on purpose). The deadline applies to both.
@@ -101,6 +105,7 @@ seconds where ``n`` is the ``retry_count`` so far (seed 000, Pattern 1). Retries
 the task's whole life: fresh output never resets them (a bug in the seed's history).
 """
 
+from supervisor.policy.followups import continue_turn
 from supervisor.policy.model import (
     DISK_RECHECK,
     EXIT_SETTLE,
@@ -143,6 +148,7 @@ __all__ = [
     "TaskState",
     "adopted",
     "backoff",
+    "continue_turn",
     "decide",
     "escalation_state",
     "first_check",

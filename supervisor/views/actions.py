@@ -7,12 +7,10 @@
   refresh shows the result.
 * :func:`attach_argv`: ``supervise attach -r`` (``tmux -L SOCKET attach-session -r -t =ID``).
 * :func:`diff_text`: ``supervise diff`` (:func:`supervisor.workspace.review.diff`).
-* :func:`read_new`: the part of ``output.log`` written since the last read (``tail -f``).
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,29 +81,6 @@ def diff_text(tasks_dir: Path, task_id: str) -> str:
     text = data.decode("utf-8", errors="surrogateescape")
     note = "" if ws.ended else f"note: task {task_id} has not ended: its committed changes only\n"
     return note + (escape_controls(text, keep="\n\t") or "(no changes)")
-
-
-def read_new(path: Path, offset: int, limit: int = 65536) -> tuple[str, int]:
-    """Text appended to ``path`` since byte ``offset``: ``(text, new offset)``, at most
-    ``limit`` bytes (the latest ones when more were written; a shrunk file is read from the
-    start). Terminal-safe (newlines kept); a missing file gives ``("", offset)``."""
-    try:
-        with open(path, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            if size < offset:
-                offset = 0
-            start = max(offset, size - limit)
-            handle.seek(start)
-            data = handle.read(size - start)
-    except OSError:
-        return "", offset
-    cut = data.rfind(b"\n") + 1  # whole lines only; the rest comes with the next read
-    if cut == 0 and len(data) < limit:
-        return "", start
-    if cut:
-        data = data[:cut]
-    text = data.decode("utf-8", errors="replace")
-    return escape_controls(text, keep="\n"), start + len(data)
 
 
 def confirm_text(task: Task, verb: str) -> str:

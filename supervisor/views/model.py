@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.states import HOST_LOST
-from supervisor.terminal import escape_controls
 from supervisor.views.sources import (
     HEARTBEAT,
     STALE_AFTER,
@@ -60,12 +59,11 @@ from supervisor.views.sources import (
 __all__ = [
     "GROUPS", "GROUP_OF", "HEARTBEAT", "SORTS", "STALE_AFTER", "Engine", "Reader",
     "Snapshot", "SpoolFile", "Task", "duration", "engine_state", "epoch", "finish",
-    "last_line", "lock_held", "pending_requests", "pid_alive", "read_json", "snapshot",
-    "sort_tasks", "spool_files", "status_since", "task_from_manifest", "totals",
+    "lock_held", "pending_requests", "pid_alive", "read_json", "readable_last_line",
+    "snapshot", "sort_tasks", "spool_files", "status_since", "task_from_manifest", "totals",
 ]  # fmt: skip
 
-#: Bytes read from the end of ``output.log`` (last line) and ``events.jsonl`` (time in state).
-OUTPUT_TAIL_BYTES = 4096
+#: Bytes read from the end of ``events.jsonl`` (time in state).
 EVENTS_TAIL_BYTES = 16384
 
 #: Group name → its title in a view, in display order.
@@ -111,7 +109,8 @@ class Task:
     seconds since ``output.log`` last changed; ``damaged``: why the folder is damaged.
     ``group``: see :data:`GROUPS`; ``since`` (epoch s) and ``state_s`` (seconds): time in
     the current status; ``resume_at`` (epoch s) and ``resume_in_s`` (seconds, ≥ 0) for a
-    task due to resume; ``last_line``: last non-blank line of ``output.log``, terminal-safe;
+    task due to resume; ``last_line``: the last readable line of the output (rendered for
+    the agent's kind, :func:`readable_last_line`), terminal-safe;
     ``cost_usd``: ``claude.total_cost_usd``; ``tokens``: input + output tokens when the
     manifest reports them (``claude.usage``); ``branch``, ``files_changed``,
     ``insertions``, ``deletions``: the task's workspace (``None`` without one);
@@ -210,14 +209,13 @@ def _read_end(path: str, size: int) -> bytes:
         return b""
 
 
-def last_line(path: str) -> str | None:
-    """The last non-blank line of a file (from its last 4 KiB), terminal-safe, at most 300
-    characters; ``None`` if there is none."""
-    for raw in reversed(_read_end(path, OUTPUT_TAIL_BYTES).splitlines()):
-        text = raw.decode("utf-8", errors="replace").strip()
-        if text:
-            return escape_controls(text[:300])
-    return None
+def readable_last_line(folder: str, manifest: dict[str, Any]) -> str | None:
+    """The last line of a task's output as every view shows it: rendered for its agent
+    kind (:func:`supervisor.agents.readable.last_line`; imported here, on first use, so the
+    model's import stays free of the agent adapters and pydantic)."""
+    from supervisor.agents import readable
+
+    return readable.last_line(Path(folder), manifest)
 
 
 def status_since(events_path: str, status: str) -> float | None:
@@ -288,7 +286,7 @@ def task_from_manifest(m: dict[str, Any], folder: str, has_output: bool) -> Task
         group=GROUP_OF.get(status, "failed"),
         since=_since(m, status, folder),
         resume_at=epoch(m.get("resume_at")) if status not in _ENDED else None,
-        last_line=last_line(os.path.join(folder, "output.log")) if has_output else None,
+        last_line=readable_last_line(folder, m) if has_output else None,
         cost_usd=_number(claude.get("total_cost_usd")),
         tokens=_tokens(claude),
         branch=_text(ws.get("branch")),

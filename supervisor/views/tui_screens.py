@@ -1,8 +1,9 @@
 """The screens ``supervise top`` opens over its table: confirm, tail, diff, help.
 
-Every text shown comes from :mod:`.actions` or :mod:`.model` already terminal-safe, and is
-put on screen as :class:`rich.text.Text` (never parsed as Textual markup: a task name
-``[red]x`` stays as it is).
+Every text shown comes from :mod:`.actions`, :mod:`.model` or :mod:`supervisor.agents.
+readable` (the tail, rendered) already terminal-safe, and is put on screen as
+:class:`rich.text.Text` (never parsed as Textual markup: a task name ``[red]x`` stays as
+it is).
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Log, Static
 
-from supervisor.views import actions
-
-#: Seconds between reads of ``output.log`` while tailing (a cheap ``fstat`` + read).
+#: Seconds between reads of ``output.log`` while tailing (a cheap ``fstat`` + read), and
+#: the lines shown when the tail opens.
 TAIL_EVERY = 0.5
+TAIL_LINES = 500
 
 HELP = """\
 supervise top: every task of the profile, grouped by what it needs from you.
@@ -99,14 +100,23 @@ class TextScreen(Screen[None]):
 
 
 class TailScreen(Screen[None]):
-    """Follows a task's ``output.log`` (like ``supervise tail -f``): the last 64 KiB, then
-    whatever is appended, read every :data:`TAIL_EVERY` seconds."""
+    """Follows a task's output (like ``supervise tail -f``), rendered for its agent kind
+    (:mod:`supervisor.agents.readable`): the last :data:`TAIL_LINES` lines, then whatever
+    is appended, read every :data:`TAIL_EVERY` seconds. ``path``: the task's
+    ``output.log``."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("q,escape", "app.pop_screen", "close")]
 
     def __init__(self, title: str, path: Path) -> None:
+        from supervisor.agents import readable
+
         super().__init__()
-        self.title_text, self.path, self.read_to = title, path, 0
+        self.title_text = title
+        kind = readable.agent_kind(path.parent)
+        self.follower = readable.Follower(path.parent, kind)
+        start, renderer = self.follower.offset, self.follower.renderer
+        lines = readable.tail_lines(path.parent, TAIL_LINES, kind, start, renderer)
+        self.first = "".join(f"{line}\n" for line in lines)
 
     def compose(self) -> ComposeResult:
         yield Static(Text(self.title_text, style="bold"), id="title")
@@ -114,10 +124,13 @@ class TailScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.follow()
+        self.query_one(Log).write(self.first)
         self.set_interval(TAIL_EVERY, self.follow)
 
+    def on_unmount(self) -> None:
+        self.follower.close()
+
     def follow(self) -> None:
-        text, self.read_to = actions.read_new(self.path, self.read_to)
+        text = self.follower.read()
         if text:
             self.query_one(Log).write(text)

@@ -24,6 +24,7 @@ from jinja2 import Environment, FileSystemLoader
 from markupsafe import Markup, escape
 
 from supervisor import control
+from supervisor.agents.readable import readable_tail
 from supervisor.taskdir import TaskDir
 from supervisor.terminal import escape_controls
 from supervisor.views import fleet, model, timeline
@@ -235,10 +236,10 @@ def task_view(folder: Path) -> dict[str, Any]:
 
 def output_text(folder: Path, lines: int) -> str:
     """The output a task's page shows: the last ``lines`` lines of the task folder's output
-    (``output.log``, across its rotation), as text that is not escaped yet (the template
-    escapes it). The one place the page reads output, so the readable rendering of
-    Claude Code's stream-json replaces the raw tail here alone."""
-    return TaskDir(folder).output_tail(lines)
+    (``output.log``, across its rotation), rendered for the agent's kind by
+    :func:`supervisor.agents.readable.readable_tail` (control characters escaped there; the
+    template escapes markup). The one place the page reads output."""
+    return readable_tail(folder, lines)
 
 
 def _events_tail(path: Path) -> tuple[list[dict[str, Any]], bool]:

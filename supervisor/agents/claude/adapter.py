@@ -55,7 +55,7 @@ from supervisor.agents.claude.tools import HEARTBEAT, ToolsInFlight
 from supervisor.audit import By
 from supervisor.config import AgentSpec
 from supervisor.streamcopy import LAUNCH_MARK
-from supervisor.taskdir import Manifest, utc_iso
+from supervisor.taskdir import TURN_PROMPT, Manifest, utc_iso
 
 log = logging.getLogger(__name__)
 
@@ -142,17 +142,25 @@ class ClaudeAdapter(AgentAdapter):
         self.notification = claude_facts.get("last_notification")
         self.tools.restore(claude_facts.get("tools_in_flight"))
 
-    def launch(self, resume: bool) -> LaunchPart:
+    def launch(self, resume: bool, turn_prompt: str | None = None) -> LaunchPart:
         """Write the hook settings (``hooks = true``; a permission request may wait up to
-        the task's deadline) and return the argv; headless runs tee ``stream.jsonl``."""
+        the task's deadline) and return the argv; headless runs tee ``stream.jsonl``.
+        ``turn_prompt``: a follow-up's file, delivered like a first prompt to ``--resume``."""
         settings = None
         if self.agent.hooks:
             settings = hooks.write_settings(self.task.path, self.resolved.policy.deadline)
         stream = hooks.STREAM if self.agent.mode == "headless" else None
         self.new_run()
-        how = delivery(self.agent, resume, self.resolved.prompt, self.task.path)
+        fresh, path = turn_prompt is not None, self.task.path
+        how = delivery(
+            self.agent, resume and not fresh, self.resolved.prompt, path, turn_prompt or "prompt"
+        )
         line = argv(self.agent, resume, settings, how.tail)
         return LaunchPart(argv=line, stream=stream, stdin=how.stdin, paste=how.paste)
+
+    def follow_up(self) -> LaunchPart:
+        """``--resume`` of the session with the turn's prompt (issue 22)."""
+        return self.launch(True, TURN_PROMPT)
 
     # ------------------------------------------------------------------ runs
     def new_run(self) -> None:

@@ -85,7 +85,9 @@ class Delivery:
     paste: dict[str, object] | None = None
 
 
-def delivery(agent: AgentSpec, resume: bool, prompt: str, task_dir: Path) -> Delivery:
+def delivery(
+    agent: AgentSpec, resume: bool, prompt: str, task_dir: Path, prompt_name: str = "prompt"
+) -> Delivery:
     """The way the prompt reaches this run (see the module docstring); for a paste, the
     :func:`inert` prompt is written to ``task_dir/``:data:`PASTE_FILE` first.
 
@@ -94,12 +96,14 @@ def delivery(agent: AgentSpec, resume: bool, prompt: str, task_dir: Path) -> Del
         resume: a resume (the prompt is ``resume_prompt``).
         prompt: the task's prompt.
         task_dir: the task folder, holding ``prompt`` (written at claim time).
+        prompt_name: the file of ``task_dir`` that holds ``prompt`` (a follow-up's turn:
+            ``turn.prompt``), given as stdin to a headless run.
 
     Raises:
         OSError: the paste file cannot be written (the launch is retried as for
             ``launch.json``).
     """
-    prompt_file = task_dir / "prompt"
+    prompt_file = task_dir / prompt_name
     # "--" ends the options, so a prompt that starts with "-" is still the prompt.
     if resume:
         return Delivery(["--", agent.resume_prompt])

@@ -1,0 +1,103 @@
+"""``supervise stop|resume|approve|deny``: one task, several, ``--all`` or ``--status``.
+
+Commands::
+
+    supervise stop|resume|approve|deny -c PROFILE ID... [--wait S] [--json]
+    supervise stop|resume|approve|deny -c PROFILE (--all | --status S [--status S ...])
+
+``--all`` picks every task the verb applies to (not ended; ``escalated`` for approve and
+deny); ``--status`` narrows that to a status or a group of ``supervise status`` (repeatable,
+e.g. ``approve --status escalated``). Each task gets one line: applied ones on stdout
+(``ID: STATUS (retry_count N)``), the rest on stderr; ``--json`` prints one object for a
+single id (as before issue 22) and a list otherwise. The logic is
+:mod:`supervisor.requests`'s; exit codes there and in README "Exit codes": 0 applied, 1
+nothing requested, 3 queued (no engine), 4 not applied within ``--wait``; several tasks
+exit with the worst (1 > 4 > 3 > 0); ``--all``/``--status`` matching nothing: one line,
+exit 1; ids together with ``--all``/``--status``: usage, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from supervisor.terminal import escape_controls
+
+EXIT_USAGE = 2
+VERB_HELP = {
+    "stop": "end tasks now as abandoned (reason 'stopped'), with a clean stop",
+    "resume": "stop the agent and resume it now with the resume command",
+    "approve": "allow the request an escalated task waits on (or unpause it)",
+    "deny": "refuse the request an escalated task waits on",
+}
+
+
+def _err(message: str) -> None:
+    print(escape_controls(message), file=sys.stderr)
+
+
+def cmd_request(args: argparse.Namespace) -> int:
+    """Apply ``args.command`` to the tasks named or selected; print each; the worst code."""
+    from supervisor import requests
+    from supervisor.cli import _profile
+
+    verb, ids = args.command, list(args.task_ids)
+    chosen = args.all or args.statuses is not None
+    if ids and chosen:
+        _err(f"supervise {verb}: give task ids or --all/--status, not both")
+        return EXIT_USAGE
+    if not ids and not chosen:
+        _err(f"supervise {verb}: give one or more task ids, --all, or --status S")
+        return EXIT_USAGE
+    profile = _profile(args.config)
+    if chosen:
+        ids = requests.select(profile, verb, args.statuses)
+        if not ids:
+            which = ", ".join(args.statuses or ()) or "any status"
+            where = f"no task in {profile.tasks_dir} that '{verb}' applies to with {which}"
+            _err(f"supervise {verb}: {where}; see 'supervise status -c {args.config}'")
+            return 1
+    results = requests.apply_requests(profile, ids, verb, args.wait, selected=chosen, warn=_err)
+    for r in results:
+        if r.result == "applied" and not args.json:
+            print(escape_controls(_applied_line(r.task_id, r.manifest)))
+        elif r.line:
+            _err(r.line)
+    if args.json and len(args.task_ids) == 1:  # one id: one object, none when refused
+        if results[0].result != "refused":
+            print(json.dumps(results[0].as_dict()))
+    elif args.json:
+        print(json.dumps([r.as_dict() for r in results], indent=2))
+    return requests.worst(r.code for r in results)
+
+
+def _applied_line(task_id: str, manifest: dict) -> str:
+    from supervisor.control import applied_line
+
+    return applied_line(task_id, manifest)
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``stop``, ``resume``, ``approve`` and ``deny`` to the ``supervise`` parser."""
+    from supervisor.cli_ops import _positive as seconds
+    from supervisor.views.status import STATUS_CHOICES
+
+    for name, text in VERB_HELP.items():
+        verb = sub.add_parser(name, help=text)
+        verb.add_argument("-c", "--config", required=True, help="profile TOML file")
+        verb.add_argument("task_ids", nargs="*", metavar="ID", help="one or more task ids")
+        verb.add_argument("--all", action="store_true", help=f"every task that '{name}' applies to")
+        verb.add_argument(
+            "--status",
+            action="append",
+            choices=STATUS_CHOICES,
+            metavar="STATUS",
+            dest="statuses",
+            help="only tasks with this status or in this group (repeatable)",
+        )
+        verb.add_argument(
+            "--wait", type=seconds, default=15.0, help="seconds to wait for the engine (15)"
+        )
+        verb.add_argument("--json", action="store_true", help="print the results as JSON")
+        verb.set_defaults(func=cmd_request)

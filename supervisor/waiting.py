@@ -1,0 +1,341 @@
+"""``supervise wait``: block until each named task has ended, or one needs a person.
+
+The orchestrator's loop (issue 22, item 2) is submit → wait → read → answer or follow up.
+:func:`wait_tasks` returns when every named task is terminal (:data:`supervisor.states.TERMINAL`,
+or its task file was rejected), or as soon as one of them **needs you**: status
+``escalated``, which the engine sets for a permission request a rule escalated and for the
+circuit breaker's pause (the manifest's ``escalation`` record, written by
+:mod:`supervisor.agents.claude.permissions` and the adapter's breaker). A task that is
+escalated when the wait starts returns at once. With ``terminal_only`` an escalated task is
+waited through, as before issue 22.
+
+Why "as soon as one": an escalated task makes no progress until a person answers, so
+waiting on for its siblings would only delay the answer (the reason the issue was filed).
+
+Exit codes (:attr:`WaitOutcome.code`; README "Exit codes"): ``0`` every task ended with
+verdict ``PASS``; ``1`` one or more ended otherwise (or was rejected);
+:data:`EXIT_NEEDS_YOU` (10) one or more need a person: this wins over 0 and 1 when some
+ended and some need you; :data:`EXIT_TIMEOUT` (124, ``timeout(1)``'s) the timeout passed
+first; :data:`EXIT_USAGE` (2) an id naming no task (:class:`UnknownTasks`).
+
+How it waits: inotify on the tasks folder, each named task's folder and the spool
+(a manifest is replaced by rename), with a full re-read every :data:`SAFETY_POLL` seconds
+as the net under a missed event.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from supervisor.diskio import read_regular
+from supervisor.states import TERMINAL, Status
+from supervisor.terminal import escape_controls
+
+if TYPE_CHECKING:
+    from supervisor.config import LoadedProfile
+
+#: One or more named tasks need a person (``escalated``); chosen above the verbs' 3 and 4
+#: and far from the shells' 126+ so a script can tell it from every other outcome.
+EXIT_NEEDS_YOU = 10
+#: ``timeout(1)``'s exit status when the time ran out (GNU coreutils manual).
+EXIT_TIMEOUT = 124
+EXIT_USAGE = 2
+#: Seconds between full re-reads while waiting: the net under the inotify events (a missed
+#: event costs at most this much).
+SAFETY_POLL = 5.0
+#: The longest file name Linux takes (``NAME_MAX``): a longer id names no folder.
+NAME_MAX = 255
+#: Bytes a manifest may have (today's are a few KiB): a bigger file is not read.
+MANIFEST_MAX = 16 << 20
+_SLUG = re.compile(r"[a-z0-9][a-z0-9-]*")
+#: ``needs.kind`` values.
+PERMISSION, BREAKER, OTHER = "permission", "circuit_breaker", "escalation"
+
+
+class UnknownTasks(LookupError):
+    """Ids that name no task folder, spool file or rejected file; ``str()`` is the one
+    line to show, ``ids`` the ids."""
+
+    def __init__(self, ids: list[str], line: str) -> None:
+        super().__init__(line)
+        self.ids = ids
+
+
+def is_task_id(text: str) -> bool:
+    """Whether ``text`` can name a task folder: a lowercase slug of at most
+    :data:`NAME_MAX` characters (never a path, never too long for the filesystem)."""
+    return len(text) <= NAME_MAX and _SLUG.fullmatch(text) is not None
+
+
+def load_manifest(path: Path) -> dict[str, Any]:
+    """A manifest read without blocking (a FIFO, a device or a file over
+    :data:`MANIFEST_MAX` bytes put in its place is refused: :func:`supervisor.diskio.read_regular`).
+
+    Raises:
+        OSError: missing, not a regular file, too big, unreadable.
+        ValueError: not JSON, or no string ``status``.
+    """
+    data = json.loads(read_regular(path, MANIFEST_MAX))
+    if not isinstance(data, dict) or not isinstance(data.get("status"), str):
+        raise ValueError("no 'status'")
+    return data
+
+
+def read_manifest(path: Path) -> dict[str, Any] | None:
+    """:func:`load_manifest`, or ``None`` (missing, being replaced, damaged, odd)."""
+    try:
+        return load_manifest(path)
+    except (OSError, ValueError):
+        return None  # not there yet, or replaced under us: looked at again
+
+
+def locate(profile: LoadedProfile, task_id: str) -> str | None:
+    """Where ``task_id`` is: ``"task"`` (a task folder), ``"spool"`` (its file waits in the
+    spool or is being claimed), ``"rejected"`` (its file was rejected), or ``None``."""
+    if not is_task_id(task_id):
+        return None
+    if (profile.tasks_dir / task_id).is_dir():
+        return "task"
+    spool = profile.spool_dir
+    if (spool / f"{task_id}.toml").exists() or any(spool.glob(f".claim.{task_id}.*")):
+        # the claim may have moved it into its task folder meanwhile
+        return "task" if (profile.tasks_dir / task_id).is_dir() else "spool"
+    if (spool / "rejected" / f"{task_id}.toml").exists():
+        return "rejected"
+    return None
+
+
+def rejected(profile: LoadedProfile, task_id: str) -> dict[str, Any]:
+    """The stand-in for a task whose file the engine rejected: status ``rejected``."""
+    error = profile.spool_dir / "rejected" / f"{task_id}.toml.error"
+    try:
+        text = error.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        text = ""
+    return {"task_id": task_id, "status": "rejected", "verdict": None, "error": text}
+
+
+def needs_of(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """What an ``escalated`` task needs from a person, from its manifest's ``escalation``
+    record, or ``None`` for any other status.
+
+    Returns ``{"kind", "reason", "tool", "subject", "rule", "since", "source"}``: ``kind``
+    ``permission`` (a request a rule escalated: ``tool`` and ``subject`` name it, ``rule``
+    says which rule or ``default`` decided, ``source`` is ``hook`` or ``screen``),
+    ``circuit_breaker`` (the agent is paused after ``max_denials`` denials or failed tool
+    calls; ``approve`` lets it go on, ``deny`` ends the task) or ``escalation`` (a record
+    of neither shape). Absent values are ``None``.
+    """
+    if manifest.get("status") != Status.ESCALATED:
+        return None
+    record = manifest.get("escalation")
+    record = record if isinstance(record, dict) else {}
+
+    def text(key: str) -> str | None:
+        value = record.get(key)
+        return value if isinstance(value, str) else None
+
+    if record.get("paused") is True:
+        kind = BREAKER
+    elif "tool" in record or "answer" in record or record.get("screen") is True:
+        kind = PERMISSION
+    else:
+        kind = OTHER
+    return {
+        "kind": kind,
+        "reason": text("reason"),
+        "tool": text("tool"),
+        "subject": text("subject"),
+        "rule": text("reason") if kind == PERMISSION else None,
+        "since": text("since"),
+        "source": ("screen" if record.get("screen") else "hook") if kind == PERMISSION else None,
+    }
+
+
+def needs_line(task_id: str, needs: dict[str, Any]) -> str:
+    """The text line for a task that needs you, escaped, e.g.
+    ``t-1: escalated needs-you Bash(rm -rf x) rule 2 (Bash ~ /^rm/)``."""
+    if needs["kind"] == PERMISSION:
+        what = f"{needs['tool'] or '?'}({needs['subject'] or ''}) {needs['rule'] or ''}".strip()
+    else:
+        what = needs["reason"] or needs["kind"]
+    return escape_controls(f"{task_id}: escalated needs-you {what}")
+
+
+@dataclass(frozen=True)
+class WaitOutcome:
+    """How a wait ended.
+
+    ``shown``: one entry per named id, in the order named: the final manifest of an ended
+    task, the stand-in of a rejected one, ``{"task_id", "status", "verdict", "needs"}`` for
+    one that needs you, else its current manifest (``status`` ``spooled`` before its
+    folder exists). ``needs_you``: the ids that need a person; ``pending``: the ids still
+    going (neither ended nor needing you) when the wait returned; ``code``: the exit status
+    (module docstring); ``timeout``: the seconds asked for.
+    """
+
+    shown: list[dict[str, Any]]
+    needs_you: tuple[str, ...]
+    pending: tuple[str, ...]
+    code: int
+    timeout: float | None
+
+    def lines(self) -> list[str]:
+        """The text output, one escaped line per task: ``ID: STATUS VERDICT (why)``, or
+        :func:`needs_line` for one that needs you."""
+        out = []
+        for entry in self.shown:
+            if entry.get("needs") is not None and entry["task_id"] in self.needs_you:
+                out.append(needs_line(entry["task_id"], entry["needs"]))
+                continue
+            why = entry.get("failure_reason") or entry.get("abandon_reason") or entry.get("error")
+            line = f"{entry.get('task_id')}: {entry.get('status')} {entry.get('verdict') or '-'}"
+            out.append(escape_controls(line + (f" ({why})" if why else "")))
+        return out
+
+
+class _Events:
+    """inotify on the tasks folder, each named task's folder and the spool (with
+    ``rejected``): any rename or write there wakes :meth:`wait`. Folders that appear later
+    are added."""
+
+    def __init__(self, profile: LoadedProfile, ids: list[str]) -> None:
+        from inotify_simple import INotify
+        from inotify_simple import flags as F
+
+        self.flags = F.MOVED_TO | F.CLOSE_WRITE | F.CREATE | F.MOVED_FROM | F.DELETE
+        self.inotify = INotify()
+        self.profile, self.ids = profile, set(ids)
+        self.watched: set[Path] = set()
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Watch the folders that exist now (idempotent)."""
+        spool = self.profile.spool_dir
+        folders = [self.profile.tasks_dir, spool / "rejected", spool]
+        folders += [self.profile.tasks_dir / task_id for task_id in self.ids]
+        for folder in folders:
+            if folder in self.watched:
+                continue
+            try:
+                self.inotify.add_watch(str(folder), self.flags)
+            except OSError:
+                continue  # not there yet: the next refresh or the safety poll finds it
+            self.watched.add(folder)
+
+    def wait(self, seconds: float) -> None:
+        """Block until an event or ``seconds`` pass."""
+        self.inotify.read(timeout=max(1, int(seconds * 1000)))
+        self.refresh()
+
+    def close(self) -> None:
+        self.inotify.close()
+
+
+class _Look:
+    """The named tasks' states, read again at each :meth:`look`: ended ones are kept (an
+    ending is final); a need is read afresh each time (someone may have answered it)."""
+
+    def __init__(self, profile: LoadedProfile, ids: list[str], terminal_only: bool) -> None:
+        self.profile, self.ids, self.terminal_only = profile, ids, terminal_only
+        self.ended: dict[str, dict[str, Any]] = {}
+        self.needing: dict[str, dict[str, Any]] = {}
+
+    def look(self) -> bool:
+        """Read the unended tasks; whether the wait is over."""
+        self.needing = {}
+        for task_id in self.ids:
+            if task_id in self.ended:
+                continue
+            manifest = read_manifest(self.profile.tasks_dir / task_id / "manifest.json")
+            if manifest is not None and manifest["status"] in TERMINAL:
+                self.ended[task_id] = manifest
+            elif manifest is None and locate(self.profile, task_id) == "rejected":
+                self.ended[task_id] = rejected(self.profile, task_id)
+            elif manifest is not None and not self.terminal_only:
+                needs = needs_of(manifest)
+                if needs is not None:
+                    self.needing[task_id] = {
+                        "task_id": task_id,
+                        "status": manifest["status"],
+                        "verdict": manifest.get("verdict"),
+                        "needs": needs,
+                    }
+        return bool(self.needing) or len(self.ended) == len(self.ids)
+
+    def outcome(self, timeout: float | None) -> WaitOutcome:
+        """The :class:`WaitOutcome` of the tasks as last looked at."""
+        shown, pending = [], []
+        for task_id in self.ids:
+            entry = self.ended.get(task_id) or self.needing.get(task_id)
+            if entry is None:
+                pending.append(task_id)
+                entry = read_manifest(self.profile.tasks_dir / task_id / "manifest.json") or {
+                    "task_id": task_id,
+                    "status": "spooled",
+                    "verdict": None,
+                }
+            shown.append(entry)
+        if self.needing:
+            code = EXIT_NEEDS_YOU
+        elif pending:
+            code = EXIT_TIMEOUT
+        else:
+            code = 0 if all(m.get("verdict") == "PASS" for m in shown) else 1
+        return WaitOutcome(shown, tuple(self.needing), tuple(pending), code, timeout)
+
+
+def check_ids(profile: LoadedProfile, ids: list[str]) -> None:
+    """Raise :class:`UnknownTasks` (one line naming the folders looked in) when an id
+    names no task folder, spool file or rejected file."""
+    unknown = [task_id for task_id in ids if locate(profile, task_id) is None]
+    if unknown:
+        raise UnknownTasks(
+            unknown,
+            f"no task {', '.join(unknown)} in {profile.tasks_dir} nor in {profile.spool_dir}; "
+            f"see 'supervise status -c {profile.path}'",
+        )
+
+
+def wait_tasks(
+    profile: LoadedProfile,
+    ids: list[str],
+    timeout: float | None,
+    *,
+    terminal_only: bool = False,
+    on_block: Callable[[], None] | None = None,
+) -> WaitOutcome:
+    """Block until every task of ``ids`` has ended, or (unless ``terminal_only``) one of
+    them needs a person, or ``timeout`` seconds pass (``None``: no limit). Duplicate ids
+    count once. ``on_block`` is called once if the first look does not settle it (the CLI
+    prints its no-engine warning there). Rules and exit codes: the module docstring.
+
+    Raises:
+        UnknownTasks: an id names no task (checked before any wait).
+    """
+    ids = list(dict.fromkeys(ids))
+    check_ids(profile, ids)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    state = _Look(profile, ids, terminal_only)
+    events = _Events(profile, ids)  # before the first look: a change after it wakes us
+    try:
+        if state.look():
+            return state.outcome(timeout)
+        if on_block is not None:
+            on_block()
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            events.wait(SAFETY_POLL if left is None else min(left, SAFETY_POLL))
+            if state.look():
+                break
+    finally:
+        events.close()
+    return state.outcome(timeout)
