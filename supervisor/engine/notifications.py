@@ -48,8 +48,8 @@ def notify_payload(manifest: Manifest, event_name: str, why: str) -> dict[str, A
 def last_lines(manifest: Manifest, count: int = 10) -> str:
     """The last ``count`` lines of the manifest's ``output_tail`` (raw) as a person reads
     them: rendered for the agent's kind (:func:`supervisor.agents.readable.readable_text`;
-    Claude Code's stream-json as text, a generic agent's output as it is)."""
-    kind = agent_kind(None, {"claude": manifest.claude, "agent": getattr(manifest, "agent", None)})
+    the kind read from the manifest by the agents package, so the engine names none)."""
+    kind = agent_kind(None, manifest.model_dump(mode="json"))
     text = readable_text(kind, manifest.output_tail or "")
     return "\n".join(text.splitlines()[-count:])
 
