@@ -2,15 +2,25 @@
 
 - ``status`` right after ``shutdown`` said ``engine: stale`` while the stopped engine was a
   zombie (ended, not yet reaped by its parent): it has stopped, so ``not running``.
+- A ``project_dir`` inside a repository that does not track it (``init --claude DIR``
+  inside a home folder kept in git) failed ``launch``, blaming the agent's program: it
+  runs in place, and a missing working folder is named as such.
 """
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
+import sys
+from pathlib import Path
 
 import psutil
 from conftest import Setup, wait_for
+
+from supervisor.wrapper import LAUNCH_ERROR
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _end(process: subprocess.Popen[bytes]) -> None:
@@ -43,3 +53,77 @@ def test_status_after_shutdown_says_not_running_while_the_engine_is_unreaped(
         assert status.stdout.splitlines()[0] == "engine: not running", status.stdout
     finally:
         _end(engine)
+
+
+def _git(folder: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@x", "-C", str(folder), *args],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+
+
+def test_a_project_dir_its_repository_does_not_track_runs_in_place(setup: Setup) -> None:
+    """``init --claude DIR`` inside a repository (a home folder kept in git) left ``DIR/project``
+    untracked: the worktree of that repository had no such folder, and the task failed
+    ``launch`` blaming the agent's program. It runs in place, with one warning event."""
+    _git(setup.root, "init", "-q", "-b", "main")
+    (setup.root / "README").write_text("a repository around the profile\n")
+    _git(setup.root, "add", "README")
+    _git(setup.root, "commit", "-q", "-m", "first")
+    setup.write_profile()
+    setup.drop("inner.toml", setup.task("inner", "print: hello from the project folder\nexit: 0"))
+    assert setup.run().returncode == 0
+    m = setup.manifests()["inner"]
+    assert (m["status"], m["verdict"]) == ("completed", "PASS"), m["summary"]
+    assert m["workspace"]["mode"] == "shared" and m["workspace"]["path"] == str(setup.project)
+    warned = [e for e in setup.events(m["task_id"]) if e["event"] == "workspace_in_place"]
+    assert len(warned) == 1 and "not tracked" in warned[0]["message"]
+    assert str(setup.project) in warned[0]["message"]
+
+
+def test_a_missing_working_folder_is_named_not_blamed_on_the_program(tmp_path: Path) -> None:
+    """The wrapper's chdir into a folder that is gone said "cannot run 'PROGRAM': No such
+    file or directory", sending the reader to look for the program."""
+    task = tmp_path / "task"
+    task.mkdir()
+    gone = tmp_path / "gone"
+    launch = {"argv": [sys.executable, "-c", "pass"], "cwd": str(gone), "env": {}}
+    (task / "launch.json").write_text(json.dumps(launch))
+    done = subprocess.run(
+        [sys.executable, str(REPO / "supervisor" / "wrapper.py"), str(task)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 127
+    line = (task / LAUNCH_ERROR).read_text().strip()
+    assert line == (
+        f"supervise: cannot run {sys.executable!r}: its working folder {gone} cannot be "
+        "entered: No such file or directory"
+    )
+
+
+def test_only_a_tracked_sub_folder_gets_a_worktree(tmp_path: Path) -> None:
+    """A tracked sub-folder keeps its worktree (the agent works in the same sub-folder of
+    it); an ignored one runs in place, like an untracked one."""
+    from supervisor.config.workspace import WorkspaceSpec
+    from supervisor.workspace import lifecycle
+
+    repo = tmp_path / "repo"
+    (repo / "app").mkdir(parents=True)
+    (repo / "app" / "main.py").write_text("print(1)\n")
+    (repo / ".gitignore").write_text("scratch/\n")
+    (repo / "scratch").mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "first")
+    state = tmp_path / "state"
+    tracked = lifecycle.resolve("t-abc123", repo / "app", WorkspaceSpec(), state)
+    assert (tracked.mode, tracked.warning) == ("worktree", None)
+    assert lifecycle.agent_dir(tracked, repo / "app") == state / "worktrees" / "t-abc123" / "app"
+    ignored = lifecycle.resolve("t-abc124", repo / "scratch", WorkspaceSpec(), state)
+    assert (ignored.mode, ignored.path) == ("shared", str(repo / "scratch"))
+    assert "not tracked" in (ignored.warning or "")
