@@ -127,3 +127,13 @@ def test_only_a_tracked_sub_folder_gets_a_worktree(tmp_path: Path) -> None:
     ignored = lifecycle.resolve("t-abc124", repo / "scratch", WorkspaceSpec(), state)
     assert (ignored.mode, ignored.path) == ("shared", str(repo / "scratch"))
     assert "not tracked" in (ignored.warning or "")
+
+
+def test_the_command_list_does_not_show_the_hidden_ids_helper(setup: Setup) -> None:
+    """``supervise --help`` listed ``_ids`` (the completion helper) among the commands."""
+    shown = setup.supervise("--help")
+    assert shown.returncode == 0
+    assert "_ids" not in shown.stdout and "\n    continue " in shown.stdout
+    assert shown.stdout.startswith("usage: supervise [-h] [--version] COMMAND ...")
+    bare = setup.supervise()
+    assert bare.returncode == 2 and "_ids" not in bare.stderr
