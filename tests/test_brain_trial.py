@@ -137,3 +137,19 @@ def test_the_command_list_does_not_show_the_hidden_ids_helper(setup: Setup) -> N
     assert shown.stdout.startswith("usage: supervise [-h] [--version] COMMAND ...")
     bare = setup.supervise()
     assert bare.returncode == 2 and "_ids" not in bare.stderr
+
+
+def test_stop_all_with_nothing_to_stop_says_so_plainly(setup: Setup) -> None:
+    """``stop --all`` on a state dir with nothing left to stop said "... applies to with any
+    status", which reads as if a status were missing from the command."""
+    setup.write_profile()
+    (setup.state / "tasks").mkdir(parents=True)
+    done = setup.supervise("stop", "-c", str(setup.profile), "--all")
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"supervise stop: no task in {setup.state / 'tasks'} that 'stop' applies to; "
+        f"see 'supervise status -c {setup.profile}'\n"
+    )
+    picked = setup.supervise("stop", "-c", str(setup.profile), "--status", "running")
+    assert picked.returncode == 1
+    assert f"no task in {setup.state / 'tasks'} with status running that 'stop'" in picked.stderr
