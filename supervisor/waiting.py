@@ -9,6 +9,12 @@ circuit breaker's pause (the manifest's ``escalation`` record, written by
 escalated when the wait starts returns at once. With ``terminal_only`` an escalated task is
 waited through, as before issue 22.
 
+An ended task with a follow-up not yet taken (``supervise continue`` left
+:data:`supervisor.taskdir.FOLLOWUP` in its folder; the engine takes it by rename, or
+deletes it when it refuses) has not ended: its manifest is the previous turn's, and a
+``wait`` right after a ``continue`` that no running engine took at once must wait for the
+new turn, not return the old result.
+
 Why "as soon as one": an escalated task makes no progress until a person answers, so
 waiting on for its siblings would only delay the answer (the reason the issue was filed).
 
@@ -35,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from supervisor.diskio import read_regular
 from supervisor.states import TERMINAL, Status
+from supervisor.taskdir import FOLLOWUP
 from supervisor.terminal import escape_controls
 
 if TYPE_CHECKING:
@@ -253,9 +260,11 @@ class _Look:
         for task_id in self.ids:
             if task_id in self.ended:
                 continue
-            manifest = read_manifest(self.profile.tasks_dir / task_id / "manifest.json")
+            folder = self.profile.tasks_dir / task_id
+            manifest = read_manifest(folder / "manifest.json")
             if manifest is not None and manifest["status"] in TERMINAL:
-                self.ended[task_id] = manifest
+                if not (folder / FOLLOWUP).exists():  # else a follow-up is yet to run
+                    self.ended[task_id] = manifest
             elif manifest is None and locate(self.profile, task_id) == "rejected":
                 self.ended[task_id] = rejected(self.profile, task_id)
             elif manifest is not None and not self.terminal_only:

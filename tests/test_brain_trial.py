@@ -153,3 +153,24 @@ def test_stop_all_with_nothing_to_stop_says_so_plainly(setup: Setup) -> None:
     picked = setup.supervise("stop", "-c", str(setup.profile), "--status", "running")
     assert picked.returncode == 1
     assert f"no task in {setup.state / 'tasks'} with status running that 'stop'" in picked.stderr
+
+
+def test_wait_after_a_queued_continue_waits_for_the_new_turn(setup: Setup) -> None:
+    """``continue`` with no engine running queues the follow-up (exit 3); a ``wait`` right
+    after it returned at once, exit 0, with the previous turn's result, which the Brain
+    would have read as the follow-up's answer. It waits for the new turn."""
+    setup.write_profile()
+    setup.drop("two.toml", setup.task("two", "print: turn one\nexit: 0"))
+    assert setup.run().returncode == 0
+    task_id = setup.manifests()["two"]["task_id"]
+    queued = setup.supervise("continue", "-c", str(setup.profile), task_id, "print: turn two")
+    assert queued.returncode == 3, queued.stderr
+    early = setup.supervise("wait", "-c", str(setup.profile), task_id, "--timeout", "1")
+    assert early.returncode == 124, early.stdout  # the follow-up has not run: not ended yet
+    engine = setup.start()
+    try:
+        done = setup.supervise("wait", "-c", str(setup.profile), task_id, "--timeout", "120")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert setup.manifests()["two"]["turn"] == 2
+    finally:
+        _end(engine)
