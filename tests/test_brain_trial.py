@@ -115,6 +115,9 @@ def test_only_a_tracked_sub_folder_gets_a_worktree(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     (repo / "app").mkdir(parents=True)
     (repo / "app" / "main.py").write_text("print(1)\n")
+    odd = repo / "we ird:dir -x"  # a space, a colon (git's REV:PATH) and a dash
+    odd.mkdir()
+    (odd / "f").write_text("x\n")
     (repo / ".gitignore").write_text("scratch/\n")
     (repo / "scratch").mkdir()
     _git(repo, "init", "-q", "-b", "main")
@@ -124,6 +127,10 @@ def test_only_a_tracked_sub_folder_gets_a_worktree(tmp_path: Path) -> None:
     tracked = lifecycle.resolve("t-abc123", repo / "app", WorkspaceSpec(), state)
     assert (tracked.mode, tracked.warning) == ("worktree", None)
     assert lifecycle.agent_dir(tracked, repo / "app") == state / "worktrees" / "t-abc123" / "app"
+    assert lifecycle.resolve("t-abc125", odd, WorkspaceSpec(), state).mode == "worktree"
+    (repo / "new:folder").mkdir()
+    untracked = lifecycle.resolve("t-abc126", repo / "new:folder", WorkspaceSpec(), state)
+    assert untracked.mode == "shared"
     ignored = lifecycle.resolve("t-abc124", repo / "scratch", WorkspaceSpec(), state)
     assert (ignored.mode, ignored.path) == ("shared", str(repo / "scratch"))
     assert "not tracked" in (ignored.warning or "")
