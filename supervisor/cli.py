@@ -4,7 +4,8 @@ Commands (``--json``: the result as JSON on stdout)::
 
     supervise run PROFILE [--exit-when-idle] [--log-file PATH]   run the engine (cli_ops.py)
     supervise validate [-c PROFILE] FILE... [--json]  check profile, task files (cli_validate.py)
-    supervise submit -c PROFILE TASK.toml [--json]    validate a task, spool it, print its id
+    supervise submit -c PROFILE TASK.toml|-|--prompt TEXT --project DIR [--wait] [--json]
+                                                 validate a task, spool it, print its id
     supervise status -c PROFILE [--json] [--sort K] [--status S]... [--archived]
                                                  engine, spool, tasks (or the archived ones)
     supervise top -c PROFILE [--status S] [--filter T]  live view (the 'tui' extra)
@@ -25,6 +26,7 @@ Commands (``--json``: the result as JSON on stdout)::
     supervise archive -c PROFILE --older-than D  ended task folders into tarballs (cli_ops.py)
     supervise diff|merge|discard|prune ...       review a task's worktree (cli_workspace.py)
     supervise init|schema|startup|completion ... set up; --version (cli_setup.py)
+    supervise mcp -c PROFILE                     an MCP server over stdio (cli_mcp.py)
 
 Exit codes (the table in README "Exit codes")::
 
@@ -42,6 +44,8 @@ Exit codes (the table in README "Exit codes")::
     wait                         all PASS one or more did not        usage  10 needs you (wins
                                                                             over 0, 1), 124
                                                                             timeout
+    submit --wait                as wait (the id printed first); 1 also: invalid input
+    mcp                          client closed  bad profile          usage, no 'mcp' extra
     archive                      done     archive not written        usage
     diff merge discard prune     done     refused                    usage
     init startup schema          done     refused or failed          usage
@@ -60,11 +64,12 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from supervisor import (
     cli_cluster,
     cli_followup,
+    cli_mcp,
     cli_ops,
     cli_read,
     cli_requests,
@@ -73,6 +78,7 @@ from supervisor import (
     cli_tail,
     cli_validate,
     cli_workspace,
+    inline_submit,
 )
 from supervisor.cli_cluster import STATUS_HELP as CLUSTER_HELP
 from supervisor.errors import ConfigError
@@ -98,34 +104,6 @@ def _profile(path: str) -> LoadedProfile:
 
 
 # ---------------------------------------------------------------- commands
-
-
-def cmd_submit(args: argparse.Namespace) -> int:
-    import tomli_w
-
-    from supervisor.config import load_task
-    from supervisor.submission import place
-
-    profile = _profile(args.config)
-    source = Path(args.task).resolve()
-    resolved = load_task(source, profile)
-    if profile.spec.cluster is not None:  # into the fleet's database, not the spool
-        return cli_cluster.submit(profile, resolved, args.json)
-    spec = resolved.spec
-    data: dict[str, Any] = spec.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
-    data["name"] = spec.name
-    data["project_dir"] = str(spec.project_dir)
-    if spec.prompt_file is not None:
-        data["prompt_file"] = str(spec.prompt_file)
-    spool_dir = profile.spool_dir  # never replaces a file or reuses an id (submission.py)
-    task_id = place(spool_dir, profile.tasks_dir, spec.name, tomli_w.dumps(data).encode())
-    warn_no_engine(profile, "the task waits in the spool")
-    if args.json:
-        print(json.dumps({"task_id": task_id, "name": spec.name,
-                          "spool_file": str(spool_dir / f"{task_id}.toml")}))  # fmt: skip
-    else:
-        print(task_id)
-    return 0
 
 
 def warn_no_engine(profile: LoadedProfile, what: str) -> None:
@@ -233,11 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_validate.register(sub)  # validate
 
-    submit = sub.add_parser("submit", help="validate a task file and drop it into the spool")
-    submit.add_argument("-c", "--config", required=True, help="profile TOML file")
-    submit.add_argument("task", help="task TOML file")
-    submit.add_argument("--json", action="store_true", help="print the id as JSON")
-    submit.set_defaults(func=cmd_submit)
+    inline_submit.register(sub)  # submit: a file, stdin or --prompt
 
     status = sub.add_parser("status", help="list tasks and their state")
     status.add_argument("-c", "--config", help="profile TOML file")
@@ -275,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_workspace.register(sub)  # diff, merge, discard, prune
     serve.register(sub)  # the web view (extra 'web')
     cli_setup.register(sub)  # init, schema, startup, completion
+    cli_mcp.register(sub)  # the MCP server over stdio (extra 'mcp')
     cli_cluster.register(sub)  # cluster init|check, hosts (extra 'cluster')
     cli_followup.register(sub)  # continue (issue 22)
     return parser

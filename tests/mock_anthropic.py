@@ -28,6 +28,10 @@ turn. Text after a directive is free; unknown names are ignored; ``args`` may no
 ``[[write: NAME]]`` / ``[[write: NAME | TEXT]]`` (may repeat)
     A step that issues a ``Write`` of ``<cwd>/NAME`` with ``file_content`` (or ``TEXT`` and
     a newline).
+``[[tool: NAME | JSON]]`` (may repeat)
+    A step that calls the offered tool NAME (an MCP tool too) with the JSON object as its
+    input, ``{{task_id}}`` / ``{{last_result}}`` taken from the step before: see
+    :mod:`mock_tool_calls`.
 ``[[final: TEXT]]``
     The final text of this conversation (overrides ``final_text``).
 ``[[ratelimit: N]]`` / ``[[ratelimit: N reset=EPOCH]]`` / ``[[ratelimit: N reset=+S]]``
@@ -108,6 +112,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import mock_streaming
+import mock_tool_calls
 
 SESSION_HEADER = "x-claude-code-session-id"
 """Header (lower-cased) in which Claude Code sends its session id."""
@@ -216,7 +221,7 @@ def parse_directives(text: str) -> Directives:
     found = Directives()
     for match in _DIRECTIVE_RE.finditer(text):
         name, args = match.group(1).lower(), (match.group(2) or "").strip()
-        if name in ("bash", "write", "slow_write"):
+        if name in ("bash", "write", "slow_write", "tool"):
             found.steps.append((name, args))
         elif name == "final":
             found.final = args
@@ -627,6 +632,14 @@ class MockAnthropic:
             final = directives.final if directives.final is not None else self.final_text
             return Reply([{"type": "text", "text": final}], "end_turn", "final")
         kind, arg = steps[done]
+        if kind == "tool":  # [[tool: NAME | JSON]] (mock_tool_calls.py)
+            offered = {t.get("name") for t in body["tools"] if isinstance(t, dict)}
+            block, error = mock_tool_calls.tool_use_block(
+                arg, messages, offered, self.next_id("toolu")
+            )
+            if block is None:
+                return Reply([{"type": "text", "text": error}], "end_turn", "error")
+            return Reply([block], "tool_use", "tool_use")
         tool = "Bash" if kind == "bash" else "Write"
         seconds = 0.0
         if kind == "slow_write":

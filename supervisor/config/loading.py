@@ -307,7 +307,23 @@ def load_task(
     path = Path(path).resolve()
     shown = shown_as or path
     text, data = read_toml(path, shown, limit=MAX_TASK_FILE_BYTES)
-    base = base or path.parent
+    return task_from_table(data, profile, base or path.parent, shown, text)
+
+
+def task_from_table(
+    data: dict[str, Any], profile: LoadedProfile, base: Path, shown: Path, text: str = ""
+) -> ResolvedTask:
+    """Validate one task table (a parsed task file, or ``submit``'s inline keys) against
+    ``profile`` exactly as :func:`load_task` does: the model, ``task_may_set``, paths
+    (relative ones against ``base``), the prompt, the policy.
+
+    Args:
+        shown: the name error lines start with.
+        text: the TOML text ``data`` was parsed from, for line numbers ("" for none).
+
+    Raises:
+        ConfigError: with one line per problem.
+    """
     try:
         spec = TaskSpec.model_validate(data)
     except ValidationError as exc:
@@ -329,11 +345,17 @@ def _refusals(data: dict[str, Any], profile: LoadedProfile, shown: Path, text: s
     """One line per key of the task file that the profile's ``task_may_set`` refuses."""
     allowed = ", ".join(profile.spec.security.task_may_set) or "(none)"
     return [
-        f"{shown}:{key_line(text, tuple(key.split('.'))) or '?'}: key '{key}': "
+        f"{shown}{_at_line(text, key)}: key '{key}': "
         f"this profile does not let task files set it ({profile.path} "
         f"[security] task_may_set = {allowed})"
         for key in _refused_keys(data, profile.spec.security)
     ]
+
+
+def _at_line(text: str, key: str) -> str:
+    """``:LINE`` of a dotted key in a task file's text (``:?`` when not found), or "" for
+    a table that came from no text (``submit``'s inline keys)."""
+    return f":{key_line(text, tuple(key.split('.'))) or '?'}" if text else ""
 
 
 def _refused_keys(data: dict[str, Any], security: SecuritySpec) -> list[str]:

@@ -175,8 +175,15 @@ def read_toml(
     Raises:
         ConfigError: unreadable, too big, not UTF-8, or malformed TOML.
     """
-    raw = read_bounded(path, shown or path, limit)
-    path = shown or path
+    return toml_table(read_bounded(path, shown or path, limit), shown or path)
+
+
+def toml_table(raw: bytes, path: Path) -> tuple[str, dict[str, Any]]:
+    """``(text, table)`` of TOML bytes read from ``path`` (a file, or stdin's name).
+
+    Raises:
+        ConfigError: not UTF-8, or malformed TOML.
+    """
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

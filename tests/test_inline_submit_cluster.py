@@ -1,0 +1,66 @@
+"""``supervise submit --prompt`` and the MCP path (``submit_fields``) with a ``[cluster]``
+profile (issue 22 item 4): the task goes into the fleet's database as a file submit's does."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from cluster_support import fresh_database, postgres_server
+from conftest import Setup
+from test_cluster import cluster_profile, rows, supervise
+
+from supervisor.config import load_profile
+from supervisor.errors import ConfigError
+from supervisor.inline_submit import submit_fields
+
+psycopg = pytest.importorskip("psycopg")
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    with postgres_server() as dsn:
+        yield dsn
+
+
+@pytest.fixture
+def dsn(server: str) -> Iterator[str]:
+    with fresh_database(server) as url:
+        yield url
+
+
+def test_inline_submit_to_the_fleet_is_a_queued_row(setup: Setup, dsn: str) -> None:
+    assert supervise("cluster", "init", env={"SUPERVISE_CLUSTER_DSN": dsn}).returncode == 0
+    profile = cluster_profile(setup, dsn, "h1")
+    done = supervise(
+        "submit",
+        "-c",
+        str(profile),
+        "--prompt",
+        "print: inline\nexit: 0",
+        "--project",
+        str(setup.project),
+        "--name",
+        "fleet",
+        "--set",
+        "host=h2",
+        "--json",
+    )
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["queue"] == "host.h2"
+    [(state, spec)] = rows(
+        dsn, "SELECT state, spec FROM supervise_tasks WHERE id = %s", answer["task_id"]
+    )
+    assert state == "queued" and spec["prompt"] == "print: inline\nexit: 0"
+    task_id = submit_fields(
+        load_profile(profile), {"name": "api", "prompt": "x", "project_dir": str(setup.project)}
+    )
+    assert rows(dsn, "SELECT state FROM supervise_tasks WHERE id = %s", task_id) == [("queued",)]
+    with pytest.raises(ConfigError, match="key 'host'"):
+        submit_fields(
+            load_profile(profile),
+            {"name": "bad", "prompt": "x", "host": "a/b", "project_dir": str(setup.project)},
+        )
+    assert rows(dsn, "SELECT count(*) FROM supervise_tasks") == [(2,)]
