@@ -182,9 +182,11 @@ class WaitOutcome:
     ``shown``: one entry per named id, in the order named: the final manifest of an ended
     task, the stand-in of a rejected one, ``{"task_id", "status", "verdict", "needs"}`` for
     one that needs you, else its current manifest (``status`` ``spooled`` before its
-    folder exists). ``needs_you``: the ids that need a person; ``pending``: the ids still
-    going (neither ended nor needing you) when the wait returned; ``code``: the exit status
-    (module docstring); ``timeout``: the seconds asked for.
+    folder exists; ``{"task_id", "status": "queued", "verdict": None, "turn", "reason"}``
+    for an ended task whose follow-up the engine has not taken yet). ``needs_you``: the
+    ids that need a person; ``pending``: the ids still going (neither ended nor needing
+    you) when the wait returned; ``code``: the exit status (module docstring);
+    ``timeout``: the seconds asked for.
     """
 
     shown: list[dict[str, Any]]
@@ -201,7 +203,12 @@ class WaitOutcome:
             if entry.get("needs") is not None and entry["task_id"] in self.needs_you:
                 out.append(needs_line(entry["task_id"], entry["needs"]))
                 continue
-            why = entry.get("failure_reason") or entry.get("abandon_reason") or entry.get("error")
+            why = (
+                entry.get("failure_reason")
+                or entry.get("abandon_reason")
+                or entry.get("error")
+                or entry.get("reason")
+            )
             line = f"{entry.get('task_id')}: {entry.get('status')} {entry.get('verdict') or '-'}"
             out.append(escape_controls(line + (f" ({why})" if why else "")))
         return out
@@ -290,6 +297,8 @@ class _Look:
                     "status": "spooled",
                     "verdict": None,
                 }
+                if entry.get("status") in TERMINAL:  # its follow-up is not taken yet (look)
+                    entry = _followup_waiting(task_id, entry)
             shown.append(entry)
         if self.needing:
             code = EXIT_NEEDS_YOU
@@ -298,6 +307,19 @@ class _Look:
         else:
             code = 0 if all(m.get("verdict") == "PASS" for m in shown) else 1
         return WaitOutcome(shown, tuple(self.needing), tuple(pending), code, timeout)
+
+
+def _followup_waiting(task_id: str, manifest: dict[str, Any]) -> dict[str, Any]:
+    """The stand-in of an ended task whose follow-up waits for the engine: the new turn,
+    ``queued`` (what the engine records when it takes it), never the last turn's result."""
+    turn = manifest.get("turn") if isinstance(manifest.get("turn"), int) else 1
+    return {
+        "task_id": task_id,
+        "status": Status.QUEUED.value,
+        "verdict": None,
+        "turn": turn + 1,
+        "reason": f"a follow-up, turn {turn + 1}",
+    }
 
 
 def check_ids(profile: LoadedProfile, ids: list[str]) -> None:

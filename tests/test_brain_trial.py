@@ -174,6 +174,8 @@ def test_wait_after_a_queued_continue_waits_for_the_new_turn(setup: Setup) -> No
     assert queued.returncode == 3, queued.stderr
     early = setup.supervise("wait", "-c", str(setup.profile), task_id, "--timeout", "1")
     assert early.returncode == 124, early.stdout  # the follow-up has not run: not ended yet
+    # shown as the new turn waiting, not as turn 1's "completed PASS" beside "still running"
+    assert early.stdout.splitlines()[0] == f"{task_id}: queued - (a follow-up, turn 2)"
     engine = setup.start()
     try:
         done = setup.supervise("wait", "-c", str(setup.profile), task_id, "--timeout", "120")
