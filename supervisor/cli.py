@@ -205,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
         "and report each outcome in a manifest.",
     )
     cli_setup.add_version_argument(parser)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     cli_ops.register(sub)  # run, wait, archive
     cli_read.register(sub)  # logs, events, _ids
 

@@ -54,8 +54,8 @@ def cmd_request(args: argparse.Namespace) -> int:
     if chosen:
         ids = requests.select(profile, verb, args.statuses)
         if not ids:
-            which = ", ".join(args.statuses or ()) or "any status"
-            where = f"no task in {profile.tasks_dir} that '{verb}' applies to with {which}"
+            which = f" with status {', '.join(args.statuses)}" if args.statuses else ""
+            where = f"no task in {profile.tasks_dir}{which} that '{verb}' applies to"
             _err(f"supervise {verb}: {where}; see 'supervise status -c {args.config}'")
             return 1
     results = requests.apply_requests(profile, ids, verb, args.wait, selected=chosen, warn=_err)

@@ -9,6 +9,12 @@ circuit breaker's pause (the manifest's ``escalation`` record, written by
 escalated when the wait starts returns at once. With ``terminal_only`` an escalated task is
 waited through, as before issue 22.
 
+An ended task with a follow-up not yet taken (``supervise continue`` left
+:data:`supervisor.taskdir.FOLLOWUP` in its folder; the engine takes it by rename, or
+deletes it when it refuses) has not ended: its manifest is the previous turn's, and a
+``wait`` right after a ``continue`` that no running engine took at once must wait for the
+new turn, not return the old result.
+
 Why "as soon as one": an escalated task makes no progress until a person answers, so
 waiting on for its siblings would only delay the answer (the reason the issue was filed).
 
@@ -35,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from supervisor.diskio import read_regular
 from supervisor.states import TERMINAL, Status
+from supervisor.taskdir import FOLLOWUP
 from supervisor.terminal import escape_controls
 
 if TYPE_CHECKING:
@@ -175,9 +182,11 @@ class WaitOutcome:
     ``shown``: one entry per named id, in the order named: the final manifest of an ended
     task, the stand-in of a rejected one, ``{"task_id", "status", "verdict", "needs"}`` for
     one that needs you, else its current manifest (``status`` ``spooled`` before its
-    folder exists). ``needs_you``: the ids that need a person; ``pending``: the ids still
-    going (neither ended nor needing you) when the wait returned; ``code``: the exit status
-    (module docstring); ``timeout``: the seconds asked for.
+    folder exists; ``{"task_id", "status": "queued", "verdict": None, "turn", "reason"}``
+    for an ended task whose follow-up the engine has not taken yet). ``needs_you``: the
+    ids that need a person; ``pending``: the ids still going (neither ended nor needing
+    you) when the wait returned; ``code``: the exit status (module docstring);
+    ``timeout``: the seconds asked for.
     """
 
     shown: list[dict[str, Any]]
@@ -194,7 +203,12 @@ class WaitOutcome:
             if entry.get("needs") is not None and entry["task_id"] in self.needs_you:
                 out.append(needs_line(entry["task_id"], entry["needs"]))
                 continue
-            why = entry.get("failure_reason") or entry.get("abandon_reason") or entry.get("error")
+            why = (
+                entry.get("failure_reason")
+                or entry.get("abandon_reason")
+                or entry.get("error")
+                or entry.get("reason")
+            )
             line = f"{entry.get('task_id')}: {entry.get('status')} {entry.get('verdict') or '-'}"
             out.append(escape_controls(line + (f" ({why})" if why else "")))
         return out
@@ -253,9 +267,11 @@ class _Look:
         for task_id in self.ids:
             if task_id in self.ended:
                 continue
-            manifest = read_manifest(self.profile.tasks_dir / task_id / "manifest.json")
+            folder = self.profile.tasks_dir / task_id
+            manifest = read_manifest(folder / "manifest.json")
             if manifest is not None and manifest["status"] in TERMINAL:
-                self.ended[task_id] = manifest
+                if not (folder / FOLLOWUP).exists():  # else a follow-up is yet to run
+                    self.ended[task_id] = manifest
             elif manifest is None and locate(self.profile, task_id) == "rejected":
                 self.ended[task_id] = rejected(self.profile, task_id)
             elif manifest is not None and not self.terminal_only:
@@ -281,6 +297,8 @@ class _Look:
                     "status": "spooled",
                     "verdict": None,
                 }
+                if entry.get("status") in TERMINAL:  # its follow-up is not taken yet (look)
+                    entry = _followup_waiting(task_id, entry)
             shown.append(entry)
         if self.needing:
             code = EXIT_NEEDS_YOU
@@ -289,6 +307,19 @@ class _Look:
         else:
             code = 0 if all(m.get("verdict") == "PASS" for m in shown) else 1
         return WaitOutcome(shown, tuple(self.needing), tuple(pending), code, timeout)
+
+
+def _followup_waiting(task_id: str, manifest: dict[str, Any]) -> dict[str, Any]:
+    """The stand-in of an ended task whose follow-up waits for the engine: the new turn,
+    ``queued`` (what the engine records when it takes it), never the last turn's result."""
+    turn = manifest.get("turn") if isinstance(manifest.get("turn"), int) else 1
+    return {
+        "task_id": task_id,
+        "status": Status.QUEUED.value,
+        "verdict": None,
+        "turn": turn + 1,
+        "reason": f"a follow-up, turn {turn + 1}",
+    }
 
 
 def check_ids(profile: LoadedProfile, ids: list[str]) -> None:

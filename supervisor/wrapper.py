@@ -323,6 +323,8 @@ def _spawn(task_dir: str, launch: dict, env: dict[str, str], pipe: tuple[int, in
         why = _exec_failure(argv, env, exc) if isinstance(exc, OSError) else f"{exc} (NUL)"
         if isinstance(exc, OSError) and launch.get("stdin") and exc.filename == launch["stdin"]:
             why = f"cannot open its prompt {launch['stdin']} as stdin: {exc.strerror}"
+        if isinstance(exc, OSError) and launch.get("cwd") and exc.filename == launch["cwd"]:
+            why = f"its working folder {launch['cwd']} cannot be entered: {exc.strerror}"
         message = f"supervise: cannot run {argv[0]!r}: {why}"
         print(message, file=sys.stderr)
         with contextlib.suppress(OSError):

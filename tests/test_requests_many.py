@@ -89,7 +89,10 @@ def test_status_and_all_select_what_the_verb_applies_to(setup: Setup) -> None:
         ids = _running(setup, "x", "y")
         none = _verb(setup, "approve", "--status", "escalated")
         assert none.returncode == 1 and none.stdout == ""
-        assert "no task in" in none.stderr and "'approve' applies to with escalated" in none.stderr
+        assert (
+            "no task in" in none.stderr
+            and "with status escalated that 'approve' applies to" in none.stderr
+        )
         assert len(none.stderr.splitlines()) == 1
         assert _verb(setup, "approve", "--all").returncode == 1  # nothing is escalated
         mixed = _verb(setup, "stop", ids[0], "--all")

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 #: Seconds after which a heartbeat is stale: three missed 5 s writes
 #: (``supervisor.engine.scheduler.STATS_EVERY``).
 STALE_AFTER = 15.0
@@ -93,7 +95,9 @@ def lock_held(state_dir: Path) -> bool:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid exists (``kill(pid, 0)``; EPERM means it does)."""
+    """Whether a process with this pid runs (``kill(pid, 0)``; EPERM means it does). A
+    zombie does not: an engine that ``shutdown`` stopped stays one until its parent reaps
+    it (under ``setsid -f``, whenever init gets to it), and it is not running then."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -102,7 +106,12 @@ def pid_alive(pid: int) -> bool:
         return True
     except (OSError, OverflowError):
         return False
-    return True
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:  # cannot look (another user's /proc): it exists
+        return True
 
 
 def _text(value: Any) -> str | None:

@@ -165,6 +165,17 @@ def commit_of(repo: Path | str, ref: str) -> str | None:
     return value if done.returncode == 0 and value else None
 
 
+def has_path(repo: Path | str, commit: str, path: str) -> bool:
+    """Whether ``commit``'s tree holds ``path`` (a file or folder, relative to the top of
+    ``repo``, ``/``-separated): ``git cat-file -e COMMIT:PATH``. A worktree checked out at
+    ``commit`` has that path exactly when this is true.
+
+    Raises:
+        GitError: git timed out or could not run.
+    """
+    return run_git(["cat-file", "-e", f"{commit}:{path}"], repo, check=False).returncode == 0
+
+
 def branch_exists(repo: Path | str, branch: str) -> bool:
     """Whether ``refs/heads/BRANCH`` exists in ``repo``.
 

@@ -11,6 +11,8 @@ starts), finish (when the agent is done, before acceptance).
   no ``base`` runs in place instead (``shared``, with :data:`IN_PLACE` logged at claim):
   there is nothing to branch from, and a worktree on an orphan branch would start empty,
   without the project's files (all untracked then), besides needing git 2.42 (issue 22).
+  So does a ``project_dir`` its repository does not track (untracked or ignored there):
+  a worktree of that repository would not hold the folder at all.
 - :func:`prepare` (off the engine's worker: ``git worktree add``, submodules, copies and
   ``setup`` can take minutes) makes the worktree, or raises :class:`WorkspaceError` after
   removing whatever it made. It is idempotent across a crash of ``supervise``: the
@@ -45,8 +47,9 @@ log = logging.getLogger(__name__)
 
 #: Events of :func:`prepare` (``events.jsonl``): before ``git worktree add``, when done.
 PREPARING, READY = "workspace_preparing", "workspace_ready"
-#: Event at claim of a task that runs in place because its repository has no commit yet
-#: (:func:`note_in_place`); its ``message`` is the report's ``warning``.
+#: Event at claim of a task that runs in place because its repository has no commit yet,
+#: or does not track ``project_dir`` (:func:`note_in_place`); its ``message`` is the
+#: report's ``warning``.
 IN_PLACE = "workspace_in_place"
 #: Bytes of a ``setup``'s output written to ``output.log``; the rest is read and dropped
 #: (one line says so), so a flooding ``setup`` cannot fill the state filesystem.
@@ -91,9 +94,39 @@ def resolve(
     try:
         report.base = spec.base or git.current_branch(top)
         report.base_commit = git.commit_of(top, report.base) if report.base else None
+        below = _below(top, project_dir)
+        if report.base_commit and below and not git.has_path(top, report.base_commit, below):
+            return WorkspaceReport(
+                mode="shared",
+                path=str(project_dir),
+                repository=repository,
+                warning=_untracked_line(top, project_dir),
+            )
     except GitError:
         pass  # prepare names the cause
     return report
+
+
+def _below(top: Path, project_dir: Path) -> str | None:
+    """``project_dir`` relative to ``top`` (``/``-separated), ``None`` when it is ``top``."""
+    try:
+        below = Path(os.path.realpath(project_dir)).relative_to(os.path.realpath(top))
+    except ValueError:
+        return None
+    return below.as_posix() if below != Path() else None
+
+
+def _untracked_line(top: Path, project_dir: Path) -> str:
+    # A worktree of ``top`` would not hold project_dir (untracked or ignored there), so the
+    # agent's working folder would not exist: ``init --claude DIR`` inside a home folder
+    # kept in git made exactly that, and every task failed ``launch``.
+    return (
+        f"project_dir {project_dir} is not tracked by repository {top} (untracked or "
+        "ignored there), so a worktree of it would not hold the folder: the task runs in "
+        "place, in project_dir itself. Make project_dir a repository of its own (git "
+        'init; one commit) for a worktree per task, or set [workspace] mode = "shared" '
+        "to silence this"
+    )
 
 
 def _unborn(top: Path) -> bool:
