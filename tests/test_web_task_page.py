@@ -137,6 +137,22 @@ def test_timeline_bands_marks_and_escaping() -> None:
     )
 
 
+def test_marks_close_together_keep_their_lines_but_labels_never_overlap() -> None:
+    """An escalation approved a second later (as the Brain's trial did) drew both labels on
+    one spot; the second keeps its line and its tooltip, and only a label with room shows."""
+    events: list[dict[str, Any]] = [
+        {"ts": "2026-11-23T12:00:00Z", "event": "launched", "status": "running"},
+        {"ts": "2026-11-23T12:00:10Z", "event": "escalated", "status": "escalated"},
+        {"ts": "2026-11-23T12:00:11Z", "event": "approved", "status": "running"},
+        {"ts": "2026-11-23T13:00:00Z", "event": "resumed", "status": "running"},
+        {"ts": "2026-11-23T13:00:01Z", "event": "completed", "status": "completed"},
+    ]
+    svg = str(timeline.svg(timeline.timeline(events, 1795435200.0 + 7200)))
+    assert svg.count('<g class="mark') == 3
+    assert svg.count("<title>approved") == 1 and ">approved</text>" not in svg
+    assert ">escalated</text>" in svg and ">resumed</text>" in svg
+
+
 def test_timeline_of_thousands_of_changes_stays_bounded() -> None:
     """A task that flapped 3,000 times draws its newest MAX_BANDS bands, says how many it
     left out, and no label in a band too narrow for it."""

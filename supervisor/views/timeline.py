@@ -165,6 +165,30 @@ def _text(value: str) -> Markup:
     return escape(escape_controls(value))
 
 
+def _marks(line: Timeline, boxes: list[tuple[float, float]]) -> list[Markup]:
+    """One ``<g class="mark">`` per mark: its line and tooltip always, its label only where it
+    does not run into the label drawn before it (an escalation approved within a second
+    put two labels on one spot, unreadable); the tooltip still names every mark."""
+    drawn: list[Markup] = []
+    free_from = float("-inf")  # x where the next label may start
+    for mark in line.marks:
+        x = _x_of(mark.at, line.bands, boxes)
+        tip = f"{mark.event}: {mark.detail}" if mark.detail else mark.event
+        label = Markup("")
+        if x >= free_from:
+            label = Markup('<text x="{:.1f}" y="{:.1f}">{}</text>').format(
+                x, BAND_H + 18, _text(mark.event)
+            )
+            free_from = x + CHAR_W * (len(mark.event) + 1)
+        drawn.append(
+            Markup(
+                '<g class="mark m-{0}" data-event="{0}"><line x1="{1:.1f}" x2="{1:.1f}" y1="0" '
+                'y2="{2:.1f}"/>{3}<title>{4}</title></g>'
+            ).format(_text(mark.event), x, BAND_H + 6, label, _text(tip))
+        )
+    return drawn
+
+
 def svg(line: Timeline) -> Markup:
     """The timeline as one ``<svg class="timeline">`` element (safe to put in a page as it
     is), or a ``<p class="empty">`` when there is no band (no event with a status)."""
@@ -195,15 +219,7 @@ def svg(line: Timeline) -> Markup:
                 )
             )
         parts.append(Markup("</g>"))
-    for mark in line.marks:
-        x = _x_of(mark.at, line.bands, boxes)
-        tip = f"{mark.event}: {mark.detail}" if mark.detail else mark.event
-        parts.append(
-            Markup(
-                '<g class="mark m-{0}" data-event="{0}"><line x1="{1:.1f}" x2="{1:.1f}" y1="0" '
-                'y2="{2:.1f}"/><text x="{1:.1f}" y="{3:.1f}">{4}</text><title>{5}</title></g>'
-            ).format(_text(mark.event), x, BAND_H + 6, BAND_H + 18, _text(mark.event), _text(tip))
-        )
+    parts.extend(_marks(line, boxes))
     first, last = line.bands[0].start, line.bands[-1].end
     parts.append(
         Markup(
