@@ -73,6 +73,7 @@ from supervisor import (
     cli_tail,
     cli_validate,
     cli_workspace,
+    taskid,
 )
 from supervisor.cli_cluster import STATUS_HELP as CLUSTER_HELP
 from supervisor.errors import ConfigError
@@ -283,6 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Console entry point. Returns the exit status."""
     args = build_parser().parse_args(argv)
+    if bad_id := taskid.bad_argument(args):  # before any path is made of it (taskid.py)
+        _err(bad_id)
+        return 1
     try:
         return int(args.func(args))
     except ConfigError as exc:

@@ -14,13 +14,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from supervisor import archive, control, engine_probe
+from supervisor import archive, control, engine_probe, taskid
 from supervisor.config import MAX_PROMPT_BYTES, LoadedProfile
 from supervisor.config.argsize import prompt_problems
 from supervisor.policy.followups import refusal
@@ -65,8 +64,8 @@ def request_continue(profile: LoadedProfile, task_id: str, prompt: str, wait_s: 
 
 def _task(profile: LoadedProfile, task_id: str) -> TaskDir:
     """The task's folder, or the line saying where it is (archived) or that it is not."""
-    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", task_id):
-        raise FollowUpRefused(f"{task_id!r} is not a task id; see 'supervise status -c ...'")
+    if not taskid.is_task_id(task_id):
+        raise FollowUpRefused(taskid.refusal(task_id))
     if profile.spec.cluster is not None:
         raise FollowUpRefused(
             f"task {task_id}: 'continue' does not work for a [cluster] profile yet (the "

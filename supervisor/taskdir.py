@@ -40,6 +40,7 @@ from supervisor.diskio import (  # noqa: F401  (also imported from here with Tas
     atomic_write,
     fsync_dir,
     parse_iso,
+    read_end,
     utc_iso,
 )
 from supervisor.logrotate import shift_backups
@@ -372,12 +373,6 @@ class TaskDir:
 
 
 def _read_end(path: Path, max_bytes: int) -> bytes:
-    """The last ``max_bytes`` bytes of ``path`` (``b""`` when it does not exist)."""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - max_bytes))
-            return handle.read()
-    except FileNotFoundError:
-        return b""
+    """The last ``max_bytes`` bytes of ``path`` (``b""`` when it is missing or no regular
+    file: a FIFO an agent put there never blocks the engine, :func:`diskio.read_end`)."""
+    return read_end(path, max_bytes)[0]

@@ -26,7 +26,6 @@ as the net under a missed event.
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 from supervisor.diskio import read_regular
 from supervisor.states import TERMINAL, Status
+from supervisor.taskid import is_task_id
+from supervisor.taskid import shown as shown_id
 from supervisor.terminal import escape_controls
 
 if TYPE_CHECKING:
@@ -49,11 +50,8 @@ EXIT_USAGE = 2
 #: Seconds between full re-reads while waiting: the net under the inotify events (a missed
 #: event costs at most this much).
 SAFETY_POLL = 5.0
-#: The longest file name Linux takes (``NAME_MAX``): a longer id names no folder.
-NAME_MAX = 255
 #: Bytes a manifest may have (today's are a few KiB): a bigger file is not read.
 MANIFEST_MAX = 16 << 20
-_SLUG = re.compile(r"[a-z0-9][a-z0-9-]*")
 #: ``needs.kind`` values.
 PERMISSION, BREAKER, OTHER = "permission", "circuit_breaker", "escalation"
 
@@ -67,12 +65,6 @@ class UnknownTasks(LookupError):
         self.ids = ids
 
 
-def is_task_id(text: str) -> bool:
-    """Whether ``text`` can name a task folder: a lowercase slug of at most
-    :data:`NAME_MAX` characters (never a path, never too long for the filesystem)."""
-    return len(text) <= NAME_MAX and _SLUG.fullmatch(text) is not None
-
-
 def load_manifest(path: Path) -> dict[str, Any]:
     """A manifest read without blocking (a FIFO, a device or a file over
     :data:`MANIFEST_MAX` bytes put in its place is refused: :func:`supervisor.diskio.read_regular`).
@@ -81,7 +73,10 @@ def load_manifest(path: Path) -> dict[str, Any]:
         OSError: missing, not a regular file, too big, unreadable.
         ValueError: not JSON, or no string ``status``.
     """
-    data = json.loads(read_regular(path, MANIFEST_MAX))
+    try:
+        data = json.loads(read_regular(path, MANIFEST_MAX))
+    except RecursionError:  # "[[[[…": nested deeper than the parser goes
+        raise ValueError("nested too deep") from None
     if not isinstance(data, dict) or not isinstance(data.get("status"), str):
         raise ValueError("no 'status'")
     return data
@@ -298,7 +293,8 @@ def check_ids(profile: LoadedProfile, ids: list[str]) -> None:
     if unknown:
         raise UnknownTasks(
             unknown,
-            f"no task {', '.join(unknown)} in {profile.tasks_dir} nor in {profile.spool_dir}; "
+            f"no task {', '.join(map(shown_id, unknown))} in {profile.tasks_dir} "
+            f"nor in {profile.spool_dir}; "
             f"see 'supervise status -c {profile.path}'",
         )
 
