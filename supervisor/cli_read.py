@@ -22,7 +22,6 @@ archived task reads ``events.jsonl`` from its tarball (no ``-f`` then). A damage
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path

@@ -8,14 +8,17 @@ import contextlib
 import json
 import os
 import threading
+import time
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import tomli_w
+from conftest import wait_for
 
 from supervisor import cli, cli_read
-from supervisor.taskdir import atomic_write
+from supervisor.taskdir import Manifest, TaskDir, atomic_write, utc_iso
 
 #: Each command taking one id, with the arguments after the id, and its exit for a bad id.
 ONE_ID = {
@@ -88,7 +91,6 @@ def test_a_fifo_in_a_task_folder_blocks_no_view(tmp_path: Path) -> None:
     ``events.jsonl``, ``spec.json`` or ``output.log`` must not hang ``status``, ``top``,
     the web page or ``tail`` (each reads non-blocking, regular files only); the folder
     shows as ``damaged`` and the good task beside it is listed."""
-    from supervisor.taskdir import TaskDir
     from supervisor.views import model, webpage
 
     conf = _profile(tmp_path)
@@ -130,3 +132,145 @@ def test_a_manifest_nested_too_deep_is_damaged_not_a_traceback(
     assert cli.main(["wait", "-c", conf, "deep-1", "--timeout", "0.5"]) == 124
     assert cli_read._ended(folder) is False  # events -f: not ended, no traceback
     capsys.readouterr()
+
+
+# ---------------------------------------------------------------- continue: per-turn facts
+
+
+def _claude_adapter(folder: Path, manifest: Manifest, max_cost_usd: float | None = None):
+    from supervisor.agents import adapter_for
+    from supervisor.config import AgentSpec, MonitorPolicy, ResolvedTask, TaskSpec
+
+    spec = TaskSpec(name="t", prompt="go", project_dir=folder.parent)
+    policy = MonitorPolicy(deadline=120.0, max_cost_usd=max_cost_usd)
+    resolved = ResolvedTask(spec, "go", "claude-sonnet-4-6", policy)
+    agent = AgentSpec(kind="claude")  # type: ignore[call-arg]
+    return adapter_for(agent, TaskDir(folder), resolved, manifest, "denied", lambda k: None)
+
+
+def _stream_lines(folder: Path, *objs: dict) -> None:
+    with open(folder / "stream.jsonl", "a", encoding="utf-8") as out:
+        out.writelines(json.dumps(obj) + "\n" for obj in objs)
+
+
+def test_a_follow_up_turn_reports_nothing_of_the_turn_before(tmp_path: Path) -> None:
+    """Turn 1 answered "TURN ONE" after an API retry, spent the whole ``max_cost_usd``
+    and was denied 3 times. Once turn 2 opens, the manifest and the adapter of turn 2 give
+    no ``claude.result``, error, denial count or outcome of turn 1 (those stay in
+    ``turns[0]``), and the budget counts from the turn's start: turn 2 is not over it.
+    Turn 2's own answer then shows, with its own cost beside the task's total."""
+    from supervisor import turnlog
+    from supervisor.taskdir import TURN_PROMPT
+
+    folder = tmp_path / "task"
+    folder.mkdir()
+    (folder / "prompt").write_text("go")
+    manifest = Manifest(
+        task_id="t1", task_name="t", model="m", project_dir=str(tmp_path), session_name="t1",
+        session_id="00000000-0000-4000-8000-000000000000", tmpdir=str(folder),
+        created_at=utc_iso(),
+    )  # fmt: skip
+    first = _claude_adapter(folder, manifest, max_cost_usd=0.5)
+    _stream_lines(
+        folder,
+        {"type": "supervise_launch", "at": 1.0},
+        {"type": "system", "subtype": "api_retry", "attempt": 1, "error_status": 529},
+        {"type": "result", "subtype": "success", "result": "TURN ONE", "is_error": False,
+         "num_turns": 2, "total_cost_usd": 0.5, "session_id": manifest.session_id},
+    )  # fmt: skip
+    assert first.observe(time.time(), "running", None).spent_usd == 0.5
+    facts = first.report()
+    manifest.claude, manifest.denials = facts["claude"], 3
+    manifest.status, manifest.verdict, manifest.summary = "abandoned", "FAIL", "out of budget"
+    manifest.abandon_reason = "budget"
+    turnlog.open_turn(manifest, 2, TaskDir(folder))
+    assert manifest.claude is not None and manifest.claude.get("result") is None
+    assert not manifest.claude.get("api_errors") and manifest.denials == 0
+    assert (manifest.summary, manifest.abandon_reason, manifest.verdict) == (None, None, None)
+    assert manifest.claude["session_id"] == manifest.session_id  # the session goes on
+    assert manifest.turns[0].cost_usd == 0.5 and manifest.turns[0].abandon_reason == "budget"
+    (folder / TURN_PROMPT).write_text("go on")
+    second = _claude_adapter(folder, manifest, max_cost_usd=0.5)
+    second.restore(manifest)
+    second.follow_up()
+    view = second.observe(time.time(), "running", None)
+    report = second.report()
+    assert view.spent_usd == 0.0, view  # this turn spent nothing yet: not over budget
+    assert report["claude"]["result"] is None and report["claude"]["api_errors"] == []
+    assert report["denials"] == 0 and report["claude"]["is_error"] is None
+    _stream_lines(
+        folder,
+        {"type": "supervise_launch", "at": 2.0},
+        {"type": "result", "subtype": "success", "result": "TURN TWO", "is_error": False,
+         "num_turns": 1, "total_cost_usd": 0.2, "session_id": manifest.session_id},
+    )  # fmt: skip
+    view = second.observe(time.time(), "running", None)
+    claude = second.report()["claude"]
+    assert claude["result"] == "TURN TWO" and view.spent_usd == pytest.approx(0.2)
+    assert claude["total_cost_usd"] == pytest.approx(0.7)
+    assert claude["turn_cost_usd"] == pytest.approx(0.2)
+    # an engine restarted in turn 2 reads the stream from its start: the same answer
+    again = _claude_adapter(folder, manifest, max_cost_usd=0.5)
+    again.restore(manifest)
+    assert again.observe(time.time(), "running", None).spent_usd == pytest.approx(0.2)
+    assert again.report()["claude"]["result"] == "TURN TWO"
+
+
+def _full_manifest(tmp_path: Path, task_id: str, status: str) -> TaskDir:
+    folder = tmp_path / "state" / "tasks" / task_id
+    folder.mkdir(parents=True)
+    (folder / "prompt").write_text("go")
+    manifest = Manifest(
+        task_id=task_id, task_name="t", model="m", project_dir=str(tmp_path),
+        session_name=task_id, session_id="00000000-0000-4000-8000-000000000000",
+        tmpdir=str(folder), created_at=utc_iso(), status=status,
+    )  # fmt: skip
+    atomic_write(folder / "manifest.json", manifest.model_dump_json().encode())
+    return TaskDir(folder)
+
+
+def test_continue_of_an_escalated_task_waits_for_its_stop_too(tmp_path: Path) -> None:
+    """An escalated task is stopped before its follow-up is taken, which takes longer than
+    ``--wait`` allows a plain one: ``continue`` waits :data:`followup.STOP_WAIT` s more for
+    it, so it reports ``applied`` (exit 0), not "not taken" (exit 4) for a turn that does
+    start. (An engine stand-in: holds the engine's lock, opens turn 2 two seconds after the
+    request, as a stop followed by the follow-up does.)"""
+    from supervisor import followup, statelock, turnlog
+    from supervisor.config import load_profile
+
+    conf = _profile(tmp_path)
+    data = tomllib.loads(conf.read_text())
+    data["agent"]["resume_command"] = ["true"]
+    conf.write_text(tomli_w.dumps(data))
+    profile = load_profile(conf)
+    task = _full_manifest(tmp_path, "esc-1", "escalated")
+    lock = statelock.engine_lock(profile.state_dir)
+    request = profile.state_dir / "control" / "esc-1.continue"
+
+    def engine() -> None:
+        wait_for(request.exists, 20)
+        time.sleep(2)  # the stop of the agent, as the engine would take it (not a sync)
+        task.update_manifest(lambda m: setattr(m, "status", "abandoned"))
+        task.update_manifest(lambda m: turnlog.open_turn(m, 2, task))
+
+    stand_in = threading.Thread(target=engine, daemon=True)
+    stand_in.start()
+    try:
+        done = followup.request_continue(profile, "esc-1", "go on", 0.5)
+    finally:
+        stand_in.join(30)
+        os.close(lock)
+    assert (done["result"], done["turn"]) == ("applied", 2), done
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "1e400", "x"])
+def test_hostile_seconds_for_continue_are_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    """``continue --wait nan`` took any float: NaN never compares past a deadline, so the
+    wait never ended. Now NaN, inf, negatives and words are a usage error (exit 2) naming
+    ``--wait``, like the requests' and ``shutdown``'s ``--wait``."""
+    conf = str(_profile(tmp_path))
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["continue", "-c", conf, "t-1", "go on", "--wait", value])
+    assert exit_.value.code == 2 and "--wait" in capsys.readouterr().err
