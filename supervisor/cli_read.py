@@ -210,6 +210,8 @@ def _events_live(handle: BinaryIO, folder: Path, args: argparse.Namespace) -> in
     from supervisor.eventview import Splitter
 
     splitter, shown = Splitter(), _Shown(args, str(folder / "events.jsonl"))
+    if args.lines is not None:  # -n N: start at the last N lines, never read the rest
+        _from_the_end(handle, args.lines, shown)
     while chunk := handle.read(CHUNK):
         shown.add(splitter.feed(chunk))
     shown.flush()
@@ -225,6 +227,20 @@ def _events_live(handle: BinaryIO, folder: Path, args: argparse.Namespace) -> in
             ended = _ended(folder)
             if not ended:
                 time.sleep(FOLLOW_EVERY)  # a poll interval, not synchronisation
+
+
+def _from_the_end(handle: BinaryIO, count: int, shown: _Shown) -> None:
+    """Move ``handle`` to where its last ``count`` lines begin (:func:`eventview.tail_offset`)
+    and tell ``shown`` the status the event before them set (for the first ``from→to``).
+    Damaged lines before that point are not read, so not reported."""
+    import os
+
+    from supervisor.eventview import status_before, tail_offset
+
+    fd = handle.fileno()
+    offset = tail_offset(lambda at, n: os.pread(fd, n, at), os.fstat(fd).st_size, count)
+    shown.renderer.status = status_before(lambda at, n: os.pread(fd, n, at), offset)
+    handle.seek(offset)
 
 
 def _ended(folder: Path) -> bool:

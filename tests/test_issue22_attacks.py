@@ -274,3 +274,81 @@ def test_hostile_seconds_for_continue_are_a_usage_error(
     with pytest.raises(SystemExit) as exit_:
         cli.main(["continue", "-c", conf, "t-1", "go on", "--wait", value])
     assert exit_.value.code == 2 and "--wait" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- events: huge and hostile
+
+
+def _event(n: int, status: str) -> str:
+    return json.dumps({"ts": "2026-11-26T03:00:00.000Z", "event": f"e{n}", "status": status})
+
+
+def test_events_n_reads_only_the_end_of_a_huge_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``events -n 5`` of a 1 GiB ``events.jsonl`` (a sparse hole, then real lines) reads
+    the end only: the last five events, the first of them with its ``from→to`` (the status
+    the event before set), and no report of the damaged hole it never read. Main read and
+    parsed the whole file (minutes for a real 1 GB log)."""
+    conf = str(_profile(tmp_path))
+    folder = _manifest(tmp_path, "big-1", "running")
+    with open(folder / "events.jsonl", "wb") as out:
+        out.truncate(1 << 30)
+        out.seek(0, os.SEEK_END)
+        out.write(b"\n" + "\n".join(_event(n, f"s{n}") for n in range(10)).encode() + b"\n")
+    assert cli.main(["events", "-c", conf, "big-1", "-n", "5"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert [line.split()[1] for line in lines] == ["e5", "e6", "e7", "e8", "e9"], lines
+    assert "s4→s5" in lines[0] and captured.err == "", captured.err[:300]
+    assert cli.main(["events", "-c", conf, "big-1", "-n", "5", "--json"]) == 0
+    assert [json.loads(x)["event"] for x in capsys.readouterr().out.splitlines()] == [
+        "e5", "e6", "e7", "e8", "e9"
+    ]  # fmt: skip
+    assert cli.main(["events", "-c", conf, "big-1", "-n", "0"]) == 0
+    assert capsys.readouterr().out == ""
+
+
+def test_a_hostile_event_line_is_one_damaged_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An agent can append to its task's ``events.jsonl``: a line nested 100,000 deep made
+    ``events`` (``RecursionError``) print a traceback; it is one damaged line now, and the
+    status view and the web page pass over it too."""
+    from supervisor.views import model, webpage
+
+    conf = str(_profile(tmp_path))
+    folder = _manifest(tmp_path, "deep-1", "running")
+    deep = "[" * 100_000
+    (folder / "events.jsonl").write_text(
+        f"{_event(1, 'running')}\n{deep}\n{_event(2, 'running')}\n"
+    )
+    assert cli.main(["events", "-c", conf, "deep-1"]) == 0
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 2 and "damaged line" in captured.err
+    assert "Traceback" not in captured.err and len(captured.err.splitlines()) == 1
+    assert model.status_since(str(folder / "events.jsonl"), "running") is not None
+    assert len(webpage.task_view(folder)["events"]) == 2
+    assert TaskDir(folder).events()[-1]["event"] == "e2"
+
+
+def test_agent_writable_files_never_block_or_break_the_engine(tmp_path: Path) -> None:
+    """The engine reads hook files and ``events.jsonl`` an agent can write: a FIFO named as
+    a hook signal, a hook file nested too deep, a FIFO in place of ``events.jsonl`` must
+    neither block its check worker nor raise; appending an event to a FIFO is an
+    ``OSError`` (logged), not a write that blocks once the pipe is full."""
+    from supervisor.agents.claude import hooks
+
+    folder = tmp_path / "task"
+    folder.mkdir()
+    fifo = folder / "hook-00000000000000000001-1-PreToolUse.json"
+    os.mkfifo(fifo)
+    (folder / "hook-00000000000000000002-1-PreToolUse.json").write_text("[" * 100_000)
+    found = _bounded(lambda: hooks.read_hooks(folder), [fifo])
+    assert [h.data for h in found] == [{}, {}]  # type: ignore[attr-defined]
+    os.mkfifo(folder / "events.jsonl")
+    task = TaskDir(folder)
+    assert _bounded(task.events, [folder / "events.jsonl"]) == []
+    with pytest.raises(OSError):
+        for _ in range(2000):  # more than a pipe holds (64 KiB)
+            task.append_event("checked", reason="x" * 100)

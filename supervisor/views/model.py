@@ -215,8 +215,8 @@ def status_since(events_path: str, status: str) -> float | None:
     for raw in reversed(read_end(events_path, EVENTS_TAIL_BYTES)[0].splitlines()):
         try:
             event = json.loads(raw)
-        except ValueError:
-            continue  # the cut first line, or a torn one
+        except (ValueError, RecursionError):
+            continue  # the cut first line, a torn one, or one nested too deep
         if not isinstance(event, dict) or "status" not in event:
             continue
         if event["status"] != status:

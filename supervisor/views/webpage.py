@@ -255,7 +255,7 @@ def _events_tail(path: Path) -> tuple[list[dict[str, Any]], bool]:
     for line in lines:
         try:
             event = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # an agent can append to its own log
             continue
         if isinstance(event, dict):
             out.append(event)
