@@ -20,7 +20,8 @@ first; :data:`EXIT_USAGE` (2) an id naming no task (:class:`UnknownTasks`).
 
 How it waits: inotify on the tasks folder, each named task's folder and the spool
 (a manifest is replaced by rename), with a full re-read every :data:`SAFETY_POLL` seconds
-as the net under a missed event.
+as the net under a missed event; a look every :data:`NO_INOTIFY_POLL` seconds when the
+user has no inotify instance left.
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ EXIT_USAGE = 2
 #: Seconds between full re-reads while waiting: the net under the inotify events (a missed
 #: event costs at most this much).
 SAFETY_POLL = 5.0
+#: Seconds between looks when no inotify instance can be had (``fs.inotify.max_user_instances``
+#: reached by the user's other programs): ``wait`` polls instead of failing.
+NO_INOTIFY_POLL = 0.5
 #: Bytes a manifest may have (today's are a few KiB): a bigger file is not read.
 MANIFEST_MAX = 16 << 20
 #: ``needs.kind`` values.
@@ -205,13 +209,18 @@ class _Events:
         from inotify_simple import flags as F
 
         self.flags = F.MOVED_TO | F.CLOSE_WRITE | F.CREATE | F.MOVED_FROM | F.DELETE
-        self.inotify = INotify()
+        try:
+            self.inotify: INotify | None = INotify()
+        except OSError:  # EMFILE: the user's inotify instances are used up (128 by default)
+            self.inotify = None  # then a look every NO_INOTIFY_POLL s instead
         self.profile, self.ids = profile, set(ids)
         self.watched: set[Path] = set()
         self.refresh()
 
     def refresh(self) -> None:
         """Watch the folders that exist now (idempotent)."""
+        if self.inotify is None:
+            return
         spool = self.profile.spool_dir
         folders = [self.profile.tasks_dir, spool / "rejected", spool]
         folders += [self.profile.tasks_dir / task_id for task_id in self.ids]
@@ -225,12 +234,17 @@ class _Events:
             self.watched.add(folder)
 
     def wait(self, seconds: float) -> None:
-        """Block until an event or ``seconds`` pass."""
+        """Block until an event or ``seconds`` pass (at most :data:`NO_INOTIFY_POLL`
+        without inotify)."""
+        if self.inotify is None:
+            time.sleep(min(seconds, NO_INOTIFY_POLL))  # a poll interval, not a sync
+            return
         self.inotify.read(timeout=max(1, int(seconds * 1000)))
         self.refresh()
 
     def close(self) -> None:
-        self.inotify.close()
+        if self.inotify is not None:
+            self.inotify.close()
 
 
 class _Look:

@@ -352,3 +352,36 @@ def test_agent_writable_files_never_block_or_break_the_engine(tmp_path: Path) ->
     with pytest.raises(OSError):
         for _ in range(2000):  # more than a pipe holds (64 KiB)
             task.append_event("checked", reason="x" * 100)
+
+
+def test_wait_without_an_inotify_instance_polls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user whose 128 inotify instances are taken (127 ``wait``s of an orchestrator, or an
+    editor's watchers) got a traceback from ``wait``. It polls instead and still returns
+    when the task ends. (Faked with ``inotify_init1`` failing EMFILE: really using up the
+    user's instances would break the other programs and tests of that user meanwhile.)"""
+    import errno
+
+    import inotify_simple
+
+    from supervisor.waiting import wait_tasks
+
+    def exhausted(*_: object, **__: object) -> None:
+        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+    monkeypatch.setattr(inotify_simple, "INotify", exhausted)
+    conf = _profile(tmp_path)
+    _manifest(tmp_path, "slow-1", "running")
+    profile = cli._profile(str(conf))
+
+    def end() -> None:
+        _manifest(tmp_path, "slow-1", "completed", verdict="PASS")
+
+    ender = threading.Timer(1.0, end)  # it ends while wait polls
+    ender.start()
+    try:
+        outcome = wait_tasks(profile, ["slow-1"], 60)
+    finally:
+        ender.join(30)
+    assert outcome.code == 0 and outcome.shown[0]["status"] == "completed"
