@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 from conftest import wait_for
+from test_other_user import base, other_user  # noqa: F401 (fixtures)
 
 from supervisor import cli, cli_read
 from supervisor.taskdir import Manifest, TaskDir, atomic_write, utc_iso
@@ -385,3 +386,40 @@ def test_wait_without_an_inotify_instance_polls(
     finally:
         ender.join(30)
     assert outcome.code == 0 and outcome.shown[0]["status"] == "completed"
+
+
+def test_another_user_gets_one_line_not_a_traceback(other_user: str, base: Path) -> None:  # noqa: F811
+    """Another local user (``runuser``) running the new commands on a profile whose state
+    dir is 0700 (as ``supervise`` makes it): they read nothing, as before, and now each
+    command says so in one line naming the file and its owner, exit 1, instead of a
+    ``PermissionError`` traceback."""
+    import site
+    import subprocess
+    import sys
+
+    system = subprocess.run(["/usr/bin/python3", "-c", "import sys; print(sys.version_info[:2])"],
+                            capture_output=True, text=True, check=False)  # fmt: skip
+    if system.stdout.strip() != str(sys.version_info[:2]):
+        pytest.skip("the system python3 cannot load this venv's packages")
+    conf = _profile(base)
+    folder = _manifest(base, "t-1", "running")
+    (folder / "events.jsonl").write_text(_event(1, "running") + "\n")
+    (base / "state" / "engine.log").write_text("started\n")
+    os.chmod(base / "state", 0o700)
+    os.chmod(conf, 0o644)
+    path = os.pathsep.join([str(Path(cli.__file__).parents[1]), *site.getsitepackages()])
+    c = str(conf)
+    commands = [
+        ["status"], ["show", "t-1"], ["tail", "t-1"], ["events", "t-1"], ["logs"],
+        ["stop", "t-1"], ["wait", "t-1", "--timeout", "1"], ["continue", "t-1", "x"],
+    ]  # fmt: skip
+    for name, *rest in commands:
+        argv = [name, "-c", c, *rest]
+        done = subprocess.run(
+            ["runuser", "-u", other_user, "--", "env", f"PYTHONPATH={path}",
+             "/usr/bin/python3", "-m", "supervisor.cli", *argv],
+            capture_output=True, text=True, timeout=60, check=False, cwd="/",
+        )  # fmt: skip
+        assert done.returncode == 1, (argv, done.stderr[-1500:])
+        assert len(done.stderr.splitlines()) == 1, (argv, done.stderr[-1500:])
+        assert "permission denied" in done.stderr and "uid 0" in done.stderr, done.stderr
