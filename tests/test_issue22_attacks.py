@@ -423,3 +423,23 @@ def test_another_user_gets_one_line_not_a_traceback(other_user: str, base: Path)
         assert done.returncode == 1, (argv, done.stderr[-1500:])
         assert len(done.stderr.splitlines()) == 1, (argv, done.stderr[-1500:])
         assert "permission denied" in done.stderr and "uid 0" in done.stderr, done.stderr
+
+
+def test_run_without_an_inotify_instance_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``supervise run`` when the user's inotify instances are used up printed a traceback;
+    it cannot start (exit 1) and says why in one line with the fix. (Faked as in
+    :func:`test_wait_without_an_inotify_instance_polls`.)"""
+    import errno
+
+    from supervisor import watch
+
+    def exhausted(*_: object, **__: object) -> None:
+        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+    monkeypatch.setattr(watch, "INotify", exhausted)
+    conf = _profile(tmp_path)
+    assert cli.main(["run", str(conf), "--exit-when-idle"]) == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if "supervise run" in line]
+    assert len(err) == 1 and "max_user_instances" in err[0], err
