@@ -75,7 +75,15 @@ def _bounded(call: Callable[[], object], fifos: list[Path]) -> object:
     """``call()`` on a thread; a call still blocked after 20 s fails the test (its FIFOs
     are then opened for writing and closed, so the blocked reader gets EOF and ends)."""
     result: list[object] = []
-    thread = threading.Thread(target=lambda: result.append(call()), daemon=True)
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(call())
+        except BaseException as exc:  # raised again on the test's thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
     thread.join(20)
     if thread.is_alive():
@@ -84,6 +92,8 @@ def _bounded(call: Callable[[], object], fifos: list[Path]) -> object:
                 os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
         thread.join(20)
         pytest.fail(f"{call} blocked on a FIFO")
+    if failed:
+        raise failed[0]
     return result[0]
 
 
@@ -443,3 +453,20 @@ def test_run_without_an_inotify_instance_is_one_line(
     assert cli.main(["run", str(conf), "--exit-when-idle"]) == 1
     err = [line for line in capsys.readouterr().err.splitlines() if "supervise run" in line]
     assert len(err) == 1 and "max_user_instances" in err[0], err
+
+
+def test_a_fifo_as_the_stream_never_blocks_a_follow_up_launch(tmp_path: Path) -> None:
+    """The turn's mark goes into ``stream.jsonl``, which the agent can replace: a FIFO
+    there (no reader: a plain open for writing would wait forever on the engine's launch)
+    or a symlink makes the launch fail with an ``OSError``, at once."""
+    from supervisor.agents.claude.stream import mark_turn
+
+    fifo = tmp_path / "stream.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError):
+        _bounded(lambda: mark_turn(fifo), [])
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(OSError):
+        mark_turn(link)
+    assert not (tmp_path / "elsewhere").exists()

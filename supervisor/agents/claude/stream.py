@@ -21,12 +21,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from supervisor.diskio import read_end
+from supervisor.diskio import NotRegularFile, read_end
 
 #: API statuses that mean "come back later" rather than "broken": rate limited (429) and
 #: overloaded (529), per the Anthropic API errors reference.
@@ -235,9 +236,11 @@ def mark_turn(path: Path) -> None:
     Raises:
         OSError: the file cannot be written (the launch then fails as any launch would).
     """
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)  # fmt: skip
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o600)  # a FIFO the agent put there: ENXIO, never a wait
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile(path, os.fstat(fd).st_mode)
         os.write(fd, turn_line(path))
     finally:
         os.close(fd)
