@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 from conftest import wait_for
+from test_claude_agent import harness  # noqa: F401 (fixture)
 from test_other_user import base, other_user  # noqa: F401 (fixtures)
 
 from supervisor import cli, cli_read
@@ -470,3 +471,31 @@ def test_a_fifo_as_the_stream_never_blocks_a_follow_up_launch(tmp_path: Path) ->
     with pytest.raises(OSError):
         mark_turn(link)
     assert not (tmp_path / "elsewhere").exists()
+
+
+@pytest.mark.e2e
+def test_a_real_follow_up_turn_has_its_own_cost(harness) -> None:  # noqa: F811
+    """The real CLI 2.1.328 against the mock: turn 2 of a headless task starts at the
+    ``supervise_turn`` line, so its ``claude.turn_cost_usd`` is its own (below the task's
+    ``total_cost_usd``, which adds turn 1's) and its result is a fresh one."""
+    h = harness(final_text="DONE: turn over")
+    project = h.project()
+    h.write_profile(approval={"rules": [{"tool": "Write", "action": "approve"}]})
+    h.submit("chat", "Create hello.txt, then say DONE.", project, model="sonnet")
+    h.start()
+    h.finish()
+    first = h.manifests()["chat"]
+    assert first["status"] == "completed", h.diagnostics()
+    asked = h.cli("continue", "-c", str(h.profile), first["task_id"], "Now say DONE again.")
+    assert asked.returncode == 3, asked.stderr
+    h.start()
+    h.finish()
+    second = h.manifests()["chat"]
+    info = json.dumps(second, indent=1) + h.diagnostics()
+    claude = second["claude"]
+    assert (second["status"], second["turn"]) == ("completed", 2), info
+    assert claude["result"] and claude["is_error"] is False, info
+    total, own = claude["total_cost_usd"], claude["turn_cost_usd"]
+    assert own > 0 and total == pytest.approx(own + first["claude"]["total_cost_usd"]), info
+    marks = (Path(second["tmpdir"]) / "stream.jsonl").read_text().count('"supervise_turn"')
+    assert marks == 1, info
