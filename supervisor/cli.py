@@ -52,6 +52,8 @@ Exit codes (the table in README "Exit codes")::
       completion top (quit; 1: no 'tui' extra; 2: a bad --status)
     logs events                  printed  no log yet, no task        usage  130 -f stopped
 
+A malformed task id (``taskid.py``) and a file this user may not read (another user's
+state dir) are one line each, exit 1, for every command.
 ``submit``, ``wait`` and the four requests warn on stderr when no live engine holds the
 state dir (:mod:`supervisor.engine_probe`); ``status`` shows the engine line itself.
 Heavy imports (the engine, APScheduler, libtmux) happen only in the commands that need them.
@@ -79,6 +81,7 @@ from supervisor import (
     cli_validate,
     cli_workspace,
     inline_submit,
+    taskid,
 )
 from supervisor.cli_cluster import STATUS_HELP as CLUSTER_HELP
 from supervisor.errors import ConfigError
@@ -258,11 +261,19 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Console entry point. Returns the exit status."""
     args = build_parser().parse_args(argv)
+    if bad_id := taskid.bad_argument(args):  # before any path is made of it (taskid.py)
+        _err(bad_id)
+        return 1
     try:
         return int(args.func(args))
     except ConfigError as exc:
         for line in exc.problems:
             _err(line)
+        return 1
+    except PermissionError as exc:  # another user's state dir: one line, never a traceback
+        from supervisor.folderaccess import denied_line
+
+        _err(denied_line(args.command, exc))
         return 1
     except KeyboardInterrupt:
         return 130

@@ -64,7 +64,7 @@ def _is_local(args: argparse.Namespace, profile: Any) -> bool:
         from supervisor.waiting import locate
 
         return all(locate(profile, task_id) is not None for task_id in _ids(args))
-    from supervisor.waiting import is_task_id
+    from supervisor.taskid import is_task_id
 
     return all(is_task_id(t) and (profile.tasks_dir / t / "manifest.json").exists()
                for t in _ids(args))  # fmt: skip

@@ -7,7 +7,8 @@ new deadline (:mod:`supervisor.followup`, :mod:`supervisor.engine.followups`). `
 
 Exit codes (README "Exit codes"): 0 the engine recorded the new turn; 1 refused (one line
 saying why) or nothing requested; 2 usage; 3 queued (no engine runs: it happens when one
-starts); 4 the engine did not take it within ``--wait`` seconds (it still may).
+starts); 4 the engine did not take it within ``--wait`` seconds (it still may; an
+escalated task is stopped first, and the wait covers that stop too: ``STOP_WAIT`` more).
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def cmd_continue(args: argparse.Namespace) -> int:
     """Run ``supervise continue``; returns the exit status (module docstring)."""
     from supervisor.cli import EXIT_NOT_APPLIED, EXIT_QUEUED  # the requests' codes
     from supervisor.config import load_profile
-    from supervisor.followup import FollowUpRefused, request_continue
+    from supervisor.followup import STOP_WAIT, FollowUpRefused, request_continue
+    from supervisor.policy.followups import STOP_FIRST
 
     profile = load_profile(args.config)  # ConfigError: one line each in cli.main
     try:
@@ -52,7 +54,8 @@ def cmd_continue(args: argparse.Namespace) -> int:
         why = f"no engine runs on {profile.state_dir}, so it starts when 'supervise run' does"
         print(escape_controls(f"queued a follow-up for {task_id}; {why}"), file=sys.stderr)
     elif state == "not_applied":
-        why = f"the engine has not taken it within {args.wait:g} s (it still may)"
+        waited = args.wait + (STOP_WAIT if result["status"] in STOP_FIRST else 0)
+        why = f"the engine has not taken it within {waited:g} s (it still may)"
         print(escape_controls(f"asked to continue {task_id}; {why}"), file=sys.stderr)
     if args.json:
         print(json.dumps(result))
@@ -63,6 +66,8 @@ def cmd_continue(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``continue`` to the ``supervise`` parser."""
+    from supervisor.cli_ops import _positive as seconds  # finite, >= 0: never NaN
+
     parser = sub.add_parser(
         "continue", help="continue a task's conversation with a new prompt (a new turn)"
     )
@@ -70,7 +75,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("task_id")
     parser.add_argument("prompt", help="the follow-up prompt ('-': read it from stdin)")
     parser.add_argument(
-        "--wait", type=float, default=15.0, help="seconds to wait for the engine (15)"
-    )
+        "--wait", type=seconds, default=15.0,
+        help="seconds to wait for the engine (15; longer for an escalated task: it is "
+        "stopped first)",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(func=cmd_continue)

@@ -121,9 +121,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         profile.state_dir, args.log_file, args.log_max_bytes, args.log_backups
     ):
         _err(warning)
+    from supervisor.watch import WatchUnavailable
+
     try:
         return run_profile(profile, exit_when_idle=args.exit_when_idle)
-    except (EngineBusy, UnsafeSpool) as exc:
+    except (EngineBusy, UnsafeSpool, WatchUnavailable) as exc:
         _err(f"supervise run: {exc}")
         return 1
 

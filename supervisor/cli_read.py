@@ -22,12 +22,12 @@ archived task reads ``events.jsonl`` from its tarball (no ``-f`` then). A damage
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
+from supervisor.taskid import is_task_id
 from supervisor.terminal import escape_controls
 
 if TYPE_CHECKING:
@@ -166,7 +166,7 @@ def cmd_events(args: argparse.Namespace) -> int:
     profile = _profile(args.config)
     task_id = args.task_id
     fd = None
-    if taskwhere.TASK_ID.fullmatch(task_id):
+    if is_task_id(task_id):
         fd = _open_regular(profile.tasks_dir / task_id / EVENTS)
     if fd is None and (profile.tasks_dir / task_id / "manifest.json").exists():
         _err(f"{profile.tasks_dir / task_id / EVENTS}: missing or not a regular file")
@@ -210,6 +210,8 @@ def _events_live(handle: BinaryIO, folder: Path, args: argparse.Namespace) -> in
     from supervisor.eventview import Splitter
 
     splitter, shown = Splitter(), _Shown(args, str(folder / "events.jsonl"))
+    if args.lines is not None:  # -n N: start at the last N lines, never read the rest
+        _from_the_end(handle, args.lines, shown)
     while chunk := handle.read(CHUNK):
         shown.add(splitter.feed(chunk))
     shown.flush()
@@ -227,15 +229,27 @@ def _events_live(handle: BinaryIO, folder: Path, args: argparse.Namespace) -> in
                 time.sleep(FOLLOW_EVERY)  # a poll interval, not synchronisation
 
 
+def _from_the_end(handle: BinaryIO, count: int, shown: _Shown) -> None:
+    """Move ``handle`` to where its last ``count`` lines begin (:func:`eventview.tail_offset`)
+    and tell ``shown`` the status the event before them set (for the first ``from→to``).
+    Damaged lines before that point are not read, so not reported."""
+    import os
+
+    from supervisor.eventview import status_before, tail_offset
+
+    fd = handle.fileno()
+    offset = tail_offset(lambda at, n: os.pread(fd, n, at), os.fstat(fd).st_size, count)
+    shown.renderer.status = status_before(lambda at, n: os.pread(fd, n, at), offset)
+    handle.seek(offset)
+
+
 def _ended(folder: Path) -> bool:
     """Whether the task's manifest says it is in a terminal state (unreadable: not yet)."""
     from supervisor.states import TERMINAL
+    from supervisor.waiting import read_manifest  # never blocks on a FIFO put there
 
-    try:
-        manifest = json.loads((folder / "manifest.json").read_bytes())
-    except (OSError, ValueError):
-        return False
-    return isinstance(manifest, dict) and manifest.get("status") in TERMINAL
+    manifest = read_manifest(folder / "manifest.json")
+    return manifest is not None and manifest.get("status") in TERMINAL
 
 
 # ---------------------------------------------------------------- _ids
@@ -248,7 +262,6 @@ def cmd_ids(args: argparse.Namespace) -> int:
     import os
 
     from supervisor.profilepaths import read_paths
-    from supervisor.taskwhere import TASK_ID
 
     paths = read_paths(args.config)
     if paths is None:
@@ -260,7 +273,7 @@ def cmd_ids(args: argparse.Namespace) -> int:
         except OSError:
             continue
         for name in names:
-            if name.endswith(suffix) and TASK_ID.fullmatch(name[: len(name) - len(suffix)]):
+            if name.endswith(suffix) and is_task_id(name[: len(name) - len(suffix)]):
                 ids.append(name[: len(name) - len(suffix)])
     sys.stdout.write("".join(f"{task_id}\n" for task_id in dict.fromkeys(ids)))
     return 0

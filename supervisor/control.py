@@ -16,6 +16,7 @@ from pathlib import Path
 
 from supervisor.diskio import atomic_write, utc_iso
 from supervisor.states import TERMINAL, Status
+from supervisor.taskid import is_task_id, shown
 
 VERBS = ("stop", "resume", "approve", "deny")
 #: Requests only the engine's own parts leave, never an operator: ``supersede`` (the
@@ -34,8 +35,8 @@ def request(state_dir: Path, task_id: str, verb: str) -> Path:
     Raises:
         ValueError: an unknown verb or a task id that is not a slug.
     """
-    if verb not in (*VERBS, *ENGINE_VERBS, CONTINUE) or not re.fullmatch(r"[a-z0-9-]+", task_id):
-        raise ValueError(f"bad request {verb!r} for {task_id!r}")
+    if verb not in (*VERBS, *ENGINE_VERBS, CONTINUE) or not is_task_id(task_id):
+        raise ValueError(f"bad request {verb!r} for {shown(task_id)!r}")
     folder = state_dir / CONTROL
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = folder / f"{task_id}.{verb}"

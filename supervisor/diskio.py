@@ -121,3 +121,28 @@ def read_regular(path: Path | str, limit: int | None = None, follow: bool = True
     if limit is not None and len(data) > limit:  # it grew while being read
         raise FileTooBig(path, len(data), limit, grew=True)
     return data
+
+
+def read_end(path: Path | str, count: int, end: int | None = None) -> tuple[bytes, int]:
+    """The last ``count`` bytes of a regular file before ``end`` (its size when ``None``)
+    and that size; ``(b"", 0)`` when it is missing, not a regular file or unreadable.
+
+    Opened non-blocking and checked with ``fstat`` on the descriptor, as
+    :func:`read_regular`: a FIFO an agent put in its task folder in place of a log never
+    blocks a view or the engine (issue 22). Never raises ``OSError``.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError:
+        return b"", 0
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return b"", 0
+        size = info.st_size if end is None else min(end, info.st_size)
+        start = max(0, size - count)
+        return os.pread(fd, size - start, start), size
+    except OSError:
+        return b"", 0
+    finally:
+        os.close(fd)

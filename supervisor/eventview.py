@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -66,7 +67,10 @@ def parse_lines(text: str, first_number: int = 1) -> list[Parsed]:
         try:
             value = json.loads(line)
         except ValueError as exc:
-            out.append(Parsed(number, line, problem=f"not JSON ({exc.msg})"))
+            out.append(Parsed(number, line, problem=f"not JSON ({getattr(exc, 'msg', exc)})"))
+            continue
+        except RecursionError:  # "[[[[…": an agent can append to its own log
+            out.append(Parsed(number, line, problem="not JSON (nested too deep)"))
             continue
         if not isinstance(value, dict) or not isinstance(value.get("event"), str):
             out.append(Parsed(number, line, problem="not an event object with a string 'event'"))
@@ -149,11 +153,14 @@ class Splitter:
         self.oversized = False
 
     def feed(self, data: bytes) -> list[Parsed]:
-        """The lines that ``data`` completes, parsed (:func:`parse_lines`)."""
+        """The lines that ``data`` completes, parsed (:func:`parse_lines`). Linear in
+        ``data``: each line is cut out by index, never by copying what follows it."""
         out: list[Parsed] = []
-        while data:
-            cut = data.find(b"\n")
-            piece, data = (data, b"") if cut < 0 else (data[: cut + 1], data[cut + 1 :])
+        start = 0
+        while start < len(data):
+            cut = data.find(b"\n", start)
+            end = len(data) if cut < 0 else cut + 1
+            piece, start = data[start:end], end
             if not self.oversized:
                 self.pending += piece
                 if len(self.pending) > MAX_LINE:
@@ -169,3 +176,46 @@ class Splitter:
                 out += parse_lines(text.rstrip("\n"), self.number)
             self.pending, self.oversized = b"", False
         return out
+
+
+#: Bytes read at a time from the end of a log (:func:`tail_offset`).
+TAIL_BLOCK = 1024 * 1024
+#: Bytes before the shown window searched for the status its first event changes from.
+STATUS_SCAN = 1024 * 1024
+
+
+def tail_offset(read_at: Callable[[int, int], bytes], size: int, count: int) -> int:
+    """Where the last ``count`` lines of a file of ``size`` bytes begin: just after the
+    ``count + 1``-th newline from its end (0 when it has fewer lines), found reading
+    backwards :data:`TAIL_BLOCK` bytes at a time with ``read_at(offset, length)``. So
+    ``events -n N`` of a 1 GB log reads its last lines, not the whole file. A last line
+    without its newline yet lies past that point and is read whole later."""
+    if count <= 0:
+        return size
+    wanted, pos = count + 1, size
+    while pos > 0:
+        start = max(0, pos - TAIL_BLOCK)
+        data = read_at(start, pos - start)
+        index = len(data)
+        while (cut := data.rfind(b"\n", 0, index)) >= 0:
+            wanted -= 1
+            if wanted == 0:
+                return start + cut + 1
+            index = cut
+        pos = start
+    return 0
+
+
+def status_before(read_at: Callable[[int, int], bytes], offset: int) -> str | None:
+    """The status the last event before ``offset`` set (a string ``status``), searched in
+    the :data:`STATUS_SCAN` bytes before it; ``None`` when none is there."""
+    start = max(0, offset - STATUS_SCAN)
+    lines = read_at(start, offset - start).split(b"\n")
+    for raw in reversed(lines[1:] if start else lines):  # the first may be cut
+        if b'"status"' not in raw:
+            continue
+        parsed = parse_lines(raw.decode("utf-8", errors="replace"))
+        status = parsed[0].event.get("status") if parsed and parsed[0].event else None
+        if isinstance(status, str):
+            return status
+    return None

@@ -69,3 +69,23 @@ def _group_name(gid: int) -> str:
         return grp.getgrgid(gid).gr_name
     except KeyError:
         return str(gid)
+
+
+def denied_line(command: str, exc: PermissionError) -> str:
+    """The one line ``supervise COMMAND`` prints for a file this user may not read or
+    write (another user's state dir is 0700, as ``supervise`` makes it): the file, and its
+    owner when that is another user, found on the nearest folder above it this user can
+    stat. Standard library only, for :func:`supervisor.cli.main`'s last resort."""
+    from supervisor.spool import _name_of_user
+
+    path = Path(str(exc.filename)) if exc.filename else None
+    line = f"supervise {command}: {path if path else exc.strerror}: permission denied"
+    for folder in [path, *path.parents] if path else []:
+        try:
+            owner = os.stat(folder).st_uid
+        except OSError:
+            continue
+        if owner != os.geteuid():
+            line += f"; it belongs to uid {owner} ({_name_of_user(owner)}): run it as that user"
+        break
+    return line

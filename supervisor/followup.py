@@ -12,26 +12,30 @@ recorded. The engine's side is :mod:`supervisor.engine.followups`.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import re
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from supervisor import archive, control, engine_probe
+from supervisor import archive, control, engine_probe, taskid
 from supervisor.config import MAX_PROMPT_BYTES, LoadedProfile
 from supervisor.config.argsize import prompt_problems
-from supervisor.policy.followups import refusal
+from supervisor.policy.followups import STOP_FIRST, refusal
 from supervisor.states import Status
 from supervisor.taskdir import CONTINUE_REFUSED, FOLLOWED_UP, FOLLOWUP, Manifest, TaskDir
+from supervisor.waiting import read_manifest
 from supervisor.workspace.journal import MERGED
 
 #: Events after which the task's worktree holds nothing to continue in.
 _GONE = (MERGED, "discarded")
 #: Seconds between looks at the manifest while waiting.
 POLL = 0.1
+#: Seconds more a follow-up of an escalated task waits: it is stopped first (SIGTERM, then
+#: SIGKILL and the sweep of what it left, ``2 x supervisor.stopping.STOP_TIMEOUT`` each),
+#: which alone can take longer than the default ``--wait``; the engine's stop bound
+#: (:data:`supervisor.engine.shutdown.STOP_BOUND`) covers it.
+STOP_WAIT = 30.0
 
 
 class FollowUpRefused(Exception):
@@ -43,7 +47,8 @@ def request_continue(profile: LoadedProfile, task_id: str, prompt: str, wait_s: 
 
     Returns ``{"task_id", "verb": "continue", "result", "status", "retry_count", "turn"}``
     where ``result`` is ``applied`` (the engine recorded the new turn within ``wait_s``
-    seconds), ``queued`` (no engine runs: it happens when one starts) or ``not_applied``.
+    seconds; :data:`STOP_WAIT` seconds more for an escalated task, which is stopped
+    first), ``queued`` (no engine runs: it happens when one starts) or ``not_applied``.
 
     Raises:
         FollowUpRefused: the one line saying why the task cannot be continued.
@@ -60,13 +65,15 @@ def request_continue(profile: LoadedProfile, task_id: str, prompt: str, wait_s: 
     control.request(profile.state_dir, task_id, control.CONTINUE)
     if not engine_probe.engine(profile.state_dir).lock_held:
         return _result(task_id, "queued", manifest)
+    if manifest.status in STOP_FIRST:  # the stop comes first: wait for it too
+        wait_s += STOP_WAIT
     return _wait(task, manifest, wait_s)
 
 
 def _task(profile: LoadedProfile, task_id: str) -> TaskDir:
     """The task's folder, or the line saying where it is (archived) or that it is not."""
-    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", task_id):
-        raise FollowUpRefused(f"{task_id!r} is not a task id; see 'supervise status -c ...'")
+    if not taskid.is_task_id(task_id):
+        raise FollowUpRefused(taskid.refusal(task_id))
     if profile.spec.cluster is not None:
         raise FollowUpRefused(
             f"task {task_id}: 'continue' does not work for a [cluster] profile yet (the "
@@ -169,10 +176,7 @@ def _wait(task: TaskDir, before: Manifest, wait_s: float) -> dict:
     (its prompt file gone, no new turn), or ``wait_s`` seconds passed."""
     deadline = time.monotonic() + wait_s
     while True:
-        try:
-            after = json.loads(task.file("manifest.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):  # replaced atomically; looked at again
-            after = None
+        after = read_manifest(task.file("manifest.json"))  # None: being replaced; again
         if after is not None and int(after.get("turn", 1)) > before.turn:
             return _result(task.task_id, "applied", after)
         if not task.file(FOLLOWUP).exists():

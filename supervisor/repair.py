@@ -27,8 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from supervisor.diskio import read_regular
 from supervisor.states import TERMINAL, Status
 from supervisor.taskdir import FOLLOWED_UP, MANIFEST, Manifest, TaskDir, utc_iso
+from supervisor.waiting import MANIFEST_MAX
 from supervisor.workspace import lifecycle
 
 #: Status shown by ``supervise status`` for a folder whose manifest is missing or unreadable.
@@ -39,8 +41,8 @@ def damage(task: TaskDir) -> str | None:
     """Why ``task``'s manifest cannot be used, in one line, or ``None`` when it is fine (or
     when the folder is a claim still to finish: no manifest and no event yet)."""
     path = task.file(MANIFEST)
-    try:
-        Manifest.model_validate_json(path.read_bytes())
+    try:  # non-blocking, regular files only: an agent can put a FIFO in its folder
+        Manifest.model_validate_json(read_regular(path, MANIFEST_MAX, follow=False))
         return None
     except FileNotFoundError:
         if not task.file("events.jsonl").exists():
@@ -127,6 +129,6 @@ def set_aside(path: Path) -> Path | None:
 
 def spec_name(task: TaskDir) -> str | None:
     """The task's ``name`` from ``spec.json`` (for ``supervise status``), or ``None``."""
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        return json.loads(task.file("spec.json").read_bytes()).get("name")
+    with contextlib.suppress(OSError, ValueError, AttributeError, RecursionError):
+        return json.loads(read_regular(task.file("spec.json"), MANIFEST_MAX)).get("name")
     return None

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from supervisor import control
-from supervisor.waiting import is_task_id, load_manifest, read_manifest
+from supervisor.taskid import is_task_id, refusal
+from supervisor.waiting import load_manifest, read_manifest
 
 if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
@@ -107,8 +108,10 @@ def read_before(profile: LoadedProfile, task_id: str) -> dict[str, Any]:
         RequestRefused: no such task folder, or its manifest cannot be read (a FIFO or a
             huge file in its place included: :func:`supervisor.waiting.load_manifest`).
     """
+    if not is_task_id(task_id):
+        raise RequestRefused(refusal(task_id))
     path = profile.tasks_dir / task_id / "manifest.json"
-    if not is_task_id(task_id) or not path.exists():
+    if not path.exists():
         raise RequestRefused(
             f"no task {task_id!r} in {profile.tasks_dir}; see 'supervise status -c ...'"
         )

@@ -52,6 +52,7 @@ from supervisor.config import (
 from supervisor.config.cluster import spool_claim_warnings
 from supervisor.diskio import NotRegularFile, fsync_dir, read_regular
 from supervisor.taskdir import Manifest, TaskDir, atomic_write, utc_iso
+from supervisor.taskid import GENERATED
 from supervisor.terminal import escape_controls
 from supervisor.workspace import lifecycle
 
@@ -142,7 +143,7 @@ def slug(name: str, limit: int = 40) -> str:
     return text or "task"
 
 
-TASK_ID_RE = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?-[0-9a-f]{6}")
+TASK_ID_RE = GENERATED  # the ids new_task_id makes (their shape: supervisor/taskid.py)
 
 
 def new_task_id(name: str) -> str:

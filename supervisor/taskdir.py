@@ -26,6 +26,7 @@ import contextlib
 import errno
 import json
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -37,9 +38,12 @@ from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from supervisor.diskio import (  # noqa: F401  (also imported from here with TaskDir)
+    NotRegularFile,
     atomic_write,
     fsync_dir,
     parse_iso,
+    read_end,
+    read_regular,
     utc_iso,
 )
 from supervisor.logrotate import shift_backups
@@ -274,24 +278,27 @@ class TaskDir:
         with _APPEND_LOCK:
             fd = os.open(self.file(EVENTS), os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
             try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO would block once full
+                    raise NotRegularFile(self.file(EVENTS), os.fstat(fd).st_mode)
                 _append_line(fd, line)
             finally:
                 os.close(fd)
         return record
 
     def events(self) -> list[dict[str, Any]]:
-        """All events, oldest first (a torn last line, if any, is skipped)."""
-        try:
-            lines = self.file(EVENTS).read_text(encoding="utf-8").split("\n")
-        except FileNotFoundError:
+        """All events, oldest first (a torn last line, or one nested too deep, is skipped;
+        none when the log is missing or no regular file)."""
+        try:  # non-blocking, a regular file only: an agent can write into its folder
+            data = read_regular(self.file(EVENTS), follow=False)
+        except (FileNotFoundError, NotRegularFile):  # a FIFO or a folder put in its place
             return []
         out = []
-        for line in lines:
+        for line in data.decode("utf-8", errors="replace").split("\n"):
             if not line:
                 continue
             try:
                 out.append(json.loads(line))
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):  # torn, or nested too deep
                 continue
         return out
 
@@ -372,12 +379,6 @@ class TaskDir:
 
 
 def _read_end(path: Path, max_bytes: int) -> bytes:
-    """The last ``max_bytes`` bytes of ``path`` (``b""`` when it does not exist)."""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - max_bytes))
-            return handle.read()
-    except FileNotFoundError:
-        return b""
+    """The last ``max_bytes`` bytes of ``path`` (``b""`` when it is missing or no regular
+    file: a FIFO an agent put there never blocks the engine, :func:`diskio.read_end`)."""
+    return read_end(path, max_bytes)[0]

@@ -10,10 +10,11 @@ mode, else ``None``), ``age_s`` and ``since_output_s`` (seconds),
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
+
+from supervisor.waiting import load_manifest
 
 
 def read_manifests(tasks_dir: Path) -> list[dict[str, Any]]:
@@ -27,10 +28,7 @@ def read_manifests(tasks_dir: Path) -> list[dict[str, Any]]:
         return []
     for entry in entries:  # plain strings and os calls: this loop runs 1,000s of times
         try:
-            with open(os.path.join(entry.path, "manifest.json"), "rb") as handle:
-                manifest = json.loads(handle.read())
-            if not isinstance(manifest, dict) or not isinstance(manifest.get("status"), str):
-                raise ValueError("not a manifest")
+            manifest = load_manifest(Path(entry.path, "manifest.json"))  # never blocks
         except (OSError, ValueError):
             manifest = damaged_row(entry)
             if manifest is None:

@@ -9,16 +9,13 @@ lands in ``spool/rejected/`` with a ``.error`` beside it when refused
 
 from __future__ import annotations
 
-import re
 import tarfile
 from pathlib import Path
 from typing import Protocol
 
 from supervisor.archive import ARCHIVE
 from supervisor.taskdir import MANIFEST
-
-#: A task id: the slug the spool makes (``submission.py``); never a path.
-TASK_ID = re.compile(r"[a-z0-9][a-z0-9-]*")
+from supervisor.taskid import is_task_id
 
 
 class Paths(Protocol):
@@ -36,7 +33,7 @@ def archived_in(state_dir: Path, task_id: str) -> Path | None:
     """The tarball in ``state_dir/archive`` holding ``task_id``'s manifest (the newest
     month first), or ``None``. An unreadable tarball is skipped. Reads each tarball's
     member list until found (gzip: the whole file)."""
-    if not TASK_ID.fullmatch(task_id):
+    if not is_task_id(task_id):
         return None
     wanted = f"{task_id}/{MANIFEST}"
     for path in sorted((state_dir / ARCHIVE).glob("*.tar.gz"), reverse=True):

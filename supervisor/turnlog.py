@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 
+from supervisor.agents.claude.stream import PER_TURN
 from supervisor.config import MAX_PROMPT_BYTES
 from supervisor.diskio import read_regular
 from supervisor.taskdir import TURN_PROMPT, Manifest, TaskDir, TurnRecord
@@ -45,7 +46,10 @@ def head(prompt: str) -> str:
 
 def open_turn(manifest: Manifest, turn: int, task: TaskDir) -> None:
     """In place: the ended turn into ``turns``, then turn ``turn`` ``queued`` with no
-    outcome yet. The prompt recorded is the ended turn's own."""
+    outcome yet: :data:`CLEARED`, the counters (``denials`` included) and the ``claude``
+    keys of one turn (:data:`supervisor.agents.claude.stream.PER_TURN`: its ``result``,
+    errors, retries) are reset; the session id and the task's totals stay. The prompt
+    recorded is the ended turn's own."""
     name = TURN_PROMPT if manifest.turn > 1 else "prompt"
     try:
         raw = read_regular(task.file(name), MAX_PROMPT_BYTES, follow=False)
@@ -73,3 +77,6 @@ def open_turn(manifest: Manifest, turn: int, task: TaskDir) -> None:
     for name in CLEARED:
         setattr(manifest, name, None)
     manifest.retry_count = manifest.limit_waits = manifest.transient_waits = 0
+    manifest.denials = 0  # the circuit breaker counts per turn
+    if manifest.claude is not None:  # the session and its totals go on; the answer does not
+        manifest.claude = {k: v for k, v in manifest.claude.items() if k not in PER_TURN}

@@ -26,13 +26,13 @@ first; :data:`EXIT_USAGE` (2) an id naming no task (:class:`UnknownTasks`).
 
 How it waits: inotify on the tasks folder, each named task's folder and the spool
 (a manifest is replaced by rename), with a full re-read every :data:`SAFETY_POLL` seconds
-as the net under a missed event.
+as the net under a missed event; a look every :data:`NO_INOTIFY_POLL` seconds when the
+user has no inotify instance left.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +42,8 @@ from typing import TYPE_CHECKING, Any
 from supervisor.diskio import read_regular
 from supervisor.states import TERMINAL, Status
 from supervisor.taskdir import FOLLOWUP
+from supervisor.taskid import is_task_id
+from supervisor.taskid import shown as shown_id
 from supervisor.terminal import escape_controls
 
 if TYPE_CHECKING:
@@ -56,11 +58,11 @@ EXIT_USAGE = 2
 #: Seconds between full re-reads while waiting: the net under the inotify events (a missed
 #: event costs at most this much).
 SAFETY_POLL = 5.0
-#: The longest file name Linux takes (``NAME_MAX``): a longer id names no folder.
-NAME_MAX = 255
+#: Seconds between looks when no inotify instance can be had (``fs.inotify.max_user_instances``
+#: reached by the user's other programs): ``wait`` polls instead of failing.
+NO_INOTIFY_POLL = 0.5
 #: Bytes a manifest may have (today's are a few KiB): a bigger file is not read.
 MANIFEST_MAX = 16 << 20
-_SLUG = re.compile(r"[a-z0-9][a-z0-9-]*")
 #: ``needs.kind`` values.
 PERMISSION, BREAKER, OTHER = "permission", "circuit_breaker", "escalation"
 
@@ -74,12 +76,6 @@ class UnknownTasks(LookupError):
         self.ids = ids
 
 
-def is_task_id(text: str) -> bool:
-    """Whether ``text`` can name a task folder: a lowercase slug of at most
-    :data:`NAME_MAX` characters (never a path, never too long for the filesystem)."""
-    return len(text) <= NAME_MAX and _SLUG.fullmatch(text) is not None
-
-
 def load_manifest(path: Path) -> dict[str, Any]:
     """A manifest read without blocking (a FIFO, a device or a file over
     :data:`MANIFEST_MAX` bytes put in its place is refused: :func:`supervisor.diskio.read_regular`).
@@ -88,7 +84,10 @@ def load_manifest(path: Path) -> dict[str, Any]:
         OSError: missing, not a regular file, too big, unreadable.
         ValueError: not JSON, or no string ``status``.
     """
-    data = json.loads(read_regular(path, MANIFEST_MAX))
+    try:
+        data = json.loads(read_regular(path, MANIFEST_MAX))
+    except RecursionError:  # "[[[[…": nested deeper than the parser goes
+        raise ValueError("nested too deep") from None
     if not isinstance(data, dict) or not isinstance(data.get("status"), str):
         raise ValueError("no 'status'")
     return data
@@ -224,13 +223,18 @@ class _Events:
         from inotify_simple import flags as F
 
         self.flags = F.MOVED_TO | F.CLOSE_WRITE | F.CREATE | F.MOVED_FROM | F.DELETE
-        self.inotify = INotify()
+        try:
+            self.inotify: INotify | None = INotify()
+        except OSError:  # EMFILE: the user's inotify instances are used up (128 by default)
+            self.inotify = None  # then a look every NO_INOTIFY_POLL s instead
         self.profile, self.ids = profile, set(ids)
         self.watched: set[Path] = set()
         self.refresh()
 
     def refresh(self) -> None:
         """Watch the folders that exist now (idempotent)."""
+        if self.inotify is None:
+            return
         spool = self.profile.spool_dir
         folders = [self.profile.tasks_dir, spool / "rejected", spool]
         folders += [self.profile.tasks_dir / task_id for task_id in self.ids]
@@ -244,12 +248,17 @@ class _Events:
             self.watched.add(folder)
 
     def wait(self, seconds: float) -> None:
-        """Block until an event or ``seconds`` pass."""
+        """Block until an event or ``seconds`` pass (at most :data:`NO_INOTIFY_POLL`
+        without inotify)."""
+        if self.inotify is None:
+            time.sleep(min(seconds, NO_INOTIFY_POLL))  # a poll interval, not a sync
+            return
         self.inotify.read(timeout=max(1, int(seconds * 1000)))
         self.refresh()
 
     def close(self) -> None:
-        self.inotify.close()
+        if self.inotify is not None:
+            self.inotify.close()
 
 
 class _Look:
@@ -329,7 +338,8 @@ def check_ids(profile: LoadedProfile, ids: list[str]) -> None:
     if unknown:
         raise UnknownTasks(
             unknown,
-            f"no task {', '.join(unknown)} in {profile.tasks_dir} nor in {profile.spool_dir}; "
+            f"no task {', '.join(map(shown_id, unknown))} in {profile.tasks_dir} "
+            f"nor in {profile.spool_dir}; "
             f"see 'supervise status -c {profile.path}'",
         )
 

@@ -31,6 +31,10 @@ log = logging.getLogger("supervise.watch")
 FILE_EVENTS = F.MOVED_TO | F.CLOSE_WRITE | F.CREATE
 
 
+class WatchUnavailable(RuntimeError):
+    """No inotify instance could be had: the engine cannot start; ``str()`` is the line."""
+
+
 class Watcher:
     """One thread that turns filesystem and process events into callbacks.
 
@@ -50,7 +54,14 @@ class Watcher:
         on_exit: Callable[[str], None],
     ) -> None:
         self.on_spool, self.on_task, self.on_exit = on_spool, on_task, on_exit
-        self._inotify = INotify()
+        try:
+            self._inotify = INotify()
+        except OSError as exc:  # EMFILE: the user's inotify instances are used up
+            raise WatchUnavailable(
+                f"cannot watch the spool and task folders: inotify_init1: {exc.strerror}; "
+                "the user's inotify instances are used up (sysctl fs.inotify."
+                "max_user_instances): close other watchers or raise the limit"
+            ) from exc
         self._lock = threading.Lock()
         self._dirs: dict[int, str | None] = {}  # watch descriptor -> task id (None: spool)
         self._task_wd: dict[str, int] = {}

@@ -339,6 +339,10 @@ def test_a_follow_up_whose_caller_was_killed_is_taken_at_the_next_ask(setup: Set
     task_id, _ = _first_turn(setup)
     engine = _engine(setup)  # up first: its start would take the orphan by itself
     try:
+        # The lock is held before the start-up (which takes orphans) ends; intake starts
+        # after it, so a rejected spool file says the start-up is over.
+        setup.drop("bad.toml", "not = [toml")
+        wait_for((setup.spool / "rejected" / "bad.toml").exists, timeout=PATIENCE)
         (setup.state / "tasks" / task_id / FOLLOWUP).write_bytes(b"print: orphan\n")
         asked = _continue(setup, task_id, "print: mine\n")
         assert asked.returncode == 1 and "another follow-up waits" in asked.stderr

@@ -29,6 +29,7 @@ from typing import Any, Protocol, get_args
 from supervisor.agents.claude import hooks
 from supervisor.agents.claude.render import MAX_PARSE, ClaudeRenderer, cut
 from supervisor.config.models import AgentKind
+from supervisor.diskio import read_end
 from supervisor.taskdir import MANIFEST, OUTPUT
 from supervisor.terminal import escape_controls
 from supervisor.wrapper import END_MARK
@@ -188,37 +189,17 @@ def _whole_lines(kind: str, raw: bytes, whole: bool) -> list[str]:
 def _window(folder: Path, budget: int, end: int | None) -> tuple[bytes, bool]:
     """The last ``budget`` bytes of the output (``output.log``, up to ``end`` when given,
     after the end of ``output.log.1``) and whether they start at its beginning."""
-    data, _ = _read_end(folder / OUTPUT, budget, end)
+    data, _ = read_end(folder / OUTPUT, budget, end)
     if len(data) >= budget:
         return data, False
-    older, older_size = _read_end(folder / f"{OUTPUT}.1", budget - len(data), None)
+    older, older_size = read_end(folder / f"{OUTPUT}.1", budget - len(data), None)
     if older and not older.endswith(b"\n"):
         older += b"\n"  # the rotated file's last line stays a line of its own
     return older + data, len(older) >= older_size
 
 
-def _read_end(path: Path, count: int, end: int | None) -> tuple[bytes, int]:
-    """The last ``count`` bytes of a regular file before ``end`` (its size when ``None``)
-    and that size; ``(b"", 0)`` when it is missing, not a regular file or unreadable."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return b"", 0
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return b"", 0
-        size = info.st_size if end is None else min(end, info.st_size)
-        start = max(0, size - count)
-        return os.pread(fd, size - start, start), size
-    except OSError:
-        return b"", 0
-    finally:
-        os.close(fd)
-
-
 def _read_manifest(path: Path) -> dict[str, Any] | None:
-    data, _ = _read_end(path, 4 * 1024 * 1024, None)
+    data, _ = read_end(path, 4 * 1024 * 1024, None)
     try:
         manifest = json.loads(data)
     except (ValueError, RecursionError):

@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from supervisor.diskio import read_end
 from supervisor.states import HOST_LOST
 from supervisor.views.sources import (
     HEARTBEAT,
@@ -198,17 +199,6 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def _read_end(path: str, size: int) -> bytes:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            end = handle.tell()
-            handle.seek(max(0, end - size))
-            return handle.read(size)
-    except OSError:
-        return b""
-
-
 def readable_last_line(folder: str, manifest: dict[str, Any]) -> str | None:
     """The last line of a task's output as every view shows it: rendered for its agent
     kind (:func:`supervisor.agents.readable.last_line`; imported here, on first use, so the
@@ -222,11 +212,11 @@ def status_since(events_path: str, status: str) -> float | None:
     """When the trailing run of ``events.jsonl`` events carrying ``"status": status``
     began (epoch s), from the file's last 16 KiB; ``None`` if no such event is there."""
     since = None
-    for raw in reversed(_read_end(events_path, EVENTS_TAIL_BYTES).splitlines()):
+    for raw in reversed(read_end(events_path, EVENTS_TAIL_BYTES)[0].splitlines()):
         try:
             event = json.loads(raw)
-        except ValueError:
-            continue  # the cut first line, or a torn one
+        except (ValueError, RecursionError):
+            continue  # the cut first line, a torn one, or one nested too deep
         if not isinstance(event, dict) or "status" not in event:
             continue
         if event["status"] != status:

@@ -24,6 +24,9 @@ from typing import Any
 
 import psutil
 
+from supervisor.diskio import read_regular
+from supervisor.waiting import MANIFEST_MAX
+
 #: Seconds after which a heartbeat is stale: three missed 5 s writes
 #: (``supervisor.engine.scheduler.STATS_EVERY``).
 STALE_AFTER = 15.0
@@ -77,11 +80,13 @@ class SpoolFile:
 
 
 def read_json(path: str | Path) -> dict[str, Any] | None:
-    """A JSON object from a file, or ``None`` if it is missing, unreadable or not an object."""
+    """A JSON object from a file, or ``None`` if it is missing, unreadable, not a regular
+    file (a FIFO an agent put in its task folder never blocks: opened non-blocking,
+    :func:`supervisor.diskio.read_regular`), over ``waiting.MANIFEST_MAX`` bytes, nested
+    too deep or not an object."""
     try:
-        with open(path, "rb") as handle:
-            data = json.loads(handle.read())
-    except (OSError, ValueError):
+        data = json.loads(read_regular(path, MANIFEST_MAX))
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 

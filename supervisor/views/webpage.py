@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import threading
 import time
 from pathlib import Path
@@ -25,9 +24,12 @@ from markupsafe import Markup, escape
 
 from supervisor import control
 from supervisor.agents.readable import readable_tail
+from supervisor.diskio import read_end, read_regular
 from supervisor.taskdir import TaskDir
+from supervisor.taskid import is_task_id
 from supervisor.terminal import escape_controls
 from supervisor.views import fleet, model, timeline
+from supervisor.waiting import MANIFEST_MAX
 
 if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
@@ -40,7 +42,6 @@ TAIL_LINES = 200
 #: re-rendered at each change).
 EVENT_LIMIT = 500
 EVENT_BYTES = 512 * 1024
-_TASK_ID = re.compile(r"[a-z0-9][a-z0-9-]*")
 
 
 def _finalize(value: Any) -> Any:
@@ -156,7 +157,7 @@ class Pages:
 
     def task_dir(self, task_id: str) -> Path | None:
         """The folder of task ``task_id``, or ``None`` for no such task (or not a task id)."""
-        if not _TASK_ID.fullmatch(task_id):
+        if not is_task_id(task_id):
             return None
         folder = self.profile.tasks_dir / task_id
         return folder if folder.is_dir() else None
@@ -210,10 +211,11 @@ def task_view(folder: Path) -> dict[str, Any]:
     ones were left out), ``timeline`` (the SVG of :mod:`.timeline`, from every event read)
     and ``tail`` (the last :data:`TAIL_LINES` lines of :func:`output_text`)."""
     task = TaskDir(folder)
-    try:
-        text = task.file("manifest.json").read_text(encoding="utf-8", errors="replace")
+    try:  # non-blocking, regular files only: an agent can put a FIFO in its folder
+        raw = read_regular(task.file("manifest.json"), MANIFEST_MAX)
+        text = raw.decode("utf-8", errors="replace")
     except OSError as exc:
-        text = f"(cannot read manifest.json: {exc.strerror})"
+        text = f"(cannot read manifest.json: {exc.strerror or exc})"
     manifest = model.read_json(task.file("manifest.json"))
     if manifest is not None:
         text = json.dumps(manifest, indent=2, ensure_ascii=False)
@@ -245,13 +247,7 @@ def output_text(folder: Path, lines: int) -> str:
 def _events_tail(path: Path) -> tuple[list[dict[str, Any]], bool]:
     """The events in the last :data:`EVENT_BYTES` of an event log, oldest first, and whether
     older ones were left out (a torn or cut line is skipped)."""
-    try:
-        with open(path, "rb") as handle:
-            size = handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, size - EVENT_BYTES))
-            data = handle.read()
-    except OSError:
-        return [], False
+    data, size = read_end(path, EVENT_BYTES)  # never blocks on a FIFO
     lines = data.split(b"\n")
     if size > EVENT_BYTES:
         lines = lines[1:]  # starts mid-line
@@ -259,7 +255,7 @@ def _events_tail(path: Path) -> tuple[list[dict[str, Any]], bool]:
     for line in lines:
         try:
             event = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # an agent can append to its own log
             continue
         if isinstance(event, dict):
             out.append(event)

@@ -49,7 +49,7 @@ from supervisor.agents import (
 from supervisor.agents.claude import failures, hooks, limits, permissions, screen, turns
 from supervisor.agents.claude.delivery import delivery
 from supervisor.agents.claude.evidence import ScreenProgress
-from supervisor.agents.claude.stream import StreamState
+from supervisor.agents.claude.stream import StreamState, mark_turn
 from supervisor.agents.claude.streamfile import StreamReader
 from supervisor.agents.claude.tools import HEARTBEAT, ToolsInFlight
 from supervisor.audit import By
@@ -159,7 +159,9 @@ class ClaudeAdapter(AgentAdapter):
         return LaunchPart(argv=line, stream=stream, stdin=how.stdin, paste=how.paste)
 
     def follow_up(self) -> LaunchPart:
-        """``--resume`` of the session with the turn's prompt (issue 22)."""
+        """``--resume`` with the turn's prompt (issue 22), its start marked in the stream."""
+        if self.agent.mode == "headless":
+            mark_turn(self.task.file(hooks.STREAM))
         return self.launch(True, TURN_PROMPT)
 
     # ------------------------------------------------------------------ runs
@@ -225,7 +227,7 @@ class ClaudeAdapter(AgentAdapter):
             output_mtime=mtime,
             requests=len(self.proposals),
             # the stream's result lines are the only cost record (headless runs)
-            spent_usd=self.stream.total_cost_usd if self.agent.mode == "headless" else None,
+            spent_usd=self.stream.turn_cost_usd if self.agent.mode == "headless" else None,
             turn_failure=self.turn.failure,
             agent_working=self.turn.working,
             tool_since=tool[0] if tool else None,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from supervisor.diskio import read_regular
 from supervisor.taskdir import atomic_write
 
 #: Hook events the adapter registers (Claude Code hooks reference). ``PermissionRequest``
@@ -50,6 +51,8 @@ STREAM = "stream.jsonl"
 HOOK_TIMEOUT = 30
 #: Longest wait (seconds) of a permission request for a ruling: a week.
 MAX_PERMISSION_WAIT = 7 * 24 * 3600
+#: Bytes a hook signal file may have (its JSON input: a Write's whole content included).
+HOOK_MAX = 64 << 20
 _HOOK_NAME = re.compile(r"^hook-(\d{20})-(\d+)-([A-Za-z]+)\.json$")
 
 
@@ -128,9 +131,9 @@ def read_hooks(task_dir: Path) -> list[HookSignal]:
         if not match:
             continue
         path = task_dir / name
-        try:
-            data = json.loads(path.read_bytes() or b"{}")
-        except (OSError, ValueError):
+        try:  # non-blocking, bounded, no symlink: the agent can write into its folder
+            data = json.loads(read_regular(path, HOOK_MAX, follow=False) or b"{}")
+        except (OSError, ValueError, RecursionError):
             data = {}
         if not isinstance(data, dict):
             data = {}

@@ -20,8 +20,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from supervisor.diskio import NotRegularFile, read_end
 
 #: API statuses that mean "come back later" rather than "broken": rate limited (429) and
 #: overloaded (529), per the Anthropic API errors reference.
@@ -33,9 +39,18 @@ MAX_RESULT = 4000
 #: ``type`` of the first line of a rotated ``stream.jsonl`` (:mod:`supervisor.logrotate`):
 #: the totals of the runs in the files rotated away, so a reader starting over sums them.
 CARRY = "supervise_carry"
+#: ``type`` of the line the engine writes to ``stream.jsonl`` before the first run of a
+#: follow-up's turn (``supervise continue``, issue 22; :func:`turn_line`): the facts of
+#: the turn before are forgotten there, and the budget counts from there.
+TURN_MARK = "supervise_turn"
+#: The manifest's ``claude`` keys that belong to one turn: cleared when a follow-up opens
+#: the next (:func:`supervisor.turnlog.open_turn`) and reset by :data:`TURN_MARK`, so a
+#: Brain reading ``claude.result`` after turn 2 never gets turn 1's answer.
+PER_TURN = ("result", "is_error", "subtype", "api_retries", "api_errors", "turn_cost_usd",
+            "last_notification", "tools_in_flight")  # fmt: skip
 #: Fields a carry line holds (:meth:`StreamState.carry`).
 _CARRIED = ("session_id", "runs", "num_turns", "total_cost_usd", "api_retries", "api_errors",
-            "result", "is_error", "subtype")  # fmt: skip
+            "result", "is_error", "subtype", "turn_base_usd")  # fmt: skip
 
 
 @dataclass
@@ -59,6 +74,8 @@ class StreamState:
         limit_resets_at: the current run's ``rate_limit_event`` said ``rejected`` with
             this ``resetsAt`` (epoch s); subscription limits, CLI 2.1.328.
         limit_type: its ``rateLimitType`` (``five_hour``, ``seven_day``, ...).
+        turn_base_usd: ``total_cost_usd`` when the current turn began (the last
+            :data:`TURN_MARK`; 0 in turn 1): :attr:`turn_cost_usd` is the turn's own spend.
     """
 
     session_id: str | None = None
@@ -75,6 +92,22 @@ class StreamState:
     tool_failures: int = 0
     limit_resets_at: float | None = None
     limit_type: str | None = None
+    turn_base_usd: float = 0.0
+
+    @property
+    def turn_cost_usd(self) -> float:
+        """USD spent since the current turn began: what ``max_cost_usd`` is checked against
+        (:mod:`supervisor.policy.budget`; each follow-up's turn has the whole budget)."""
+        return max(0.0, self.total_cost_usd - self.turn_base_usd)
+
+    def new_turn(self) -> None:
+        """A follow-up's turn begins (:data:`TURN_MARK`): forget the last turn's answer,
+        errors, retries and failed tool calls; its spend so far becomes the turn's base."""
+        self.result = self.is_error = self.subtype = self.api_error_status = None
+        self.limit_resets_at = self.limit_type = None
+        self.api_errors, self.api_retries, self.tool_failures = [], 0, 0
+        self.run_ended = False
+        self.turn_base_usd = self.total_cost_usd
 
     def feed_line(self, line: bytes | str) -> dict[str, Any] | None:
         """Parse one line and :meth:`feed` it; returns the object, or ``None`` for a line
@@ -93,6 +126,8 @@ class StreamState:
         kind = obj.get("type")
         if kind == CARRY:
             self._restore(obj)
+        elif kind == TURN_MARK:
+            self.new_turn()
         elif kind == "supervise_launch":
             self.runs += 1
             self.result = self.is_error = self.subtype = self.api_error_status = None
@@ -147,6 +182,7 @@ class StreamState:
         for name in ("runs", "num_turns", "api_retries"):
             setattr(self, name, getattr(self, name) + (_int(obj.get(name)) or 0))
         self.total_cost_usd += _number(obj.get("total_cost_usd")) or 0.0
+        self.turn_base_usd += _number(obj.get("turn_base_usd")) or 0.0
         errors = obj.get("api_errors")
         if isinstance(errors, list):
             self.api_errors = [e for e in errors if isinstance(e, dict)][-KEEP_ERRORS:]
@@ -178,9 +214,36 @@ class StreamState:
             "subtype": self.subtype,
             "num_turns": self.num_turns,
             "total_cost_usd": round(self.total_cost_usd, 6),
+            "turn_cost_usd": round(self.turn_cost_usd, 6),
             "api_retries": self.api_retries,
             "api_errors": self.api_errors,
         }
+
+
+def turn_line(path: Path) -> bytes:
+    """The :data:`TURN_MARK` line to append to the stream file ``path`` (after a newline
+    when the file ends inside a line, as :func:`supervisor.streamcopy.launch_line` does)."""
+    last, size = read_end(path, 1)
+    line = json.dumps({"type": TURN_MARK, "at": time.time()}).encode() + b"\n"
+    return line if size == 0 or last == b"\n" else b"\n" + line
+
+
+def mark_turn(path: Path) -> None:
+    """Append the :data:`TURN_MARK` line to ``path`` (no run writes it: the turn before
+    has ended). Written before the turn's launch, so every later reading of the file,
+    an engine's after a restart included, starts the turn there.
+
+    Raises:
+        OSError: the file cannot be written (the launch then fails as any launch would).
+    """
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o600)  # a FIFO the agent put there: ENXIO, never a wait
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile(path, os.fstat(fd).st_mode)
+        os.write(fd, turn_line(path))
+    finally:
+        os.close(fd)
 
 
 def _number(value: Any) -> float | None:
