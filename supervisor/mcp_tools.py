@@ -8,9 +8,10 @@ submit_fields` (``submit``), the status model (``status``), the manifest (``show
 readable_tail` (``tail``), :func:`supervisor.requests.apply_request` (the four requests)
 and :func:`supervisor.followup.request_continue` (``continue``).
 
-Confinement: every task is named by its id, checked as a slug (:data:`TASK_ID_RE`) and looked
-up only in the profile's own ``tasks_dir``; no argument is a path the server reads, and a
-submitted task may not name a ``prompt_file`` (the prompt is given as text). A task's
+Confinement: every task is named by its id, checked by
+:func:`supervisor.taskid.is_task_id` and looked up only in the profile's own ``tasks_dir``;
+no argument is a path the server reads, and a submitted task may not name a
+``prompt_file`` (the prompt is given as text). A task's
 ``project_dir`` is a task key like any other, checked by the task file's rules.
 
 Bounds: ``wait`` at most :data:`MAX_WAIT_S` seconds per call (default
@@ -21,20 +22,19 @@ most :data:`MAX_TAIL_LINES` lines, ``wait`` at most :data:`MAX_IDS` ids.
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from supervisor.errors import ConfigError
-from supervisor.terminal import escape_controls, escape_json_text
+from supervisor.taskid import is_task_id, refusal
+from supervisor.terminal import escape_json_text
 
 if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
 
 #: A task id: what :func:`supervisor.spool.new_task_id` makes (never a path).
-TASK_ID_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,199}")
 #: Seconds one ``wait`` call blocks by default, and at most: an MCP client's tool call has
 #: its own timeout, so a long wait is several calls.
 DEFAULT_WAIT_S = 60.0
@@ -73,11 +73,8 @@ def task_folder(profile: LoadedProfile, task_id: str) -> Path:
     Raises:
         ToolRefused: not a task id, or no such task (the line names the tasks folder).
     """
-    if not isinstance(task_id, str) or not TASK_ID_RE.fullmatch(task_id):
-        raise ToolRefused(
-            f"task_id {escape_controls(str(task_id))[:80]!r} is not a task id (lower-case "
-            "letters, digits and '-', as 'submit' and 'status' give them)"
-        )
+    if not isinstance(task_id, str) or not is_task_id(task_id):
+        raise ToolRefused(f"task_id: {refusal(str(task_id))}")
     folder = profile.tasks_dir / task_id
     if not (folder / "manifest.json").is_file():  # archived, in the spool, rejected, or none
         from supervisor.taskwhere import missing_line
@@ -196,8 +193,8 @@ def wait(
     if not ids or len(ids) > MAX_IDS:
         raise ToolRefused(f"give 1 to {MAX_IDS} task ids in task_ids")
     for task_id in ids:
-        if not TASK_ID_RE.fullmatch(task_id):
-            raise ToolRefused(f"{escape_controls(task_id)[:80]!r} is not a task id")
+        if not is_task_id(task_id):
+            raise ToolRefused(f"task_ids: {refusal(task_id)}")
     deadline = time.monotonic() + seconds
     while True:
         left = max(0.0, deadline - time.monotonic())

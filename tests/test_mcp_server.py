@@ -148,7 +148,7 @@ def test_bad_calls_get_one_clear_line_and_stay_inside_the_profile(setup: Setup) 
 
     async def body(s: ClientSession) -> None:
         for bad in ("../outside/x", "/etc", "NOPE", "a\x1b[31mb", ""):
-            assert "is not a task id" in await _refused(s, "show", task_id=bad)
+            assert "a task id is lowercase letters" in await _refused(s, "show", task_id=bad)
         assert "no task 'nosuch-1'" in await _refused(s, "show", task_id="nosuch-1")
         assert "no task 'nosuch-1'" in await _refused(s, "tail", task_id="nosuch-1")
         assert "no task nosuch-1 in" in await _refused(s, "wait", task_ids=["nosuch-1"])
