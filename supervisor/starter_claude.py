@@ -73,6 +73,7 @@ def _names(folder: Path) -> dict[str, str]:
         "profile": shown(folder / "profile.toml"),
         "task": shown(folder / "tasks" / "hello.toml"),
         "log": shown(folder / "engine.log"),
+        "project": shown(folder / "project"),
     }
 
 
@@ -112,4 +113,6 @@ def write(folder: Path) -> None:
     print(f"  supervise validate -c {profile} {profile} {sample}")
     print(f"  supervise run {profile} --log-file {names['log']} &")
     print(f"  supervise submit -c {profile} {sample}")
+    print(f"  supervise submit -c {profile} --prompt 'Say hello.' --project {names['project']}")
+    print(f"  supervise wait -c {profile} ID --json --brief")
     print(f"  supervise status -c {profile}")
