@@ -133,13 +133,13 @@ def needs_of(manifest: dict[str, Any]) -> dict[str, Any] | None:
     """What an ``escalated`` task needs from a person, from its manifest's ``escalation``
     record, or ``None`` for any other status.
 
-    Returns ``{"kind", "reason", "tool", "subject", "rule", "by", "since", "source"}``:
+    Returns ``{"kind", "reason", "tool", "subject", "rule", "detail", "since", "source"}``:
     ``kind`` ``permission`` (a request a rule escalated: ``tool`` and ``subject`` name it;
-    ``by`` says who decided, as the ``permission`` event's ``detail``: ``rule 5 (Bash ~
+    ``detail`` says who decided, as the ``permission`` event's ``detail``: ``rule 5 (Bash ~
     /^curl/)``, ``default`` or ``circuit breaker (...)``; ``rule`` is the matching rule's
     1-based position in the task's rules then the profile's, as the event's ``rule``, an
     integer, ``None`` when no rule matched; ``reason`` the sentence ``Bash 'curl x' waits
-    for approve or deny: BY``; ``source`` is ``hook`` or ``screen``), ``circuit_breaker``
+    for approve or deny: DETAIL``; ``source`` is ``hook`` or ``screen``), ``circuit_breaker``
     (the agent is paused after ``max_denials`` denials or failed tool calls; ``approve``
     lets it go on, ``deny`` ends the task; ``reason`` says so) or ``escalation`` (a record
     of neither shape). Absent values are ``None``. The Brain's trial found ``rule`` and
@@ -161,31 +161,32 @@ def needs_of(manifest: dict[str, Any]) -> dict[str, Any] | None:
     else:
         kind = OTHER
     permission = kind == PERMISSION
-    by = text("reason")
+    detail = text("reason")
     return {
         "kind": kind,
-        "reason": _sentence(text("tool"), text("subject"), by) if permission else by,
+        "reason": _sentence(text("tool"), text("subject"), detail) if permission else detail,
         "tool": text("tool"),
         "subject": text("subject"),
-        "rule": _rule_index(record.get("rule"), by) if permission else None,
-        "by": by if permission else None,
+        "rule": _rule_index(record.get("rule"), detail) if permission else None,
+        "detail": detail if permission else None,
         "since": text("since"),
         "source": ("screen" if record.get("screen") else "hook") if permission else None,
     }
 
 
-def _sentence(tool: str | None, subject: str | None, by: str | None) -> str:
+def _sentence(tool: str | None, subject: str | None, detail: str | None) -> str:
     """``needs.reason`` of a permission request: what waits and who escalated it."""
-    return f"{tool or '?'} {(subject or '')[:200]!r} waits for approve or deny: {by or '?'}"
+    what = f"{tool or '?'} {(subject or '')[:200]!r}"
+    return f"{what} waits for approve or deny: {detail or '?'}"
 
 
-def _rule_index(value: Any, by: str | None) -> int | None:
+def _rule_index(value: Any, detail: str | None) -> int | None:
     """The deciding rule's position: the record's ``rule``, or for a record written before
-    it was kept, the number in ``by``'s ``rule N (...)`` (:func:`supervisor.approval`'s
+    it was kept, the number in ``detail``'s ``rule N (...)`` (:func:`supervisor.approval`'s
     label)."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    found = RULE_LABEL.match(by or "") if value is None else None
+    found = RULE_LABEL.match(detail or "") if value is None else None
     return int(found.group(1)) if found else None
 
 
@@ -193,7 +194,7 @@ def needs_line(task_id: str, needs: dict[str, Any]) -> str:
     """The text line for a task that needs you, escaped, e.g.
     ``t-1: escalated needs-you Bash(rm -rf x) rule 2 (Bash ~ /^rm/)``."""
     if needs["kind"] == PERMISSION:
-        what = f"{needs['tool'] or '?'}({needs['subject'] or ''}) {needs['by'] or ''}".strip()
+        what = f"{needs['tool'] or '?'}({needs['subject'] or ''}) {needs['detail'] or ''}".strip()
     else:
         what = needs["reason"] or needs["kind"]
     return escape_controls(f"{task_id}: escalated needs-you {what}")

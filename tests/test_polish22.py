@@ -6,14 +6,16 @@ refusal of the operator verbs, ``wait --json --brief``, and ``needs.rule`` apart
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import Setup
 from test_waiting import PERMISSION, _task, _wait
 
-from supervisor.agents.readable import readable_tail
+from supervisor.agents.readable import Follower, readable_tail
 
 PATIENCE = 90
 
@@ -59,7 +61,12 @@ def test_tail_after_continue_shows_where_the_second_turn_starts_and_its_prompt(
     assert any("second turn" in line for line in lines[at + 1 :]), lines
     assert "more lines" not in tail.stdout  # only the prompt's first line
     folder = setup.state / "tasks" / task_id
-    assert mark in readable_tail(folder, 50).splitlines()  # the web box and tail -f read it
+    assert mark in readable_tail(folder, 50).splitlines()  # the web box reads it
+    follower = Follower(folder, "generic", start=0)  # as tail -f and the top tail screen
+    try:
+        assert mark in follower.read().splitlines()
+    finally:
+        follower.close()
 
 
 def test_a_hostile_follow_up_prompt_is_one_escaped_cut_mark(setup: Setup) -> None:
@@ -83,6 +90,31 @@ def test_turn_line_is_pure_and_bounded() -> None:
     assert turn_line(3, "Now write NOTES.md.\nsecond line") == "--- turn 3: Now write NOTES.md. ---"
     assert turn_line(2, "  \n") == "--- turn 2 ---"
     assert "\n" not in turn_line(2, "a\rb\x00c")
+
+
+def test_marking_twice_writes_once_and_odd_files_are_refused(tmp_path: Path) -> None:
+    """A launch tried again (an engine killed between the mark and the launch) marks once;
+    a symlink or a FIFO in place of output.log is refused without following or blocking."""
+    from supervisor.turnmark import mark_turn
+
+    folder = tmp_path / "task"
+    folder.mkdir()
+    (folder / "output.log").write_text("turn one's last words")  # no newline yet
+    assert mark_turn(folder, 2, "again") and not mark_turn(folder, 2, "again")
+    text = (folder / "output.log").read_text()
+    assert text == "turn one's last words\n--- turn 2: again ---\n"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("")
+    for odd in ("link", "fifo"):
+        other = tmp_path / odd
+        other.mkdir()
+        if odd == "link":
+            (other / "output.log").symlink_to(elsewhere)
+        else:
+            os.mkfifo(other / "output.log")
+        with pytest.raises(OSError):
+            mark_turn(other, 2, "x")
+    assert elsewhere.read_text() == ""
 
 
 # ------------------------------------------------------------------ 2. init --claude
@@ -172,7 +204,7 @@ def test_needs_rule_is_the_rule_index_and_reason_a_sentence(setup: Setup) -> Non
     shown = json.loads(_wait(setup, "t-esc", "t-old", "t-def", "--json").stdout)
     esc, old, default = (entry["needs"] for entry in shown)
     assert (esc["rule"], old["rule"], default["rule"]) == (2, 2, None)
-    assert esc["by"] == "rule 2 (Bash ~ /^rm/)"
+    assert esc["detail"] == "rule 2 (Bash ~ /^rm/)"
     assert esc["reason"] == "Bash 'rm -rf x' waits for approve or deny: rule 2 (Bash ~ /^rm/)"
     assert esc["reason"] != esc["rule"]
     text = _wait(setup, "t-esc")

@@ -92,7 +92,7 @@ def test_an_escalated_task_returns_at_once_with_exit_10_and_what_it_needs(setup:
             "tool": "Bash",
             "subject": "rm -rf x",
             "rule": 2,
-            "by": PERMISSION["reason"],
+            "detail": PERMISSION["reason"],
             "since": PERMISSION["since"],
             "source": "hook",
         },
