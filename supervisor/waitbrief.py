@@ -39,15 +39,16 @@ def brief(entry: dict[str, Any]) -> dict[str, Any]:
     one's at ``--timeout``) becomes ``{"task_id", "task_name", "status",
     "verdict", "turn", "failure_reason", "abandon_reason", "summary", "result",
     "cost_usd"}``: ``result`` is Claude Code's final text (``claude.result``) and
-    ``cost_usd`` its ``claude.total_cost_usd`` (``None`` for another agent); an absent
-    field is ``None``.
+    ``cost_usd`` its ``claude.total_cost_usd`` (``None`` for another agent, or a value of
+    another type in a damaged manifest); an absent field is ``None``.
     """
     if "needs" in entry or "retry_count" not in entry:
         return entry
     out = {key: entry.get(key) for key in KEPT}
     claude = entry.get("claude")
     claude = claude if isinstance(claude, dict) else {}
-    out["result"] = claude.get("result")
+    result = claude.get("result")
+    out["result"] = result if isinstance(result, str) else None
     cost = claude.get("total_cost_usd")
     out["cost_usd"] = cost if isinstance(cost, int | float) and not isinstance(cost, bool) else None
     return out

@@ -191,6 +191,11 @@ def test_wait_json_brief_leaves_out_the_raw_output(setup: Setup) -> None:
     assert needs["needs"]["tool"] == "Bash"  # what a task needs is already small
     alone = _wait(setup, "t-done", "--brief")  # --brief is JSON by itself
     assert alone.returncode == 0 and json.loads(alone.stdout) == [entry], alone.stderr
+    odd = {"result": {"x": 1}, "total_cost_usd": True}
+    _task(setup, "t-odd", "failed", verdict="FAIL", claude=odd, output_tail="\x1b[2J")
+    [strange] = json.loads(_wait(setup, "t-odd", "--brief").stdout)
+    assert (strange["result"], strange["cost_usd"]) == (None, None)
+    assert "output_tail" not in strange
 
 
 # ------------------------------------------------------------------ 5. needs.rule
