@@ -41,8 +41,11 @@ HEADER = """\
 #   supervise validate -c {profile} {profile} {task}
 #   supervise run {profile} --log-file {log}    # the engine; leave it running
 #   supervise submit -c {profile} {task}                      # prints the task id
+#   supervise submit -c {profile} --prompt 'Say hello.' --project {project}   # no file
 #   supervise wait -c {profile} TASK_ID && supervise show -c {profile} TASK_ID
 # [agent] binary is `claude` on the engine's PATH: set an absolute path if it is elsewhere.
+# [agent.env] adds environment for every agent, e.g. a gateway's ANTHROPIC_BASE_URL and
+# ANTHROPIC_AUTH_TOKEN (this file is readable by you alone).
 # No notifier is set (README "Notifications" has recipes); `supervise schema profile`
 # lists every key.
 

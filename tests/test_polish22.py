@@ -133,6 +133,10 @@ def test_init_claude_next_lines_show_inline_submit_and_wait(tmp_path: Path) -> N
         in done.stdout
     ), done.stdout
     assert f"supervise wait -c {profile} ID --json --brief" in done.stdout, done.stdout
+    header = profile.read_text()
+    assert f"--prompt 'Say hello.' --project {folder / 'project'}" in header
+    assert "[agent.env] adds environment" in header and "ANTHROPIC_BASE_URL" in header
+    assert profile.stat().st_mode & 0o077 == 0  # what the header says of it
 
 
 # ------------------------------------------------------------------ 3. one refusal style
