@@ -106,6 +106,11 @@ def _unsafe_command(tool_input: Any) -> bool:
     return len(command) > MAX_SUBJECT or _COMPOUND.search(command) is not None
 
 
+#: How :func:`_describe` labels a rule (``Ruling.by``); reads the index back out of a
+#: label recorded before the index itself was kept (``supervise wait``'s ``needs.rule``).
+RULE_LABEL = re.compile(r"rule (\d+) \(")
+
+
 def _describe(index: int, rule: ApprovalRule) -> str:
     where = f" ~ /{rule.match}/" if rule.match is not None else ""
     return f"rule {index} ({rule.tool}{where})"

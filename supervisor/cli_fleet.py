@@ -136,7 +136,7 @@ def _verb_one(args: argparse.Namespace, dsn: str, task_id: str) -> int:
     if answer.ok and not args.json:
         print(escape_controls(answer.text))
     elif not answer.ok:
-        _err(answer.text)
+        _err(f"supervise {args.command}: {answer.text}")
     if args.json and answer.code in (0, 4):
         match = _LINE_RE.match(answer.text)
         print(json.dumps({"task_id": task_id, "verb": args.command,

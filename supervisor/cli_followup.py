@@ -20,6 +20,11 @@ import sys
 from supervisor.terminal import escape_controls
 
 
+def _err(line: str) -> None:
+    """One line on stderr in the style of every refusal: ``supervise continue: ...``."""
+    print(escape_controls(f"supervise continue: {line}"), file=sys.stderr)
+
+
 def _prompt(text: str) -> str:
     """The prompt argument, or stdin for ``-`` (bounded; bad UTF-8 refused)."""
     from supervisor.config import MAX_PROMPT_BYTES
@@ -47,16 +52,16 @@ def cmd_continue(args: argparse.Namespace) -> int:
     try:
         result = request_continue(profile, args.task_id, _prompt(args.prompt), args.wait)
     except FollowUpRefused as exc:
-        print(escape_controls(str(exc)), file=sys.stderr)
+        _err(str(exc))
         return 1
     task_id, state = args.task_id, result["result"]
     if state == "queued":
         why = f"no engine runs on {profile.state_dir}, so it starts when 'supervise run' does"
-        print(escape_controls(f"queued a follow-up for {task_id}; {why}"), file=sys.stderr)
+        _err(f"queued a follow-up for {task_id}; {why}")
     elif state == "not_applied":
         waited = args.wait + (STOP_WAIT if result["status"] in STOP_FIRST else 0)
         why = f"the engine has not taken it within {waited:g} s (it still may)"
-        print(escape_controls(f"asked to continue {task_id}; {why}"), file=sys.stderr)
+        _err(f"asked to continue {task_id}; {why}")
     if args.json:
         print(json.dumps(result))
     elif state == "applied":

@@ -4,7 +4,7 @@ Commands::
 
     supervise run PROFILE [--exit-when-idle] [-v] [--log-file PATH [--log-max-bytes N]
                   [--log-backups K]]               run the engine (one start line logged)
-    supervise wait -c PROFILE ID... [--timeout S] [--terminal-only] [--json]
+    supervise wait -c PROFILE ID... [--timeout S] [--terminal-only] [--json [--brief]]
                                                    return when every named task has ended,
                                                    or one needs you (supervisor/waiting.py)
     supervise archive -c PROFILE --older-than D [--dry-run] [--json]
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from supervisor.terminal import escape_controls
+from supervisor.waitbrief import BRIEF_HELP, brief
 from supervisor.waiting import EXIT_TIMEOUT
 
 if TYPE_CHECKING:
@@ -151,8 +152,9 @@ def cmd_wait(args: argparse.Namespace) -> int:
     except waiting.UnknownTasks as exc:
         _err(f"supervise wait: {exc}")
         return EXIT_USAGE
-    if args.json:
-        print(json.dumps(outcome.shown, indent=2))
+    if args.json or args.brief:
+        shown = [brief(entry) for entry in outcome.shown] if args.brief else outcome.shown
+        print(json.dumps(shown, indent=2))
     else:
         print("\n".join(outcome.lines()))
     if outcome.code == waiting.EXIT_NEEDS_YOU:
@@ -273,6 +275,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="print the final manifests, or what each task needs, as JSON",
     )
+    wait.add_argument("--brief", action="store_true", help=BRIEF_HELP)
     wait.set_defaults(func=cmd_wait)
 
     archive = sub.add_parser("archive", help="move ended task folders into monthly tarballs")

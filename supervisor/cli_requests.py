@@ -62,8 +62,8 @@ def cmd_request(args: argparse.Namespace) -> int:
     for r in results:
         if r.result == "applied" and not args.json:
             print(escape_controls(_applied_line(r.task_id, r.manifest)))
-        elif r.line:
-            _err(r.line)
+        elif r.line:  # refused, skipped, queued, not applied: one style with every refusal
+            _err(f"supervise {verb}: {r.line}")
     if args.json and len(args.task_ids) == 1:  # one id: one object, none when refused
         if results[0].result != "refused":
             print(json.dumps(results[0].as_dict()))

@@ -41,8 +41,11 @@ HEADER = """\
 #   supervise validate -c {profile} {profile} {task}
 #   supervise run {profile} --log-file {log}    # the engine; leave it running
 #   supervise submit -c {profile} {task}                      # prints the task id
+#   supervise submit -c {profile} --prompt 'Say hello.' --project {project}   # no file
 #   supervise wait -c {profile} TASK_ID && supervise show -c {profile} TASK_ID
 # [agent] binary is `claude` on the engine's PATH: set an absolute path if it is elsewhere.
+# [agent.env] adds environment for every agent, e.g. a gateway's ANTHROPIC_BASE_URL and
+# ANTHROPIC_AUTH_TOKEN (this file is readable by you alone).
 # No notifier is set (README "Notifications" has recipes); `supervise schema profile`
 # lists every key.
 
@@ -73,6 +76,7 @@ def _names(folder: Path) -> dict[str, str]:
         "profile": shown(folder / "profile.toml"),
         "task": shown(folder / "tasks" / "hello.toml"),
         "log": shown(folder / "engine.log"),
+        "project": shown(folder / "project"),
     }
 
 
@@ -112,4 +116,6 @@ def write(folder: Path) -> None:
     print(f"  supervise validate -c {profile} {profile} {sample}")
     print(f"  supervise run {profile} --log-file {names['log']} &")
     print(f"  supervise submit -c {profile} {sample}")
+    print(f"  supervise submit -c {profile} --prompt 'Say hello.' --project {names['project']}")
+    print(f"  supervise wait -c {profile} ID --json --brief")
     print(f"  supervise status -c {profile}")

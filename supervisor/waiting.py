@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from supervisor.approval import RULE_LABEL
 from supervisor.diskio import read_regular
 from supervisor.states import TERMINAL, Status
 from supervisor.taskdir import FOLLOWUP
@@ -131,12 +132,17 @@ def needs_of(manifest: dict[str, Any]) -> dict[str, Any] | None:
     """What an ``escalated`` task needs from a person, from its manifest's ``escalation``
     record, or ``None`` for any other status.
 
-    Returns ``{"kind", "reason", "tool", "subject", "rule", "since", "source"}``: ``kind``
-    ``permission`` (a request a rule escalated: ``tool`` and ``subject`` name it, ``rule``
-    says which rule or ``default`` decided, ``source`` is ``hook`` or ``screen``),
-    ``circuit_breaker`` (the agent is paused after ``max_denials`` denials or failed tool
-    calls; ``approve`` lets it go on, ``deny`` ends the task) or ``escalation`` (a record
-    of neither shape). Absent values are ``None``.
+    Returns ``{"kind", "reason", "tool", "subject", "rule", "detail", "since", "source"}``:
+    ``kind`` ``permission`` (a request a rule escalated: ``tool`` and ``subject`` name it;
+    ``detail`` says who decided, as the ``permission`` event's ``detail``: ``rule 5 (Bash ~
+    /^curl/)``, ``default`` or ``circuit breaker (...)``; ``rule`` is the matching rule's
+    1-based position in the task's rules then the profile's, as the event's ``rule``, an
+    integer, ``None`` when no rule matched; ``reason`` the sentence ``Bash 'curl x' waits
+    for approve or deny: DETAIL``; ``source`` is ``hook`` or ``screen``), ``circuit_breaker``
+    (the agent is paused after ``max_denials`` denials or failed tool calls; ``approve``
+    lets it go on, ``deny`` ends the task; ``reason`` says so) or ``escalation`` (a record
+    of neither shape). Absent values are ``None``. The Brain's trial found ``rule`` and
+    ``reason`` holding the same text; they differ since issue 22.
     """
     if manifest.get("status") != Status.ESCALATED:
         return None
@@ -153,22 +159,41 @@ def needs_of(manifest: dict[str, Any]) -> dict[str, Any] | None:
         kind = PERMISSION
     else:
         kind = OTHER
+    permission = kind == PERMISSION
+    detail = text("reason")
     return {
         "kind": kind,
-        "reason": text("reason"),
+        "reason": _sentence(text("tool"), text("subject"), detail) if permission else detail,
         "tool": text("tool"),
         "subject": text("subject"),
-        "rule": text("reason") if kind == PERMISSION else None,
+        "rule": _rule_index(record.get("rule"), detail) if permission else None,
+        "detail": detail if permission else None,
         "since": text("since"),
-        "source": ("screen" if record.get("screen") else "hook") if kind == PERMISSION else None,
+        "source": ("screen" if record.get("screen") else "hook") if permission else None,
     }
+
+
+def _sentence(tool: str | None, subject: str | None, detail: str | None) -> str:
+    """``needs.reason`` of a permission request: what waits and who escalated it."""
+    what = f"{tool or '?'} {(subject or '')[:200]!r}"
+    return f"{what} waits for approve or deny: {detail or '?'}"
+
+
+def _rule_index(value: Any, detail: str | None) -> int | None:
+    """The deciding rule's position: the record's ``rule``, or for a record written before
+    it was kept, the number in ``detail``'s ``rule N (...)`` (:func:`supervisor.approval`'s
+    label)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    found = RULE_LABEL.match(detail or "") if value is None else None
+    return int(found.group(1)) if found else None
 
 
 def needs_line(task_id: str, needs: dict[str, Any]) -> str:
     """The text line for a task that needs you, escaped, e.g.
     ``t-1: escalated needs-you Bash(rm -rf x) rule 2 (Bash ~ /^rm/)``."""
     if needs["kind"] == PERMISSION:
-        what = f"{needs['tool'] or '?'}({needs['subject'] or ''}) {needs['rule'] or ''}".strip()
+        what = f"{needs['tool'] or '?'}({needs['subject'] or ''}) {needs['detail'] or ''}".strip()
     else:
         what = needs["reason"] or needs["kind"]
     return escape_controls(f"{task_id}: escalated needs-you {what}")

@@ -61,7 +61,9 @@ def test_stop_show_wait_from_a_machine_with_only_the_dsn(tmp_path: Path, dsn: st
 
         refused = supervise("approve", long, env=only_dsn)
         assert (refused.returncode, refused.stdout) == (1, ""), refused.stderr
-        assert refused.stderr == f"task {long} is running, not escalated: nothing to approve\n"
+        assert refused.stderr == (
+            f"supervise approve: task {long} is running, not escalated: nothing to approve\n"
+        )
         assert rows(dsn, CONTROLS) == []
         assert not list((hosts["h2"].state / "control").glob("*"))
 
@@ -76,7 +78,8 @@ def test_stop_show_wait_from_a_machine_with_only_the_dsn(tmp_path: Path, dsn: st
         wait_for(lambda: _state(dsn, long) == ("abandoned", "h2"), timeout=15)
 
         again = supervise("stop", long, env=only_dsn)
-        assert (again.returncode, again.stderr) == (1, f"task {long} already ended: abandoned\n")
+        assert again.returncode == 1
+        assert again.stderr == f"supervise stop: task {long} already ended: abandoned\n"
 
         shown = supervise("show", long, env=only_dsn)
         assert shown.returncode == 0, shown.stderr
@@ -118,7 +121,7 @@ def test_request_to_a_host_not_alive_is_one_line_and_leaves_no_row(
         finally:
             os.kill(engine.pid, signal.SIGCONT)
         assert refused.returncode == 1
-        assert refused.stderr == f"host h0 is dead: cannot stop {task}\n"
+        assert refused.stderr == f"supervise stop: host h0 is dead: cannot stop {task}\n"
         assert rows(dsn, CONTROLS) == []
         assert _state(dsn, task) == ("running", "h0")
 

@@ -72,8 +72,8 @@ def test_several_ids_with_an_unknown_one_report_each_and_exit_with_the_worst(
         again = _verb(setup, "stop", a, b)
         assert again.returncode == 1
         assert again.stderr.splitlines() == [
-            f"task {a} already ended: abandoned",
-            f"task {b} already ended: abandoned",
+            f"supervise stop: task {a} already ended: abandoned",
+            f"supervise stop: task {b} already ended: abandoned",
         ]
         both = [setup.manifests()[n] for n in ("a", "b")]
         assert {(m["status"], m["abandon_reason"]) for m in both} == {("abandoned", "stopped")}
@@ -183,7 +183,7 @@ def test_no_engine_queues_each_and_apply_request_raises_on_a_refusal(setup: Setu
     queued = _verb(setup, "stop", *ids)
     assert queued.returncode == 3, queued.stdout + queued.stderr
     assert [line.split(";")[0] for line in queued.stderr.splitlines()] == [
-        f"queued 'stop' for {i}" for i in ids
+        f"supervise stop: queued 'stop' for {i}" for i in ids
     ]
     profile = load_profile(setup.profile)
     assert apply_request(profile, ids[0], "resume", 0.1)["result"] == "queued"

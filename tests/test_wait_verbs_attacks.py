@@ -50,7 +50,8 @@ def test_hostile_ids_and_values_are_one_line_each(setup: Setup) -> None:
     done = setup.supervise("stop", "-c", conf, *ids, timeout=30)
     assert done.returncode == 1
     lines = done.stderr.splitlines()
-    assert len(lines) == len(ids) and all(line.startswith("no task ") for line in lines), lines
+    assert len(lines) == len(ids), lines
+    assert all(line.startswith("supervise stop: no task ") for line in lines), lines
     assert "\u202e" not in done.stderr and "\n" not in "".join(lines)
     for bad in ("nan", "inf", "-1", "x"):
         verb = setup.supervise("resume", "-c", conf, "good-1", "--wait", bad, timeout=30)

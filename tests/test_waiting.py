@@ -88,10 +88,11 @@ def test_an_escalated_task_returns_at_once_with_exit_10_and_what_it_needs(setup:
         "verdict": None,
         "needs": {
             "kind": "permission",
-            "reason": PERMISSION["reason"],
+            "reason": "Bash 'rm -rf x' waits for approve or deny: rule 2 (Bash ~ /^rm/)",
             "tool": "Bash",
             "subject": "rm -rf x",
-            "rule": PERMISSION["reason"],
+            "rule": 2,
+            "detail": PERMISSION["reason"],
             "since": PERMISSION["since"],
             "source": "hook",
         },

@@ -34,7 +34,9 @@ def test_wait_returns_on_an_escalation_then_approve_then_wait_passes(harness) ->
         "Bash",
         "echo needs-you > asked.txt",
     ), needs
-    assert needs["rule"].startswith("rule 1 (Bash") and needs["source"] == "hook", needs
+    assert needs["rule"] == 1 and needs["detail"].startswith("rule 1 (Bash"), needs
+    assert needs["reason"].startswith("Bash 'echo needs-you > asked.txt' waits for approve")
+    assert needs["source"] == "hook", needs
     assert not (project / "asked.txt").exists()
     text = h.cli("wait", "-c", str(h.profile), task_id)
     assert text.returncode == EXIT_NEEDS_YOU

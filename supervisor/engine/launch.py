@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from supervisor import policy
+from supervisor import policy, turnmark
 from supervisor.cluster.lease import lease_for
 from supervisor.config import LoadedProfile
 from supervisor.config.argv import expand_placeholders
@@ -158,6 +158,8 @@ def start(
     started = policy.launched(runtime.state, now, runtime.policy)
     write_launch(profile, runtime, resume=False)
     task.clear_run_files()
+    if runtime.manifest.turn > 1:
+        _mark_turn(runtime)
     watch(runtime)
     try:
         tmux.launch(task.task_id, task.path, runtime.workdir)
@@ -179,6 +181,16 @@ def start(
         log.warning("%s already has a session; adopting it", task.task_id)
         sessions.forget()
     return Started(started, now)
+
+
+def _mark_turn(runtime: Runtime) -> None:
+    """A follow-up's turn starts: its mark in ``output.log`` (:mod:`supervisor.turnmark`);
+    a failed write is logged and the turn runs unmarked."""
+    task_id, turn = runtime.task.task_id, runtime.manifest.turn
+    try:
+        turnmark.mark_turn(runtime.task.path, turn, runtime.resolved.prompt)
+    except OSError as exc:
+        log.warning("%s: cannot mark turn %d in its output: %s", task_id, turn, exc)
 
 
 def record_launch(runtime: Runtime, started: policy.Decision, now: float) -> None:

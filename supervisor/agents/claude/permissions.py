@@ -123,6 +123,7 @@ def perform(
     if ruling.action == "escalate":
         record: dict[str, Any] = {
             "reason": ruling.by,
+            "rule": ruling.rule,  # the index, for ``wait``'s ``needs.rule``
             "tool": proposal.tool,
             "subject": proposal.subject[:SUBJECT_CHARS],
             "since": utc_iso(now),
