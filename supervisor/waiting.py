@@ -39,10 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from supervisor.approval import RULE_LABEL
 from supervisor.diskio import read_regular
 from supervisor.states import TERMINAL, Status
-from supervisor.taskdir import FOLLOWUP
 from supervisor.taskid import is_task_id
 from supervisor.taskid import shown as shown_id
 from supervisor.terminal import escape_controls
@@ -185,6 +183,8 @@ def _rule_index(value: Any, detail: str | None) -> int | None:
     label)."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
+    from supervisor.approval import RULE_LABEL  # loads the config models: not at import
+
     found = RULE_LABEL.match(detail or "") if value is None else None
     return int(found.group(1)) if found else None
 
@@ -297,6 +297,8 @@ class _Look:
 
     def look(self) -> bool:
         """Read the unended tasks; whether the wait is over."""
+        from supervisor.taskdir import FOLLOWUP  # the manifest model: not at import (status)
+
         self.needing = {}
         for task_id in self.ids:
             if task_id in self.ended:
