@@ -80,9 +80,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("task_id")
     parser.add_argument("prompt", help="the follow-up prompt ('-': read it from stdin)")
     parser.add_argument(
-        "--wait", type=seconds, default=15.0,
+        "--wait",
+        type=seconds,
+        default=15.0,
         help="seconds to wait for the engine (15; longer for an escalated task: it is "
         "stopped first)",
-    )  # fmt: skip
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(func=cmd_continue)

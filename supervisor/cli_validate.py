@@ -60,10 +60,12 @@ def missing_agent_binary(profile: LoadedProfile) -> str | None:
     key = "binary" if agent.kind == "claude" else "command[0]"
     search = agent.env.get("PATH", os.environ.get("PATH", ""))
     return missing_program(
-        program, search, f"{profile.path}: [agent] {key}",
+        program,
+        search,
+        f"{profile.path}: [agent] {key}",
         f"every task would fail with exit 127. Fix: set [agent] {key} to the program's "
         "absolute path, or add its folder to [agent.env] PATH",
-    )  # fmt: skip
+    )
 
 
 def missing_notifier(profile: LoadedProfile) -> str | None:
@@ -79,10 +81,12 @@ def missing_notifier(profile: LoadedProfile) -> str | None:
     program = (policy.notifier or [""])[0]
     key = "MONITOR_NOTIFIER" if sources.get("notifier") == "env" else "[monitor] notifier"
     return missing_program(
-        program, os.environ.get("PATH", ""), f"{profile.path}: {key}",
+        program,
+        os.environ.get("PATH", ""),
+        f"{profile.path}: {key}",
         "no notification would be sent (each failure is logged). Fix: give the program's "
         "absolute path, install it, or set notifier = [] (README: notifier recipes)",
-    )  # fmt: skip
+    )
 
 
 def profile_warnings(profile: LoadedProfile) -> list[str]:
@@ -122,8 +126,13 @@ def _check_file(path: Path, profile: LoadedProfile | None, as_json: bool) -> dic
     from supervisor import cli_cluster
     from supervisor.config import LoadedProfile, Profile, load_task, looks_like_profile
 
-    row: dict[str, Any] = {"file": str(path), "kind": None, "ok": False, "problems": [],
-                           "warnings": []}  # fmt: skip
+    row: dict[str, Any] = {
+        "file": str(path),
+        "kind": None,
+        "ok": False,
+        "problems": [],
+        "warnings": [],
+    }
     try:
         if looks_like_profile(path):
             row["kind"] = "profile"

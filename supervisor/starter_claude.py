@@ -110,8 +110,10 @@ def write(folder: Path) -> None:
     atomic_write(folder / "tasks" / "hello.toml", task, durable=False)
     atomic_write(folder / "profile.toml", claude_profile(folder).encode(), durable=False)
     profile, sample = names["profile"], names["task"]
-    print(f"wrote {profile} (Claude Code), {sample}, and in {names['folder']}: project/, "
-          "spool/, state/")  # fmt: skip
+    print(
+        f"wrote {profile} (Claude Code), {sample}, and in {names['folder']}: project/, "
+        "spool/, state/"
+    )
     print("next:")
     print(f"  supervise validate -c {profile} {profile} {sample}")
     print(f"  supervise run {profile} --log-file {names['log']} &")

@@ -104,10 +104,16 @@ class TopApp(App[None]):
     #filter.shown { display: block; }
     """
 
-    def __init__(self, state_dir: Path, spool_dir: Path, socket: str, title: str = "",
-                 clock: Callable[[], float] = time.time,
-                 refresh_every: float | None = REFRESH_EVERY,
-                 task_filter: TaskFilter | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        state_dir: Path,
+        spool_dir: Path,
+        socket: str,
+        title: str = "",
+        clock: Callable[[], float] = time.time,
+        refresh_every: float | None = REFRESH_EVERY,
+        task_filter: TaskFilter | None = None,
+    ) -> None:
         super().__init__()
         self.task_filter = task_filter or TaskFilter()
         self.columns: tuple[Column, ...] = ()

@@ -79,8 +79,9 @@ def resolve(
     if mode == "shared":
         return WorkspaceReport(mode="shared", path=str(project_dir), repository=repository)
     if top is not None and spec.base is None and _unborn(top):
-        return WorkspaceReport(mode="shared", path=str(project_dir), repository=repository,
-                               warning=_in_place_line(top))  # fmt: skip
+        return WorkspaceReport(
+            mode="shared", path=str(project_dir), repository=repository, warning=_in_place_line(top)
+        )
     root = Path(spec.root) if spec.root else state_dir / "worktrees"
     report = WorkspaceReport(
         mode="worktree",
@@ -139,9 +140,11 @@ def _unborn(top: Path) -> bool:
 
 
 def _in_place_line(top: Path) -> str:
-    return (f"repository {top} has no commit yet, so there is no branch to make a worktree "
-            "from: the task runs in place, in project_dir itself. Commit once for a worktree "
-            'per task, or set [workspace] mode = "shared" to silence this')  # fmt: skip
+    return (
+        f"repository {top} has no commit yet, so there is no branch to make a worktree "
+        "from: the task runs in place, in project_dir itself. Commit once for a worktree "
+        'per task, or set [workspace] mode = "shared" to silence this'
+    )
 
 
 def note_in_place(task: TaskDir, report: WorkspaceReport) -> None:

@@ -31,10 +31,10 @@ tools/; the fields :mod:`supervisor.agents.claude.stream` reads):
 from __future__ import annotations
 
 import json
-import math
 import time
 from typing import Any
 
+from supervisor.agents.claude.stream import finite_number
 from supervisor.streamcopy import FOLD, LAUNCH_MARK, STREAM_EVENT
 from supervisor.terminal import escape_controls
 
@@ -56,11 +56,19 @@ RESULT = "  ⎿ "
 _QUIET_SYSTEM = frozenset({"hook_started", "status", "task_started", "task_notification"})
 #: The input key whose value names what a tool works on, by tool.
 _ARG_KEY = {
-    "Bash": "command", "Write": "file_path", "Read": "file_path", "Edit": "file_path",
-    "MultiEdit": "file_path", "NotebookEdit": "notebook_path", "Glob": "pattern",
-    "Grep": "pattern", "WebFetch": "url", "WebSearch": "query", "Task": "description",
+    "Bash": "command",
+    "Write": "file_path",
+    "Read": "file_path",
+    "Edit": "file_path",
+    "MultiEdit": "file_path",
+    "NotebookEdit": "notebook_path",
+    "Glob": "pattern",
+    "Grep": "pattern",
+    "WebFetch": "url",
+    "WebSearch": "query",
+    "Task": "description",
     "Agent": "description",
-}  # fmt: skip
+}
 
 
 def cut(text: str, limit: int = MAX_LINE) -> str:
@@ -103,13 +111,13 @@ def summary(obj: dict[str, Any]) -> str:
     status = obj.get("api_error_status")
     if isinstance(status, int) and not isinstance(status, bool):
         parts.append(f"API {status}")
-    turns = _number(obj.get("num_turns"))
+    turns = finite_number(obj.get("num_turns"))
     if turns is not None:
         parts.append("1 turn" if turns == 1 else f"{turns:g} turns")
-    cost = _number(obj.get("total_cost_usd"))
+    cost = finite_number(obj.get("total_cost_usd"))
     if cost is not None:
         parts.append(f"${cost:.4f}")
-    duration = _number(obj.get("duration_ms"))
+    duration = finite_number(obj.get("duration_ms"))
     if duration is not None:
         parts.append(f"{duration / 1000:.1f} s")
     return cut("result: " + " · ".join(parts))
@@ -198,7 +206,7 @@ class ClaudeRenderer:
         return [cut(f"system: {_text(subtype)}")]
 
     def _progress(self, obj: dict[str, Any]) -> list[str]:
-        elapsed = _number(obj.get("elapsed_time_seconds"))
+        elapsed = finite_number(obj.get("elapsed_time_seconds"))
         took = f" ({elapsed:g} s)" if elapsed is not None else ""
         return [cut(f"  … {_text(obj.get('tool_name'))} running{took}")]
 
@@ -208,14 +216,14 @@ class ClaudeRenderer:
         if info.get("status") == "allowed":
             return []
         line = f"rate limit: {_text(info.get('status'))} ({_text(info.get('rateLimitType'))})"
-        resets = _number(info.get("resetsAt"))
+        resets = finite_number(info.get("resetsAt"))
         if resets is not None and 0 < resets < 1e11:
             line += time.strftime(", resets %Y-%m-%d %H:%M UTC", time.gmtime(resets))
         return [cut(line)]
 
     def _launch(self, obj: dict[str, Any]) -> list[str]:
         self.last_text = None
-        at = _number(obj.get("at"))
+        at = finite_number(obj.get("at"))
         ok = at is not None and 0 < at < 1e11
         when = time.strftime(" at %H:%M:%S UTC", time.gmtime(at)) if ok else ""
         return [f"--- launch{when} ---"]
@@ -251,9 +259,9 @@ def _parse(line: str) -> dict[str, Any] | None:
 
 
 def _retry(obj: dict[str, Any]) -> str:
-    attempt, most = _number(obj.get("attempt")), _number(obj.get("max_retries"))
+    attempt, most = finite_number(obj.get("attempt")), finite_number(obj.get("max_retries"))
     count = "" if attempt is None else f" {attempt:g}" + ("" if most is None else f"/{most:g}")
-    delay = _number(obj.get("retry_delay_ms"))
+    delay = finite_number(obj.get("retry_delay_ms"))
     wait = "" if delay is None else f" in {delay / 1000:.1f} s"
     named = [obj.get(key) for key in ("error_status", "error")]
     why = " ".join(_text(value) for value in named if value is not None)
@@ -288,17 +296,6 @@ def _content(obj: dict[str, Any]) -> list[dict[str, Any]]:
     message = obj.get("message")
     content = message.get("content") if isinstance(message, dict) else None
     return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
-
-
-def _number(value: Any) -> float | None:
-    """A finite number from JSON, else ``None`` (no bools, NaN, inf or huge ints)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
 
 
 def _text(value: Any) -> str:

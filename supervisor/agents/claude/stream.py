@@ -46,11 +46,29 @@ TURN_MARK = "supervise_turn"
 #: The manifest's ``claude`` keys that belong to one turn: cleared when a follow-up opens
 #: the next (:func:`supervisor.turnlog.open_turn`) and reset by :data:`TURN_MARK`, so a
 #: Brain reading ``claude.result`` after turn 2 never gets turn 1's answer.
-PER_TURN = ("result", "is_error", "subtype", "api_retries", "api_errors", "turn_cost_usd",
-            "last_notification", "tools_in_flight")  # fmt: skip
+PER_TURN = (
+    "result",
+    "is_error",
+    "subtype",
+    "api_retries",
+    "api_errors",
+    "turn_cost_usd",
+    "last_notification",
+    "tools_in_flight",
+)
 #: Fields a carry line holds (:meth:`StreamState.carry`).
-_CARRIED = ("session_id", "runs", "num_turns", "total_cost_usd", "api_retries", "api_errors",
-            "result", "is_error", "subtype", "turn_base_usd")  # fmt: skip
+_CARRIED = (
+    "session_id",
+    "runs",
+    "num_turns",
+    "total_cost_usd",
+    "api_retries",
+    "api_errors",
+    "result",
+    "is_error",
+    "subtype",
+    "turn_base_usd",
+)
 
 
 @dataclass
@@ -136,7 +154,7 @@ class StreamState:
         elif kind == "rate_limit_event":
             info = obj.get("rate_limit_info")
             if isinstance(info, dict) and info.get("status") == "rejected":
-                self.limit_resets_at = _number(info.get("resetsAt"))
+                self.limit_resets_at = finite_number(info.get("resetsAt"))
                 kind_name = info.get("rateLimitType")
                 self.limit_type = kind_name if isinstance(kind_name, str) else "unknown"
         elif kind == "system":
@@ -164,7 +182,7 @@ class StreamState:
             self.is_error = bool(obj.get("is_error"))
             self.subtype = obj.get("subtype") if isinstance(obj.get("subtype"), str) else None
             self.num_turns += _int(obj.get("num_turns")) or 0
-            self.total_cost_usd += _number(obj.get("total_cost_usd")) or 0.0
+            self.total_cost_usd += finite_number(obj.get("total_cost_usd")) or 0.0
             self.api_error_status = _int(obj.get("api_error_status"))
             if self.api_error_status is not None:
                 text = (self.result or "")[:300]
@@ -181,8 +199,8 @@ class StreamState:
             self.session_id = obj["session_id"]
         for name in ("runs", "num_turns", "api_retries"):
             setattr(self, name, getattr(self, name) + (_int(obj.get(name)) or 0))
-        self.total_cost_usd += _number(obj.get("total_cost_usd")) or 0.0
-        self.turn_base_usd += _number(obj.get("turn_base_usd")) or 0.0
+        self.total_cost_usd += finite_number(obj.get("total_cost_usd")) or 0.0
+        self.turn_base_usd += finite_number(obj.get("turn_base_usd")) or 0.0
         errors = obj.get("api_errors")
         if isinstance(errors, list):
             self.api_errors = [e for e in errors if isinstance(e, dict)][-KEEP_ERRORS:]
@@ -246,7 +264,7 @@ def mark_turn(path: Path) -> None:
         os.close(fd)
 
 
-def _number(value: Any) -> float | None:
+def finite_number(value: Any) -> float | None:
     """A finite float from a JSON number, else ``None`` (no bools, NaN, inf or huge ints)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
