@@ -152,11 +152,18 @@ def _task_tools(server: MCPServer, profile: LoadedProfile) -> None:
         terminal_only: Annotated[
             bool, Field(description="wait through escalations: return only when all ended")
         ] = False,
+        full: Annotated[
+            bool, Field(description="each ended task's whole manifest, not its brief fields")
+        ] = False,
     ) -> str:
         """Block until every task ended, or one needs a person (escalated: 'needs_you',
         its needs in 'tasks'), or timeout passed ('pending': call wait again); 'code' is
-        supervise wait's exit status (0 all PASS, 1 not, 10 needs you, 124 timeout)."""
-        return await _guard(lambda: text(mcp_tools.wait(profile, task_ids, timeout, terminal_only)))
+        supervise wait's exit status (0 all PASS, 1 not, 10 needs you, 124 timeout). An
+        ended task comes as supervise wait --brief gives it (status, verdict, turn, reasons,
+        summary, result, cost_usd); 'full' gives its whole manifest (raw output included)."""
+        return await _guard(
+            lambda: text(mcp_tools.wait(profile, task_ids, timeout, terminal_only, full))
+        )
 
     @server.tool(structured_output=False)
     async def tail(

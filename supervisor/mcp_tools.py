@@ -174,11 +174,18 @@ def rendered_tail(folder: Path, lines: int) -> str:
 
 
 def wait(
-    profile: LoadedProfile, task_ids: list[str], timeout: float | None, terminal_only: bool = False
+    profile: LoadedProfile,
+    task_ids: list[str],
+    timeout: float | None,
+    terminal_only: bool = False,
+    full: bool = False,
 ) -> dict[str, Any]:
     """``supervise wait``: block until every task has ended, or one needs a person (unless
     ``terminal_only``), or ``timeout`` seconds (at most :data:`MAX_WAIT_S`) pass. Returns
-    ``{"tasks": [per id, in order: the final manifest, or what it needs], "needs_you": ids,
+    ``{"tasks": [per id, in order: what it needs, or the ended task as ``wait --brief``
+    gives it (:func:`supervisor.waitbrief.brief`: an agent pays for every byte it reads,
+    and the raw ``output_tail`` is the most of a manifest), its whole manifest with
+    ``full``], "needs_you": ids,
     "pending": ids still going, "timed_out": bool, "code": supervise wait's exit status}``
     (:func:`supervisor.waiting.wait_tasks`, waited in :data:`SLICE_S` slices so that
     :data:`CLOSING` ends it).
@@ -204,8 +211,10 @@ def wait(
             raise ToolRefused(str(exc)) from None
         if outcome.code != EXIT_TIMEOUT or left <= SLICE_S or CLOSING.is_set():
             break
+    from supervisor.waitbrief import brief
+
     return {
-        "tasks": outcome.shown,
+        "tasks": outcome.shown if full else [brief(entry) for entry in outcome.shown],
         "needs_you": list(outcome.needs_you),
         "pending": list(outcome.pending),
         "timed_out": outcome.code == EXIT_TIMEOUT,

@@ -92,6 +92,10 @@ def test_the_sdk_client_submits_waits_shows_and_tails(setup: Setup) -> None:
         waited = await _ok(s, "wait", task_ids=[task_id], timeout=60)
         assert waited["pending"] == [] and waited["code"] == 0, waited
         assert waited["tasks"][0]["status"] == "completed"
+        # brief by default (no raw output_tail for an agent to pay for); whole with full
+        assert "output_tail" not in waited["tasks"][0] and "result" in waited["tasks"][0]
+        whole = await _ok(s, "wait", task_ids=[task_id], timeout=5, full=True)
+        assert "hello from mcp" in whole["tasks"][0]["output_tail"]
         shown = await _ok(s, "show", task_id=task_id)
         assert (shown["task_id"], shown["verdict"]) == (task_id, "PASS")
         assert "hello from mcp" in await _ok(s, "tail", task_id=task_id, lines=50)
