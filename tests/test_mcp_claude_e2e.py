@@ -127,12 +127,6 @@ def test_claude_code_submits_through_supervise_mcp_and_waits_for_the_result(
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
     manifest = setup.manifests()["delegated"]
     assert (manifest["status"], manifest["verdict"]) == ("completed", "PASS"), manifest
-    print(
-        "RAW",
-        json.dumps([m for m in mock.message_requests()[-1].messages if m["role"] == "user"][1:])[
-            :1500
-        ],
-    )
     submitted, waited = (json.loads(text) for text in seen["results"][:2])
     assert submitted["task_id"] == manifest["task_id"]
     assert waited["pending"] == [] and waited["tasks"][0]["verdict"] == "PASS", waited
