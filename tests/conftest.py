@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -157,6 +158,17 @@ def alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def stop_engine(process: subprocess.Popen[Any]) -> None:
+    """End an engine a test started, by its PID: SIGTERM (a clean stop), SIGKILL after 30 s."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 20, every: float = 0.05) -> Any:

@@ -10,27 +10,16 @@
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import psutil
-from conftest import Setup, wait_for
+from conftest import Setup, stop_engine, wait_for
 
 from supervisor.wrapper import LAUNCH_ERROR
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _end(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def test_status_after_shutdown_says_not_running_while_the_engine_is_unreaped(
@@ -52,7 +41,7 @@ def test_status_after_shutdown_says_not_running_while_the_engine_is_unreaped(
         status = setup.supervise("status", "-c", str(setup.profile))
         assert status.stdout.splitlines()[0] == "engine: not running", status.stdout
     finally:
-        _end(engine)
+        stop_engine(engine)
 
 
 def _git(folder: Path, *args: str) -> None:
@@ -182,4 +171,4 @@ def test_wait_after_a_queued_continue_waits_for_the_new_turn(setup: Setup) -> No
         assert done.returncode == 0, done.stdout + done.stderr
         assert setup.manifests()["two"]["turn"] == 2
     finally:
-        _end(engine)
+        stop_engine(engine)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from conftest import Setup, wait_for
+from conftest import Setup, stop_engine, wait_for
 
 from supervisor.requests import RequestRefused, apply_request, apply_requests, worst
 
@@ -25,13 +25,7 @@ def _engine(setup: Setup) -> Iterator[subprocess.Popen[bytes]]:
     try:
         yield process
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_engine(process)
 
 
 def _running(setup: Setup, *names: str) -> list[str]:

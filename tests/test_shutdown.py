@@ -10,19 +10,9 @@ import subprocess
 import sys
 import time
 
-from conftest import Setup, alive, wait_for
+from conftest import Setup, alive, stop_engine, wait_for
 
 from supervisor.engine_probe import engine_pid
-
-
-def _end(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def _running(setup: Setup, name: str) -> str:
@@ -59,7 +49,7 @@ def test_shutdown_leaves_the_agent_in_tmux_and_the_next_run_adopts_it(setup: Set
         again = setup.supervise("shutdown", "-c", str(setup.profile))
         assert again.returncode == 1 and "no engine runs on" in again.stderr
     finally:
-        _end(engine)
+        stop_engine(engine)
     engine = setup.start()
     try:
         wait_for(lambda: "adopted" in [e["event"] for e in setup.events(task_id)], timeout=60)
@@ -69,13 +59,13 @@ def test_shutdown_leaves_the_agent_in_tmux_and_the_next_run_adopts_it(setup: Set
         assert text.stdout.startswith(f"supervise shutdown: engine pid {engine.pid} stopped; ")
         assert "adopts them" in text.stdout
     finally:
-        _end(engine)
+        stop_engine(engine)
     assert setup.supervise("stop", "-c", str(setup.profile), task_id).returncode == 3
     engine = setup.start()  # the queued stop ends the agent
     try:
         wait_for(lambda: setup.manifests()["long"]["status"] == "abandoned", timeout=60)
     finally:
-        _end(engine)
+        stop_engine(engine)
 
 
 def test_two_shutdowns_at_once_stop_the_engine_once(setup: Setup) -> None:
@@ -113,7 +103,7 @@ def test_two_shutdowns_at_once_stop_the_engine_once(setup: Setup) -> None:
     finally:
         watch.close()
         engine.send_signal(signal.SIGCONT)
-        _end(engine)
+        stop_engine(engine)
 
 
 def test_a_stuck_engine_is_reported_not_waited_for_forever(setup: Setup) -> None:
@@ -133,4 +123,4 @@ def test_a_stuck_engine_is_reported_not_waited_for_forever(setup: Setup) -> None
     finally:
         engine.send_signal(signal.SIGCONT)  # the SIGTERM it holds is delivered now
         assert engine.wait(timeout=60) == 0
-        _end(engine)
+        stop_engine(engine)
