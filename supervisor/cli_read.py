@@ -161,13 +161,14 @@ class _Shown:
 def cmd_events(args: argparse.Namespace) -> int:
     """``supervise events``: the task's events, readable or as stored (``--json``)."""
     from supervisor import eventview, taskwhere
+    from supervisor.diskio import open_regular
     from supervisor.taskdir import EVENTS
 
     profile = _profile(args.config)
     task_id = args.task_id
     fd = None
     if is_task_id(task_id):
-        fd = _open_regular(profile.tasks_dir / task_id / EVENTS)
+        fd = open_regular(profile.tasks_dir / task_id / EVENTS, follow=False)
     if fd is None and (profile.tasks_dir / task_id / "manifest.json").exists():
         _err(f"{profile.tasks_dir / task_id / EVENTS}: missing or not a regular file")
         return 1
@@ -185,23 +186,6 @@ def cmd_events(args: argparse.Namespace) -> int:
         return 0
     with open(fd, "rb", buffering=0) as handle:
         return _events_live(handle, profile.tasks_dir / task_id, args)
-
-
-def _open_regular(path: Path) -> int | None:
-    """A read descriptor on ``path`` when it is a regular file, else ``None``: opened
-    non-blocking and without following a symlink (an agent can write into its task folder;
-    a FIFO put there must not hang the reader), checked with ``fstat`` on the descriptor."""
-    import os
-    import stat
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        return None
-    return fd
 
 
 def _events_live(handle: BinaryIO, folder: Path, args: argparse.Namespace) -> int:

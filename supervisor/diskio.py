@@ -95,6 +95,25 @@ class FileTooBig(OSError):
         super().__init__(errno.EFBIG, why, str(path))
 
 
+def open_regular(path: Path | str, follow: bool = True) -> int | None:
+    """A read descriptor on ``path`` when it is a regular file, else ``None`` (missing,
+    unreadable, a FIFO, a folder, a device; with ``follow=False`` a symlink too).
+
+    Opened non-blocking and checked with ``fstat`` on that descriptor, as
+    :func:`read_regular`: a FIFO an agent put in its task folder never blocks the reader.
+    The caller closes the descriptor.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+    try:
+        fd = os.open(path, flags if follow else flags | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
+
+
 def read_regular(path: Path | str, limit: int | None = None, follow: bool = True) -> bytes:
     """The bytes of ``path``, a regular file of at most ``limit`` bytes (``None``: any size).
 
@@ -146,3 +165,14 @@ def read_end(path: Path | str, count: int, end: int | None = None) -> tuple[byte
         return b"", 0
     finally:
         os.close(fd)
+
+
+def read_end_rotated(path: Path, lines: int, max_bytes: int) -> bytes:
+    """The end of a size-rotated log (:mod:`supervisor.logrotate`): at most ``max_bytes``
+    bytes, from ``path`` and, when it holds ``lines`` or fewer line ends (a rotation just
+    happened), from the end of ``path.1`` before it. ``b""`` when neither can be read."""
+    data = read_end(path, max_bytes)[0]
+    if data.count(b"\n") <= lines and len(data) < max_bytes:
+        older = read_end(path.with_name(path.name + ".1"), max_bytes - len(data))[0]
+        data = older + data
+    return data

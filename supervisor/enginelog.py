@@ -18,10 +18,9 @@ import json
 import logging
 import logging.handlers
 import os
-import stat
 from pathlib import Path
 
-from supervisor.diskio import atomic_write
+from supervisor.diskio import atomic_write, open_regular, read_end_rotated
 
 #: The engine log's file in the state dir when ``supervise run`` has no ``--log-file``.
 ENGINE_LOG = "engine.log"
@@ -58,40 +57,13 @@ def located(state_dir: Path) -> Path:
     return Path(path)
 
 
-def _open_regular(path: Path) -> int | None:
-    """A read descriptor on ``path`` if it is a regular file (``O_NONBLOCK``: a FIFO put
-    there never blocks; checked with ``fstat`` on the descriptor), else ``None``."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        return None
-    return fd
-
-
-def _read_end(path: Path, max_bytes: int) -> bytes:
-    fd = _open_regular(path)
-    if fd is None:
-        return b""
-    try:
-        size = os.fstat(fd).st_size
-        os.lseek(fd, max(0, size - max_bytes), os.SEEK_SET)
-        return os.read(fd, max_bytes)
-    finally:
-        os.close(fd)
-
-
 def tail(path: Path, lines: int, max_bytes: int = CHUNK) -> list[str]:
     """The last ``lines`` lines of the log at ``path``, taken across ``path.1`` when the
     current file holds fewer (a rotation just happened); at most ``max_bytes`` read in all.
     Bytes that are not UTF-8 decode as U+FFFD. A missing file gives ``[]``."""
     if lines <= 0:
         return []
-    data = _read_end(path, max_bytes)
-    if data.count(b"\n") <= lines and len(data) < max_bytes:
-        data = _read_end(path.with_name(path.name + ".1"), max_bytes - len(data)) + data
+    data = read_end_rotated(path, lines, max_bytes)
     return data.decode("utf-8", errors="replace").splitlines()[-lines:]
 
 
@@ -106,7 +78,7 @@ class Follower:
 
     def __init__(self, path: Path, from_end: bool = True) -> None:
         self.path = path
-        self.fd = _open_regular(path)
+        self.fd = open_regular(path)
         if self.fd is not None and from_end:
             os.lseek(self.fd, 0, os.SEEK_END)
 
@@ -127,7 +99,7 @@ class Follower:
             return data  # between the rename and the new file: the next call finds it
         if self.fd is None or self._replaced(now):
             self.close()
-            self.fd = _open_regular(self.path)
+            self.fd = open_regular(self.path)
             data += self._drain()
         return data
 

@@ -43,6 +43,7 @@ from supervisor.diskio import (  # noqa: F401  (also imported from here with Tas
     fsync_dir,
     parse_iso,
     read_end,
+    read_end_rotated,
     read_regular,
     utc_iso,
 )
@@ -371,14 +372,6 @@ class TaskDir:
         leaves the fresh ``output.log`` short or not yet created, and the lines before it
         are at the end of ``output.log.1``.
         """
-        data = _read_end(self.file(OUTPUT), max_bytes)
-        if data.count(b"\n") <= lines and len(data) < max_bytes:
-            data = _read_end(self.file(f"{OUTPUT}.1"), max_bytes - len(data)) + data
+        data = read_end_rotated(self.file(OUTPUT), lines, max_bytes)
         text = data.decode("utf-8", errors="replace")
         return "\n".join(text.splitlines()[-lines:])
-
-
-def _read_end(path: Path, max_bytes: int) -> bytes:
-    """The last ``max_bytes`` bytes of ``path`` (``b""`` when it is missing or no regular
-    file: a FIFO an agent put there never blocks the engine, :func:`diskio.read_end`)."""
-    return read_end(path, max_bytes)[0]
