@@ -20,6 +20,7 @@ import pytest
 from conftest import Setup, wait_for
 
 from supervisor.engine import shutdown
+from supervisor.views import sources
 
 #: Seconds the engine may take to stop after SIGTERM in these tests.
 BOUND = 3
@@ -93,3 +94,22 @@ def test_a_bad_stop_bound_falls_back_to_the_default(monkeypatch: pytest.MonkeyPa
         assert shutdown.stop_bound() == shutdown.STOP_BOUND, text
     monkeypatch.setenv(shutdown.STOP_BOUND_ENV, "2.5")
     assert shutdown.stop_bound() == 2.5
+
+
+def test_sigterm_as_soon_as_the_heartbeat_appears_is_a_clean_stop(setup: Setup) -> None:
+    """The handlers are in place before the heartbeat names the engine: a SIGTERM sent the
+    moment it appears (what `supervise shutdown` or a watching tool may do) stops the
+    engine cleanly, exit 0, not by the default action (exit -15). Found by CI (stop 29)."""
+    setup.write_profile()
+    heartbeat = setup.state / sources.HEARTBEAT
+    engine = setup.start(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(heartbeat.exists, timeout=PATIENCE, every=0.001)
+        engine.send_signal(signal.SIGTERM)
+        _, err = engine.communicate(timeout=PATIENCE)
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+            engine.wait()
+    assert engine.returncode == 0, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]

@@ -36,15 +36,14 @@ from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.jobstores.base import JobLookupError
-from apscheduler.schedulers.background import BackgroundScheduler
 
 from supervisor import children, control, policy, statefs, systemd
 from supervisor.config import ConfigError, LoadedProfile, ResolvedTask
 from supervisor.engine import clock, followups, launch, recovery, shutdown, stats, workspaces
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.actions import Actions
+from supervisor.engine.background import engine_scheduler
 from supervisor.engine.intake import Claims, check_spool_permissions, make_intake
 from supervisor.engine.kicks import Kicks
 from supervisor.engine.observe import Observer, tail_pending
@@ -108,11 +107,7 @@ class Engine(Kicks):
         self._stats_written = 0.0
         self._started = time.time()
         self.claims = Claims(self.source, lambda: self._kick("intake"))
-        self.scheduler = BackgroundScheduler(
-            executors={"default": ThreadPoolExecutor(max_workers=1)},
-            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
-            timezone=UTC,
-        )
+        self.scheduler = engine_scheduler()
 
     # ------------------------------------------------------------------ lifecycle
     def run(self) -> int:
@@ -128,14 +123,20 @@ class Engine(Kicks):
         for folder in (self.profile.state_dir, self.profile.spool_dir, self.profile.tasks_dir):
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         check_spool_permissions(self.profile)
-        lock = engine_lock(self.profile.state_dir)  # raises EngineBusy
+        # The handlers come before the lock and the heartbeat: a SIGTERM sent as soon as
+        # either names this engine (`supervise shutdown`, a test) is a clean stop, not a kill.
+        guard = shutdown.StopGuard(self.stopping).install()  # a stop is bounded in time
         try:
-            children.end_recorded(self.profile.state_dir)  # what a killed engine left running
-            return self._run_locked()
+            lock = engine_lock(self.profile.state_dir)  # raises EngineBusy
+            try:
+                children.end_recorded(self.profile.state_dir)  # what a killed engine left
+                return self._run_locked(guard)
+            finally:
+                os.close(lock)
         finally:
-            os.close(lock)
+            guard.done()
 
-    def _run_locked(self) -> int:
+    def _run_locked(self, guard: shutdown.StopGuard) -> int:
         log.info(stats.start_line(self.profile.path, self.profile.state_dir,
                                   self.profile.socket_name, os.getpid()))  # fmt: skip
         self.write_stats()  # the heartbeat exists from the start (supervisor.views.model)
@@ -145,7 +146,6 @@ class Engine(Kicks):
         self.watcher = Watcher(self._on_spool, self._on_task, self._on_exit)
         self.watcher.watch_spool(self.profile.spool_dir)
         self.watcher.start()
-        guard = shutdown.StopGuard(self.stopping).install()  # a stop is bounded in time
         try:
             self.scheduler.start()
             self.scheduler.add_job(self._startup, id="startup")
@@ -162,7 +162,6 @@ class Engine(Kicks):
             self.pools.shutdown()  # each job is bounded by its own timeout
             self.watcher.stop()
             self.write_stats()
-            guard.done()
         log.info("engine stopped; %d task(s) left running in tmux", len(self.live))
         return 0
 
