@@ -58,7 +58,7 @@ import run
 from run import BenchError, Scenario, dist, parse_ts, wait_for
 from soak import Manifests
 
-from supervisor.states import TERMINAL
+from supervisor.taskdir.states import TERMINAL
 
 SHORT_PROMPT = "print: hello\nsleep: 0.1\nexit: 0\n"
 LONG_PROMPT = "print: hello\ntick: 3\nsleep: 7200\nexit: 0\n"

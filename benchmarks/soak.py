@@ -52,7 +52,7 @@ from typing import Any
 import psutil
 import tomli_w
 
-from supervisor.states import TERMINAL
+from supervisor.taskdir.states import TERMINAL
 
 REPO = Path(__file__).resolve().parent.parent
 FAKE_AGENT = REPO / "tests" / "fake_agent.py"

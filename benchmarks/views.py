@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 import psutil  # noqa: E402
 
-from supervisor.taskdir import atomic_write  # noqa: E402
+from supervisor.taskdir.folder import atomic_write  # noqa: E402
 from supervisor.views import model  # noqa: E402
 
 

@@ -46,7 +46,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from views_fixture import many, write_profile  # noqa: E402
 
-from supervisor.taskdir import TaskDir  # noqa: E402
+from supervisor.taskdir.folder import TaskDir  # noqa: E402
 
 CLI = [sys.executable, "-m", "supervisor.cli"]
 #: The token the benchmark's server is started with (every request needs one).

@@ -45,8 +45,8 @@ from typing import Any
 
 from supervisor import statelock
 from supervisor.diskio import fsync_dir
-from supervisor.states import TERMINAL
-from supervisor.taskdir import MANIFEST, TaskDir, parse_iso
+from supervisor.taskdir.folder import MANIFEST, TaskDir, parse_iso
+from supervisor.taskdir.states import TERMINAL
 
 ARCHIVE = "archive"
 #: Prefix of a task folder renamed into ``state_dir/archive`` once its tarball is durable,

@@ -4,7 +4,7 @@ task id (``show``, ``stop``, ``resume``, ``approve``, ``deny``, ``tail``, ``atta
 whose positional is named ``task_id``/``task_ids`` or shown as ``ID``) completes to the ids
 of the profile given with ``-c``/``--config`` on the same command line.
 
-The ids come from the hidden ``supervise _ids -c PROFILE`` (:func:`supervisor.cli_read.cmd_ids`:
+The ids come from the hidden ``supervise _ids -c PROFILE`` (:func:`supervisor.cli.read.cmd_ids`:
 the task folders and spool files, read without validating the profile), run by a shell
 function that shtab's generated script calls (shtab's ``complete`` dict with a
 ``preamble`` per shell). Without ``-c`` nothing is offered. Standard library only.

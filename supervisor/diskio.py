@@ -2,7 +2,7 @@
 timestamps every record uses.
 
 Plain standard library: the status views, ``supervise status`` and the control requests use
-these without loading the pydantic models of :mod:`supervisor.taskdir`.
+these without loading the pydantic models of :mod:`supervisor.taskdir.folder`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 :func:`request_continue` checks that the task can go on (one refusal line each: not in
 this state dir or archived, a fleet profile, an empty or oversized prompt, an agent kind
 that cannot resume, a worktree merged or discarded, a task still running), puts the prompt
-in the task folder with ``link(2)`` (:data:`supervisor.taskdir.FOLLOWUP`: of two follow-ups
+in the task folder with ``link(2)`` (:data:`supervisor.taskdir.folder.FOLLOWUP`: of two follow-ups
 at once exactly one is taken, the other refuses), wakes the engine
 (``control/<ID>.continue``) and waits up to ``wait_s`` seconds for the new turn to be
 recorded. The engine's side is :mod:`supervisor.engine.followups`.
@@ -18,12 +18,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from supervisor import archive, control, engine_probe, taskid
+from supervisor import archive, engine_probe, taskid
 from supervisor.config import MAX_PROMPT_BYTES, LoadedProfile
 from supervisor.config.argsize import prompt_problems
 from supervisor.policy.followups import STOP_FIRST, refusal
-from supervisor.states import Status
-from supervisor.taskdir import CONTINUE_REFUSED, FOLLOWED_UP, FOLLOWUP, Manifest, TaskDir
+from supervisor.taskdir import control
+from supervisor.taskdir.folder import CONTINUE_REFUSED, FOLLOWED_UP, FOLLOWUP, Manifest, TaskDir
+from supervisor.taskdir.states import Status
 from supervisor.waiting import read_manifest
 from supervisor.workspace.journal import MERGED
 
@@ -32,7 +33,7 @@ _GONE = (MERGED, "discarded")
 #: Seconds between looks at the manifest while waiting.
 POLL = 0.1
 #: Seconds more a follow-up of an escalated task waits: it is stopped first (SIGTERM, then
-#: SIGKILL and the sweep of what it left, ``2 x supervisor.stopping.STOP_TIMEOUT`` each),
+#: SIGKILL and the sweep of what it left, ``2 x supervisor.engine.stopping.STOP_TIMEOUT`` each),
 #: which alone can take longer than the default ``--wait``; the engine's stop bound
 #: (:data:`supervisor.engine.shutdown.STOP_BOUND`) covers it.
 STOP_WAIT = 30.0

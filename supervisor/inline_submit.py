@@ -256,7 +256,7 @@ def _resolved(args: argparse.Namespace, profile: LoadedProfile) -> ResolvedTask:
 def cmd_submit(args: argparse.Namespace) -> int:
     """``supervise submit``: validate, place, print the id (``--json``: the placement);
     with ``--wait``, then ``supervise wait`` on it (its output and exit status)."""
-    from supervisor.cli import _profile, warn_no_engine
+    from supervisor.cli.app import _profile, warn_no_engine
 
     if (args.timeout is not None or args.terminal_only) and not args.wait:
         raise ConfigError(
@@ -265,7 +265,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     profile = _profile(args.config)
     resolved = _resolved(args, profile)
     if profile.spec.cluster is not None:
-        from supervisor.cli_cluster import _missing_extra
+        from supervisor.cli.cluster import _missing_extra
 
         if _missing_extra():
             return 2
@@ -283,7 +283,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 def _wait(args: argparse.Namespace, task_id: str) -> int:
     """``supervise wait -c PROFILE ID [--timeout S] [--json]`` through the CLI's own
     parser, so the fleet's routing and ``wait``'s exit codes apply unchanged."""
-    from supervisor.cli import build_parser
+    from supervisor.cli.app import build_parser
 
     argv = ["wait", "-c", args.config, task_id]
     if args.timeout is not None:
@@ -298,7 +298,7 @@ def _wait(args: argparse.Namespace, task_id: str) -> int:
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``submit`` to the ``supervise`` parser."""
-    from supervisor.cli_ops import _positive
+    from supervisor.cli.ops import _positive
 
     submit = sub.add_parser(
         "submit", help="validate a task (a file, '-' for stdin, or --prompt) and spool it"

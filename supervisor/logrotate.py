@@ -1,6 +1,6 @@
 """Size rotation of a task's append-only logs that carry a first line of their own.
 
-``output.log`` rotates at each check (:meth:`supervisor.taskdir.TaskDir.rotate_output`,
+``output.log`` rotates at each check (:meth:`supervisor.taskdir.folder.TaskDir.rotate_output`,
 supervisord's ``stdout_logfile_maxbytes`` / ``_backups`` rule). ``stream.jsonl`` follows
 the same rule and keys (``max_log_bytes``, ``log_backups``), with two differences its
 reader needs: it is rotated only while no run writes it (the wrapper holds it open for a

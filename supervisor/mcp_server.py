@@ -18,7 +18,7 @@ Resources (templates): ``supervise://task/{task_id}/manifest`` (JSON) and
 lines). The work is in :mod:`supervisor.mcp_tools`: the same code paths as the CLI, and
 only the profile the server was started with (task ids are slugs; no path argument).
 
-The command itself is :mod:`supervisor.cli_mcp` (no SDK or pydantic import at CLI start).
+The command itself is :mod:`supervisor.cli.mcp` (no SDK or pydantic import at CLI start).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Operator requests to the engine, one task or many: ``stop``, ``resume``, ``approve``, ``deny``.
 
-A request is a file in ``state_dir/control`` (:mod:`supervisor.control`); the engine takes it
-on its next intake tick and applies it through the policy. This module checks that a task
+A request is a file in ``state_dir/control`` (:mod:`supervisor.taskdir.control`); the engine
+takes it on its next intake tick and applies it through the policy. This module checks that a task
 can take the verb, leaves the request and waits up to ``wait_s`` seconds for the manifest to
-show it applied (:func:`supervisor.control.acted`). The CLI verbs, the views and the MCP
+show it applied (:func:`supervisor.taskdir.control.acted`). The CLI verbs, the views and the MCP
 server call it, so every path refuses and reports the same way.
 
 Results (``result`` of each dict): ``applied`` (exit code 0), ``queued`` (no engine runs on
@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from supervisor import control
+from supervisor.taskdir import control
 from supervisor.taskid import is_task_id, refusal
 from supervisor.waiting import load_manifest, read_manifest
 
@@ -166,7 +166,7 @@ def apply_requests(
     looks stuck (``supervisor.engine_probe``). Returns one :class:`Result` per id, in order.
 
     Raises:
-        ValueError: ``verb`` is not one of :data:`supervisor.control.VERBS`.
+        ValueError: ``verb`` is not one of :data:`supervisor.taskdir.control.VERBS`.
     """
     from supervisor import engine_probe
 

@@ -4,7 +4,8 @@ is a symlink to ``schemas/``; an installed wheel holds copies).
 
 * ``profile.schema.json``: a profile file (:class:`supervisor.config.Profile`),
 * ``task.schema.json``: a task file (:class:`supervisor.config.TaskSpec`),
-* ``manifest.schema.json``: a task's ``manifest.json`` (:class:`supervisor.taskdir.Manifest`),
+* ``manifest.schema.json``: a task's ``manifest.json``
+  (:class:`supervisor.taskdir.folder.Manifest`),
 * ``status.schema.json``: ``supervise status --snapshot`` (:class:`supervisor.views.model.Snapshot`,
   a plain dataclass); each row of ``supervise status --json`` is its ``$defs/Task``.
 * ``permission-event.schema.json``: one ``permission`` line of ``events.jsonl``
@@ -34,7 +35,7 @@ from pydantic import BaseModel, TypeAdapter
 from supervisor import bundled
 from supervisor.audit import PermissionEvent
 from supervisor.config import Profile, TaskSpec
-from supervisor.taskdir import Manifest
+from supervisor.taskdir.folder import Manifest
 from supervisor.views.model import Snapshot
 
 #: JSON Schema dialect of every generated file.

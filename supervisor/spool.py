@@ -51,7 +51,7 @@ from supervisor.config import (
 )
 from supervisor.config.cluster import spool_claim_warnings
 from supervisor.diskio import NotRegularFile, fsync_dir, read_regular
-from supervisor.taskdir import Manifest, TaskDir, atomic_write, utc_iso
+from supervisor.taskdir.folder import Manifest, TaskDir, atomic_write, utc_iso
 from supervisor.taskid import GENERATED
 from supervisor.terminal import escape_controls
 from supervisor.workspace import lifecycle

@@ -18,7 +18,7 @@ import tomllib
 from pathlib import Path
 
 #: What ``init --claude`` writes, relative to ``DIR``; one that exists is refused unless
-#: ``--force`` (:func:`supervisor.cli_setup.cmd_init`).
+#: ``--force`` (:func:`supervisor.cli.setup.cmd_init`).
 FILES = ("profile.toml", "tasks/hello.toml")
 
 #: The sample task (``tasks/hello.toml``); relative paths resolve against its folder.
@@ -99,7 +99,7 @@ def write(folder: Path) -> None:
     Raises:
         OSError: a file or folder cannot be written.
     """
-    from supervisor.cli_setup import private_folders
+    from supervisor.cli.setup import private_folders
     from supervisor.diskio import atomic_write
 
     names = _names(folder)

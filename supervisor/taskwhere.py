@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from supervisor.archive import ARCHIVE
-from supervisor.taskdir import MANIFEST
+from supervisor.taskdir.folder import MANIFEST
 from supervisor.taskid import is_task_id
 
 

@@ -354,7 +354,7 @@ class Tmux:
         another engine owns is left running.
 
         Returns the pane's first PID (the session id every process of its last run shares,
-        see :mod:`supervisor.processes`) when it closed a session, else ``None``.
+        see :mod:`supervisor.engine.processes`) when it closed a session, else ``None``.
         """
         found = self._describe(session)
         if found is None or (self.owner is not None and found[0] != self.owner):

@@ -1,5 +1,5 @@
 """A task's turns (issue 22): the record of an ended turn kept in the manifest's ``turns``
-(:class:`supervisor.taskdir.TurnRecord`) and the manifest of the next turn, opened by a
+(:class:`supervisor.taskdir.folder.TurnRecord`) and the manifest of the next turn, opened by a
 follow-up (:mod:`supervisor.engine.followups`). No engine import.
 """
 
@@ -10,7 +10,7 @@ import hashlib
 from supervisor.agents.claude.stream import PER_TURN
 from supervisor.config import MAX_PROMPT_BYTES
 from supervisor.diskio import read_regular
-from supervisor.taskdir import TURN_PROMPT, Manifest, TaskDir, TurnRecord
+from supervisor.taskdir.folder import TURN_PROMPT, Manifest, TaskDir, TurnRecord
 
 #: The manifest fields of an ended turn's outcome, cleared when the next turn opens.
 CLEARED = (

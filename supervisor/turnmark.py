@@ -20,7 +20,7 @@ import os
 import stat
 from pathlib import Path
 
-from supervisor.taskdir import OUTPUT
+from supervisor.taskdir.folder import OUTPUT
 from supervisor.terminal import escape_controls
 
 #: The most characters of the prompt shown in a turn's mark (the rest ends in ``…``).

@@ -1,8 +1,9 @@
 """``supervise wait``: block until each named task has ended, or one needs a person.
 
 The orchestrator's loop (issue 22, item 2) is submit → wait → read → answer or follow up.
-:func:`wait_tasks` returns when every named task is terminal (:data:`supervisor.states.TERMINAL`,
-or its task file was rejected), or as soon as one of them **needs you**: status
+:func:`wait_tasks` returns when every named task is terminal
+(:data:`supervisor.taskdir.states.TERMINAL`, or its task file was rejected), or as soon as
+one of them **needs you**: status
 ``escalated``, which the engine sets for a permission request a rule escalated and for the
 circuit breaker's pause (the manifest's ``escalation`` record, written by
 :mod:`supervisor.agents.claude.permissions` and the adapter's breaker). A task that is
@@ -10,7 +11,7 @@ escalated when the wait starts returns at once. With ``terminal_only`` an escala
 waited through, as before issue 22.
 
 An ended task with a follow-up not yet taken (``supervise continue`` left
-:data:`supervisor.taskdir.FOLLOWUP` in its folder; the engine takes it by rename, or
+:data:`supervisor.taskdir.folder.FOLLOWUP` in its folder; the engine takes it by rename, or
 deletes it when it refuses) has not ended: its manifest is the previous turn's, and a
 ``wait`` right after a ``continue`` that no running engine took at once must wait for the
 new turn, not return the old result.
@@ -40,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from supervisor.diskio import read_regular
-from supervisor.states import TERMINAL, Status
+from supervisor.taskdir.states import TERMINAL, Status
 from supervisor.taskid import is_task_id
 from supervisor.taskid import shown as shown_id
 from supervisor.terminal import escape_controls
@@ -179,11 +180,11 @@ def _sentence(tool: str | None, subject: str | None, detail: str | None) -> str:
 
 def _rule_index(value: Any, detail: str | None) -> int | None:
     """The deciding rule's position: the record's ``rule``, or for a record written before
-    it was kept, the number in ``detail``'s ``rule N (...)`` (:func:`supervisor.approval`'s
+    it was kept, the number in ``detail``'s ``rule N (...)`` (:func:`supervisor.policy.approval`'s
     label)."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    from supervisor.approval import RULE_LABEL  # loads the config models: not at import
+    from supervisor.policy.approval import RULE_LABEL  # loads the config models: not at import
 
     found = RULE_LABEL.match(detail or "") if value is None else None
     return int(found.group(1)) if found else None
@@ -297,7 +298,7 @@ class _Look:
 
     def look(self) -> bool:
         """Read the unended tasks; whether the wait is over."""
-        from supervisor.taskdir import FOLLOWUP  # the manifest model: not at import (status)
+        from supervisor.taskdir.folder import FOLLOWUP  # the manifest model: not at import (status)
 
         self.needing = {}
         for task_id in self.ids:

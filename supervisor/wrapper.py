@@ -246,7 +246,7 @@ def _group_members(pgid: int) -> list[int]:
 
 def _stop_group(child: int, grace: float) -> None:
     """SIGTERM and SIGCONT to ``child``'s process group, SIGKILL to what of it (but this
-    wrapper) still runs after ``grace`` seconds, as :mod:`supervisor.stopping` does."""
+    wrapper) still runs after ``grace`` seconds, as :mod:`supervisor.engine.stopping` does."""
     try:
         pgid = os.getpgid(child)
     except ProcessLookupError:

@@ -35,7 +35,7 @@ import tomli_w
 from hypothesis import strategies as st
 
 from supervisor.config import MAX_PROMPT_BYTES
-from supervisor.states import TERMINAL
+from supervisor.taskdir.states import TERMINAL
 
 FAKE_AGENT = Path(__file__).resolve().parent / "fake_agent.py"
 

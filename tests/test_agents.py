@@ -15,7 +15,7 @@ import supervisor
 from supervisor.agents import AgentAdapter, Keys, adapter_for
 from supervisor.agents.claude import hooks
 from supervisor.config import AgentKind, AgentSpec, MonitorPolicy, ResolvedTask, TaskSpec
-from supervisor.taskdir import Manifest, TaskDir, utc_iso
+from supervisor.taskdir.folder import Manifest, TaskDir, utc_iso
 
 
 def _adapter(tmp_path: Path, agent: AgentSpec, sent: list[Keys] | None = None) -> AgentAdapter:

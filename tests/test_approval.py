@@ -1,4 +1,4 @@
-"""Tests of the permission policy (:mod:`supervisor.approval`): ordered rules, first match
+"""Tests of the permission policy (:mod:`supervisor.policy.approval`): ordered rules, first match
 wins, ``re.search`` semantics, default deny, the circuit breaker, request subjects and
 the ``PermissionRequest`` hook's answer."""
 
@@ -11,8 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from supervisor.approval import MAX_SUBJECT, Ruling, decide, hook_answer, rule_matches, subject
 from supervisor.config import ApprovalRule
+from supervisor.policy.approval import (
+    MAX_SUBJECT,
+    Ruling,
+    decide,
+    hook_answer,
+    rule_matches,
+    subject,
+)
 
 HEADLESS = Path(__file__).parent / "fixtures" / "claude" / "headless"
 DEFAULT = "supervise: not allowed by the task's approval rules"

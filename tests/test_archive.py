@@ -19,7 +19,7 @@ from conftest import Setup, wait_for
 from test_workspace import make_repo
 
 from supervisor import statelock
-from supervisor.taskdir import atomic_write
+from supervisor.taskdir.folder import atomic_write
 
 OLD = "2026-10-03T10:00:00Z"  # the month of the tarball: 2026-10
 

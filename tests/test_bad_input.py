@@ -49,7 +49,7 @@ from hypothesis.control import currently_in_test_context
 
 from supervisor import spool
 from supervisor.config import LoadedProfile, MonitorPolicy, load_profile
-from supervisor.taskdir import TaskDir
+from supervisor.taskdir.folder import TaskDir
 
 SAFE_ID = re.compile(r"[a-z0-9][a-z0-9-]*")
 #: Outcomes per property and in total; printed at the end of each property test.

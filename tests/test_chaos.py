@@ -30,8 +30,8 @@ import psutil
 from conftest import Setup
 from pydantic import ValidationError
 
-from supervisor.states import TERMINAL
-from supervisor.taskdir import Manifest
+from supervisor.taskdir.folder import Manifest
+from supervisor.taskdir.states import TERMINAL
 
 TASKS = 50
 MIN_KILLS = 10

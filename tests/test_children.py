@@ -20,9 +20,10 @@ import pytest
 from conftest import alive, wait_for
 from test_workspace import make_repo, new_task
 
-from supervisor import acceptance, children, notify
+from supervisor import children
 from supervisor.config import AcceptanceSpec
 from supervisor.config.workspace import WorkspaceSpec
+from supervisor.engine import acceptance, notify
 from supervisor.workspace import git, lifecycle
 
 #: A shell line that starts a background grandchild, writes its PID to the file named by
@@ -126,7 +127,7 @@ def test_notifier_that_leaves_a_background_child_ends_it(pidfile: Path) -> None:
 
 ENGINE_WITH_FLOOD = """
 import resource, sys
-from supervisor.notify import run_notifier
+from supervisor.engine.notify import run_notifier
 flood = [sys.executable, "-c", "import os\\nb = b'e' * (1 << 20)\\n"
          "for _ in range(200): os.write(2, b)\\nraise SystemExit(3)"]
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

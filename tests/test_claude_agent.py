@@ -466,7 +466,7 @@ def test_rate_limit_with_reset_time_waits_and_resumes_without_a_retry(harness) -
 
 
 def _epoch(iso: str) -> float:
-    from supervisor.taskdir import parse_iso
+    from supervisor.taskdir.folder import parse_iso
 
     value = parse_iso(iso)
     assert value is not None

@@ -21,7 +21,7 @@ from supervisor.agents.claude.adapter import ClaudeAdapter
 from supervisor.agents.claude.tools import HEARTBEAT, MAX_CLOSED, MAX_OPEN, ToolsInFlight
 from supervisor.audit import By
 from supervisor.config import AgentSpec, ApprovalRule, MonitorPolicy, ResolvedTask, TaskSpec
-from supervisor.taskdir import Manifest, TaskDir, utc_iso
+from supervisor.taskdir.folder import Manifest, TaskDir, utc_iso
 
 FIXTURES = Path(__file__).parent / "fixtures" / "claude"
 TOOLS = FIXTURES / "tools"

@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 from test_agents import _adapter, _agent
 
-from supervisor import approval
 from supervisor.agents.claude import hooks
 from supervisor.audit import By, ended_by
 from supervisor.config import ApprovalRule
-from supervisor.taskdir import TaskDir
+from supervisor.policy import approval
+from supervisor.taskdir.folder import TaskDir
 
 SESSION = "00000000-0000-4000-8000-000000000000"
 HOOKS = Path(__file__).parent / "fixtures" / "claude" / "hooks"

@@ -42,7 +42,7 @@ from supervisor.cluster.sweeper import (
     stale_after,
     sweep_once,
 )
-from supervisor.states import HOST_LOST, LIVE, TERMINAL
+from supervisor.taskdir.states import HOST_LOST, LIVE, TERMINAL
 
 psycopg = pytest.importorskip("psycopg")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from supervisor import cli
+from supervisor.cli import app as cli
 from supervisor.config import (
     DEFAULT_MODELS,
     PLACEHOLDERS,

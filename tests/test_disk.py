@@ -28,7 +28,7 @@ from test_faults import END_LINE, _run_engine_in_process, end_engine, kinds, sta
 from supervisor.config import MonitorPolicy
 from supervisor.engine import launch as engine_launch
 from supervisor.policy import Signals, TaskState, decide, logged_ending
-from supervisor.taskdir import TaskDir, parse_iso
+from supervisor.taskdir.folder import TaskDir, parse_iso
 
 T0 = 1_700_000_000.0
 P = MonitorPolicy(base_interval=10.0, max_interval=80.0, deadline=10_000.0, grace_period=20.0,
@@ -90,7 +90,7 @@ def test_append_event_writes_whole_lines_or_nothing(tmp_path: Path) -> None:
     code = f"""
 import resource, signal, sys
 from pathlib import Path
-from supervisor.taskdir import TaskDir, parse_iso
+from supervisor.taskdir.folder import TaskDir, parse_iso
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 task = TaskDir(Path({str(task)!r}))
 task.append_event("one")
@@ -370,7 +370,7 @@ def test_wrapper_keeps_pid_and_end_in_tmux_when_the_disk_is_full(
     """The wrapper, in a real tmux pane, on a full tmpfs: its ``pid``, ``exit_code`` and
     ``done`` go to pane options, which one ``list-panes`` returns and which the engine
     turns back into the files (done's mtime = the recorded end) once there is room."""
-    from supervisor import statefs
+    from supervisor.engine import statefs
     from supervisor.tmux import Tmux
 
     folder = small_fs / "task"

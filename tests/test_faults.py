@@ -23,10 +23,10 @@ import psutil
 import pytest
 from conftest import Setup, alive, wait_for
 
-from supervisor import taskdir
 from supervisor.config import load_profile
 from supervisor.engine import Engine
-from supervisor.taskdir import atomic_write
+from supervisor.taskdir import folder as taskdir
+from supervisor.taskdir.folder import atomic_write
 from supervisor.wrapper import END_MARK
 
 END_LINE = f"{END_MARK} agent exited with code 0"
@@ -419,7 +419,7 @@ def test_atomic_write_real_write_error_keeps_the_old_file(tmp_path: Path) -> Non
     code = f"""
 import errno, resource, signal, sys
 from pathlib import Path
-from supervisor.taskdir import atomic_write
+from supervisor.taskdir.folder import atomic_write
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, {resource.RLIM_INFINITY}))
 try:

@@ -14,7 +14,7 @@ import pytest
 from conftest import Setup, wait_for
 
 from supervisor import engine_probe
-from supervisor.taskdir import FOLLOWED_UP, FOLLOWUP, TaskDir
+from supervisor.taskdir.folder import FOLLOWED_UP, FOLLOWUP, TaskDir
 
 PATIENCE = 60
 
@@ -203,7 +203,7 @@ def test_claude_follow_up_resumes_the_session_with_the_turn_prompt(tmp_path: Pat
 
     from supervisor.agents.claude import delivery
     from supervisor.config.argsize import ARGV_PROMPT_MAX
-    from supervisor.taskdir import TURN_PROMPT
+    from supervisor.taskdir.folder import TURN_PROMPT
 
     headless = _claude(tmp_path, "the follow-up").follow_up()
     assert "--resume" in headless.argv and "--session-id" not in headless.argv
@@ -224,8 +224,8 @@ def test_a_fifo_in_place_of_the_follow_up_is_refused_without_a_hang(setup: Setup
     the follow-up is refused with an event and the task stays at turn 1."""
     import os
 
-    from supervisor import control
-    from supervisor.taskdir import CONTINUE_REFUSED
+    from supervisor.taskdir import control
+    from supervisor.taskdir.folder import CONTINUE_REFUSED
 
     task_id, _ = _first_turn(setup)
     os.mkfifo(setup.state / "tasks" / task_id / FOLLOWUP)

@@ -9,7 +9,7 @@ import json
 import pytest
 from test_claude_agent import harness  # noqa: F401  (the fixture)
 
-from supervisor.taskdir import FOLLOWED_UP
+from supervisor.taskdir.folder import FOLLOWED_UP
 
 pytestmark = pytest.mark.e2e
 

@@ -121,7 +121,7 @@ def test_a_record_from_another_boot_is_only_removed(tmp_path: Path) -> None:
 #: ``completed`` is written: the moment between an ending and its notification.
 KILLED_AFTER_ENDING = """
 import os, signal, sys
-from supervisor.taskdir import TaskDir
+from supervisor.taskdir.folder import TaskDir
 original = TaskDir.update_manifest
 def update_manifest(self, *args, **kwargs):
     manifest = original(self, *args, **kwargs)

@@ -24,7 +24,7 @@ from supervisor.config import (
     load_profile,
     load_task,
 )
-from supervisor.taskdir import TaskDir
+from supervisor.taskdir.folder import TaskDir
 
 # ------------------------------------------------------------------ 1. bounds in the models
 
@@ -290,8 +290,8 @@ def test_an_artifact_path_the_filesystem_refuses_counts_as_missing(tmp_path: Pat
     ``Path.exists`` raise ``ENAMETOOLONG`` inside the acceptance check, which then "failed to
     run" at every check and the task stayed ``verifying``, spinning. Any path the
     filesystem refuses to look up is a missing artifact."""
-    from supervisor import acceptance
     from supervisor.config import AcceptanceSpec
+    from supervisor.engine import acceptance
 
     folder = tmp_path / "task"
     folder.mkdir()

@@ -19,8 +19,9 @@ from conftest import wait_for
 from test_claude_agent import harness  # noqa: F401 (fixture)
 from test_other_user import base, other_user  # noqa: F401 (fixtures)
 
-from supervisor import cli, cli_read
-from supervisor.taskdir import Manifest, TaskDir, atomic_write, utc_iso
+from supervisor.cli import app as cli
+from supervisor.cli import read as cli_read
+from supervisor.taskdir.folder import Manifest, TaskDir, atomic_write, utc_iso
 
 #: Each command taking one id, with the arguments after the id, and its exit for a bad id.
 ONE_ID = {
@@ -172,7 +173,7 @@ def test_a_follow_up_turn_reports_nothing_of_the_turn_before(tmp_path: Path) -> 
     ``turns[0]``), and the budget counts from the turn's start: turn 2 is not over it.
     Turn 2's own answer then shows, with its own cost beside the task's total."""
     from supervisor import turnlog
-    from supervisor.taskdir import TURN_PROMPT
+    from supervisor.taskdir.folder import TURN_PROMPT
 
     folder = tmp_path / "task"
     folder.mkdir()
@@ -444,7 +445,7 @@ def test_run_without_an_inotify_instance_is_one_line(
     :func:`test_wait_without_an_inotify_instance_polls`.)"""
     import errno
 
-    from supervisor import watch
+    from supervisor.engine import watch
 
     def exhausted(*_: object, **__: object) -> None:
         raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))

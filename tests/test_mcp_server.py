@@ -22,7 +22,7 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 
-from supervisor import cli
+from supervisor.cli import app as cli
 
 TOOLS = {
     "submit",

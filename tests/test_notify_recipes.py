@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import Setup
 
-from supervisor.notify import first_sentence, message_for
+from supervisor.engine.notify import first_sentence, message_for
 
 APPRISE = Path(sys.executable).with_name("apprise")
 

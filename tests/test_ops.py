@@ -15,7 +15,7 @@ from pathlib import Path
 
 from conftest import Setup, wait_for
 
-from supervisor.taskdir import atomic_write
+from supervisor.taskdir.folder import atomic_write
 
 
 @contextmanager

@@ -19,7 +19,7 @@ from conftest import Setup, alive, wait_for
 from filelock import FileLock
 
 from supervisor.config import load_profile
-from supervisor.taskdir import utc_iso
+from supervisor.taskdir.folder import utc_iso
 
 
 def _start(setup: Setup, log: Path) -> subprocess.Popen:
@@ -148,7 +148,7 @@ def test_a_session_another_engine_owns_is_not_adopted(tmp_path: Path, socket_nam
 def test_requests_exit_non_zero_when_nothing_was_applied(setup: Setup, tmp_path: Path) -> None:
     """``resume`` against a frozen engine: 4 (not applied within --wait); ``stop`` with no
     engine: 3 (queued), applied by the next ``supervise run``; on an ended task: 1."""
-    from supervisor.cli import EXIT_NOT_APPLIED, EXIT_QUEUED
+    from supervisor.cli.app import EXIT_NOT_APPLIED, EXIT_QUEUED
 
     assert (EXIT_QUEUED, EXIT_NOT_APPLIED) == (3, 4)
     setup.write_profile(base_interval=0.3)

@@ -28,7 +28,7 @@ from supervisor.policy import (
     decide,
     first_check,
 )
-from supervisor.states import TERMINAL, Status, Verdict
+from supervisor.taskdir.states import TERMINAL, Status, Verdict
 
 A = Action
 END = (A.FINISH, A.CLEANUP, A.NOTIFY)

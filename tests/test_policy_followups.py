@@ -11,8 +11,8 @@ from test_policy import P, task_states
 
 from supervisor.policy import TERMINAL, Action, TaskState, continue_turn, launched
 from supervisor.policy.followups import STOP_FIRST, refusal
-from supervisor.states import Status
-from supervisor.taskdir import FOLLOWED_UP
+from supervisor.taskdir.folder import FOLLOWED_UP
+from supervisor.taskdir.states import Status
 
 turns = st.integers(2, 10**6)
 

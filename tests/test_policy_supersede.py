@@ -13,7 +13,7 @@ from test_policy_agent import policies, signal_sets, task_states
 
 from supervisor.config import MonitorPolicy
 from supervisor.policy import TERMINAL, Action, Signals, TaskState, decide, recovered_ending
-from supervisor.states import LIVE, Status
+from supervisor.taskdir.states import LIVE, Status
 
 A = Action
 T0 = 1_700_000_000.0

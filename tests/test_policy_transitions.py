@@ -33,7 +33,7 @@ from supervisor.policy import (
     logged_ending,
     recovered_ending,
 )
-from supervisor.taskdir import Manifest, utc_iso
+from supervisor.taskdir.folder import Manifest, utc_iso
 
 A = Action
 queued_states = task_states(("queued",)).map(

@@ -21,12 +21,13 @@ from conftest import FAKE_AGENT, Setup
 from hypothesis import given
 from hypothesis import strategies as st
 
-from supervisor import policy, signals
+from supervisor import policy
 from supervisor.agents import adapter_for
 from supervisor.agents.claude import delivery
 from supervisor.config import AgentSpec, MonitorPolicy, ResolvedTask, TaskSpec
 from supervisor.config.argsize import ARGV_PROMPT_MAX
-from supervisor.taskdir import Manifest, TaskDir, utc_iso
+from supervisor.engine import signals
+from supervisor.taskdir.folder import Manifest, TaskDir, utc_iso
 from supervisor.wrapper import ARG_STRLEN_MAX
 
 WRAPPER = Path(__file__).resolve().parents[1] / "supervisor" / "wrapper.py"

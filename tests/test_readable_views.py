@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from supervisor import cli
-from supervisor.taskdir import Manifest, TaskDir, utc_iso
+from supervisor.cli import app as cli
+from supervisor.taskdir.folder import Manifest, TaskDir, utc_iso
 
 HEADLESS = Path(__file__).parent / "fixtures" / "claude" / "headless"
 STREAM = (HEADLESS / "success.jsonl").read_bytes()

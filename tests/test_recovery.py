@@ -14,7 +14,7 @@ from pathlib import Path
 
 from conftest import Setup, wait_for
 
-from supervisor.taskdir import TaskDir
+from supervisor.taskdir.folder import TaskDir
 
 
 def ts(value: str) -> float:

@@ -10,8 +10,8 @@ import pytest
 
 from supervisor import schemas
 from supervisor.config import Profile, load_profile
-from supervisor.states import LIVE, TERMINAL, FailureReason, Status, Verdict
-from supervisor.taskdir import Manifest
+from supervisor.taskdir.folder import Manifest
+from supervisor.taskdir.states import LIVE, TERMINAL, FailureReason, Status, Verdict
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMAS = REPO / "schemas"
@@ -141,7 +141,7 @@ def test_there_are_shipped_profiles() -> None:
 
 
 def test_manifest_enums_come_from_states() -> None:
-    """status, verdict and failure_reason list exactly the members of supervisor.states."""
+    """status, verdict and failure_reason list exactly the members of supervisor.taskdir.states."""
     props = schemas.schemas()["manifest.schema.json"]["properties"]
 
     def values(prop: dict) -> list[str]:

@@ -22,7 +22,7 @@ from supervisor.agents.claude.evidence import (
 )
 from supervisor.agents.claude.screen import SPINNER_GLYPHS, screen_hash
 from supervisor.config import AgentSpec, MonitorPolicy, ResolvedTask, TaskSpec
-from supervisor.taskdir import Manifest, TaskDir, utc_iso
+from supervisor.taskdir.folder import Manifest, TaskDir, utc_iso
 
 SCREENS = Path(__file__).resolve().parent / "fixtures" / "claude" / "screens"
 

@@ -15,7 +15,9 @@ import pytest
 from conftest import _tmux_socket_path, wait_for
 
 import supervisor
-from supervisor import cli, cli_setup, systemd
+from supervisor import systemd
+from supervisor.cli import app as cli
+from supervisor.cli import setup as cli_setup
 from supervisor.config import default_socket_name
 from supervisor.tmux import Tmux
 

@@ -75,7 +75,7 @@ def test_two_shutdowns_at_once_stop_the_engine_once(setup: Setup) -> None:
     from inotify_simple import INotify
     from inotify_simple import flags as F
 
-    from supervisor.cli_shutdown import TURN_FILE
+    from supervisor.cli.shutdown import TURN_FILE
 
     setup.write_profile(base_interval=0.3)
     engine = setup.start()

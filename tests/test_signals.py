@@ -13,8 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from supervisor.signals import CREATE_TIME_SLACK, observe, pid_alive
-from supervisor.taskdir import TaskDir
+from supervisor.engine.signals import CREATE_TIME_SLACK, observe, pid_alive
+from supervisor.taskdir.folder import TaskDir
 
 
 @pytest.fixture

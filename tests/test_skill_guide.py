@@ -1,5 +1,5 @@
 """Issue 22 item 7: SKILL.md tells an orchestrator what to do on every status, verdict,
-failure reason and abandon reason (from their one definition, ``supervisor/states.py``), how
+failure reason and abandon reason (from their one definition, ``supervisor/taskdir/states.py``), how
 to answer an escalation, and keeps front matter OpenClaw can read."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.states import AbandonReason, FailureReason, Status, Verdict
+from supervisor.taskdir.states import AbandonReason, FailureReason, Status, Verdict
 
 REPO = Path(__file__).resolve().parent.parent
 SKILL = (REPO / "SKILL.md").read_text(encoding="utf-8")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from conftest import Setup, alive, wait_for
 
-from supervisor.stopping import STOP_TIMEOUT
+from supervisor.engine.stopping import STOP_TIMEOUT
 
 #: Seconds from a done-file to the ``completed`` manifest that a stop in progress elsewhere
 #: may cost at most (issue 11: no other task's check delayed by more than 50 ms; 250 ms is

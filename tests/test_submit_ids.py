@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import Setup
 
-from supervisor import cli, spool
+from supervisor import spool
+from supervisor.cli import app as cli
 
 
 def _ids(monkeypatch: pytest.MonkeyPatch, *ids: str) -> None:

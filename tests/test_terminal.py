@@ -20,7 +20,7 @@ from conftest import Setup
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from supervisor import notify
+from supervisor.engine import notify
 from supervisor.terminal import ControlEscapingFormatter, escape_controls, escape_json_text
 
 #: A task name no operator should see raw: a title OSC, a CSI, a C1 CSI and a newline.
@@ -178,9 +178,9 @@ def _views_of(root: Path, name: str, line: str) -> dict[str, str]:
     """What every view prints for one task named ``name`` whose output holds ``line``:
     ``status``, ``show``, ``tail`` (the CLI in this process), the web board and task page,
     the notifier's message and expanded argv, and an engine log line."""
-    from supervisor import cli
+    from supervisor.cli import app as cli
     from supervisor.config import load_profile
-    from supervisor.taskdir import Manifest, TaskDir, utc_iso
+    from supervisor.taskdir.folder import Manifest, TaskDir, utc_iso
     from supervisor.views import webpage
     from supervisor.views.webauth import Access
 

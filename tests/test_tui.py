@@ -25,7 +25,7 @@ import views_fixture as vf
 from conftest import wait_for
 from textual.widgets import DataTable, Log, Static
 
-from supervisor.taskdir import utc_iso
+from supervisor.taskdir.folder import utc_iso
 from supervisor.views import actions
 from supervisor.views.tui import TopApp
 from supervisor.views.tui_screens import ConfirmScreen, TailScreen, TextScreen
@@ -142,8 +142,8 @@ async def test_approve_shows_tool_and_subject_then_writes_the_request(
         await pilot.press("y", "y")
         await pilot.pause()
     assert control_files(fixture) == ["ask-perm-a1b2c3.approve"]
-    # the file a running engine's intake takes: supervisor.control.pending lists it
-    from supervisor import control
+    # the file a running engine's intake takes: supervisor.taskdir.control.pending lists it
+    from supervisor.taskdir import control
 
     assert [(t, v) for t, v, _ in control.pending(fixture.state_dir)] == [
         ("ask-perm-a1b2c3", "approve")]  # fmt: skip

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor import cli
+from supervisor.cli import app as cli
 from supervisor.config import LoadedProfile, load_profile, load_task
 from supervisor.errors import ConfigError
 

@@ -17,8 +17,8 @@ import pytest
 import views_fixture as vf
 from conftest import Setup, wait_for
 
-from supervisor import control
-from supervisor.taskdir import utc_iso
+from supervisor.taskdir import control
+from supervisor.taskdir.folder import utc_iso
 from supervisor.views import model
 
 HOLDER = """

@@ -8,7 +8,7 @@ import os
 
 from conftest import Setup
 
-from supervisor.taskdir import atomic_write
+from supervisor.taskdir.folder import atomic_write
 
 
 def _manifest(setup: Setup, task_id: str, status: str) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from conftest import Setup, wait_for
 
-from supervisor.taskdir import atomic_write
+from supervisor.taskdir.folder import atomic_write
 from supervisor.waiting import EXIT_NEEDS_YOU, UnknownTasks, needs_of, wait_tasks
 
 PERMISSION = {

@@ -30,7 +30,7 @@ import pytest
 from test_claude_agent import harness  # noqa: F401 (the real CLI's fixture, for the e2e test)
 from views_fixture import TASKS, Fixture, build, write_profile
 
-from supervisor.taskdir import Manifest, TaskDir, utc_iso
+from supervisor.taskdir.folder import Manifest, TaskDir, utc_iso
 
 REPO = Path(__file__).resolve().parent.parent
 REQUIRED = os.environ.get("SUPERVISE_REQUIRE_BROWSER") == "1"

@@ -18,7 +18,7 @@ from test_disk import small_fs  # noqa: F401  (a real small tmpfs, root only)
 
 from supervisor.config import ConfigError, load_profile, load_task
 from supervisor.config.workspace import WorkspaceSpec, workspace_rows
-from supervisor.taskdir import TaskDir
+from supervisor.taskdir.folder import TaskDir
 from supervisor.workspace import git, lifecycle
 from supervisor.workspace.lifecycle import WorkspaceError
 

@@ -23,8 +23,8 @@ import pytest
 import tomli_w
 
 from supervisor.cli import main
-from supervisor.states import FailureReason, Status
-from supervisor.taskdir import Manifest, TaskDir, utc_iso
+from supervisor.taskdir.folder import Manifest, TaskDir, utc_iso
+from supervisor.taskdir.states import FailureReason, Status
 from supervisor.workspace.model import WorkspaceReport
 from supervisor.workspace.prune import parse_duration
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from supervisor.taskdir import Manifest, TaskDir, utc_iso
+from supervisor.taskdir.folder import Manifest, TaskDir, utc_iso
 
 #: The fixed clock every fixture time is measured from (2026-11-23T12:00:00Z).
 NOW = 1795435200.0

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from supervisor.config import AgentSpec, ResolvedTask
-from supervisor.taskdir import Manifest, TaskDir
+from supervisor.taskdir.folder import Manifest, TaskDir
 
 
 @dataclass(frozen=True)

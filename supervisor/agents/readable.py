@@ -30,7 +30,7 @@ from supervisor.agents.claude import hooks
 from supervisor.agents.claude.render import MAX_PARSE, ClaudeRenderer, cut
 from supervisor.config.models import AgentKind
 from supervisor.diskio import read_end
-from supervisor.taskdir import MANIFEST, OUTPUT
+from supervisor.taskdir.folder import MANIFEST, OUTPUT
 from supervisor.terminal import escape_controls
 from supervisor.wrapper import END_MARK
 

@@ -2,7 +2,7 @@
 
 ``supervise stop|resume|approve|deny ID`` from any machine with only the DSN: when the task
 is not in a local state dir, :func:`route` refuses as the local verbs do
-(:func:`supervisor.control.refusal` with the row's state), refuses a host that is not alive
+(:func:`supervisor.taskdir.control.refusal` with the row's state), refuses a host that is not alive
 (no row is written then), inserts a ``supervise_controls`` row for the task's
 ``owner_host``, ``NOTIFY``s :data:`CHANNEL` (payload ``"<host_id> <row id>"``) and waits,
 bounded, for the row's ``done_at``: ``LISTEN`` on :data:`REPLY_CHANNEL` (payload: the row
@@ -26,8 +26,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from supervisor import control
 from supervisor.cluster.db import ClusterError, connect, one_line
+from supervisor.taskdir import control
 
 #: Requests to hosts: payload ``"<host_id> <row id>"``.
 CHANNEL = "supervise_control"

@@ -18,7 +18,7 @@ refuses) is recorded ``rejected`` with the reason, and its file kept in
 
 Ownership (issue 15, :mod:`supervisor.cluster.ownership`): a task whose row went to a newer
 generation or another host (at start, after adoption; then from the writer) is handed to
-the engine as a ``supersede`` request (:mod:`supervisor.control`), which the policy turns
+the engine as a ``supersede`` request (:mod:`supervisor.taskdir.control`), which the policy turns
 into the ``superseded`` ending. Slots after a restart: before the worker fetches anything,
 each adopted task gets a high-priority *hold* job on ``host.<id>`` that lives until the
 task ends, like a claim's job, so a restarted host fetches no more than its free slots
@@ -42,7 +42,7 @@ import tomli_w
 from procrastinate import App, PsycopgConnector
 from procrastinate.exceptions import AlreadyEnqueued
 
-from supervisor import control, spool, statefs
+from supervisor import spool
 from supervisor.cluster import sweeper as sweep
 from supervisor.cluster.claim import claim_queued, reject_claimed
 from supervisor.cluster.db import (
@@ -73,9 +73,10 @@ from supervisor.cluster.submit import TASK_NAME
 from supervisor.cluster.writer import Transition, Writer
 from supervisor.config import LoadedProfile, ResolvedTask
 from supervisor.config.cluster import host_queue
-from supervisor.engine import stats
+from supervisor.engine import statefs, stats
 from supervisor.engine.intake import SpoolIntake, Taken
-from supervisor.taskdir import Manifest, TaskDir, atomic_write
+from supervisor.taskdir import control
+from supervisor.taskdir.folder import Manifest, TaskDir, atomic_write
 
 log = logging.getLogger("supervise.cluster")
 #: The procrastinate task that holds a worker slot for an adopted task until it ends.

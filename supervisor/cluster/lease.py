@@ -51,7 +51,7 @@ LEASE_FILE = "cluster-lease"
 #: here, beside no database import, so a launch can tell a fleet task without psycopg).
 CLAIM_FILE = "cluster.json"
 #: Seconds the wrapper waits between SIGTERM and SIGKILL at most (the engine's own stop,
-#: :data:`supervisor.stopping.STOP_TIMEOUT`, waits the same).
+#: :data:`supervisor.engine.stopping.STOP_TIMEOUT`, waits the same).
 MAX_GRACE = 5.0
 #: Seconds between the wrapper's looks at the lease at most.
 MAX_POLL = 1.0

@@ -5,7 +5,7 @@ A thread of its own with its own connection ``LISTEN``s on
 this host's pending ``supervise_controls`` rows every :data:`POLL_EVERY` seconds (the
 backstop for a notification missed while the connection was down), starts one handler
 thread per row. The handler turns the row into the local request
-(:func:`supervisor.control.request`: the engine's intake applies it on its next tick, as for
+(:func:`supervisor.taskdir.control.request`: the engine's intake applies it on its next tick, as for
 ``supervise stop -c``), waits (at most :data:`APPLY_TIMEOUT` seconds, polling the manifest)
 until the manifest shows the effect, then writes ``done_at``, ``ok`` and ``result`` (the
 line the local verb prints) and ``NOTIFY``s the reply channel. A row for a task this host
@@ -28,9 +28,9 @@ from pathlib import Path
 
 import psycopg
 
-from supervisor import control
 from supervisor.cluster.control import CHANNEL, REPLY_CHANNEL
 from supervisor.cluster.db import ClusterError, connect, one_line
+from supervisor.taskdir import control
 
 log = logging.getLogger("supervise.cluster")
 #: Seconds between polls of this host's pending rows (and the longest wait for a NOTIFY).

@@ -14,7 +14,7 @@ finds out here:
   within a heartbeat of the database's return).
 
 Pure reads: the caller turns a lost claim into a ``supersede`` request for the engine
-(:func:`supervisor.control.request`), which the policy carries out.
+(:func:`supervisor.taskdir.control.request`), which the policy carries out.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import psycopg
 from supervisor.cluster.db import ClusterError, connect, one_line
 from supervisor.cluster.lease import CLAIM_FILE
 from supervisor.cluster.submit import TASK_NAME
-from supervisor.states import TERMINAL
+from supervisor.taskdir.states import TERMINAL
 from supervisor.terminal import escape_controls
 
 if TYPE_CHECKING:
@@ -171,7 +171,7 @@ def _set_aside_worktree(folder: Path, generation: int) -> None:
     the new run can make ``supervise/<id>`` again; its record (the manifest set aside)
     names the new places. A git that refuses (a worktree with submodules cannot be moved)
     is logged: the new run then fails its workspace in one line ("branch taken")."""
-    from supervisor.taskdir import TaskDir
+    from supervisor.taskdir.folder import TaskDir
     from supervisor.workspace.git import GitError, run_git
 
     task = TaskDir(folder)

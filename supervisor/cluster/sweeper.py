@@ -30,8 +30,8 @@ b. a dead host's tasks claimed but never launched (``claimed``, or the manifest'
    ``queued`` the writer reports before the launch) go back to the queue: ``queued``,
    owner NULL, generation + 1, their job retried (or a new one deferred), so another host
    claims them within seconds;
-c. its launched, unfinished tasks (:data:`supervisor.states.LIVE`) become
-   :data:`~supervisor.states.HOST_LOST` with generation + 1 (a lost host coming back finds a
+c. its launched, unfinished tasks (:data:`supervisor.taskdir.states.LIVE`) become
+   :data:`~supervisor.taskdir.states.HOST_LOST` with generation + 1 (a lost host coming back finds a
    newer generation: its writes match no row) and a ``host_lost`` event; when the DEAD
    host's ``on_host_lost`` is ``restart`` and the task is not pinned (``host`` NULL), the
    lost run is appended to ``restarted_from`` and the task is queued again as in (b): a new
@@ -72,7 +72,7 @@ from supervisor.cluster.db import (
     one_line,
 )
 from supervisor.cluster.submit import TASK_NAME
-from supervisor.states import HOST_LOST, LIVE
+from supervisor.taskdir.states import HOST_LOST, LIVE
 
 log = logging.getLogger("supervise.cluster")
 #: The periodic task's name.

@@ -40,7 +40,7 @@ import psycopg
 from supervisor.cluster.db import ClusterError, connect, one_line
 from supervisor.cluster.lease import LeaseKeeper
 from supervisor.cluster.ownership import lost_claims
-from supervisor.taskdir import atomic_write
+from supervisor.taskdir.folder import atomic_write
 
 log = logging.getLogger("supervise.cluster")
 #: Seconds between tries while the database does not answer (also how late, at most,

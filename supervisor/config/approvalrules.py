@@ -2,7 +2,7 @@
 
 The rules are the task's ``[[approval.rules]]`` followed by the profile's
 (:func:`supervisor.config.loading.load_task`); the first that fits a permission request
-decides (:func:`supervisor.approval.decide`), and a request no rule fits is denied with the
+decides (:func:`supervisor.policy.approval.decide`), and a request no rule fits is denied with the
 ``default_message`` of the task's ``[approval]`` table when it has one, else the profile's
 (:func:`default_message`, used by the engine too). Only Claude Code agents ask permissions
 (its ``PermissionRequest`` hook, or a dialog read from the TUI); a generic agent's command

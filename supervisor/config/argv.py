@@ -25,7 +25,8 @@ PLACEHOLDERS: tuple[str, ...] = (
     "python",
     "profile_dir",
 )
-#: Placeholders allowed in the ``notifier`` argv: the event fields filled by supervisor.notify.
+#: Placeholders allowed in the ``notifier`` argv: the event fields filled by
+#: :mod:`supervisor.engine.notify`.
 NOTIFIER_PLACEHOLDERS: tuple[str, ...] = (
     "message",
     "task_id",

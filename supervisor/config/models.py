@@ -176,7 +176,7 @@ class ApprovalRule(BaseModel):
 
     ``tool`` is a Claude Code tool name (``Bash``, ``Write``, ``Edit``, ...; ``*`` for any);
     ``match`` an optional Python regex searched in the request's subject (the Bash command,
-    the file path, the URL; see :func:`supervisor.approval.subject`); ``action`` what to do.
+    the file path, the URL; see :func:`supervisor.policy.approval.subject`); ``action`` what to do.
     ``message`` is told to the agent on ``deny``.
 
     Raises:

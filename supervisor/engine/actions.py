@@ -21,17 +21,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from supervisor import acceptance, policy, processes, statefs, statelock, stopping
+from supervisor import policy, statelock
 from supervisor.audit import By, ended_by
 from supervisor.config import LoadedProfile
-from supervisor.engine import launch, workspaces
+from supervisor.engine import acceptance, launch, processes, statefs, stopping, workspaces
 from supervisor.engine.notifications import Notifications
 from supervisor.engine.panes import Sessions
 from supervisor.engine.pools import Submit
 from supervisor.engine.runtime import Outcome, Runtime
-from supervisor.states import TERMINAL
-from supervisor.stopping import STOP_TIMEOUT, StopInProgress
-from supervisor.taskdir import Manifest, TaskDir, utc_iso
+from supervisor.engine.stopping import STOP_TIMEOUT, StopInProgress
+from supervisor.taskdir.folder import Manifest, TaskDir, utc_iso
+from supervisor.taskdir.states import TERMINAL
 from supervisor.tmux import Tmux, TmuxError
 
 log = logging.getLogger("supervise.engine")
@@ -46,7 +46,7 @@ QUIET_WRITE = 60.0
 @dataclass(frozen=True)
 class Applied:
     """What :meth:`Actions.apply` fixed before the actions ran, for the manifest write
-    that follows them (perhaps after a stop, see :mod:`supervisor.stopping`)."""
+    that follows them (perhaps after a stop, see :mod:`supervisor.engine.stopping`)."""
 
     previous: policy.TaskState
     state: policy.TaskState
@@ -380,7 +380,7 @@ class Actions:
 
     def _sweep(self, runtime: Runtime, session: int | None) -> None:
         """End whatever the task left running (its tmux pane's session members and every
-        carrier of its ``SUPERVISE_TASK_DIR``, see :mod:`supervisor.processes`) in the
+        carrier of its ``SUPERVISE_TASK_DIR``, see :mod:`supervisor.engine.processes`) in the
         background: SIGTERM, then SIGKILL after STOP_TIMEOUT s, never on the check worker."""
         task, started = runtime.task, runtime.state.started_at
 

@@ -1,14 +1,14 @@
 """The engine's side of ``supervise continue`` (issue 22): an ended task opened again as a
-new turn, from the prompt the CLI left in its folder (:data:`~supervisor.taskdir.FOLLOWUP`).
+new turn, from the prompt the CLI left in its folder (:data:`~supervisor.taskdir.folder.FOLLOWUP`).
 
 The prompt file is the request; ``control/<ID>.continue`` only wakes the intake job. Each
 step can be redone after a SIGKILL, so a follow-up is neither lost nor doubled:
 
-1. the :data:`~supervisor.taskdir.FOLLOWED_UP` event (write-ahead; not written again when
+1. the :data:`~supervisor.taskdir.folder.FOLLOWED_UP` event (write-ahead; not written again when
    the log already opened this turn with the same prompt digest);
 2. the manifest: the ended turn appended to ``turns``, ``turn`` + 1, ``queued``, the
    outcome fields cleared, ``retry_count`` 0 (:func:`supervisor.turnlog.open_turn`);
-3. the prompt file renamed to :data:`~supervisor.taskdir.TURN_PROMPT` (so a second
+3. the prompt file renamed to :data:`~supervisor.taskdir.folder.TURN_PROMPT` (so a second
    ``continue`` finds the manifest already ``queued`` once it can link a new file);
 4. the task queued; it is launched as any queued task (a new deadline from that launch),
    the agent continuing its session (:meth:`supervisor.agents.AgentAdapter.follow_up`).
@@ -25,18 +25,19 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
-from supervisor import control, policy, turnlog
+from supervisor import policy, turnlog
 from supervisor.config import MAX_PROMPT_BYTES
 from supervisor.diskio import read_regular
 from supervisor.policy.followups import STOP_FIRST, refusal
-from supervisor.states import TERMINAL
-from supervisor.taskdir import (
+from supervisor.taskdir import control
+from supervisor.taskdir.folder import (
     CONTINUE_REFUSED,
     FOLLOWED_UP,
     FOLLOWUP,
     TURN_PROMPT,
     TaskDir,
 )
+from supervisor.taskdir.states import TERMINAL
 
 if TYPE_CHECKING:
     from supervisor.engine.scheduler import Engine
@@ -86,7 +87,7 @@ def recover(engine: Engine) -> None:
 def reopen(task: TaskDir) -> bool:
     """Open the next turn of ``task`` from its follow-up prompt (steps 1-3 above); whether
     the task must be queued. A follow-up that cannot be taken is removed with a
-    :data:`~supervisor.taskdir.CONTINUE_REFUSED` event."""
+    :data:`~supervisor.taskdir.folder.CONTINUE_REFUSED` event."""
     try:
         manifest = task.read_manifest()
         raw = read_regular(task.file(FOLLOWUP), MAX_PROMPT_BYTES, follow=False)

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from supervisor import folderaccess, heartbeats, spool, statefs
+from supervisor import folderaccess, heartbeats, spool
 from supervisor.config import LoadedProfile, ResolvedTask, resolve_task
-from supervisor.taskdir import Manifest, TaskDir, atomic_write, utc_iso
+from supervisor.engine import statefs
+from supervisor.taskdir.folder import Manifest, TaskDir, atomic_write, utc_iso
 
 log = logging.getLogger("supervise.engine")
 

@@ -13,12 +13,12 @@ from datetime import UTC, datetime
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from supervisor import acceptance
 from supervisor.config import LoadedProfile
+from supervisor.engine import acceptance
 from supervisor.engine.intake import Intake
 from supervisor.engine.runtime import Runtime
-from supervisor.taskdir import TaskDir
-from supervisor.watch import Watcher
+from supervisor.engine.watch import Watcher
+from supervisor.taskdir.folder import TaskDir
 
 #: Files whose appearance in a task folder triggers an immediate check.
 WAKE_FILES = frozenset({"done", "exit_code", "signal", acceptance.RESULT})

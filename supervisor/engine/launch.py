@@ -24,7 +24,7 @@ from supervisor.engine import clock
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.panes import Sessions
 from supervisor.engine.runtime import Runtime
-from supervisor.taskdir import Manifest, atomic_write, utc_iso
+from supervisor.taskdir.folder import Manifest, atomic_write, utc_iso
 from supervisor.tmux import Tmux, TmuxError, TmuxTimeout
 
 log = logging.getLogger("supervise.engine")

@@ -10,11 +10,12 @@ import functools
 import logging
 from typing import TYPE_CHECKING, Any
 
-from supervisor import notify, statelock
+from supervisor import statelock
 from supervisor.agents.readable import agent_kind, readable_text
 from supervisor.config import MonitorPolicy
+from supervisor.engine import notify
 from supervisor.engine.pools import Submit
-from supervisor.taskdir import NOTIFIED, NOTIFYING, Manifest, TaskDir
+from supervisor.taskdir.folder import NOTIFIED, NOTIFYING, Manifest, TaskDir
 
 if TYPE_CHECKING:
     from supervisor.engine.recovery import Unsent
@@ -26,7 +27,7 @@ def notify_payload(manifest: Manifest, event_name: str, why: str) -> dict[str, A
     """The JSON object a notifier gets on stdin for one event of ``manifest``'s task:
     ``reason`` (``abandon_reason``, else why the policy decided), ``failure_reason`` (the
     failure class), ``abandon_reason``, ``verdict``, ``summary`` (the summary's first
-    sentence, :func:`supervisor.notify.first_sentence`), ``task_dir`` and the run facts."""
+    sentence, :func:`supervisor.engine.notify.first_sentence`), ``task_dir`` and the run facts."""
     return {
         "event": event_name,
         "task_id": manifest.task_id,

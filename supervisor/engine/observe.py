@@ -1,7 +1,7 @@
 """Every :class:`supervisor.policy.Signals` field of one check, built in one place.
 
-Sources, in order: the wrapper's files (:func:`supervisor.signals.observe`), the disk state
-(:class:`supervisor.statefs.StateDisk`), the tmux panes, the operator's requests, the
+Sources, in order: the wrapper's files (:func:`supervisor.engine.signals.observe`), the disk state
+(:class:`supervisor.engine.statefs.StateDisk`), the tmux panes, the operator's requests, the
 acceptance check, and the agent adapter's facts (:meth:`AgentAdapter.observe`). Nothing here
 decides; the scheduler hands the signals to :func:`supervisor.policy.decide`.
 """
@@ -11,11 +11,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from supervisor import acceptance, policy, signals, statefs
-from supervisor.engine import clock
+from supervisor import policy
+from supervisor.engine import acceptance, clock, signals, statefs
 from supervisor.engine.panes import SESSIONS_MAX_AGE, Sessions
 from supervisor.engine.runtime import Runtime
-from supervisor.taskdir import TaskDir
+from supervisor.taskdir.folder import TaskDir
 from supervisor.tmux import PaneInfo, Tmux
 from supervisor.wrapper import END_MARK
 

@@ -14,13 +14,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from supervisor import control, policy, repair, spool
+from supervisor import policy, spool
 from supervisor.config import ConfigError, LoadedProfile, ResolvedTask
 from supervisor.engine import clock
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.runtime import Runtime
-from supervisor.states import TERMINAL
-from supervisor.taskdir import NOTIFIED, NOTIFYING, Manifest, TaskDir
+from supervisor.taskdir import control, repair
+from supervisor.taskdir.folder import NOTIFIED, NOTIFYING, Manifest, TaskDir
+from supervisor.taskdir.states import TERMINAL
 from supervisor.tmux import PaneInfo, Tmux
 
 log = logging.getLogger("supervise.engine")
@@ -177,7 +178,7 @@ def _adopt_damaged(profile: LoadedProfile, task: TaskDir, why: str) -> Found | N
     """A folder whose manifest is missing or unreadable: never run again on that account.
     The manifest is rebuilt where the event log fixes it exactly (an ended task; a queued
     one, queued again), the unreadable file kept beside it; otherwise nothing is touched
-    and ``supervise status`` shows the task ``damaged`` (see :mod:`supervisor.repair`)."""
+    and ``supervise status`` shows the task ``damaged`` (see :mod:`supervisor.taskdir.repair`)."""
     events = task.events()
     try:
         resolved = runtimes.reload(profile, task)

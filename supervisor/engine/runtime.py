@@ -17,9 +17,9 @@ from supervisor.agents import AgentAdapter, Keys, adapter_for
 from supervisor.config import LoadedProfile, MonitorPolicy, ResolvedTask, TaskSpec, resolve_task
 from supervisor.config.approvalrules import default_message
 from supervisor.engine import clock
+from supervisor.engine.stopping import StopInProgress
 from supervisor.policy.timebase import Seen
-from supervisor.stopping import StopInProgress
-from supervisor.taskdir import TURN_PROMPT, Manifest, TaskDir
+from supervisor.taskdir.folder import TURN_PROMPT, Manifest, TaskDir
 from supervisor.tmux import Tmux
 from supervisor.workspace import lifecycle
 

@@ -38,9 +38,18 @@ from datetime import UTC, datetime
 
 from apscheduler.jobstores.base import JobLookupError
 
-from supervisor import children, control, policy, statefs, systemd
+from supervisor import children, policy, systemd
 from supervisor.config import ConfigError, LoadedProfile, ResolvedTask
-from supervisor.engine import clock, followups, launch, recovery, shutdown, stats, workspaces
+from supervisor.engine import (
+    clock,
+    followups,
+    launch,
+    recovery,
+    shutdown,
+    statefs,
+    stats,
+    workspaces,
+)
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.actions import Actions
 from supervisor.engine.background import engine_scheduler
@@ -51,10 +60,11 @@ from supervisor.engine.panes import Sessions
 from supervisor.engine.pools import Pools
 from supervisor.engine.runtime import Outcome, Runtime
 from supervisor.engine.starts import Result, Starts
+from supervisor.engine.watch import Watcher
 from supervisor.statelock import engine_lock
-from supervisor.taskdir import TaskDir
+from supervisor.taskdir import control
+from supervisor.taskdir.folder import TaskDir
 from supervisor.tmux import Tmux, TmuxError
-from supervisor.watch import Watcher
 
 log = logging.getLogger("supervise.engine")
 #: Seconds before adoption is tried again when tmux did not answer at startup.

@@ -26,7 +26,7 @@ from types import FrameType
 log = logging.getLogger("supervise.engine")
 
 #: Seconds a stop may take before the engine exits anyway. Longer than a normal stop (the
-#: agents being stopped take up to ``2 x supervisor.stopping.STOP_TIMEOUT`` = 10 s) and
+#: agents being stopped take up to ``2 x supervisor.engine.stopping.STOP_TIMEOUT`` = 10 s) and
 #: shorter than systemd's default ``TimeoutStopSec`` (90 s), after which systemd would
 #: SIGKILL the engine without a word.
 STOP_BOUND = 30.0

@@ -23,7 +23,7 @@ from apscheduler.events import (
     JobEvent,
 )
 
-from supervisor.taskdir import atomic_write, utc_iso
+from supervisor.taskdir.folder import atomic_write, utc_iso
 
 #: Counter names, in the order ``engine-stats.json`` lists them.
 COUNTERS = ("checks", "claimed", "rejected", "launched", "resumed", "finished",

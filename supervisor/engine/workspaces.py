@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from supervisor.engine.runtime import Runtime
-from supervisor.taskdir import Manifest
+from supervisor.taskdir.folder import Manifest
 from supervisor.workspace import lifecycle
 from supervisor.workspace.git import GitError
 from supervisor.workspace.lifecycle import WorkspaceError

@@ -15,7 +15,7 @@ from __future__ import annotations
 from supervisor.config import MonitorPolicy
 from supervisor.policy.model import Action, Decision, Signals, TaskState
 from supervisor.policy.outcomes import abandon
-from supervisor.states import AbandonReason
+from supervisor.taskdir.states import AbandonReason
 
 #: Statuses from which the task would be resumed later (a resume is on its way).
 _ON_THE_WAY = frozenset({"crashed", "hung", "waiting"})

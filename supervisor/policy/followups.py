@@ -9,8 +9,8 @@ gets a new deadline (``deadline`` seconds from its own launch) and its retries c
 from __future__ import annotations
 
 from supervisor.policy.model import TERMINAL, Decision, TaskState
-from supervisor.states import Status
-from supervisor.taskdir import FOLLOWED_UP
+from supervisor.taskdir.folder import FOLLOWED_UP
+from supervisor.taskdir.states import Status
 
 #: Where a follow-up waits for a live task: an escalated task is stopped cleanly first
 #: (ending ``abandoned``, reason ``stopped``), then continued.

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from supervisor.config import MonitorPolicy
-from supervisor.states import TERMINAL as TERMINAL  # re-exported by supervisor.policy
-from supervisor.states import Status, Verdict
+from supervisor.taskdir.states import TERMINAL as TERMINAL  # re-exported by supervisor.policy
+from supervisor.taskdir.states import Status, Verdict
 
 #: Seconds to wait, after the agent's PID is seen gone, for the wrapper to write the
 #: done-file before calling it a crash (the wrapper writes ``exit_code`` then ``done``
@@ -51,7 +51,7 @@ class TaskState:
     """What the policy remembers about a task between checks (all times epoch seconds).
 
     Attributes:
-        status: a :class:`supervisor.states.Status`.
+        status: a :class:`supervisor.taskdir.states.Status`.
         started_at: first launch time; the deadline counts from here.
         launched_at: the latest launch or resume; output age is never older than this.
         retry_count: resumes so far, over the task's whole life.
@@ -73,7 +73,8 @@ class TaskState:
             is the same, so ``launched_at`` does not move.
         transient_waits: waits after transient API or network failures so far (never
             retries; they set the backoff of the next such wait).
-        failure_reason: set with status ``failed``: a :class:`supervisor.states.FailureReason`.
+        failure_reason: set with status ``failed``: a
+            :class:`supervisor.taskdir.states.FailureReason`.
         agent_kept: the current wait left the agent running: an interactive CLI whose
             turn ended on a usage limit idles at its prompt and may continue by itself once
             the limit resets (Claude Code 2.1.234+); the end of the wait stops it first.
@@ -132,9 +133,9 @@ class Signals:
             (e.g. :func:`supervisor.agents.claude.failures.classify`): ``transient`` or a
             failure reason; ``None`` when it reported none.
         state_disk_full: the state filesystem has no room (ENOSPC, see
-            :mod:`supervisor.statefs`): run files may be missing or stale for want of space.
+            :mod:`supervisor.engine.statefs`): run files may be missing or stale for want of space.
         requests: permission requests the agent waits on, each with the ruling the task's
-            rules give it (:func:`supervisor.approval.decide`); one that escalates is also
+            rules give it (:func:`supervisor.policy.approval.decide`); one that escalates is also
             in ``escalate``.
         spent_usd: what the task has spent so far in USD as the agent reports it (Claude
             Code's ``total_cost_usd`` summed over the task's runs); ``None``: not reported.
@@ -215,7 +216,8 @@ class Decision:
         return [e for e in self.events if e in notify_on and e not in self.quiet]
 
 
-#: Verdicts (seed 003), one per terminal state: the values of :class:`supervisor.states.Verdict`.
+#: Verdicts (seed 003), one per terminal state: the values of
+#: :class:`supervisor.taskdir.states.Verdict`.
 VERDICTS = tuple(Verdict)
 
 

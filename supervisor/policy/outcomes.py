@@ -22,7 +22,7 @@ from supervisor.policy.model import (
     bounded,
     first_check,
 )
-from supervisor.states import AbandonReason
+from supervisor.taskdir.states import AbandonReason
 
 
 def hold_disk_full(state: TaskState, policy: MonitorPolicy) -> Decision:

@@ -42,7 +42,7 @@ from supervisor.policy.outcomes import (
 )
 from supervisor.policy.tools import tool_in_flight
 from supervisor.policy.turns import continued, failed_turn, keeps_agent, on_failed_turn
-from supervisor.states import AbandonReason
+from supervisor.taskdir.states import AbandonReason
 
 Step = Callable[[TaskState, Signals, MonitorPolicy], Decision | None]
 

@@ -22,7 +22,7 @@ from supervisor.policy.model import (
     with_notify,
 )
 from supervisor.policy.turns import CONTINUED
-from supervisor.taskdir import NOTIFIED, Manifest, parse_iso
+from supervisor.taskdir.folder import NOTIFIED, Manifest, parse_iso
 
 #: Events that record why ``supervise`` stopped or left an agent before it acts on it.
 INTENTS = frozenset({"crashed", "hung", "waiting"})

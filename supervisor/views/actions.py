@@ -2,7 +2,7 @@
 
 * :func:`ask`: ``stop``, ``resume``, ``approve``, ``deny`` as ``supervise stop|resume|
   approve|deny`` do: the same refusals (an ended task; approve/deny of a task that is not
-  escalated), then a request file through :func:`supervisor.control.request`, which the
+  escalated), then a request file through :func:`supervisor.taskdir.control.request`, which the
   running engine takes on its next intake tick. A view does not wait for it: the next
   refresh shows the result.
 * :func:`attach_argv`: ``supervise attach -r`` (``tmux -L SOCKET attach-session -r -t =ID``).
@@ -15,7 +15,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from supervisor import control
+from supervisor.taskdir import control
 from supervisor.terminal import escape_controls
 from supervisor.views.model import Task, read_json
 

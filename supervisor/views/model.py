@@ -11,7 +11,7 @@ third-party import: this runs over thousands of folders
 **Engine state** and spool files: :mod:`.sources` (re-exported here).
 
 **Groups** (:data:`GROUPS`, in display order) from the task's status
-(:mod:`supervisor.states`): ``needs_you`` (escalated), ``waiting`` (waiting),
+(:mod:`supervisor.taskdir.states`): ``needs_you`` (escalated), ``waiting`` (waiting),
 ``running`` (running, verifying), ``recovering`` (crashed, hung, and any live task with a
 ``stop`` request not yet applied), ``failed`` (failed, abandoned, a damaged folder),
 ``queued`` (queued), ``done`` (completed). An unknown status counts as failed.
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.diskio import read_end
-from supervisor.states import HOST_LOST
+from supervisor.taskdir.states import HOST_LOST
 from supervisor.views.sources import (
     HEARTBEAT,
     STALE_AFTER,
@@ -349,7 +349,7 @@ class Reader:
             return cached[1:]
         manifest = read_json(manifest_path)
         if manifest is None or not isinstance(manifest.get("status"), str):
-            from supervisor import tasklist  # repair's reasons, as status always showed them
+            from supervisor.views import tasklist  # repair's reasons, as status always showed them
 
             manifest = tasklist.damaged_row(entry)
             if manifest is None:
@@ -390,8 +390,8 @@ class Reader:
 
 def pending_requests(state_dir: Path) -> dict[str, list[str]]:
     """Task id → verbs of the operator requests in ``state_dir/control`` not taken yet
-    (:mod:`supervisor.control`)."""
-    from supervisor import control
+    (:mod:`supervisor.taskdir.control`)."""
+    from supervisor.taskdir import control
 
     out: dict[str, list[str]] = {}
     for task_id, verb, _ in control.pending(state_dir):

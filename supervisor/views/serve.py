@@ -216,7 +216,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if problem:
         _err(f"supervise serve: {problem}")
         return 1
-    from supervisor.cli import _profile
+    from supervisor.cli.app import _profile
 
     profile = _profile(args.config)
     if host is not None:

@@ -22,7 +22,7 @@ from typing import Any
 from supervisor.terminal import escape_controls
 from supervisor.views import model
 
-#: What ``--status`` accepts: every status of :mod:`supervisor.states`, plus ``damaged``
+#: What ``--status`` accepts: every status of :mod:`supervisor.taskdir.states`, plus ``damaged``
 #: (a folder whose manifest cannot be read), the group names of :data:`model.GROUPS`
 #: that are no status, and the fleet's own states (``status --cluster``).
 STATUS_CHOICES = (

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from supervisor.states import Status
+from supervisor.taskdir.states import Status
 from supervisor.views import model
 
 #: What ``--status`` accepts: every status, ``damaged``, and every group of the model.

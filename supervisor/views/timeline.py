@@ -24,7 +24,7 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
-from supervisor.states import TERMINAL
+from supervisor.taskdir.states import TERMINAL
 from supervisor.terminal import escape_controls
 from supervisor.views.sources import duration, epoch
 
@@ -85,7 +85,7 @@ def timeline(events: Iterable[dict[str, Any]], now: float) -> Timeline:
     An event with a string ``status`` different from the current band's starts a new band;
     events without a parsable ``ts`` are skipped (a torn or foreign line). The last band of
     a live task ends at ``now``; that of an ended task (a status in
-    :data:`supervisor.states.TERMINAL`) at its own start. Time that steps back (a clock
+    :data:`supervisor.taskdir.states.TERMINAL`) at its own start. Time that steps back (a clock
     change) is clamped so bands never overlap. Only the newest :data:`MAX_BANDS` bands
     are kept.
     """

@@ -30,8 +30,9 @@ Every text from a task or an agent is shown through
 the JS only swaps in HTML the server escaped, and never builds markup from data.
 
 Actions write the same ``state_dir/control/<id>.<verb>`` request as the CLI verbs
-(:mod:`supervisor.control`), after the same checks (:func:`supervisor.control.refusal`);
-the page sees the result through the stream when the engine has applied it.
+(:mod:`supervisor.taskdir.control`), after the same checks
+(:func:`supervisor.taskdir.control.refusal`); the page sees the result through the stream
+when the engine has applied it.
 """
 
 from __future__ import annotations

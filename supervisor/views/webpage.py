@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 from jinja2 import Environment, FileSystemLoader
 from markupsafe import Markup, escape
 
-from supervisor import control
 from supervisor.agents.readable import readable_tail
 from supervisor.diskio import read_end, read_regular
-from supervisor.taskdir import TaskDir
+from supervisor.taskdir import control
+from supervisor.taskdir.folder import TaskDir
 from supervisor.taskid import is_task_id
 from supervisor.terminal import escape_controls
 from supervisor.views import fleet, model, timeline

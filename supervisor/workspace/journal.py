@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from supervisor.diskio import atomic_write
-from supervisor.taskdir import TaskDir
+from supervisor.taskdir.folder import TaskDir
 from supervisor.workspace import checkout as co
 from supervisor.workspace.gitops import ReviewError, commit_of, is_ancestor, run_git
 

@@ -38,7 +38,7 @@ from typing import Any
 
 from supervisor import children
 from supervisor.config.workspace import WorkspaceSpec
-from supervisor.taskdir import TaskDir
+from supervisor.taskdir.folder import TaskDir
 from supervisor.workspace import git
 from supervisor.workspace.git import GitError
 from supervisor.workspace.model import WorkspaceReport
@@ -439,7 +439,7 @@ RESULT_FIELDS = ("head_commit", "files_changed", "insertions", "deletions", "unc
 
 def report_from_events(events: list[dict[str, Any]]) -> WorkspaceReport | None:
     """The manifest's ``workspace`` as ``events.jsonl`` fixes it (for
-    :func:`supervisor.repair.rebuild`): the report the ``queued`` event recorded at claim,
+    :func:`supervisor.taskdir.repair.rebuild`): the report the ``queued`` event recorded at claim,
     with the result of the last ``workspace_finished`` event; ``None`` for a task claimed
     before workspaces existed."""
     queued = next((e for e in events if e.get("event") == "queued"), None)

@@ -25,8 +25,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from supervisor.states import TERMINAL, FailureReason
-from supervisor.taskdir import MANIFEST, TaskDir, parse_iso
+from supervisor.taskdir.folder import MANIFEST, TaskDir, parse_iso
+from supervisor.taskdir.states import TERMINAL, FailureReason
 from supervisor.terminal import counted
 from supervisor.workspace.gitops import (
     ReviewError,

@@ -3,7 +3,7 @@
 Everything here works from the task's ``manifest.json`` (its ``workspace`` report,
 :class:`~supervisor.workspace.model.WorkspaceReport`) and from git; nothing talks to the
 engine. The functions print nothing: they return results or raise :class:`ReviewError`, one
-line for the operator (``supervise diff|merge|discard``, :mod:`supervisor.cli_workspace`,
+line for the operator (``supervise diff|merge|discard``, :mod:`supervisor.cli.workspace`,
 turn it into exit status 1).
 
 What is written, and why it is safe beside a running engine: an ended task's folder is no
@@ -38,8 +38,8 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from supervisor.states import TERMINAL, FailureReason
-from supervisor.taskdir import MANIFEST, Manifest, TaskDir
+from supervisor.taskdir.folder import MANIFEST, Manifest, TaskDir
+from supervisor.taskdir.states import TERMINAL, FailureReason
 from supervisor.terminal import counted
 from supervisor.workspace import journal
 from supervisor.workspace.checkout import (

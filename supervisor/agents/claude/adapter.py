@@ -16,7 +16,7 @@ check (:meth:`ClaudeAdapter.observe`)
    (escalation, usage limit, interactive turn ended, failure class, staleness).
 
 Everything here is bookkeeping and I/O; the decisions stay in :mod:`supervisor.policy` and
-:mod:`supervisor.approval`.
+:mod:`supervisor.policy.approval`.
 
 Sources: Claude Code CLI reference (``--session-id``, ``--resume``, ``--settings``,
 ``--permission-mode``, ``-p --output-format stream-json --verbose``) and hooks reference,
@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from supervisor import approval, logrotate
+from supervisor import logrotate
 from supervisor.agents import (
     AgentAdapter,
     AgentContext,
@@ -54,8 +54,9 @@ from supervisor.agents.claude.streamfile import StreamReader
 from supervisor.agents.claude.tools import HEARTBEAT, ToolsInFlight
 from supervisor.audit import By
 from supervisor.config import AgentSpec
+from supervisor.policy import approval
 from supervisor.streamcopy import LAUNCH_MARK
-from supervisor.taskdir import TURN_PROMPT, Manifest, utc_iso
+from supervisor.taskdir.folder import TURN_PROMPT, Manifest, utc_iso
 
 log = logging.getLogger(__name__)
 

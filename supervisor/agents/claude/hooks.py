@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.diskio import read_regular
-from supervisor.taskdir import atomic_write
+from supervisor.taskdir.folder import atomic_write
 
 #: Hook events the adapter registers (Claude Code hooks reference). ``PermissionRequest``
 #: blocks until the engine rules; the others only record and wake the engine (``PreToolUse``

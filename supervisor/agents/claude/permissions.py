@@ -3,7 +3,7 @@ only when the policy says so.
 
 A check (:meth:`ClaudeAdapter.observe`) reads each waiting request, from a
 ``PermissionRequest`` hook or, for a TUI without hooks, a dialog seen on screen twice, and
-asks the task's rules (:func:`supervisor.approval.decide`, pure) for a :class:`Proposal`.
+asks the task's rules (:func:`supervisor.policy.approval.decide`, pure) for a :class:`Proposal`.
 Nothing is answered, logged or moved then. The policy sees how many requests wait
 (``Signals.requests``) and whether one escalates (``Signals.escalate``); while the task is
 ``running`` its decision carries ``Action.RULE_REQUESTS``, and the engine then calls
@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from supervisor import approval
 from supervisor.agents import Keys
 from supervisor.agents.claude import hooks, screen
 from supervisor.audit import By
-from supervisor.taskdir import TaskDir, utc_iso
+from supervisor.policy import approval
+from supervisor.taskdir.folder import TaskDir, utc_iso
 
 #: The audit subject kept per request, in characters.
 SUBJECT_CHARS = 500
@@ -43,7 +43,7 @@ class Proposal:
 
     Attributes:
         tool: the tool name (``Bash``, ``Write``, ...; empty when the screen hid it).
-        subject: what the tool acts on (:func:`supervisor.approval.subject`).
+        subject: what the tool acts on (:func:`supervisor.policy.approval.subject`).
         ruling: the rules' answer (approve, deny or escalate, and which rule said so).
         signal: the hook file of the request, or ``None`` for a dialog on screen.
         prompt: the dialog read from the screen, or ``None`` for a hook request.

@@ -24,9 +24,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from supervisor import approval
 from supervisor.audit import By
-from supervisor.taskdir import TaskDir
+from supervisor.policy import approval
+from supervisor.taskdir.folder import TaskDir
 
 #: Hooks that show the agent working: a prompt submitted (by a person or by the CLI's own
 #: continue) or a tool call on its way or done.

@@ -80,7 +80,7 @@ def run(folder: Path, args: argparse.Namespace) -> int:
 
 def _ended(folder: Path) -> bool:
     """The task is terminal (an unreadable manifest: it is not, keep following)."""
-    from supervisor.states import TERMINAL
+    from supervisor.taskdir.states import TERMINAL
 
     manifest = read_json(folder / "manifest.json")
     return isinstance(manifest, dict) and manifest.get("status") in TERMINAL

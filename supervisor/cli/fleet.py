@@ -1,6 +1,6 @@
 """``stop|resume|approve|deny|show|wait ID`` for a task on another host of the fleet.
 
-:func:`register` (called by :func:`supervisor.cli_cluster.register`, after every command
+:func:`register` (called by :func:`supervisor.cli.cluster.register`, after every command
 exists) makes ``-c`` optional on these six commands and puts a router in front of each: a
 task found in the profile's own state dir is handled locally exactly as before; otherwise,
 with a DSN (``-c PROFILE`` with ``[cluster]``, or ``SUPERVISE_CLUSTER_DSN`` alone), the
@@ -78,7 +78,7 @@ def _fleet_dsn(args: argparse.Namespace) -> str | int | None:
         profile = load_profile(args.config)
         if profile.spec.cluster is None or _is_local(args, profile):
             return None
-        from supervisor.cli_cluster import _missing_extra
+        from supervisor.cli.cluster import _missing_extra
 
         if _missing_extra():
             return EXIT_USAGE
@@ -86,7 +86,7 @@ def _fleet_dsn(args: argparse.Namespace) -> str | int | None:
 
         return dsn_of(profile)
     if os.environ.get(DSN_ENV):
-        from supervisor.cli_cluster import _missing_extra
+        from supervisor.cli.cluster import _missing_extra
 
         return EXIT_USAGE if _missing_extra() else os.environ[DSN_ENV]
     _err(f"supervise {args.command}: -c/--config PROFILE is required (or {DSN_ENV} for a "

@@ -19,7 +19,7 @@ import psutil
 
 from supervisor.diskio import read_regular
 from supervisor.policy import Signals
-from supervisor.taskdir import TaskDir
+from supervisor.taskdir.folder import TaskDir
 from supervisor.wrapper import LAUNCH_ERROR
 
 #: Slack in seconds when comparing a process's create_time with our launch time (clock

@@ -40,7 +40,7 @@ def _err(message: str) -> None:
 def cmd_request(args: argparse.Namespace) -> int:
     """Apply ``args.command`` to the tasks named or selected; print each; the worst code."""
     from supervisor import requests
-    from supervisor.cli import _profile
+    from supervisor.cli.app import _profile
 
     verb, ids = args.command, list(args.task_ids)
     chosen = args.all or args.statuses is not None
@@ -73,14 +73,14 @@ def cmd_request(args: argparse.Namespace) -> int:
 
 
 def _applied_line(task_id: str, manifest: dict) -> str:
-    from supervisor.control import applied_line
+    from supervisor.taskdir.control import applied_line
 
     return applied_line(task_id, manifest)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``stop``, ``resume``, ``approve`` and ``deny`` to the ``supervise`` parser."""
-    from supervisor.cli_ops import _positive as seconds
+    from supervisor.cli.ops import _positive as seconds
     from supervisor.views.status import STATUS_CHOICES
 
     for name, text in VERB_HELP.items():

@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Any
 
-from supervisor import cli_fleet
+from supervisor.cli import fleet as cli_fleet
 from supervisor.cluster import DSN_ENV
 from supervisor.errors import ConfigError
 from supervisor.terminal import escape_controls

@@ -15,7 +15,7 @@ What the profile needs at run time is checked too (issue 22 item 8):
   ``validate`` runs with (a systemd unit's ``PATH``, ``[agent.env] PATH``, a profile
   validated in CI for another machine). A missing agent program ends every task ``failed``
   (exit 127, ``failure_reason`` ``launch``); a missing notifier is logged and never blocks
-  a task (:mod:`supervisor.notify`), so neither is proof the profile is wrong.
+  a task (:mod:`supervisor.engine.notify`), so neither is proof the profile is wrong.
 
 Exit codes (as :mod:`supervisor.cli`): 0 every file is fine, 1 one or more has a problem, 2
 usage.
@@ -71,7 +71,7 @@ def missing_agent_binary(profile: LoadedProfile) -> str | None:
 def missing_notifier(profile: LoadedProfile) -> str | None:
     """The warning for a notifier program (the effective ``notifier[0]``: the profile's,
     or ``MONITOR_NOTIFIER``) not on the engine's ``PATH`` (the notifier runs with the
-    engine's environment, :func:`supervisor.notify.run_notifier`)."""
+    engine's environment, :func:`supervisor.engine.notify.run_notifier`)."""
     from supervisor.config import effective_policy
 
     try:
@@ -123,7 +123,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def _check_file(path: Path, profile: LoadedProfile | None, as_json: bool) -> dict[str, Any]:
     """Validate one file; print its lines; return its ``--json`` row."""
-    from supervisor import cli_cluster
+    from supervisor.cli import cluster as cli_cluster
     from supervisor.config import LoadedProfile, Profile, load_task, looks_like_profile
 
     row: dict[str, Any] = {

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.diskio import read_regular
-from supervisor.states import TERMINAL, Status
-from supervisor.taskdir import FOLLOWED_UP, MANIFEST, Manifest, TaskDir, utc_iso
+from supervisor.taskdir.folder import FOLLOWED_UP, MANIFEST, Manifest, TaskDir, utc_iso
+from supervisor.taskdir.states import TERMINAL, Status
 from supervisor.waiting import MANIFEST_MAX
 from supervisor.workspace import lifecycle
 

@@ -47,7 +47,7 @@ def _err(message: str) -> None:
 
 
 def _profile(path: str) -> LoadedProfile:
-    from supervisor.cli import _profile as load
+    from supervisor.cli.app import _profile as load
 
     return load(path)
 
@@ -122,7 +122,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         profile.state_dir, args.log_file, args.log_max_bytes, args.log_backups
     ):
         _err(warning)
-    from supervisor.watch import WatchUnavailable
+    from supervisor.engine.watch import WatchUnavailable
 
     try:
         return run_profile(profile, exit_when_idle=args.exit_when_idle)

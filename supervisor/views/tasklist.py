@@ -5,7 +5,7 @@ Plain ``os`` calls and ``json`` (no pydantic): this runs over thousands of folde
 ``model``, ``retries``, ``exit_code``, ``verdict``, ``reason`` (``failure_reason`` of a failed
 task, ``abandon_reason`` of an abandoned one), ``branch`` (the task branch in worktree
 mode, else ``None``), ``age_s`` and ``since_output_s`` (seconds),
-``damaged`` (why the manifest cannot be read, see :mod:`supervisor.repair`).
+``damaged`` (why the manifest cannot be read, see :mod:`supervisor.taskdir.repair`).
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ def read_manifests(tasks_dir: Path) -> list[dict[str, Any]]:
 def damaged_row(entry: os.DirEntry[str]) -> dict[str, Any] | None:
     """A ``damaged`` status row for a task folder whose manifest is missing or unreadable
     (``None`` for anything else: not a folder, or a claim still to finish)."""
-    from supervisor import repair
-    from supervisor.taskdir import TaskDir
+    from supervisor.taskdir import repair
+    from supervisor.taskdir.folder import TaskDir
 
     if not entry.is_dir():
         return None

@@ -43,7 +43,7 @@ def _prompt(text: str) -> str:
 
 def cmd_continue(args: argparse.Namespace) -> int:
     """Run ``supervise continue``; returns the exit status (module docstring)."""
-    from supervisor.cli import EXIT_NOT_APPLIED, EXIT_QUEUED  # the requests' codes
+    from supervisor.cli.app import EXIT_NOT_APPLIED, EXIT_QUEUED  # the requests' codes
     from supervisor.config import load_profile
     from supervisor.followup import STOP_WAIT, FollowUpRefused, request_continue
     from supervisor.policy.followups import STOP_FIRST
@@ -71,7 +71,7 @@ def cmd_continue(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``continue`` to the ``supervise`` parser."""
-    from supervisor.cli_ops import _positive as seconds  # finite, >= 0: never NaN
+    from supervisor.cli.ops import _positive as seconds  # finite, >= 0: never NaN
 
     parser = sub.add_parser(
         "continue", help="continue a task's conversation with a new prompt (a new turn)"

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from supervisor.diskio import atomic_write, utc_iso
-from supervisor.states import TERMINAL, Status
+from supervisor.taskdir.states import TERMINAL, Status
 from supervisor.taskid import is_task_id, shown
 
 VERBS = ("stop", "resume", "approve", "deny")
@@ -23,7 +23,7 @@ VERBS = ("stop", "resume", "approve", "deny")
 #: cluster intake found the task's row given to a newer generation, issue 15).
 ENGINE_VERBS = ("supersede",)
 #: ``supervise continue ID PROMPT`` (issue 22): its prompt waits in the task folder
-#: (:data:`supervisor.taskdir.FOLLOWUP`); the request only wakes the engine.
+#: (:data:`supervisor.taskdir.folder.FOLLOWUP`); the request only wakes the engine.
 CONTINUE = "continue"
 CONTROL = "control"
 _NAME_RE = re.compile(r"^([a-z0-9-]+)\.(stop|resume|approve|deny|supersede|continue)$")

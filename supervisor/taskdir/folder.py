@@ -48,7 +48,7 @@ from supervisor.diskio import (  # noqa: F401  (also imported from here with Tas
     utc_iso,
 )
 from supervisor.logrotate import shift_backups
-from supervisor.states import FailureReason, Status, Verdict
+from supervisor.taskdir.states import FailureReason, Status, Verdict
 from supervisor.workspace.model import WorkspaceReport
 
 MANIFEST = "manifest.json"
@@ -77,7 +77,7 @@ CONTINUE_REFUSED = "continue_refused"
 
 
 def _inline_enum(values: type[StrEnum]) -> WithJsonSchema:
-    """The JSON Schema of a :mod:`supervisor.states` enum written inline (``enum`` and
+    """The JSON Schema of a :mod:`supervisor.taskdir.states` enum written inline (``enum`` and
     ``type`` on the property itself, no ``$defs``), so ``schemas/manifest.schema.json`` keeps
     its plain shape while its values come from the one definition."""
     return WithJsonSchema({"enum": [member.value for member in values], "type": "string"})

@@ -162,7 +162,7 @@ def cmd_events(args: argparse.Namespace) -> int:
     """``supervise events``: the task's events, readable or as stored (``--json``)."""
     from supervisor import eventview, taskwhere
     from supervisor.diskio import open_regular
-    from supervisor.taskdir import EVENTS
+    from supervisor.taskdir.folder import EVENTS
 
     profile = _profile(args.config)
     task_id = args.task_id
@@ -229,7 +229,7 @@ def _from_the_end(handle: BinaryIO, count: int, shown: _Shown) -> None:
 
 def _ended(folder: Path) -> bool:
     """Whether the task's manifest says it is in a terminal state (unreadable: not yet)."""
-    from supervisor.states import TERMINAL
+    from supervisor.taskdir.states import TERMINAL
     from supervisor.waiting import read_manifest  # never blocks on a FIFO put there
 
     manifest = read_manifest(folder / "manifest.json")

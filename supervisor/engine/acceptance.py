@@ -18,7 +18,7 @@ from typing import Any
 
 from supervisor import children
 from supervisor.config import AcceptanceSpec
-from supervisor.taskdir import TaskDir, atomic_write
+from supervisor.taskdir.folder import TaskDir, atomic_write
 
 RESULT = "acceptance.json"
 #: Characters of the command's output kept in the result and the summary.

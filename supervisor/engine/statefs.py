@@ -17,7 +17,7 @@ import os
 import time
 from pathlib import Path
 
-from supervisor.taskdir import TaskDir
+from supervisor.taskdir.folder import TaskDir
 from supervisor.tmux import RECORDED_FILES, PaneInfo
 
 #: Bytes of free space (or free inodes x 1) below which the state filesystem counts as

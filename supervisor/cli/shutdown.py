@@ -162,7 +162,7 @@ def _none(state_dir: Path, why: str) -> str:
 def cmd_shutdown(args: argparse.Namespace) -> int:
     """``supervise shutdown``: :func:`shutdown_engine`, printed (``--json``: one object
     ``{"result", "pid", "state_dir"}``)."""
-    from supervisor.cli import _profile
+    from supervisor.cli.app import _profile
 
     profile = _profile(args.config)
     done = shutdown_engine(profile, args.wait)
@@ -176,7 +176,7 @@ def cmd_shutdown(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``shutdown`` to the ``supervise`` parser."""
-    from supervisor.cli_ops import _positive as seconds
+    from supervisor.cli.ops import _positive as seconds
 
     parser = sub.add_parser(
         "shutdown", help="stop the engine and leave the agents running in tmux (as SIGTERM)"

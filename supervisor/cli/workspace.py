@@ -50,7 +50,7 @@ def _say(message: str) -> None:
 
 
 def _load(args: argparse.Namespace) -> tuple[LoadedProfile, TaskWorkspace]:
-    from supervisor.cli import _profile
+    from supervisor.cli.app import _profile
     from supervisor.workspace.review import load_task
 
     profile = _profile(args.config)
@@ -151,7 +151,7 @@ def worktree_root(profile: LoadedProfile) -> Path:
 def cmd_prune(args: argparse.Namespace) -> int:
     from tabulate import tabulate
 
-    from supervisor.cli import _profile
+    from supervisor.cli.app import _profile
     from supervisor.workspace import prune
     from supervisor.workspace.repolock import repo_locks
 

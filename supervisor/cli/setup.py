@@ -209,7 +209,7 @@ def supervise_command() -> list[str]:
 def cmd_startup(args: argparse.Namespace) -> int:
     """Print the systemd user unit for ``-c PROFILE``, or write, enable and start it."""
     from supervisor import systemd
-    from supervisor.cli import _profile
+    from supervisor.cli.app import _profile
 
     profile = _profile(args.config).path  # loads it: a broken profile is one clear line
     name = systemd.unit_name(profile)
@@ -296,7 +296,7 @@ def cmd_completion(args: argparse.Namespace) -> int:
     """Print the completion script for ``args.shell``, generated from the parser (shtab)."""
     import shtab
 
-    from supervisor.cli import build_parser
+    from supervisor.cli.app import build_parser
     from supervisor.completion import mark_ids
 
     parser = build_parser()

@@ -68,22 +68,19 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from supervisor import (
-    cli_cluster,
-    cli_followup,
-    cli_mcp,
-    cli_ops,
-    cli_read,
-    cli_requests,
-    cli_setup,
-    cli_shutdown,
-    cli_tail,
-    cli_validate,
-    cli_workspace,
-    inline_submit,
-    taskid,
-)
-from supervisor.cli_cluster import STATUS_HELP as CLUSTER_HELP
+from supervisor import inline_submit, taskid
+from supervisor.cli import cluster as cli_cluster
+from supervisor.cli import followup as cli_followup
+from supervisor.cli import mcp as cli_mcp
+from supervisor.cli import ops as cli_ops
+from supervisor.cli import read as cli_read
+from supervisor.cli import requests as cli_requests
+from supervisor.cli import setup as cli_setup
+from supervisor.cli import shutdown as cli_shutdown
+from supervisor.cli import tail as cli_tail
+from supervisor.cli import validate as cli_validate
+from supervisor.cli import workspace as cli_workspace
+from supervisor.cli.cluster import STATUS_HELP as CLUSTER_HELP
 from supervisor.errors import ConfigError
 from supervisor.requests import EXIT_NOT_APPLIED, EXIT_QUEUED  # noqa: F401 (their old home)
 from supervisor.terminal import escape_controls

@@ -22,7 +22,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         print(EXTRA_HINT, file=sys.stderr)
         return EXIT_USAGE
     from supervisor import mcp_tools
-    from supervisor.cli import _profile
+    from supervisor.cli.app import _profile
     from supervisor.mcp_server import build_server
 
     server = build_server(_profile(args.config))
