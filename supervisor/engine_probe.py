@@ -36,8 +36,10 @@ def warning(state_dir: Path, profile_path: Path | str, what: str) -> str | None:
         return None
     if found.state == "stale":
         return f"warning: {found.line()}; it may be stuck: {what}"
-    return (f"warning: no engine runs on {state_dir}; {what} until "
-            f"'supervise run {profile_path}' starts")  # fmt: skip
+    return (
+        f"warning: no engine runs on {state_dir}; {what} until "
+        f"'supervise run {profile_path}' starts"
+    )
 
 
 def engine_pid(state_dir: Path) -> int | None:

@@ -465,8 +465,9 @@ def materialize(task: TaskDir, resolved: ResolvedTask, source: str, state_dir: P
     """Write ``prompt``, ``spec.json`` (the validated task, paths absolute, for re-adoption
     after a restart) and the first manifest (``queued``, with its ``workspace`` resolved
     now: :func:`supervisor.workspace.lifecycle.resolve`); log the ``queued`` event."""
-    workspace = lifecycle.resolve(task.task_id, resolved.spec.project_dir, resolved.workspace,
-                                  state_dir)  # fmt: skip
+    workspace = lifecycle.resolve(
+        task.task_id, resolved.spec.project_dir, resolved.workspace, state_dir
+    )
     atomic_write(task.file("prompt"), resolved.prompt.encode("utf-8"))
     atomic_write(task.file("spec.json"), resolved.spec.model_dump_json(indent=1).encode())
     manifest = Manifest(
@@ -482,7 +483,12 @@ def materialize(task: TaskDir, resolved: ResolvedTask, source: str, state_dir: P
         workspace=workspace,
     )
     task.write_manifest(manifest)
-    task.append_event("queued", status="queued", source=source, session_id=manifest.session_id,
-                      workspace=workspace.model_dump(mode="json"))  # fmt: skip
+    task.append_event(
+        "queued",
+        status="queued",
+        source=source,
+        session_id=manifest.session_id,
+        workspace=workspace.model_dump(mode="json"),
+    )
     lifecycle.note_in_place(task, workspace)  # a repository without a commit runs in place
     return manifest

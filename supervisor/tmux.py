@@ -268,9 +268,12 @@ class Tmux:
             return result.stdout
         if self.server_running():  # systemd-run worked; tmux refused: report tmux's error
             raise TmuxError(f"tmux new-session failed: {' '.join(result.stderr).strip()}")
-        log.warning("could not start the tmux server in its own systemd scope (%s); "
-                    "starting it in this process's cgroup: agents end with this login if "
-                    "logind kills user processes", " ".join(result.stderr).strip())  # fmt: skip
+        log.warning(
+            "could not start the tmux server in its own systemd scope (%s); "
+            "starting it in this process's cgroup: agents end with this login if "
+            "logind kills user processes",
+            " ".join(result.stderr).strip(),
+        )
         return None
 
     def launch(self, session: str, task_dir: Path, start_dir: Path) -> None:
@@ -285,17 +288,47 @@ class Tmux:
         """
         gate = gate_channel(session)
         args = (
-            "new-session", "-d", "-s", session, "-x", str(PANE_WIDTH), "-y", str(PANE_HEIGHT),
-            "-c", str(start_dir), "-e", f"SUPERVISE_TMUX={self.tmux_bin()}",
+            "new-session",
+            "-d",
+            "-s",
+            session,
+            "-x",
+            str(PANE_WIDTH),
+            "-y",
+            str(PANE_HEIGHT),
+            "-c",
+            str(start_dir),
+            "-e",
+            f"SUPERVISE_TMUX={self.tmux_bin()}",
             wrapper_command(task_dir, gate),
             *self._mark(session),
-            ";", "set-option", "-w", "-t", f"={session}:", "remain-on-exit", "on",
+            ";",
+            "set-option",
+            "-w",
+            "-t",
+            f"={session}:",
+            "remain-on-exit",
+            "on",
             # Claude Code's TUI prints a notice over its screen when focus events are off.
-            ";", "set-option", "-g", "focus-events", "on",
-            ";", "pipe-pane", "-t", f"={session}:", pipe_command(task_dir / "output.log"),
-            ";", "display-message", "-p", "#{pid}",  # the server's PID, for its limits
-            ";", "wait-for", "-S", gate,
-        )  # fmt: skip
+            ";",
+            "set-option",
+            "-g",
+            "focus-events",
+            "on",
+            ";",
+            "pipe-pane",
+            "-t",
+            f"={session}:",
+            pipe_command(task_dir / "output.log"),
+            ";",
+            "display-message",
+            "-p",
+            "#{pid}",  # the server's PID, for its limits
+            ";",
+            "wait-for",
+            "-S",
+            gate,
+        )
         printed = self._launch_scoped(args)
         if printed is None:
             printed = self._run(*args)
@@ -327,16 +360,35 @@ class Tmux:
         unset = [
             arg
             for name in RECORDED_FILES
-            for arg in ("set-option", "-p", "-u", "-t", f"={session}:",
-                        wrapper.PANE_OPTION_PREFIX + name, ";")
-        ]  # fmt: skip
+            for arg in (
+                "set-option",
+                "-p",
+                "-u",
+                "-t",
+                f"={session}:",
+                wrapper.PANE_OPTION_PREFIX + name,
+                ";",
+            )
+        ]
         self._run(
             *unset,
-            "respawn-pane", "-k", "-t", f"={session}:", "-c", str(start_dir),
+            "respawn-pane",
+            "-k",
+            "-t",
+            f"={session}:",
+            "-c",
+            str(start_dir),
             wrapper_command(task_dir, gate),
-            ";", "pipe-pane", "-t", f"={session}:", pipe_command(task_dir / "output.log"),
-            ";", "wait-for", "-S", gate,
-        )  # fmt: skip
+            ";",
+            "pipe-pane",
+            "-t",
+            f"={session}:",
+            pipe_command(task_dir / "output.log"),
+            ";",
+            "wait-for",
+            "-S",
+            gate,
+        )
 
     def repipe(self, session: str, task_dir: Path) -> None:
         """Point pipe-pane at a fresh ``output.log`` after a rotation (the old capture

@@ -177,16 +177,22 @@ def cmd_config(args: argparse.Namespace) -> int:
     else:
         policy, sources = effective_policy(profile.spec.monitor, None)
     values = policy.model_dump(mode="json")
-    rows = [{"key": k, "value": json.dumps(v), "source": sources.get(k, "default")}
-            for k, v in values.items()]  # fmt: skip
+    rows = [
+        {"key": k, "value": json.dumps(v), "source": sources.get(k, "default")}
+        for k, v in values.items()
+    ]
     task_ws = resolved.spec.workspace if args.task else None
     rules = approval_rows(profile.spec, resolved.spec if args.task else None)  # with sources
     for key, value, source in workspace_rows(profile.spec.workspace, task_ws) + rules:
         values[key] = value
         rows.append({"key": key, "value": json.dumps(value), "source": source})
     if args.json:
-        print(json.dumps({r["key"]: {"value": values[r["key"]], "source": r["source"]}
-                          for r in rows}, indent=2))  # fmt: skip
+        print(
+            json.dumps(
+                {r["key"]: {"value": values[r["key"]], "source": r["source"]} for r in rows},
+                indent=2,
+            )
+        )
         return 0
     from tabulate import tabulate
 

@@ -94,12 +94,22 @@ def _check(args: argparse.Namespace, dsn: str) -> int:
     result = schema.check(dsn)
     libs = ", ".join(f"{k} {v}" for k, v in schema.versions().items())
     if args.json:
-        print(json.dumps({"server": result.server, "schema_version": result.version,
-                          "needs": schema.SCHEMA_VERSION, "procrastinate": result.procrastinate,
-                          "problems": result.problems}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "server": result.server,
+                    "schema_version": result.version,
+                    "needs": schema.SCHEMA_VERSION,
+                    "procrastinate": result.procrastinate,
+                    "problems": result.problems,
+                }
+            )
+        )
     else:
-        print(f"connected: PostgreSQL {result.server}; schema version {result.version} "
-              f"(this supervise needs {schema.SCHEMA_VERSION}); {libs}")  # fmt: skip
+        print(
+            f"connected: PostgreSQL {result.server}; schema version {result.version} "
+            f"(this supervise needs {schema.SCHEMA_VERSION}); {libs}"
+        )
         for problem in result.problems:
             _err(problem)
     return 1 if result.problems else 0
@@ -109,8 +119,10 @@ def _roles_apply(args: argparse.Namespace, dsn: str) -> int:
     from supervisor.cluster import roles
 
     roles.apply(dsn)
-    print(f"roles {', '.join(roles.ROLES)} created or updated; grant them to login roles, "
-          "e.g. GRANT supervise_submit TO alice")  # fmt: skip
+    print(
+        f"roles {', '.join(roles.ROLES)} created or updated; grant them to login roles, "
+        "e.g. GRANT supervise_submit TO alice"
+    )
     return 0
 
 
@@ -131,8 +143,23 @@ def _hosts(args: argparse.Namespace, dsn: str) -> int:
     if args.json:
         print(json.dumps(rows, default=str))
         return 0
-    print(fleet.table(rows, ("host_id", "state", "age_s", "capacity", "running", "version",
-                             "queues", "lost_at", "stopped_at", "last_error")))  # fmt: skip
+    print(
+        fleet.table(
+            rows,
+            (
+                "host_id",
+                "state",
+                "age_s",
+                "capacity",
+                "running",
+                "version",
+                "queues",
+                "lost_at",
+                "stopped_at",
+                "last_error",
+            ),
+        )
+    )
     return 0
 
 
@@ -174,8 +201,16 @@ def submit(profile: Any, resolved: Any, as_json: bool) -> int:
         _err(str(exc))
         return 1
     if as_json:
-        print(json.dumps({"task_id": done.task_id, "name": resolved.spec.name,
-                          "queue": done.queue, "job_id": done.job_id}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "task_id": done.task_id,
+                    "name": resolved.spec.name,
+                    "queue": done.queue,
+                    "job_id": done.job_id,
+                }
+            )
+        )
     else:
         print(done.task_id)
     return 0
@@ -197,12 +232,18 @@ def register(sub: Any) -> None:
         verb.add_argument("-c", "--config", help=f"profile with [cluster] (else ${DSN_ENV})")
         verb.add_argument("--json", action="store_true", help="machine-readable output")
         verb.set_defaults(func=_guarded(body))
-    roles = verbs.add_parser("roles", help="print the SQL of the supervise_submit, "
-                             "supervise_operator and supervise_engine roles "
-                             "(--apply: run it)")  # fmt: skip
+    roles = verbs.add_parser(
+        "roles",
+        help="print the SQL of the supervise_submit, "
+        "supervise_operator and supervise_engine roles "
+        "(--apply: run it)",
+    )
     roles.add_argument("-c", "--config", help=f"profile with [cluster] (else ${DSN_ENV})")
-    roles.add_argument("--apply", action="store_true", help="run it on the database (as its "
-                       "owner, after 'cluster init')")  # fmt: skip
+    roles.add_argument(
+        "--apply",
+        action="store_true",
+        help="run it on the database (as its owner, after 'cluster init')",
+    )
     roles.set_defaults(func=_roles)
     hosts = sub.add_parser("hosts", help="the fleet's hosts and their heartbeats")
     hosts.add_argument("-c", "--config", help=f"profile with [cluster] (else ${DSN_ENV})")

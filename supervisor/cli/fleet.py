@@ -66,8 +66,9 @@ def _is_local(args: argparse.Namespace, profile: Any) -> bool:
         return all(locate(profile, task_id) is not None for task_id in _ids(args))
     from supervisor.taskid import is_task_id
 
-    return all(is_task_id(t) and (profile.tasks_dir / t / "manifest.json").exists()
-               for t in _ids(args))  # fmt: skip
+    return all(
+        is_task_id(t) and (profile.tasks_dir / t / "manifest.json").exists() for t in _ids(args)
+    )
 
 
 def _fleet_dsn(args: argparse.Namespace) -> str | int | None:
@@ -89,8 +90,10 @@ def _fleet_dsn(args: argparse.Namespace) -> str | int | None:
         from supervisor.cli.cluster import _missing_extra
 
         return EXIT_USAGE if _missing_extra() else os.environ[DSN_ENV]
-    _err(f"supervise {args.command}: -c/--config PROFILE is required (or {DSN_ENV} for a "
-         "task on another host)")  # fmt: skip
+    _err(
+        f"supervise {args.command}: -c/--config PROFILE is required (or {DSN_ENV} for a "
+        "task on another host)"
+    )
     return EXIT_USAGE
 
 
@@ -139,11 +142,18 @@ def _verb_one(args: argparse.Namespace, dsn: str, task_id: str) -> int:
         _err(f"supervise {args.command}: {answer.text}")
     if args.json and answer.code in (0, 4):
         match = _LINE_RE.match(answer.text)
-        print(json.dumps({"task_id": task_id, "verb": args.command,
-                          "result": "applied" if answer.ok else "not_applied",
-                          "status": match.group(1) if match else None,
-                          "retry_count": int(match.group(2)) if match else None,
-                          "host_id": answer.host_id}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "task_id": task_id,
+                    "verb": args.command,
+                    "result": "applied" if answer.ok else "not_applied",
+                    "status": match.group(1) if match else None,
+                    "retry_count": int(match.group(2)) if match else None,
+                    "host_id": answer.host_id,
+                }
+            )
+        )
     return answer.code
 
 
@@ -210,8 +220,10 @@ def _wait(args: argparse.Namespace, dsn: str) -> int:
         rows = reader.read()
     unknown = [task_id for task_id in ids if task_id not in rows]
     if unknown:
-        _err(f"supervise wait: no task {', '.join(unknown)} in the fleet; see "
-             "'supervise status --cluster'")  # fmt: skip
+        _err(
+            f"supervise wait: no task {', '.join(unknown)} in the fleet; see "
+            "'supervise status --cluster'"
+        )
         return EXIT_USAGE
     while not all(row["status"] in FINAL for row in rows.values()):
         if not args.terminal_only and any(_needs_you(row) for row in rows.values()):

@@ -103,8 +103,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         handler = log_handler(args)
     except OSError as exc:
-        _err(f"supervise run: --log-file {args.log_file}: {exc.strerror or exc}; "
-             "give a writable path")  # fmt: skip
+        _err(
+            f"supervise run: --log-file {args.log_file}: {exc.strerror or exc}; "
+            "give a writable path"
+        )
         return 1
     fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     handler.setFormatter(ControlEscapingFormatter(fmt))
@@ -194,8 +196,16 @@ def cmd_archive(args: argparse.Namespace) -> int:
             where = exc.filename or profile.state_dir
             _err(f"supervise archive: cannot open {where}: {exc.strerror or exc}")
             return 1
-    rows = [{"task_id": i.task_id, "action": i.action, "reason": i.reason, "month": i.month,
-             "result": i.result} for i in found.items]  # fmt: skip
+    rows = [
+        {
+            "task_id": i.task_id,
+            "action": i.action,
+            "reason": i.reason,
+            "month": i.month,
+            "result": i.result,
+        }
+        for i in found.items
+    ]
     if args.json:
         print(json.dumps(rows, indent=2))
     elif not rows:
@@ -223,8 +233,9 @@ def print_archived(profile: LoadedProfile, as_json: bool) -> int:
     else:
         from tabulate import tabulate
 
-        safe = [{k: escape_controls(v) if isinstance(v, str) else v for k, v in r.items()}
-                for r in rows]  # fmt: skip
+        safe = [
+            {k: escape_controls(v) if isinstance(v, str) else v for k, v in r.items()} for r in rows
+        ]
         print(tabulate(safe, headers="keys", missingval="-"))
     return 0
 
@@ -253,10 +264,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     run.add_argument("--log-file", help="log to this file instead of stderr, rotated by size")
-    run.add_argument("--log-max-bytes", type=int, default=LOG_MAX_BYTES,
-                     help=f"rotate the log file past this size ({LOG_MAX_BYTES})")  # fmt: skip
-    run.add_argument("--log-backups", type=int, default=LOG_BACKUPS,
-                     help=f"rotated log files kept ({LOG_BACKUPS})")  # fmt: skip
+    run.add_argument(
+        "--log-max-bytes",
+        type=int,
+        default=LOG_MAX_BYTES,
+        help=f"rotate the log file past this size ({LOG_MAX_BYTES})",
+    )
+    run.add_argument(
+        "--log-backups",
+        type=int,
+        default=LOG_BACKUPS,
+        help=f"rotated log files kept ({LOG_BACKUPS})",
+    )
     run.set_defaults(func=cmd_run)
 
     wait = sub.add_parser(
@@ -280,8 +299,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     archive = sub.add_parser("archive", help="move ended task folders into monthly tarballs")
     archive.add_argument("-c", "--config", required=True, help="profile TOML file")
-    archive.add_argument("--older-than", required=True, metavar="D",
-                         help="only tasks ended at least D ago (7d, 12h, 30m, 45s)")  # fmt: skip
+    archive.add_argument(
+        "--older-than",
+        required=True,
+        metavar="D",
+        help="only tasks ended at least D ago (7d, 12h, 30m, 45s)",
+    )
     archive.add_argument("--dry-run", action="store_true", help="say what would go; change nothing")
     archive.add_argument("--json", action="store_true", help="machine-readable output")
     archive.set_defaults(func=cmd_archive)

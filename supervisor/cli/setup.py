@@ -77,12 +77,22 @@ class _VersionAction(argparse.Action):
     """``--version``: print ``supervise VERSION`` and exit 0; the version is looked up only
     when asked (importlib.metadata scans ``sys.path``)."""
 
-    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
-                 default: Any = argparse.SUPPRESS, help: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        option_strings: Sequence[str],
+        dest: str = argparse.SUPPRESS,
+        default: Any = argparse.SUPPRESS,
+        help: str | None = None,
+    ) -> None:
         super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:  # fmt: skip
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         print(f"supervise {version()}")
         parser.exit()
 
@@ -222,8 +232,9 @@ def cmd_startup(args: argparse.Namespace) -> int:
         return 1 if args.install else 0
     if not args.install:
         sys.stdout.write(text)
-        _err(f"# install as ~/.config/systemd/user/{name}: supervise startup -c {profile} "
-             "--install")  # fmt: skip
+        _err(
+            f"# install as ~/.config/systemd/user/{name}: supervise startup -c {profile} --install"
+        )
         return 0
     return _install(name, text)
 
@@ -264,11 +275,14 @@ def _install_locked(path: Path, text: str) -> int:
         return 1
     atomic_write(path, text.encode())
     print(f"wrote {path}")
-    for argv in (["systemctl", "--user", "daemon-reload"],
-                 ["systemctl", "--user", "enable", "--now", name]):  # fmt: skip
+    for argv in (
+        ["systemctl", "--user", "daemon-reload"],
+        ["systemctl", "--user", "enable", "--now", name],
+    ):
         try:
-            done = subprocess.run(argv, capture_output=True, text=True,
-                                  timeout=systemd.SYSTEMD_TIMEOUT)  # fmt: skip
+            done = subprocess.run(
+                argv, capture_output=True, text=True, timeout=systemd.SYSTEMD_TIMEOUT
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             _err(f"supervise startup: {' '.join(argv)}: {exc}")
             return 1
@@ -279,9 +293,11 @@ def _install_locked(path: Path, text: str) -> int:
     print(f"enabled and started {name}: systemctl --user status {name}")
     user = os.environ.get("USER") or os.environ.get("LOGNAME") or ""
     if user and not systemd.lingering(user):
-        _err(f"note: lingering is off for {user}: the unit starts at your first login, "
-             "not at boot, and stops at your last logout. "
-             f"Fix: loginctl enable-linger {user}")  # fmt: skip
+        _err(
+            f"note: lingering is off for {user}: the unit starts at your first login, "
+            "not at boot, and stops at your last logout. "
+            f"Fix: loginctl enable-linger {user}"
+        )
     return 0
 
 

@@ -233,10 +233,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     prune = sub.add_parser("prune", help="remove worktrees of ended tasks merged or empty")
     prune.add_argument("-c", "--config", required=True, help="profile TOML file")
-    prune.add_argument("--older-than", type=_duration, metavar="DURATION",
-                       help="only tasks that ended longer ago (7d, 12h, 30m, 45s)")  # fmt: skip
+    prune.add_argument(
+        "--older-than",
+        type=_duration,
+        metavar="DURATION",
+        help="only tasks that ended longer ago (7d, 12h, 30m, 45s)",
+    )
     prune.add_argument("--dry-run", action="store_true", help="list what would go and why")
-    prune.add_argument("--force", action="store_true",
-                       help="also remove dirty worktrees, unmerged tasks' worktrees "
-                       "(their branch is kept) and orphaned worktrees")  # fmt: skip
+    prune.add_argument(
+        "--force",
+        action="store_true",
+        help="also remove dirty worktrees, unmerged tasks' worktrees "
+        "(their branch is kept) and orphaned worktrees",
+    )
     prune.set_defaults(func=_run(cmd_prune))

@@ -97,8 +97,9 @@ def route(dsn: str, task_id: str, verb: str, timeout: float, requested_by: str) 
         with connect(dsn) as conn:
             row = _task(conn, task_id)
             if row is None:
-                return Answer(False, f"no task {task_id!r} in the fleet; see "
-                                     "'supervise status --cluster'", 1)  # fmt: skip
+                return Answer(
+                    False, f"no task {task_id!r} in the fleet; see 'supervise status --cluster'", 1
+                )
             state, host = str(row["state"]), row["owner_host"]
             refused = control.refusal(task_id, state, verb)
             if state in FINAL:
@@ -137,8 +138,9 @@ def _cancel_queued(conn: psycopg.Connection, task_id: str, requested_by: str) ->
     return Answer(False, f"task {task_id} was claimed by a host just now; ask again", 1)
 
 
-def _await(conn: psycopg.Connection, request_id: int, host: str, task_id: str, verb: str,
-           timeout: float) -> Answer:  # fmt: skip
+def _await(
+    conn: psycopg.Connection, request_id: int, host: str, task_id: str, verb: str, timeout: float
+) -> Answer:
     """Until the row is answered (a reply notification, or the poll); at ``timeout`` the
     row is closed unanswered so that a host coming back later does not act on it."""
     deadline = time.monotonic() + timeout
@@ -160,8 +162,13 @@ def _await(conn: psycopg.Connection, request_id: int, host: str, task_id: str, v
     )
     if closed.rowcount == 0:  # answered in the last instant
         return _await(conn, request_id, host, task_id, verb, 0)
-    return Answer(False, f"requested '{verb}' for {task_id} on host {host}; not answered "
-                         f"within {timeout:g} s (the request is withdrawn)", 4, host)  # fmt: skip
+    return Answer(
+        False,
+        f"requested '{verb}' for {task_id} on host {host}; not answered "
+        f"within {timeout:g} s (the request is withdrawn)",
+        4,
+        host,
+    )
 
 
 # ---------------------------------------------------------------- show and wait

@@ -18,8 +18,9 @@ def _rows(dsn: str, sql: str) -> list[dict[str, Any]]:
         try:
             return list(conn.cursor(row_factory=dict_row).execute(sql).fetchall())
         except psycopg.errors.UndefinedTable as exc:
-            raise ClusterError("the cluster database has no supervise tables; run "
-                               "'supervise cluster init'") from exc  # fmt: skip
+            raise ClusterError(
+                "the cluster database has no supervise tables; run 'supervise cluster init'"
+            ) from exc
         except psycopg.Error as exc:
             raise ClusterError(f"cannot read the fleet: {one_line(exc)}") from exc
 
@@ -29,10 +30,13 @@ def hosts(dsn: str) -> list[dict[str, Any]]:
     :mod:`supervisor.cluster.sweeper`), ``age_s`` (seconds since its heartbeat),
     ``capacity``, ``running``, ``version``, ``queues``, ``last_error``, ``heartbeat_at``,
     ``lost_at``, ``stopped_at``, ``host_timeout`` (seconds), ``on_host_lost``."""
-    return _rows(dsn, "SELECT host_id, state, round(extract(epoch FROM now() - heartbeat_at)"
-                      "::numeric, 1)::float AS age_s, capacity, running, version, queues, "
-                      "last_error, heartbeat_at, lost_at, stopped_at, host_timeout, "
-                      "on_host_lost FROM supervise_hosts ORDER BY host_id")  # fmt: skip
+    return _rows(
+        dsn,
+        "SELECT host_id, state, round(extract(epoch FROM now() - heartbeat_at)"
+        "::numeric, 1)::float AS age_s, capacity, running, version, queues, "
+        "last_error, heartbeat_at, lost_at, stopped_at, host_timeout, "
+        "on_host_lost FROM supervise_hosts ORDER BY host_id",
+    )
 
 
 def tasks(dsn: str) -> list[dict[str, Any]]:

@@ -119,8 +119,9 @@ class Health:
         stopping: set when the engine stops (a completion then stops waiting).
     """
 
-    def __init__(self, manager: JobManager, dsn: str, channel: str,
-                 stopping: threading.Event) -> None:  # fmt: skip
+    def __init__(
+        self, manager: JobManager, dsn: str, channel: str, stopping: threading.Event
+    ) -> None:
         self.manager = manager
         self.dsn = dsn
         self.channel = channel
@@ -136,8 +137,14 @@ class Health:
 
     def install(self) -> None:
         """Wrap the manager's methods (see the module docstring)."""
-        for name in ("listen_for_jobs", "fetch_job", "update_heartbeat", "finish_job",
-                     "retry_job", "defer_periodic_job"):  # fmt: skip
+        for name in (
+            "listen_for_jobs",
+            "fetch_job",
+            "update_heartbeat",
+            "finish_job",
+            "retry_job",
+            "defer_periodic_job",
+        ):
             self._original[name] = getattr(self.manager, name)
         manager: Any = self.manager
         manager.listen_for_jobs = self._listen
@@ -148,8 +155,9 @@ class Health:
         manager.defer_periodic_job = self._defer_periodic
 
     # ------------------------------------------------------------ the wrapped calls
-    async def _listen(self, *, on_notification: Callable[..., Awaitable[None]],
-                      queues: Any = None) -> None:  # fmt: skip
+    async def _listen(
+        self, *, on_notification: Callable[..., Awaitable[None]], queues: Any = None
+    ) -> None:
         """procrastinate's listener, started again whenever it fails or a check finds it
         deaf; never returns (cancelled with the worker)."""
 
@@ -172,8 +180,12 @@ class Health:
                 continue  # a check found it deaf: LISTEN again at once
             except DOWN as exc:
                 level = logging.DEBUG if failing else logging.WARNING  # once per outage
-                log.log(level, "cluster: the worker's listener failed (%s); reconnecting "
-                        "every %g s", _why(exc), RECONNECT_EVERY)  # fmt: skip
+                log.log(
+                    level,
+                    "cluster: the worker's listener failed (%s); reconnecting every %g s",
+                    _why(exc),
+                    RECONNECT_EVERY,
+                )
                 failing = True
             else:
                 failing = False
@@ -263,15 +275,20 @@ class Health:
         self._unheard_since = None
         self.echoes += 1
         if self.down_since is not None:
-            log.warning("cluster: database back after %.1f s; dispatch resumed on LISTEN",
-                        time.monotonic() - self.down_since)  # fmt: skip
+            log.warning(
+                "cluster: database back after %.1f s; dispatch resumed on LISTEN",
+                time.monotonic() - self.down_since,
+            )
             self.down_since = None
         return True
 
     def _relisten_now(self) -> None:
         """A deaf listener: cancel its attempt; :meth:`_listen` LISTENs again at once."""
-        log.warning("cluster: the worker's LISTEN connection did not hear its check "
-                    "within %g s; listening again", ECHO_TIMEOUT)  # fmt: skip
+        log.warning(
+            "cluster: the worker's LISTEN connection did not hear its check "
+            "within %g s; listening again",
+            ECHO_TIMEOUT,
+        )
         self._unheard_since = None
         if self._attempt is not None and not self._attempt.done():
             self._relisten = True

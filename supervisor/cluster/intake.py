@@ -130,19 +130,30 @@ class ClusterIntake:
         self._main: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None  # a reference keeps it alive
         self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._serve, name="supervise-cluster-worker",
-                                        daemon=True)  # fmt: skip
+        self._thread = threading.Thread(
+            target=self._serve, name="supervise-cluster-worker", daemon=True
+        )
         # Fencing (issue 20): the agents of this host's fleet tasks stop when it lapses.
         self.lease = LeaseKeeper(profile.state_dir, host_fence(self.cluster))
         self.writer = Writer(
-            self.dsn, self.cluster.host_id, profile.spec.max_concurrent, self.running,
-            stats.version() or "unknown", self.queues, self.cluster.heartbeat,
-            profile.state_dir / OUTBOX, self.cluster.host_timeout, self.cluster.on_host_lost,
-            self._owned_now, self._lost, self.lease,
-        )  # fmt: skip
+            self.dsn,
+            self.cluster.host_id,
+            profile.spec.max_concurrent,
+            self.running,
+            stats.version() or "unknown",
+            self.queues,
+            self.cluster.heartbeat,
+            profile.state_dir / OUTBOX,
+            self.cluster.host_timeout,
+            self.cluster.on_host_lost,
+            self._owned_now,
+            self._lost,
+            self.lease,
+        )
         # Operator requests routed here from other machines (supervisor.cluster.listener).
-        self.listener = ControlListener(self.dsn, self.cluster.host_id, profile.state_dir,
-                                        profile.tasks_dir, CLAIM_FILE)  # fmt: skip
+        self.listener = ControlListener(
+            self.dsn, self.cluster.host_id, profile.state_dir, profile.tasks_dir, CLAIM_FILE
+        )
 
     # ------------------------------------------------------------ the Intake protocol
     def notice(self, name: str) -> bool:
@@ -210,13 +221,21 @@ class ClusterIntake:
                 self._owned.pop(task_id, None)
                 self._not_ours.add(task_id)  # never counted or held again
                 self._superseded.pop(task_id, None)
-        self.writer.put(Transition(
-            task_id, generation, event, status, manifest.session_id,
-            manifest.started_at, manifest.finished_at, manifest.exit_code,
-            manifest.retry_count,
-            str(manifest.failure_reason) if manifest.failure_reason else None,
-            str(manifest.verdict) if manifest.verdict else None,
-        ))  # fmt: skip
+        self.writer.put(
+            Transition(
+                task_id,
+                generation,
+                event,
+                status,
+                manifest.session_id,
+                manifest.started_at,
+                manifest.finished_at,
+                manifest.exit_code,
+                manifest.retry_count,
+                str(manifest.failure_reason) if manifest.failure_reason else None,
+                str(manifest.verdict) if manifest.verdict else None,
+            )
+        )
         if ended:
             with self._lock:
                 job = self._jobs.pop(task_id, None)
@@ -280,8 +299,7 @@ class ClusterIntake:
             if task_id in self._not_ours or (asked is not None and now - asked < REASK):
                 return  # ended here already, or its stop is under way
             self._superseded[task_id] = now
-        log.warning("cluster: %s is no longer this host's: %s; stopping this copy",
-                    task_id, why)  # fmt: skip
+        log.warning("cluster: %s is no longer this host's: %s; stopping this copy", task_id, why)
         try:
             control.request(self.profile.state_dir, task_id, "supersede")
         except (OSError, ValueError) as exc:
@@ -325,9 +343,12 @@ class ClusterIntake:
                 if task_id in self._not_ours or (job is not None and job.get_loop() is loop):
                     continue
                 self._jobs[task_id] = loop.create_future()
-            deferrer = app.configure_task(HOLD_NAME, queue=host_queue(self.cluster.host_id),
-                                          priority=HOLD_PRIORITY,
-                                          queueing_lock=f"hold:{task_id}")  # fmt: skip
+            deferrer = app.configure_task(
+                HOLD_NAME,
+                queue=host_queue(self.cluster.host_id),
+                priority=HOLD_PRIORITY,
+                queueing_lock=f"hold:{task_id}",
+            )
             with contextlib.suppress(AlreadyEnqueued):  # one left by an earlier run holds it
                 await deferrer.defer_async(task_id=task_id)
 
@@ -376,20 +397,26 @@ class ClusterIntake:
         # procrastinate's pool already checks each connection before lending it
         # (AsyncConnectionPool.check_connection): one the server dropped is replaced.
         connector = PsycopgConnector(
-            conninfo=self.dsn, min_size=1, max_size=4, timeout=CONNECT_TIMEOUT * 2,
+            conninfo=self.dsn,
+            min_size=1,
+            max_size=4,
+            timeout=CONNECT_TIMEOUT * 2,
             pool_factory=ReconnectingPool,
-            kwargs={"connect_timeout": CONNECT_TIMEOUT,
-                    "application_name": WORKER_APPLICATION + self.cluster.host_id,
-                    "options": f"-c statement_timeout={int(STATEMENT_TIMEOUT * 1000)}"},
-        )  # fmt: skip
+            kwargs={
+                "connect_timeout": CONNECT_TIMEOUT,
+                "application_name": WORKER_APPLICATION + self.cluster.host_id,
+                "options": f"-c statement_timeout={int(STATEMENT_TIMEOUT * 1000)}",
+            },
+        )
         app = App(connector=connector)
         app.task(name=TASK_NAME)(self._job)
         app.task(name=HOLD_NAME)(self._hold)
         beat, timeout = self.cluster.heartbeat, self.cluster.host_timeout
         # The sweeper has a worker of its own (this one's slots are held by running tasks);
         # asyncio.run (_serve) cancels it when this coroutine ends.
-        self._sweeper = asyncio.create_task(sweep.serve(self.dsn, self.cluster.host_id, beat,
-                                                        timeout))  # fmt: skip
+        self._sweeper = asyncio.create_task(
+            sweep.serve(self.dsn, self.cluster.host_id, beat, timeout)
+        )
         channel = "procrastinate_queue_v1#" + host_queue(self.cluster.host_id)
         self.health = Health(app.job_manager, self.dsn, channel, self._stopping)
         self.health.install()

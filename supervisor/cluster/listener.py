@@ -61,15 +61,17 @@ class ControlListener:
         claim_file: the claim record's name in a task folder (``{"host_id", "generation"}``).
     """
 
-    def __init__(self, dsn: str, host_id: str, state_dir: Path, tasks_dir: Path,
-                 claim_file: str) -> None:  # fmt: skip
+    def __init__(
+        self, dsn: str, host_id: str, state_dir: Path, tasks_dir: Path, claim_file: str
+    ) -> None:
         self.dsn, self.host_id = dsn, host_id
         self.state_dir, self.tasks_dir, self.claim_file = state_dir, tasks_dir, claim_file
         self._busy: set[int] = set()  # row ids a handler works on
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._serve, name="supervise-cluster-control",
-                                        daemon=True)  # fmt: skip
+        self._thread = threading.Thread(
+            target=self._serve, name="supervise-cluster-control", daemon=True
+        )
 
     def start(self) -> None:
         """Start listening."""
@@ -98,8 +100,11 @@ class ControlListener:
             except (psycopg.Error, ClusterError) as exc:
                 if self._stopping.is_set():
                     return
-                log.warning("cluster: control listener lost its connection: %s; again in "
-                            "%g s", one_line(exc), delay)  # fmt: skip
+                log.warning(
+                    "cluster: control listener lost its connection: %s; again in %g s",
+                    one_line(exc),
+                    delay,
+                )
             if self._stopping.wait(delay):
                 return
             delay = min(delay * 2, MAX_BACKOFF)
@@ -119,11 +124,16 @@ class ControlListener:
                 if row_id in self._busy:
                     continue
                 self._busy.add(row_id)
-            threading.Thread(target=self._handle, args=(row_id, task_id, verb, owner, generation),
-                             name=f"supervise-control-{row_id}", daemon=True).start()  # fmt: skip
+            threading.Thread(
+                target=self._handle,
+                args=(row_id, task_id, verb, owner, generation),
+                name=f"supervise-control-{row_id}",
+                daemon=True,
+            ).start()
 
-    def _handle(self, row_id: int, task_id: str, verb: str, owner: str | None,
-                generation: int | None) -> None:  # fmt: skip
+    def _handle(
+        self, row_id: int, task_id: str, verb: str, owner: str | None, generation: int | None
+    ) -> None:
         try:
             ok, result = self._apply(task_id, verb, owner, generation)
         except Exception as exc:  # a handler never dies silently: the requester is told
@@ -131,9 +141,11 @@ class ControlListener:
             ok, result = False, f"host {self.host_id} could not {verb} {task_id}: {exc!r}"
         try:
             with connect(self.dsn) as conn, conn.transaction():
-                conn.execute("UPDATE supervise_controls SET done_at = now(), ok = %s, "
-                             "result = %s WHERE id = %s AND done_at IS NULL",
-                             (ok, result, row_id))  # fmt: skip
+                conn.execute(
+                    "UPDATE supervise_controls SET done_at = now(), ok = %s, "
+                    "result = %s WHERE id = %s AND done_at IS NULL",
+                    (ok, result, row_id),
+                )
                 conn.execute("SELECT pg_notify(%s, %s)", (REPLY_CHANNEL, str(row_id)))
         except (psycopg.Error, ClusterError) as exc:
             # Left pending: the next poll hands it to a new handler (a stop applied twice
@@ -143,8 +155,9 @@ class ControlListener:
             with self._lock:
                 self._busy.discard(row_id)
 
-    def _apply(self, task_id: str, verb: str, owner: str | None,
-               generation: int | None) -> tuple[bool, str]:  # fmt: skip
+    def _apply(
+        self, task_id: str, verb: str, owner: str | None, generation: int | None
+    ) -> tuple[bool, str]:
         """Leave the local request and wait for its effect; ``(ok, one line)``."""
         folder = self.tasks_dir / task_id
         try:
@@ -153,8 +166,10 @@ class ControlListener:
         except (OSError, ValueError, KeyError, TypeError):
             claimed = None
         if claimed is None or claimed != (owner, generation) or owner != self.host_id:
-            return False, (f"task {task_id} is not run by host {self.host_id} (the fleet says "
-                           f"owner {owner}, generation {generation})")  # fmt: skip
+            return False, (
+                f"task {task_id} is not run by host {self.host_id} (the fleet says "
+                f"owner {owner}, generation {generation})"
+            )
         before = _manifest(folder)
         if before is None:
             return False, f"host {self.host_id} cannot read the manifest of {task_id}"
@@ -168,9 +183,11 @@ class ControlListener:
             if after is not None and control.acted(verb, before, after):
                 return True, control.applied_line(task_id, after)
             time.sleep(0.1)  # the handler's own thread
-        return False, (f"host {self.host_id} has not applied '{verb}' for {task_id} "
-                       f"within {APPLY_TIMEOUT:g} s (the request stays in its control "
-                       "folder)")  # fmt: skip
+        return False, (
+            f"host {self.host_id} has not applied '{verb}' for {task_id} "
+            f"within {APPLY_TIMEOUT:g} s (the request stays in its control "
+            "folder)"
+        )
 
 
 def _manifest(folder: Path) -> dict | None:

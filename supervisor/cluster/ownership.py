@@ -122,9 +122,13 @@ EARLIER_COPY_WAIT = 60.0
 EARLIER_COPY_POLL = 0.2
 
 
-def set_aside_earlier_copy(tasks_dir: Path, state_dir: Path, task_id: str,
-                           stopping: threading.Event,
-                           timeout: float = EARLIER_COPY_WAIT) -> bool:  # fmt: skip
+def set_aside_earlier_copy(
+    tasks_dir: Path,
+    state_dir: Path,
+    task_id: str,
+    stopping: threading.Event,
+    timeout: float = EARLIER_COPY_WAIT,
+) -> bool:
     """Before this host claims ``task_id`` again (``on_host_lost = "restart"`` re-queued it
     and this very host, back from the dead, took its job): wait until the earlier copy's
     folder ``tasks_dir/<id>`` is terminal (its copy is stopped as superseded by then), then
@@ -226,8 +230,9 @@ def defer_again(conn: psycopg.Connection, task_name: str, task_id: str, seconds:
     conn.execute(_LATER, (task_name, json.dumps({"task_id": task_id}), seconds, task_id))
 
 
-def ready_to_claim(conn: psycopg.Connection, profile: LoadedProfile, task_id: str,
-                   stopping: threading.Event) -> bool:  # fmt: skip
+def ready_to_claim(
+    conn: psycopg.Connection, profile: LoadedProfile, task_id: str, stopping: threading.Event
+) -> bool:
     """Whether this host's job may go on to claim ``task_id``: yes when no folder of it is
     here, or the row is not ``queued`` (a duplicate job: its claim takes nothing), or an
     earlier copy's folder was set aside (:func:`set_aside_earlier_copy`). When that copy

@@ -44,8 +44,10 @@ def apply(dsn: str) -> None:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (INIT_LOCK,))
             found = conn.execute("SELECT to_regclass('supervise_tasks')").fetchone()
             if found is None or found[0] is None:
-                raise ClusterError("the cluster database has no supervise tables; run "
-                                   "'supervise cluster init' first")  # fmt: skip
+                raise ClusterError(
+                    "the cluster database has no supervise tables; run "
+                    "'supervise cluster init' first"
+                )
             conn.execute(sql())
             conn.commit()
         except psycopg.Error as exc:

@@ -200,8 +200,9 @@ def init(dsn: str) -> InitResult:
             for version, sql in MIGRATIONS:
                 if version > current:
                     conn.execute(sql)
-                    conn.execute("INSERT INTO supervise_schema_version (version) VALUES (%s)",
-                                 (version,))  # fmt: skip
+                    conn.execute(
+                        "INSERT INTO supervise_schema_version (version) VALUES (%s)", (version,)
+                    )
                     applied.append(version)
             conn.commit()
         except psycopg.Error as exc:
@@ -241,11 +242,15 @@ def check(dsn: str) -> CheckResult:
     if not procrastinate:
         problems.append("procrastinate's tables are missing; run 'supervise cluster init'")
     if version < SCHEMA_VERSION:
-        problems.append(f"schema version {version}, this supervise needs {SCHEMA_VERSION}; "
-                        "run 'supervise cluster init'")  # fmt: skip
+        problems.append(
+            f"schema version {version}, this supervise needs {SCHEMA_VERSION}; "
+            "run 'supervise cluster init'"
+        )
     elif version > SCHEMA_VERSION:
-        problems.append(f"schema version {version} is newer than this supervise knows "
-                        f"({SCHEMA_VERSION}); upgrade supervise on this host")  # fmt: skip
+        problems.append(
+            f"schema version {version} is newer than this supervise knows "
+            f"({SCHEMA_VERSION}); upgrade supervise on this host"
+        )
     return CheckResult(server, version, procrastinate, problems)
 
 
@@ -281,14 +286,18 @@ def engine_preflight(dsn: str, host_id: str, heartbeat: float) -> str | None:
     except (ClusterError, psycopg.Error):
         return None
     if row is not None and not row[0]:
-        return (f"the database login {row[1]!r} cannot run an engine (it may not update "
-                "tasks or write heartbeats); grant it the supervise_engine role "
-                "('supervise cluster roles')")  # fmt: skip
+        return (
+            f"the database login {row[1]!r} cannot run an engine (it may not update "
+            "tasks or write heartbeats); grant it the supervise_engine role "
+            "('supervise cluster roles')"
+        )
     return host_id_in_use(dsn, host_id, heartbeat)
 
 
-_BEAT = "SELECT heartbeat_at, extract(epoch FROM now() - heartbeat_at)::float, host_timeout " \
-        "FROM supervise_hosts WHERE host_id = %s AND state = 'alive'"  # fmt: skip
+_BEAT = (
+    "SELECT heartbeat_at, extract(epoch FROM now() - heartbeat_at)::float, host_timeout "
+    "FROM supervise_hosts WHERE host_id = %s AND state = 'alive'"
+)
 
 
 def host_id_in_use(dsn: str, host_id: str, heartbeat: float) -> str | None:
@@ -309,9 +318,11 @@ def host_id_in_use(dsn: str, host_id: str, heartbeat: float) -> str | None:
                 time.sleep(min(0.25, heartbeat / 4))
                 now = conn.execute(_BEAT, (host_id,)).fetchone()
                 if now is not None and now[0] != row[0]:
-                    return (f"host id {host_id!r} is in use by an engine that is running "
-                            "(its heartbeat moves); give this engine its own "
-                            "[cluster] host_id")  # fmt: skip
+                    return (
+                        f"host id {host_id!r} is in use by an engine that is running "
+                        "(its heartbeat moves); give this engine its own "
+                        "[cluster] host_id"
+                    )
     except (ClusterError, psycopg.Error):
         return None
     return None

@@ -57,10 +57,15 @@ def task_document(resolved: ResolvedTask) -> dict[str, Any]:
 def sync_app(dsn: str) -> App:
     """A procrastinate app for deferring from a plain thread (one pooled connection)."""
     connector = SyncPsycopgConnector(
-        conninfo=dsn, min_size=1, max_size=1, timeout=CONNECT_TIMEOUT * 2,
-        kwargs={"connect_timeout": CONNECT_TIMEOUT,
-                "options": f"-c statement_timeout={int(STATEMENT_TIMEOUT * 1000)}"},
-    )  # fmt: skip
+        conninfo=dsn,
+        min_size=1,
+        max_size=1,
+        timeout=CONNECT_TIMEOUT * 2,
+        kwargs={
+            "connect_timeout": CONNECT_TIMEOUT,
+            "options": f"-c statement_timeout={int(STATEMENT_TIMEOUT * 1000)}",
+        },
+    )
     return App(connector=connector)
 
 
@@ -89,17 +94,20 @@ def submit(dsn: str, profile: LoadedProfile, resolved: ResolvedTask) -> Submitte
     with connect(dsn, autocommit=False) as conn:  # the block commits, or rolls back
         task_id = _insert(conn, resolved.spec.name, document, host, queue)
         try:
-            row = conn.execute(_DEFER, (queue, TASK_NAME, task_id,
-                                        json.dumps({"task_id": task_id}))).fetchone()  # fmt: skip
+            row = conn.execute(
+                _DEFER, (queue, TASK_NAME, task_id, json.dumps({"task_id": task_id}))
+            ).fetchone()
         except psycopg.Error as exc:
-            raise ClusterError(f"cannot queue the task's job: {one_line(exc)}; nothing was "
-                               "submitted") from exc  # fmt: skip
+            raise ClusterError(
+                f"cannot queue the task's job: {one_line(exc)}; nothing was submitted"
+            ) from exc
         assert row is not None
     return Submitted(task_id, queue, int(row[0]))
 
 
-def _insert(conn: psycopg.Connection, name: str, document: str, host: str | None,
-            queue: str) -> str:  # fmt: skip
+def _insert(
+    conn: psycopg.Connection, name: str, document: str, host: str | None, queue: str
+) -> str:
     """Insert the row under a fresh id; a taken id is drawn again."""
     for _ in range(ID_TRIES):
         task_id = new_task_id(name)
@@ -110,8 +118,10 @@ def _insert(conn: psycopg.Connection, name: str, document: str, host: str | None
                 (task_id, name, document, host, queue),
             ).fetchone()
         except psycopg.errors.UndefinedTable as exc:
-            raise ClusterError("the cluster database has no supervise tables; run "
-                               "'supervise cluster init -c PROFILE'") from exc  # fmt: skip
+            raise ClusterError(
+                "the cluster database has no supervise tables; run "
+                "'supervise cluster init -c PROFILE'"
+            ) from exc
         except psycopg.Error as exc:
             raise ClusterError(f"cannot store the task: {one_line(exc)}") from exc
         if row is not None:

@@ -145,8 +145,9 @@ def dead_hosts(hosts: Iterable[HostRow], watched: float = math.inf) -> list[str]
     heartbeat looks stale until its writer gets through again (about a second: its
     ``RETRY_EVERY``); without this rule, one sweep would declare the whole fleet dead and
     restart tasks that never stopped running."""
-    return sorted(h.host_id for h in hosts
-                  if h.state == "alive" and min(h.age, watched) > h.host_timeout)  # fmt: skip
+    return sorted(
+        h.host_id for h in hosts if h.state == "alive" and min(h.age, watched) > h.host_timeout
+    )
 
 
 def fate_of(task: TaskRow, owner: HostRow) -> Fate | None:
@@ -266,8 +267,15 @@ def _sweep(conn: psycopg.Connection, watched: float) -> SweepResult:
     retried, failed = _stalled(conn, stale_after(hosts.values()))
     for task_id in done["requeue"] + done["restart"]:
         _ensure_job(conn, task_id)
-    result = SweepResult(True, dead, tuple(done["requeue"]), tuple(done["host_lost"]),
-                         tuple(done["restart"]), tuple(retried), tuple(failed))  # fmt: skip
+    result = SweepResult(
+        True,
+        dead,
+        tuple(done["requeue"]),
+        tuple(done["host_lost"]),
+        tuple(done["restart"]),
+        tuple(retried),
+        tuple(failed),
+    )
     if dead or any(done.values()) or retried or failed:
         log.info("sweep: %s", result)
     return result
@@ -288,8 +296,11 @@ def _apply(conn: psycopg.Connection, task: TaskRow, fate: Fate) -> bool:
         changed = conn.execute(_LOST, (HOST_LOST, *guard)).rowcount
         event, state = HOST_LOST, HOST_LOST
     else:
-        run = {"host_id": task.owner_host, "generation": task.generation,
-               "session_id": task.session_id}  # fmt: skip
+        run = {
+            "host_id": task.owner_host,
+            "generation": task.generation,
+            "session_id": task.session_id,
+        }
         changed = conn.execute(_RESTART, (json.dumps(run), *guard)).rowcount
         event, state = HOST_LOST, "queued"
     if changed != 1:
@@ -339,10 +350,15 @@ def make_app(dsn: str) -> App:
     :func:`dead_hosts`): from its first good sweep, reset by a failed one; :func:`serve`
     makes a new app, so a new count, whenever the worker restarts."""
     connector = PsycopgConnector(
-        conninfo=dsn, min_size=1, max_size=2, timeout=CONNECT_TIMEOUT * 2,
-        kwargs={"connect_timeout": CONNECT_TIMEOUT,
-                "options": f"-c statement_timeout={int(STATEMENT_TIMEOUT * 1000)}"},
-    )  # fmt: skip
+        conninfo=dsn,
+        min_size=1,
+        max_size=2,
+        timeout=CONNECT_TIMEOUT * 2,
+        kwargs={
+            "connect_timeout": CONNECT_TIMEOUT,
+            "options": f"-c statement_timeout={int(STATEMENT_TIMEOUT * 1000)}",
+        },
+    )
     app = App(connector=connector)
     reached: dict[str, float] = {}  # "since": monotonic time of the first good sweep
 
@@ -372,10 +388,14 @@ async def serve(dsn: str, host_id: str, heartbeat: float, host_timeout: float) -
             app = make_app(dsn)
             async with app.open_async():
                 await app.run_worker_async(
-                    queues=[SWEEP_QUEUE], name=name, concurrency=1,
-                    install_signal_handlers=False, shutdown_graceful_timeout=1.0,
-                    delete_jobs="successful", **worker_options(heartbeat, host_timeout),
-                )  # fmt: skip
+                    queues=[SWEEP_QUEUE],
+                    name=name,
+                    concurrency=1,
+                    install_signal_handlers=False,
+                    shutdown_graceful_timeout=1.0,
+                    delete_jobs="successful",
+                    **worker_options(heartbeat, host_timeout),
+                )
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -397,8 +417,12 @@ class _SweepNoise(logging.Filter):
 def _quiet_sweeps(worker: str) -> None:
     """Filter the loggers that say so (a worker named ``worker`` logs on a child logger of
     its own: ``procrastinate.worker.<name>``, procrastinate's ``Worker.__init__``)."""
-    for name in ("procrastinate.worker", f"procrastinate.worker.{worker}",
-                 "procrastinate.periodic", "procrastinate.manager"):  # fmt: skip
+    for name in (
+        "procrastinate.worker",
+        f"procrastinate.worker.{worker}",
+        "procrastinate.periodic",
+        "procrastinate.manager",
+    ):
         logger = logging.getLogger(name)
         if not any(isinstance(f, _SweepNoise) for f in logger.filters):
             logger.addFilter(_SweepNoise())

@@ -154,8 +154,9 @@ class Writer:
         self._pending: deque[Transition] = deque()
         self._conn: psycopg.Connection | None = None
         self._last_error: str | None = None
-        self._thread = threading.Thread(target=self._loop, name="supervise-cluster-writer",
-                                        daemon=True)  # fmt: skip
+        self._thread = threading.Thread(
+            target=self._loop, name="supervise-cluster-writer", daemon=True
+        )
 
     def start(self) -> None:
         """Start the thread (the first heartbeat is written at once)."""
@@ -228,8 +229,12 @@ class Writer:
                 continue
             self._save_outbox()
             if stopping:
-                log.error("cluster: %d transition(s) kept in %s for the next start: %s",
-                          len(self._pending), self.outbox, self._last_error)  # fmt: skip
+                log.error(
+                    "cluster: %d transition(s) kept in %s for the next start: %s",
+                    len(self._pending),
+                    self.outbox,
+                    self._last_error,
+                )
                 return
             time.sleep(RETRY_EVERY)  # the writer's own thread: nothing else waits
         if self._conn is not None:
@@ -266,22 +271,41 @@ class Writer:
             while self._pending:
                 item = self._pending[0]
                 with conn.transaction():
-                    row = (item.state, item.session_id, item.started_at, item.finished_at,
-                           item.exit_code, item.retry_count, item.failure_reason, item.verdict,
-                           item.error, item.task_id, self.host_id, item.generation)  # fmt: skip
+                    row = (
+                        item.state,
+                        item.session_id,
+                        item.started_at,
+                        item.finished_at,
+                        item.exit_code,
+                        item.retry_count,
+                        item.failure_reason,
+                        item.verdict,
+                        item.error,
+                        item.task_id,
+                        self.host_id,
+                        item.generation,
+                    )
                     mine = conn.execute(_UPDATE, row).rowcount > 0
                     if mine or item.state == "superseded":
                         conn.execute(
                             "INSERT INTO supervise_events (transition_id, task_id, host_id, "
                             "generation, event, state) VALUES (%s, %s, %s, %s, %s, %s) "
                             "ON CONFLICT (transition_id) DO NOTHING",
-                            (item.id, item.task_id, self.host_id, item.generation, item.event,
-                             item.state),
-                        )  # fmt: skip
+                            (
+                                item.id,
+                                item.task_id,
+                                self.host_id,
+                                item.generation,
+                                item.event,
+                                item.state,
+                            ),
+                        )
                 self._pending.popleft()
                 if not mine and self.on_lost is not None:
-                    self.on_lost(item.task_id, "its row no longer names this host and "
-                                 f"generation {item.generation}")  # fmt: skip
+                    self.on_lost(
+                        item.task_id,
+                        f"its row no longer names this host and generation {item.generation}",
+                    )
             if beat:
                 self._beat(conn)
             if stopping and not self._pending:

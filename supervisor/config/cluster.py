@@ -137,10 +137,11 @@ def host_ignored(task_file: object, host: str, profile_path: object) -> str:
     """The warning for a task naming ``host`` under a profile without ``[cluster]``: the
     key is ignored and the task runs on the engine whose spool it is in (a single host has
     no other host to send it to; refusing it would lose a task that can run)."""
-    return (f"warning: {task_file}: key 'host' = {host!r} is ignored: {profile_path} has no "
-            "[cluster] table, so the task runs on the engine whose spool folder it is in; "
-            "remove the key, or submit it with a [cluster] profile to pin it to a host"
-            )  # fmt: skip
+    return (
+        f"warning: {task_file}: key 'host' = {host!r} is ignored: {profile_path} has no "
+        "[cluster] table, so the task runs on the engine whose spool folder it is in; "
+        "remove the key, or submit it with a [cluster] profile to pin it to a host"
+    )
 
 
 def spool_claim_warnings(profile: LoadedProfile, host: str | None, shown: Path) -> list[str]:
@@ -160,11 +161,14 @@ def spool_claim_warnings(profile: LoadedProfile, host: str | None, shown: Path) 
     out = []
     if str(profile.path) not in _SPOOL_NOTED:
         _SPOOL_NOTED.add(str(profile.path))
-        out.append(f"{profile.spool_dir}: task files dropped in the spool folder of cluster "
-                   f"host {cluster.host_id} run on this host only and are not in the fleet's "
-                   "database (use 'supervise submit' to reach the fleet); said once")  # fmt: skip
+        out.append(
+            f"{profile.spool_dir}: task files dropped in the spool folder of cluster "
+            f"host {cluster.host_id} run on this host only and are not in the fleet's "
+            "database (use 'supervise submit' to reach the fleet); said once"
+        )
     if host and host != cluster.host_id:
-        out.append(f"warning: {shown}: key 'host' = {host!r} is ignored for a spool file: it "
-                   f"runs on this host ({cluster.host_id}); 'supervise submit' pins it"
-                   )  # fmt: skip
+        out.append(
+            f"warning: {shown}: key 'host' = {host!r} is ignored for a spool file: it "
+            f"runs on this host ({cluster.host_id}); 'supervise submit' pins it"
+        )
     return out

@@ -64,8 +64,9 @@ def effective_workspace(profile: WorkspaceSpec, task: WorkspaceSpec | None) -> W
         return profile.model_copy(deep=True)
     merged = profile.model_dump()
     merged.update({key: getattr(task, key) for key in task.model_fields_set})
-    return WorkspaceSpec.model_validate({("copy" if k == "copy_paths" else k): v
-                                         for k, v in merged.items()})  # fmt: skip
+    return WorkspaceSpec.model_validate(
+        {("copy" if k == "copy_paths" else k): v for k, v in merged.items()}
+    )
 
 
 def workspace_rows(

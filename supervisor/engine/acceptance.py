@@ -98,8 +98,10 @@ def summary(result_text: str | None, accepted: dict[str, Any] | None, why: str) 
     if accepted is not None:
         verdict = "passed" if accepted.get("passed") else "failed"
         tail = " ".join(str(accepted.get("output_tail") or "").split()[-60:])
-        parts.append(f"Acceptance {verdict} (exit {accepted.get('exit_code')})" +
-                     (f": {tail}" if tail else "."))  # fmt: skip
+        parts.append(
+            f"Acceptance {verdict} (exit {accepted.get('exit_code')})"
+            + (f": {tail}" if tail else ".")
+        )
     if not parts or why:
         parts.append(f"Ended: {why}" if why else "")
     return " ".join(p for p in parts if p).strip()

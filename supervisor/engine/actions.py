@@ -156,8 +156,12 @@ class Actions:
                     **({"verdict": state.verdict} if finished else {}),
                 )
         except OSError as exc:
-            log.error("%s: cannot append to %s: %s; decision held", task.task_id,
-                      task.file("events.jsonl"), exc)  # fmt: skip
+            log.error(
+                "%s: cannot append to %s: %s; decision held",
+                task.task_id,
+                task.file("events.jsonl"),
+                exc,
+            )
             return False
         return True
 
@@ -194,8 +198,9 @@ class Actions:
                     self._act(runtime, action, now)
         except TmuxError as exc:
             retry = runtime.policy.base_interval
-            log.error("%s: %s; '%s' carried on in %g s", runtime.task.task_id, exc,
-                      decision.reason, retry)  # fmt: skip
+            log.error(
+                "%s: %s; '%s' carried on in %g s", runtime.task.task_id, exc, decision.reason, retry
+            )
             again = functools.partial(self._perform, runtime, decision, now, applied)
             runtime.pending = functools.partial(again, actions[index:])
             return Outcome(next_check=retry, resumed=resumed)
@@ -289,14 +294,19 @@ class Actions:
                 change, durable=not quiet, fallback=runtime.manifest
             )
         except OSError as exc:
-            log.error("%s: cannot write %s: %s; the previous manifest is intact",
-                      task.task_id, task.file("manifest.json"), exc)  # fmt: skip
+            log.error(
+                "%s: cannot write %s: %s; the previous manifest is intact",
+                task.task_id,
+                task.file("manifest.json"),
+                exc,
+            )
             if state.status in TERMINAL:  # keep watching so the final write is retried
                 runtime.state = previous
                 return Outcome(next_check=runtime.policy.base_interval)
         if previous.status != state.status:
-            log.info("%s: %s -> %s (%s)", task.task_id, previous.status, state.status,
-                     decision.reason)  # fmt: skip
+            log.info(
+                "%s: %s -> %s (%s)", task.task_id, previous.status, state.status, decision.reason
+            )
         for event in notified:  # each announced before the manifest was written
             self.notifications.submit(
                 task, runtime.policy, runtime.manifest.model_copy(), event, decision.reason
@@ -448,6 +458,10 @@ class Actions:
             launch.write_launch(self.profile, runtime, resume=True)
             return True
         except OSError as exc:
-            log.error("%s: cannot write %s: %s; the resume waits for the next check",
-                      runtime.task.task_id, runtime.task.file("launch.json"), exc)  # fmt: skip
+            log.error(
+                "%s: cannot write %s: %s; the resume waits for the next check",
+                runtime.task.task_id,
+                runtime.task.file("launch.json"),
+                exc,
+            )
             return False

@@ -124,8 +124,7 @@ class Claims:
             return None
         self._batch = None
         if batch.exception() is not None:
-            log.error("spool claim failed: %r; tried again at the next intake",
-                      batch.exception())  # fmt: skip
+            log.error("spool claim failed: %r; tried again at the next intake", batch.exception())
             return None
         return batch.result()
 
@@ -211,8 +210,12 @@ class SpoolIntake:
             copy = spec.model_copy(deep=True)
             resolved = resolve_task(copy, self.profile, base, self.profile.path)
             task = TaskDir(folder)
-            spool.materialize(task, resolved, source=f"{self.profile.path} [[tasks]]",
-                              state_dir=self.profile.state_dir)  # fmt: skip
+            spool.materialize(
+                task,
+                resolved,
+                source=f"{self.profile.path} [[tasks]]",
+                state_dir=self.profile.state_dir,
+            )
             made.append((task, resolved))
         atomic_write(marker, utc_iso().encode())
         return made

@@ -166,8 +166,7 @@ def start(
     except TmuxTimeout:
         # tmux may still create the session: watch the task (the policy calls a session
         # that never shows up lost and resumes it), never start the agent twice.
-        log.warning("%s: tmux did not answer while creating the session; watching it",
-                    task.task_id)  # fmt: skip
+        log.warning("%s: tmux did not answer while creating the session; watching it", task.task_id)
         sessions.forget()
     except TmuxError as exc:
         try:
@@ -213,8 +212,12 @@ def record_launch(runtime: Runtime, started: policy.Decision, now: float) -> Non
     try:
         runtime.manifest = task.update_manifest(change, fallback=runtime.manifest)
     except OSError as exc:
-        log.error("%s: cannot write %s: %s; the next check writes it again",
-                  task.task_id, task.file("manifest.json"), exc)  # fmt: skip
+        log.error(
+            "%s: cannot write %s: %s; the next check writes it again",
+            task.task_id,
+            task.file("manifest.json"),
+            exc,
+        )
 
 
 def respawn(

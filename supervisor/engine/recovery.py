@@ -187,14 +187,21 @@ def _adopt_damaged(profile: LoadedProfile, task: TaskDir, why: str) -> Found | N
     except (OSError, ValueError, ConfigError):
         manifest = None
     if manifest is None:
-        log.error("%s: %s, and its event log cannot restore it exactly; left as it is "
-                  "(not run again; 'supervise status' shows it damaged)",
-                  task.task_id, why)  # fmt: skip
+        log.error(
+            "%s: %s, and its event log cannot restore it exactly; left as it is "
+            "(not run again; 'supervise status' shows it damaged)",
+            task.task_id,
+            why,
+        )
         return None
     kept = repair.set_aside(task.file("manifest.json"))
     task.write_manifest(manifest)
-    task.append_event("manifest_repaired", status=manifest.status, damage=why,
-                      damaged_copy=str(kept) if kept else None)  # fmt: skip
+    task.append_event(
+        "manifest_repaired",
+        status=manifest.status,
+        damage=why,
+        damaged_copy=str(kept) if kept else None,
+    )
     log.warning("%s: %s; rebuilt from events.jsonl (%s)", task.task_id, why, manifest.status)
     return Requeued(task) if manifest.status == "queued" else None
 

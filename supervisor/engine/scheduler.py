@@ -147,8 +147,11 @@ class Engine(Kicks):
             guard.done()
 
     def _run_locked(self, guard: shutdown.StopGuard) -> int:
-        log.info(stats.start_line(self.profile.path, self.profile.state_dir,
-                                  self.profile.socket_name, os.getpid()))  # fmt: skip
+        log.info(
+            stats.start_line(
+                self.profile.path, self.profile.state_dir, self.profile.socket_name, os.getpid()
+            )
+        )
         self.write_stats()  # the heartbeat exists from the start (supervisor.views.model)
         self.scheduler.add_listener(
             lambda event: stats.count_job_event(self.stats, event), stats.JOB_EVENTS
@@ -190,8 +193,9 @@ class Engine(Kicks):
             self.adopt()
             followups.recover(self)  # follow-ups a killed engine left half taken
         except TmuxError as exc:  # nothing adopted yet: launching now could start twice
-            log.error("tmux did not answer while adopting (%s); trying again in %g s",
-                      exc, ADOPT_RETRY)  # fmt: skip
+            log.error(
+                "tmux did not answer while adopting (%s); trying again in %g s", exc, ADOPT_RETRY
+            )
             when = datetime.fromtimestamp(time.time() + ADOPT_RETRY, UTC)
             self.scheduler.add_job(self._startup, id="startup", next_run_time=when)
             return
@@ -217,10 +221,19 @@ class Engine(Kicks):
     # ------------------------------------------------------------------ stats
     def write_stats(self) -> None:
         """``state_dir/engine-stats.json`` (:mod:`supervisor.engine.stats`)."""
-        identity = {"version": stats.version(), "profile": str(self.profile.path),
-                    "socket": self.profile.socket_name}  # fmt: skip
-        stats.write(self.profile.state_dir, self._started, len(self.live), len(self.queue),
-                    self.stats, identity)  # fmt: skip
+        identity = {
+            "version": stats.version(),
+            "profile": str(self.profile.path),
+            "socket": self.profile.socket_name,
+        }
+        stats.write(
+            self.profile.state_dir,
+            self._started,
+            len(self.live),
+            len(self.queue),
+            self.stats,
+            identity,
+        )
         self._stats_written = time.monotonic()
 
     # ------------------------------------------------------------------ intake
@@ -423,8 +436,12 @@ class Engine(Kicks):
         try:
             self._decide_and_apply(runtime)
         except TmuxError as exc:
-            log.error("%s: check cut short: %s; looked at again in %g s", task_id, exc,
-                      runtime.policy.base_interval)  # fmt: skip
+            log.error(
+                "%s: check cut short: %s; looked at again in %g s",
+                task_id,
+                exc,
+                runtime.policy.base_interval,
+            )
             if task_id in self.live and runtime.stopping is None:
                 self._schedule_check(runtime, runtime.policy.base_interval)
 

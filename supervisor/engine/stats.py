@@ -26,8 +26,17 @@ from apscheduler.events import (
 from supervisor.taskdir.folder import atomic_write, utc_iso
 
 #: Counter names, in the order ``engine-stats.json`` lists them.
-COUNTERS = ("checks", "claimed", "rejected", "launched", "resumed", "finished",
-            "jobs_missed", "jobs_max_instances", "jobs_failed")  # fmt: skip
+COUNTERS = (
+    "checks",
+    "claimed",
+    "rejected",
+    "launched",
+    "resumed",
+    "finished",
+    "jobs_missed",
+    "jobs_max_instances",
+    "jobs_failed",
+)
 #: The APScheduler events :func:`count_job_event` listens to.
 JOB_EVENTS = EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES | EVENT_JOB_ERROR
 _JOB_EVENT_KEYS = {
@@ -93,5 +102,7 @@ def start_line(profile_path: Path | str, state_dir: Path, socket: str, pid: int)
     (the version: :func:`version`, else ``supervisor.__version__`` in a bare checkout)."""
     from supervisor import __version__
 
-    return (f"supervise {version() or __version__} started: profile {profile_path}, "
-            f"state dir {state_dir}, tmux socket {socket}, pid {pid}")  # fmt: skip
+    return (
+        f"supervise {version() or __version__} started: profile {profile_path}, "
+        f"state dir {state_dir}, tmux socket {socket}, pid {pid}"
+    )

@@ -67,12 +67,19 @@ class Preparer:
             return self.cancel.is_set() or "stop" in runtime.requests
 
         try:
-            lifecycle.prepare(task, report, runtime.resolved.workspace,
-                              Path(runtime.manifest.project_dir), cancelled)  # fmt: skip
+            lifecycle.prepare(
+                task,
+                report,
+                runtime.resolved.workspace,
+                Path(runtime.manifest.project_dir),
+                cancelled,
+            )
         except InterruptedError:
             if self.cancel.is_set():
-                log.info("%s: workspace setup ended (supervise stops); prepared again on "
-                         "start", task.task_id)  # fmt: skip
+                log.info(
+                    "%s: workspace setup ended (supervise stops); prepared again on start",
+                    task.task_id,
+                )
                 return
             if lifecycle.made_worktree(task):  # stopped by the operator: nothing to keep
                 assert report.repository is not None
@@ -127,8 +134,9 @@ def finish(runtime: Runtime) -> None:
     assert report is not None
     message = lifecycle.commit_message(task.task_id, manifest.task_name, manifest.session_id)
     try:
-        done = lifecycle.finish(report, runtime.resolved.workspace,
-                                Path(manifest.project_dir), message)  # fmt: skip
+        done = lifecycle.finish(
+            report, runtime.resolved.workspace, Path(manifest.project_dir), message
+        )
     except GitError as exc:
         log.error("%s: cannot finish its worktree: %s", task.task_id, exc)
         return
@@ -137,10 +145,15 @@ def finish(runtime: Runtime) -> None:
         m.workspace = done
 
     runtime.manifest = task.update_manifest(change, fallback=manifest)
-    task.append_event("workspace_finished", status=runtime.state.status,
-                      head_commit=done.head_commit, files_changed=done.files_changed,
-                      insertions=done.insertions, deletions=done.deletions,
-                      uncommitted=done.uncommitted)  # fmt: skip
+    task.append_event(
+        "workspace_finished",
+        status=runtime.state.status,
+        head_commit=done.head_commit,
+        files_changed=done.files_changed,
+        insertions=done.insertions,
+        deletions=done.deletions,
+        uncommitted=done.uncommitted,
+    )
 
 
 def _folder(runtime: Runtime) -> str | None:
@@ -171,8 +184,9 @@ def share(runtime: Runtime, live: dict[str, Runtime]) -> None:
         return
     log.warning("%s: shares its folder %s with live task(s) %s", me, folder, ", ".join(peers))
     with contextlib.suppress(OSError):
-        runtime.task.append_event("shared_workspace", status=runtime.state.status,
-                                  path=folder, shared_with=peers)  # fmt: skip
+        runtime.task.append_event(
+            "shared_workspace", status=runtime.state.status, path=folder, shared_with=peers
+        )
     _set_shared(runtime, peers)
     for peer in peers:
         other = live[peer]

@@ -228,9 +228,13 @@ def abandon(state: TaskState, reason: str, why: str) -> Decision:
     else:
         verdict = "TIMEOUT" if reason == "deadline" else "ABANDONED"
     new = dataclasses.replace(
-        state, status="abandoned", abandon_reason=reason, resume_at=None, stale_since=None,
+        state,
+        status="abandoned",
+        abandon_reason=reason,
+        resume_at=None,
+        stale_since=None,
         verdict=verdict,
-    )  # fmt: skip
+    )
     return Decision(
         state=new,
         actions=(Action.STOP_AGENT, Action.FINISH, Action.CLEANUP, Action.NOTIFY),
@@ -253,9 +257,15 @@ def supersede(state: TaskState) -> Decision:
     resume: the task's outcome belongs to the newer generation. A copy still ``queued``
     has no agent: it only finishes."""
     new = dataclasses.replace(
-        state, status="superseded", verdict="ABANDONED", resume_at=None, stale_since=None,
-        gone_since=None, escalation=None, paused=False,
-    )  # fmt: skip
+        state,
+        status="superseded",
+        verdict="ABANDONED",
+        resume_at=None,
+        stale_since=None,
+        gone_since=None,
+        escalation=None,
+        paused=False,
+    )
     if state.status == "queued":
         actions: tuple[Action, ...] = (Action.FINISH,)
     else:

@@ -152,9 +152,15 @@ def _layer_done(state: TaskState, signals: Signals, policy: MonitorPolicy) -> De
         return None if signals.failure == TRANSIENT else on_failed_turn(state, signals, policy)
     if code == 0 and signals.has_acceptance:
         new = dataclasses.replace(
-            state, status="verifying", exit_code=0, stale_since=None, gone_since=None,
-            resume_at=None, escalation=None, paused=False,
-        )  # fmt: skip
+            state,
+            status="verifying",
+            exit_code=0,
+            stale_since=None,
+            gone_since=None,
+            resume_at=None,
+            escalation=None,
+            paused=False,
+        )
         return Decision(
             state=new,
             actions=(Action.CLEANUP, Action.ACCEPT),
@@ -165,10 +171,17 @@ def _layer_done(state: TaskState, signals: Signals, policy: MonitorPolicy) -> De
     status = "completed" if code == 0 else "failed"
     failure = None if code == 0 else (signals.failure or "exit_code")
     new = dataclasses.replace(
-        state, status=status, exit_code=code, stale_since=None, gone_since=None,
-        resume_at=None, escalation=None, paused=False,
-        verdict="PASS" if code == 0 else "FAIL", failure_reason=failure,
-    )  # fmt: skip
+        state,
+        status=status,
+        exit_code=code,
+        stale_since=None,
+        gone_since=None,
+        resume_at=None,
+        escalation=None,
+        paused=False,
+        verdict="PASS" if code == 0 else "FAIL",
+        failure_reason=failure,
+    )
     named = failure is not None and failure != "exit_code"
     why = f"done-file with exit code {code}" + (f"; failure reason: {failure}" if named else "")
     if failure == "launch" and signals.launch_error:  # the cause, not only output_tail's
@@ -227,9 +240,12 @@ def _agent_facts(state: TaskState, signals: Signals, policy: MonitorPolicy) -> D
         return failed
     if state.status == "running" and signals.escalate:
         new = dataclasses.replace(
-            state, status="escalated", escalation=signals.escalate,
-            paused=signals.escalate_pause, stale_since=None,
-        )  # fmt: skip
+            state,
+            status="escalated",
+            escalation=signals.escalate,
+            paused=signals.escalate_pause,
+            stale_since=None,
+        )
         return Decision(
             state=new,
             actions=(Action.PAUSE_AGENT, Action.NOTIFY) if new.paused else (Action.NOTIFY,),

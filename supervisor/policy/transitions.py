@@ -58,10 +58,17 @@ def launch_failed(
     with the verdict ``FAIL`` at ``now`` (its deadline counted from then); no agent ever
     ran, so there is nothing to stop or retry, and no ``launched_at``."""
     new = dataclasses.replace(
-        state, status="failed", failure_reason=failure_reason, verdict="FAIL", exit_code=None,
-        launched_at=None, stale_since=None, gone_since=None, resume_at=None,
+        state,
+        status="failed",
+        failure_reason=failure_reason,
+        verdict="FAIL",
+        exit_code=None,
+        launched_at=None,
+        stale_since=None,
+        gone_since=None,
+        resume_at=None,
         started_at=state.started_at if state.started_at is not None else now,
-    )  # fmt: skip
+    )
     what = "tmux could not start the session" if failure_reason == "launch" else failure_reason
     decision = Decision(
         state=new,
@@ -123,8 +130,10 @@ def escalation_state(manifest: Manifest, status: str) -> dict[str, Any]:
     record = manifest.escalation if status == "escalated" else None
     if not record:
         return {"escalation": None, "paused": False}
-    return {"escalation": str(record.get("reason") or "escalated"),
-            "paused": bool(record.get("paused"))}  # fmt: skip
+    return {
+        "escalation": str(record.get("reason") or "escalated"),
+        "paused": bool(record.get("paused")),
+    }
 
 
 def adopted(

@@ -52,8 +52,11 @@ def ask(state_dir: Path, task_id: str, verb: str, engine_running: bool) -> Outco
     path = control.request(state_dir, task_id, verb)
     if engine_running:
         return Outcome(True, f"requested '{verb}' for {task_id}", path)
-    return Outcome(True, f"queued '{verb}' for {task_id}; no engine runs, so it happens when "
-                         "'supervise run' starts", path)  # fmt: skip
+    return Outcome(
+        True,
+        f"queued '{verb}' for {task_id}; no engine runs, so it happens when 'supervise run' starts",
+        path,
+    )
 
 
 def attach_argv(socket: str, session: str) -> list[str]:
@@ -91,8 +94,14 @@ def confirm_text(task: Task, verb: str) -> str:
         tool = escape_controls(task.escalation.get("tool") or "-")
         subject = escape_controls(task.escalation.get("subject") or "-")
         reason = escape_controls(task.escalation.get("reason") or "-")
-        return (f"{verb.capitalize()} what {name} ({task.task_id}) waits for?\n\n"
-                f"tool:    {tool}\nsubject: {subject}\nreason:  {reason}")  # fmt: skip
-    what = {"stop": "Stop (abandon, reason 'stopped')", "resume": "Resume now",
-            "approve": "Approve", "deny": "Deny"}[verb]  # fmt: skip
+        return (
+            f"{verb.capitalize()} what {name} ({task.task_id}) waits for?\n\n"
+            f"tool:    {tool}\nsubject: {subject}\nreason:  {reason}"
+        )
+    what = {
+        "stop": "Stop (abandon, reason 'stopped')",
+        "resume": "Resume now",
+        "approve": "Approve",
+        "deny": "Deny",
+    }[verb]
     return f"{what}: {name} ({task.task_id}), now {task.status}?"

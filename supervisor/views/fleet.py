@@ -81,15 +81,29 @@ class Fleet:
     total: int = 0
 
 
-def group_by_host(local_host: str, host_rows: list[dict[str, Any]],
-                  task_rows: list[dict[str, Any]], total: int) -> Fleet:  # fmt: skip
+def group_by_host(
+    local_host: str, host_rows: list[dict[str, Any]], task_rows: list[dict[str, Any]], total: int
+) -> Fleet:
     """The fleet from the rows of :data:`_HOSTS` and :data:`_TASKS` (no I/O): each task
     under its ``owner_host`` (a host without a row is added as ``unknown``), the local host
     first, then by host id; tasks without an owner in ``unclaimed``."""
-    hosts = {r["host_id"]: FleetHost(**{k: r.get(k) for k in
-                                        ("host_id", "state", "age_s", "capacity", "running",
-                                         "version", "last_error")})
-             for r in host_rows}  # fmt: skip
+    hosts = {
+        r["host_id"]: FleetHost(
+            **{
+                k: r.get(k)
+                for k in (
+                    "host_id",
+                    "state",
+                    "age_s",
+                    "capacity",
+                    "running",
+                    "version",
+                    "last_error",
+                )
+            }
+        )
+        for r in host_rows
+    }
     unclaimed = []
     for task in task_rows:
         owner = task.get("owner_host")
@@ -122,8 +136,10 @@ def read(dsn: str, local_host: str) -> Fleet:
     except ClusterError as exc:
         return Fleet(local_host, error=str(exc))
     except psycopg.errors.UndefinedTable:
-        return Fleet(local_host, error="the cluster database has no supervise tables; run "
-                                       "'supervise cluster init'")  # fmt: skip
+        return Fleet(
+            local_host,
+            error="the cluster database has no supervise tables; run 'supervise cluster init'",
+        )
     except psycopg.Error as exc:
         return Fleet(local_host, error=f"cannot read the fleet: {one_line(exc)}")
     return group_by_host(local_host, host_rows, task_rows, int(total[0]) if total else 0)
@@ -139,8 +155,13 @@ class FleetCache:
         every: seconds between reads (:data:`FLEET_S`).
     """
 
-    def __init__(self, local_host: str, reader: Callable[[], Fleet] | None,
-                 error: str | None = None, every: float = FLEET_S) -> None:  # fmt: skip
+    def __init__(
+        self,
+        local_host: str,
+        reader: Callable[[], Fleet] | None,
+        error: str | None = None,
+        every: float = FLEET_S,
+    ) -> None:
         self.reader, self.every = reader, every
         self.fleet = Fleet(local_host, error=error)
         self.version = 0
@@ -155,8 +176,9 @@ class FleetCache:
             due = self.reader is not None and not self._busy
             if due and time.monotonic() - self._read_at >= self.every:
                 self._busy = True
-                threading.Thread(target=self._refresh, name="supervise-serve-fleet",
-                                 daemon=True).start()  # fmt: skip
+                threading.Thread(
+                    target=self._refresh, name="supervise-serve-fleet", daemon=True
+                ).start()
             return self.fleet
 
     def key(self) -> int:

@@ -58,11 +58,32 @@ from supervisor.views.sources import (
 
 #: The model's API; the names from :mod:`.sources` are part of it.
 __all__ = [
-    "GROUPS", "GROUP_OF", "HEARTBEAT", "SORTS", "STALE_AFTER", "Engine", "Reader",
-    "Snapshot", "SpoolFile", "Task", "duration", "engine_state", "epoch", "finish",
-    "lock_held", "pending_requests", "pid_alive", "read_json", "readable_last_line",
-    "snapshot", "sort_tasks", "spool_files", "status_since", "task_from_manifest", "totals",
-]  # fmt: skip
+    "GROUPS",
+    "GROUP_OF",
+    "HEARTBEAT",
+    "SORTS",
+    "STALE_AFTER",
+    "Engine",
+    "Reader",
+    "Snapshot",
+    "SpoolFile",
+    "Task",
+    "duration",
+    "engine_state",
+    "epoch",
+    "finish",
+    "lock_held",
+    "pending_requests",
+    "pid_alive",
+    "read_json",
+    "readable_last_line",
+    "snapshot",
+    "sort_tasks",
+    "spool_files",
+    "status_since",
+    "task_from_manifest",
+    "totals",
+]
 
 #: Bytes read from the end of ``events.jsonl`` (time in state).
 EVENTS_TAIL_BYTES = 16384
@@ -289,8 +310,9 @@ def task_from_manifest(m: dict[str, Any], folder: str, has_output: bool) -> Task
     return task
 
 
-def finish(task: Task, now: float, requests: list[str], started: float | None,
-           output_mtime: float | None) -> Task:  # fmt: skip
+def finish(
+    task: Task, now: float, requests: list[str], started: float | None, output_mtime: float | None
+) -> Task:
     """A copy of a cached :class:`Task` with its time-dependent fields computed for ``now``
     (epoch s): ``started`` (``started_at``, else ``created_at``) and ``output_mtime`` (of
     ``output.log``) are epochs or ``None``; ``requests`` the task's pending requests."""

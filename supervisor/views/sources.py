@@ -132,9 +132,14 @@ def engine_state(state_dir: Path, now: float | None = None) -> Engine:
     age = None if written is None else round(max(0.0, now - written), 1)
     fresh = age is not None and age <= STALE_AFTER
     pid = beat.get("pid") if isinstance(beat.get("pid"), int) else None
-    known = {"pid": pid, "version": _text(beat.get("version")),
-             "profile": _text(beat.get("profile")), "socket": _text(beat.get("socket")),
-             "heartbeat_age_s": age, "lock_held": held}  # fmt: skip
+    known = {
+        "pid": pid,
+        "version": _text(beat.get("version")),
+        "profile": _text(beat.get("profile")),
+        "socket": _text(beat.get("socket")),
+        "heartbeat_age_s": age,
+        "lock_held": held,
+    }
     uptime = None if started is None else round(max(0.0, now - started), 1)
     if held and fresh:
         return Engine("running", uptime_s=uptime, **known)

@@ -41,15 +41,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--snapshot", action="store_true", help="everything (engine, spool, tasks) as JSON"
     )
     parser.add_argument(
-        "--sort", choices=model.SORTS, default=None,
+        "--sort",
+        choices=model.SORTS,
+        default=None,
         help="order: group (the table's default), name, age (longest in state first), "
         "status, cost (highest first); --json defaults to task id",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--status", action="append", choices=STATUS_CHOICES, metavar="STATUS", dest="statuses",
+        "--status",
+        action="append",
+        choices=STATUS_CHOICES,
+        metavar="STATUS",
+        dest="statuses",
         help="only tasks with this status or in this group (repeatable): "
         + ", ".join(STATUS_CHOICES),
-    )  # fmt: skip
+    )
 
 
 def select(snap: model.Snapshot, statuses: list[str] | None, sort: str | None) -> list[model.Task]:
@@ -108,8 +114,9 @@ def table_row(task: model.Task) -> dict[str, Any]:
 
 def totals_line(snap: model.Snapshot) -> str:
     """``11 tasks: 1 needs you, 1 waiting, ...; cost $1.67``."""
-    parts = [f"{snap.totals[g]} {title.lower()}" for g, title in model.GROUPS.items()
-             if snap.totals[g]]  # fmt: skip
+    parts = [
+        f"{snap.totals[g]} {title.lower()}" for g, title in model.GROUPS.items() if snap.totals[g]
+    ]
     tokens = snap.totals.get("tokens")
     extra = f", {tokens:,} tokens" if tokens else ""
     cost = f"cost ${snap.totals['cost_usd']:.2f}{extra}"

@@ -53,8 +53,12 @@ def damaged_row(entry: os.DirEntry[str]) -> dict[str, Any] | None:
     reason = repair.damage(task)
     if reason is None:
         return None
-    return {"task_id": entry.name, "task_name": repair.spec_name(task),
-            "status": repair.DAMAGED, "damaged": reason}  # fmt: skip
+    return {
+        "task_id": entry.name,
+        "task_name": repair.spec_name(task),
+        "status": repair.DAMAGED,
+        "damaged": reason,
+    }
 
 
 def age(iso: str | None, now: float) -> float | None:

@@ -16,8 +16,7 @@ if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
 
 #: The line printed when Textual is missing.
-MISSING = ("supervise top needs the 'tui' extra (Textual): "
-           "pip install 'supervise-agents[tui]'")  # fmt: skip
+MISSING = "supervise top needs the 'tui' extra (Textual): pip install 'supervise-agents[tui]'"
 
 
 def register(sub: argparse._SubParsersAction, func: Callable[[argparse.Namespace], int]) -> None:

@@ -50,12 +50,16 @@ def details(task: model.Task | None) -> Text:
     if task is None:
         return Text("no task selected")
     safe = escape_controls
-    lines = [f"{task.task_id}  {task.status}  model {safe(task.model or '-')}  "
-             f"retries {task.retries}  age {model.duration(task.age_s)}"]  # fmt: skip
+    lines = [
+        f"{task.task_id}  {task.status}  model {safe(task.model or '-')}  "
+        f"retries {task.retries}  age {model.duration(task.age_s)}"
+    ]
     if task.escalation:
         e = task.escalation
-        lines.append(f"waits for: {safe(e.get('tool') or '-')} {safe(e.get('subject') or '')}"
-                     f"  ({safe(e.get('reason') or '-')})  y approve / n deny")  # fmt: skip
+        lines.append(
+            f"waits for: {safe(e.get('tool') or '-')} {safe(e.get('subject') or '')}"
+            f"  ({safe(e.get('reason') or '-')})  y approve / n deny"
+        )
     if task.resume_in_s is not None:
         lines.append(f"resumes in {model.duration(task.resume_in_s)}")
     if task.verdict or task.reason or task.damaged:
@@ -169,8 +173,12 @@ class TopApp(App[None]):
         self.query_one("#head", Static).update(self._head(snap, len(tasks)))
         self._show_details()
 
-    def _rebuild(self, table: DataTable[Text], order: list[tuple[str, str]],
-                 rows: dict[str, tuple[Text, ...]]) -> None:  # fmt: skip
+    def _rebuild(
+        self,
+        table: DataTable[Text],
+        order: list[tuple[str, str]],
+        rows: dict[str, tuple[Text, ...]],
+    ) -> None:
         selected = self.selected_id()
         table.clear()
         for task_id, _ in order:
@@ -262,8 +270,10 @@ class TopApp(App[None]):
         with self.suspend():
             done = subprocess.run(argv, check=False)
         if done.returncode != 0:
-            self.notify(f"no tmux session {task.task_id} on -L {self.socket} "
-                        f"(tmux exit {done.returncode})", severity="error")  # fmt: skip
+            self.notify(
+                f"no tmux session {task.task_id} on -L {self.socket} (tmux exit {done.returncode})",
+                severity="error",
+            )
 
     def action_tail(self) -> None:
         task = self.selected()

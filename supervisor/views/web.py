@@ -250,8 +250,7 @@ def run(app: Any, sock: socket.socket) -> None:
     it caught after its shutdown, which by default would end the process on the spot."""
     import uvicorn
 
-    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2,
-                            access_log=False)  # fmt: skip
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2, access_log=False)
     server = uvicorn.Server(config)
     previous = signal.signal(signal.SIGTERM, _stopped)
     try:

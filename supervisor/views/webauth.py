@@ -34,8 +34,10 @@ from supervisor.views.serve import is_loopback
 #: The cookie's name without its token-derived suffix (:func:`cookie_name`).
 COOKIE = "supervise_token"
 CSRF_HEADER = "x-csrf-token"
-_NEED_TOKEN = ("token required: open the URL with ?token=... that 'supervise serve' printed, "
-               "or send 'Authorization: Bearer T'")  # fmt: skip
+_NEED_TOKEN = (
+    "token required: open the URL with ?token=... that 'supervise serve' printed, "
+    "or send 'Authorization: Bearer T'"
+)
 
 
 @dataclass(frozen=True)
@@ -145,8 +147,10 @@ async def _reply(
     send: Any, status: int, text: str, extra: list[tuple[str, str]] | None = None
 ) -> None:
     body = (text + "\n").encode() if text else b""
-    headers = [(b"content-type", b"text/plain; charset=utf-8"),
-               (b"content-length", str(len(body)).encode())]  # fmt: skip
+    headers = [
+        (b"content-type", b"text/plain; charset=utf-8"),
+        (b"content-length", str(len(body)).encode()),
+    ]
     headers += [(k.encode(), v.encode("latin-1")) for k, v in extra or []]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

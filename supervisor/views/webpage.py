@@ -112,8 +112,10 @@ def _stat_key(path: str) -> tuple[int, int, int] | None:
 
 def task_fingerprint(folder: Path) -> tuple[Any, ...]:
     """What a task page's stream compares: its manifest, event log and output."""
-    return tuple(_stat_key(str(folder / name)) for name in
-                 ("manifest.json", "events.jsonl", "output.log", "output.log.1"))  # fmt: skip
+    return tuple(
+        _stat_key(str(folder / name))
+        for name in ("manifest.json", "events.jsonl", "output.log", "output.log.1")
+    )
 
 
 class Pages:
@@ -138,16 +140,18 @@ class Pages:
             return self.reader.snapshot()
 
     def _context(self) -> dict[str, Any]:
-        return {"actions": self.access.allow_actions, "csrf": self.access.csrf,
-                "profile": str(self.profile.path)}  # fmt: skip
+        return {
+            "actions": self.access.allow_actions,
+            "csrf": self.access.csrf,
+            "profile": str(self.profile.path),
+        }
 
     def board(self) -> str:
         """The board's HTML fragment (the fleet by host with ``[cluster]``, then this
         host's engine line, spool and groups of tasks)."""
         snap = self.snapshot()
         shown = None if self.fleet is None else self.fleet.get()
-        return self.env.get_template("board.html").render(snap=snap, fleet=shown,
-                                                          **self._context())  # fmt: skip
+        return self.env.get_template("board.html").render(snap=snap, fleet=shown, **self._context())
 
     def index(self, board_html: str) -> str:
         """The whole board page around ``board_html``."""
@@ -197,10 +201,11 @@ class Pages:
         if model.engine_state(self.profile.state_dir).state == "running":
             message = f"{verb} requested for {task_id}; the engine applies it on its next tick"
         else:
-            message = (f"{verb} queued for {task_id}; no engine runs, so it happens when "
-                       "'supervise run' starts")  # fmt: skip
-        return 202, {"requested": verb, "task_id": task_id, "file": str(path),
-                     "message": message}  # fmt: skip
+            message = (
+                f"{verb} queued for {task_id}; no engine runs, so it happens when "
+                "'supervise run' starts"
+            )
+        return 202, {"requested": verb, "task_id": task_id, "file": str(path), "message": message}
 
 
 def task_view(folder: Path) -> dict[str, Any]:
@@ -223,8 +228,14 @@ def task_view(folder: Path) -> dict[str, Any]:
     rows = []
     for event in events[-EVENT_LIMIT:]:
         rest = {k: v for k, v in event.items() if k not in ("ts", "event", "status")}
-        rows.append((event.get("ts"), event.get("event"), event.get("status"),
-                     json.dumps(rest, ensure_ascii=False) if rest else ""))  # fmt: skip
+        rows.append(
+            (
+                event.get("ts"),
+                event.get("event"),
+                event.get("status"),
+                json.dumps(rest, ensure_ascii=False) if rest else "",
+            )
+        )
     return {
         "task_id": task.task_id,
         "manifest": manifest,

@@ -57,9 +57,11 @@ def git_env() -> dict[str, str]:
 
 
 def run_git_bytes(
-    args: Sequence[str], cwd: Path | str, timeout: float = GIT_TIMEOUT,
+    args: Sequence[str],
+    cwd: Path | str,
+    timeout: float = GIT_TIMEOUT,
     ok: tuple[int, ...] | None = (0,),
-) -> subprocess.CompletedProcess[bytes]:  # fmt: skip
+) -> subprocess.CompletedProcess[bytes]:
     """Run ``git ARGS`` in ``cwd``; stdout and stderr stay bytes (file names and diffs need
     not be UTF-8, and a diff written to a file must be git's own bytes).
 
@@ -159,8 +161,11 @@ def commit_of(repo: Path | str, ref: str) -> str | None:
     Raises:
         GitError: git timed out or could not run.
     """
-    done = run_git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"],
-                   repo, check=False)  # fmt: skip
+    done = run_git(
+        ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"],
+        repo,
+        check=False,
+    )
     value = done.stdout.strip()
     return value if done.returncode == 0 and value else None
 

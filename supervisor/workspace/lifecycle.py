@@ -188,15 +188,21 @@ def needs_prepare(report: WorkspaceReport | None, task: TaskDir) -> bool:
 def _why_no_base(report: WorkspaceReport, project_dir: Path) -> str | None:
     """Why the worktree cannot be made from what :func:`resolve` found, or ``None``."""
     if report.repository is None:
-        return (f"project_dir {project_dir} is not in a git repository; set [workspace] "
-                'mode = "shared" to run there')  # fmt: skip
+        return (
+            f"project_dir {project_dir} is not in a git repository; set [workspace] "
+            'mode = "shared" to run there'
+        )
     if report.base_commit is not None:
         return None
     if report.base is None:
-        return (f"HEAD of {report.repository} is detached (no branch checked out); set "
-                "[workspace] base to a branch or commit, or check out a branch")  # fmt: skip
-    return (f"base {report.base!r} names no commit in {report.repository} (a missing ref, or "
-            "a repository without a commit yet); commit first or set [workspace] base")  # fmt: skip
+        return (
+            f"HEAD of {report.repository} is detached (no branch checked out); set "
+            "[workspace] base to a branch or commit, or check out a branch"
+        )
+    return (
+        f"base {report.base!r} names no commit in {report.repository} (a missing ref, or "
+        "a repository without a commit yet); commit first or set [workspace] base"
+    )
 
 
 def prepare(
@@ -236,8 +242,9 @@ def prepare(
     try:
         created = _add_worktree(task, report, spec, ours) or ours
         if spec.submodules and (path / ".gitmodules").exists():
-            git.run_git(["submodule", "update", "--init", "--recursive"], path,
-                        timeout=spec.setup_timeout)  # fmt: skip
+            git.run_git(
+                ["submodule", "update", "--init", "--recursive"], path, timeout=spec.setup_timeout
+            )
         _copy(project_dir, agent_dir(report, project_dir), spec.copy_paths, task)
         if spec.setup:
             _setup(task, agent_dir(report, project_dir), spec, cancelled)
@@ -246,8 +253,9 @@ def prepare(
     except (GitError, OSError, WorkspaceError) as exc:
         remove(repo, path, branch if created else None)
         raise WorkspaceError(_one_line(exc)) from None
-    task.append_event(READY, status="queued", path=str(path), branch=branch,
-                      base_commit=report.base_commit)  # fmt: skip
+    task.append_event(
+        READY, status="queued", path=str(path), branch=branch, base_commit=report.base_commit
+    )
     return report
 
 
@@ -276,13 +284,16 @@ def _add_worktree(task: TaskDir, report: WorkspaceReport, spec: WorkspaceSpec, o
     has_branch = git.branch_exists(repo, branch)
     if not ours:
         if has_branch:
-            raise WorkspaceError(f"branch {branch!r} already exists in {repo}; delete it or "
-                                 "set another [workspace] branch template")  # fmt: skip
+            raise WorkspaceError(
+                f"branch {branch!r} already exists in {repo}; delete it or "
+                "set another [workspace] branch template"
+            )
         if os.path.lexists(path) or real in known:
             raise WorkspaceError(f"worktree path {path} already exists; remove it first")
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    task.append_event(PREPARING, status="queued", path=str(path), branch=branch,
-                      base_commit=report.base_commit)  # fmt: skip
+    task.append_event(
+        PREPARING, status="queued", path=str(path), branch=branch, base_commit=report.base_commit
+    )
     if ours:  # a half-made worktree of ours: start it again
         if real in known or path.exists():
             remove(repo, path, None)
@@ -291,8 +302,11 @@ def _add_worktree(task: TaskDir, report: WorkspaceReport, spec: WorkspaceSpec, o
             return False
     assert report.base_commit is not None
     try:
-        git.run_git(["worktree", "add", "-b", branch, str(path), report.base_commit], repo,
-                    timeout=spec.setup_timeout)  # fmt: skip
+        git.run_git(
+            ["worktree", "add", "-b", branch, str(path), report.base_commit],
+            repo,
+            timeout=spec.setup_timeout,
+        )
     except GitError:
         # git makes the branch before the checkout (which may then fail, e.g. on ENOSPC)
         # and leaves it; it did not exist before this call, so it is ours to delete
@@ -329,8 +343,9 @@ def _copy(project_dir: Path, target: Path, paths: list[str], task: TaskDir) -> N
     for name in paths:
         source = Path(os.path.realpath(base / name))
         if Path(name).is_absolute() or not source.is_relative_to(base):
-            raise WorkspaceError(f"copy path {name!r} leaves project_dir {project_dir}; "
-                                 "give paths inside it")  # fmt: skip
+            raise WorkspaceError(
+                f"copy path {name!r} leaves project_dir {project_dir}; give paths inside it"
+            )
         destination = target / source.relative_to(base)
         if not source.exists():
             _log(task, f"workspace: copy: {name} not found in {project_dir}; skipped")
@@ -360,8 +375,12 @@ def _setup(
     """
     assert spec.setup is not None
     _log(task, f"workspace: setup: {' '.join(spec.setup)} (in {cwd})")
-    env = {**os.environ, "SUPERVISE_TASK_ID": task.task_id, "SUPERVISE_TASK_DIR": str(task.path),
-           "SUPERVISE_WORKSPACE": str(cwd)}  # fmt: skip
+    env = {
+        **os.environ,
+        "SUPERVISE_TASK_ID": task.task_id,
+        "SUPERVISE_TASK_DIR": str(task.path),
+        "SUPERVISE_WORKSPACE": str(cwd),
+    }
     with open(task.file("output.log"), "ab", buffering=0) as out:
         # Nothing kept in memory (cap 0): the log gets the first SETUP_LOG_BYTES as they come.
         sink = children.Capture(0, sink=out, sink_limit=SETUP_LOG_BYTES)

@@ -92,8 +92,9 @@ def _age_s(task: TaskDir, finished_at: str | None, now: float) -> float:
     return now - ended
 
 
-def _merged_reason(task: TaskDir, repo: Path, branch: str, base: str | None, head: str,
-                   base_commit: str) -> str | None:  # fmt: skip
+def _merged_reason(
+    task: TaskDir, repo: Path, branch: str, base: str | None, head: str, base_commit: str
+) -> str | None:
     """Why the branch's work is safe without it, or ``None`` when it is not."""
     if count_commits(repo, base_commit, head) == 0:
         return "no commits beyond its base commit"
@@ -113,8 +114,13 @@ def _judge(task: TaskDir, force: bool, older_than: float | None, now: float) -> 
     except (OSError, ValueError):
         return None
     ws = manifest.workspace
-    if (manifest.status not in TERMINAL or ws is None or ws.mode != "worktree" or ws.removed
-            or not (ws.repository and ws.branch and ws.base_commit)):  # fmt: skip
+    if (
+        manifest.status not in TERMINAL
+        or ws is None
+        or ws.mode != "worktree"
+        or ws.removed
+        or not (ws.repository and ws.branch and ws.base_commit)
+    ):
         return None
     if manifest.failure_reason == FailureReason.WORKSPACE:
         return None  # no worktree was made (or it was removed): a same-named branch is not ours
@@ -129,8 +135,11 @@ def _judge(task: TaskDir, force: bool, older_than: float | None, now: float) -> 
         return item
     head = commit_of(repo, f"refs/heads/{ws.branch}")
     dirty = dirty_paths(path) if path.is_dir() else []
-    merged = _merged_reason(task, repo, ws.branch, ws.base, head, ws.base_commit) if head else (
-        "branch already deleted")  # fmt: skip
+    merged = (
+        _merged_reason(task, repo, ws.branch, ws.base, head, ws.base_commit)
+        if head
+        else ("branch already deleted")
+    )
     if dirty and not force:
         item.reason = f"uncommitted changes ({len(dirty)} paths); --force removes them"
     elif merged is None and not force:
@@ -148,8 +157,9 @@ def _judge(task: TaskDir, force: bool, older_than: float | None, now: float) -> 
     return item
 
 
-def _orphans(tasks_dir: Path, root: Path, prefix: str, known: set[Path],
-             repos: set[Path]) -> list[PruneItem]:  # fmt: skip
+def _orphans(
+    tasks_dir: Path, root: Path, prefix: str, known: set[Path], repos: set[Path]
+) -> list[PruneItem]:
     """Worktrees no task folder accounts for (see the module docstring)."""
     found: list[PruneItem] = []
     seen: set[Path] = set()
@@ -166,8 +176,16 @@ def _orphans(tasks_dir: Path, root: Path, prefix: str, known: set[Path],
                 continue  # its task folder is there (a worktree still being prepared)
             seen.add(tree.path)
             gone = "; its folder is gone too" if tree.prunable else ""
-            found.append(PruneItem(task_id, "orphan", f"task folder gone{gone}",
-                                   str(tree.path), tree.branch, str(repo)))  # fmt: skip
+            found.append(
+                PruneItem(
+                    task_id,
+                    "orphan",
+                    f"task folder gone{gone}",
+                    str(tree.path),
+                    tree.branch,
+                    str(repo),
+                )
+            )
     try:
         entries = sorted(os.scandir(root), key=lambda e: e.name)
     except (FileNotFoundError, NotADirectoryError):
@@ -178,8 +196,11 @@ def _orphans(tasks_dir: Path, root: Path, prefix: str, known: set[Path],
             continue
         repository = _repository_of(path)
         if repository is not None:  # only linked worktrees: the root may hold other folders
-            found.append(PruneItem(entry.name, "orphan", "no task folder names it", str(path),
-                                   None, repository))  # fmt: skip
+            found.append(
+                PruneItem(
+                    entry.name, "orphan", "no task folder names it", str(path), None, repository
+                )
+            )
     return found
 
 
@@ -293,6 +314,11 @@ def _remove(item: PruneItem, tasks_dir: Path) -> None:
     if item.delete_branch and item.branch:
         run_git(["branch", "-D", item.branch], repo)
     task = TaskDir(tasks_dir / item.task_id)
-    task.append_event("pruned", path=item.path, branch=item.branch,
-                      branch_deleted=item.delete_branch, reason=item.reason)  # fmt: skip
+    task.append_event(
+        "pruned",
+        path=item.path,
+        branch=item.branch,
+        branch_deleted=item.delete_branch,
+        reason=item.reason,
+    )
     mark_removed(task)

@@ -399,8 +399,10 @@ def discard_plan(ws: TaskWorkspace) -> DiscardPlan:
     listed = {w.path: w for w in worktrees(repo)}
     for tree in listed.values():
         if tree.branch == ws.branch and tree.path != path:
-            raise ReviewError(f"branch {ws.branch} is checked out in {tree.path}, not the task's "
-                              "worktree: check out another branch there first")  # fmt: skip
+            raise ReviewError(
+                f"branch {ws.branch} is checked out in {tree.path}, not the task's "
+                "worktree: check out another branch there first"
+            )
     entry = listed.get(path)
     if entry is not None and entry.branch not in (ws.branch, None):
         raise ReviewError(f"{path} holds branch {entry.branch}, not {ws.branch}: left alone")
@@ -447,9 +449,13 @@ def discard(ws: TaskWorkspace, plan: DiscardPlan) -> None:
     if plan.branch_commit is not None:
         run_git(["branch", "-D", ws.branch], repo)
     ws.task.append_event(
-        "discarded", branch=ws.branch, commit=plan.branch_commit, path=ws.report.path,
-        unmerged=plan.unmerged, dirty=plan.dirty,
-    )  # fmt: skip
+        "discarded",
+        branch=ws.branch,
+        commit=plan.branch_commit,
+        path=ws.report.path,
+        unmerged=plan.unmerged,
+        dirty=plan.dirty,
+    )
     mark_removed(ws.task)
 
 

@@ -386,9 +386,14 @@ class ClaudeAdapter(AgentAdapter):
             self.tools.ruled(approve, (self.escalation or {}).get("tool"))
         prompt, self.screen_pending = self.screen_pending, None
         permissions.answer_pending(
-            self.task, approve, self.pending_answer, self.escalation, prompt,
-            self.context.send_keys, By(by),
-        )  # fmt: skip
+            self.task,
+            approve,
+            self.pending_answer,
+            self.escalation,
+            prompt,
+            self.context.send_keys,
+            By(by),
+        )
         self.pending_answer = None
         self.escalation = None
 

@@ -164,16 +164,24 @@ def answer_pending(
     if prompt is not None:
         send_keys(Keys(tuple(prompt.approve_keys() if approve else prompt.deny_keys())))
         task.append_event(
-            "permission", tool=prompt.tool, subject=prompt.detail[:SUBJECT_CHARS],
-            decision=action, by=by, rule=None, source="screen",
-        )  # fmt: skip
+            "permission",
+            tool=prompt.tool,
+            subject=prompt.detail[:SUBJECT_CHARS],
+            decision=action,
+            by=by,
+            rule=None,
+            source="screen",
+        )
     if answer_path is not None:
         message = None if approve else _DENIED_BY.get(by, f"denied by supervise ({by})")
         signal = hooks.HookSignal(answer_path.with_suffix(".json"), "", 0.0, {})
         hooks.answer(signal, approval.hook_answer(action, message))
         hooks.archive(signal)
         task.append_event(
-            "permission", tool=(escalation or {}).get("tool"),
-            subject=(escalation or {}).get("subject"), decision=action, by=by,
+            "permission",
+            tool=(escalation or {}).get("tool"),
+            subject=(escalation or {}).get("subject"),
+            decision=action,
+            by=by,
             rule=None,
-        )  # fmt: skip
+        )
