@@ -15,21 +15,8 @@
 Layering: the scheduler is the only module that imports ``intake``, ``recovery``,
 ``observe`` and ``actions``; ``actions`` uses ``launch`` to respawn an agent; none imports
 the scheduler or calls back up. Each returns facts and the scheduler acts on them.
+
+Importing the package imports nothing: ``supervisor.engine.notify`` or
+``supervisor.engine.stopping`` loads only what it needs, never the scheduler. Start an
+engine with ``from supervisor.engine.scheduler import Engine, run_profile``.
 """
-
-from supervisor.engine.intake import Intake, SpoolIntake, UnsafeSpool, check_spool_permissions
-from supervisor.engine.launch import LaunchSpec, expand_argv
-from supervisor.engine.scheduler import Engine, run_profile
-from supervisor.statelock import EngineBusy
-
-__all__ = [
-    "Engine",
-    "EngineBusy",
-    "Intake",
-    "LaunchSpec",
-    "SpoolIntake",
-    "UnsafeSpool",
-    "check_spool_permissions",
-    "expand_argv",
-    "run_profile",
-]
