@@ -16,11 +16,11 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from supervisor import policy, turnmark
+from supervisor import policy
 from supervisor.cluster.lease import lease_for
 from supervisor.config import LoadedProfile
 from supervisor.config.argv import expand_placeholders
-from supervisor.engine import clock, projection
+from supervisor.engine import clock, projection, turnmark
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.panes import Sessions
 from supervisor.engine.runtime import Runtime
@@ -183,7 +183,7 @@ def start(
 
 
 def _mark_turn(runtime: Runtime) -> None:
-    """A follow-up's turn starts: its mark in ``output.log`` (:mod:`supervisor.turnmark`);
+    """A follow-up's turn starts: its mark in ``output.log`` (:mod:`supervisor.engine.turnmark`);
     a failed write is logged and the turn runs unmarked."""
     task_id, turn = runtime.task.task_id, runtime.manifest.turn
     try:
