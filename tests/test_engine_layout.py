@@ -86,3 +86,14 @@ def test_the_manifest_projection_has_one_owner() -> None:
                 if isinstance(target, ast.Attribute) and target.attr in PROJECTED:
                     found.append(f"{path.name}:{node.lineno}: .{target.attr}")
     assert found == []
+
+
+def test_the_architecture_map_names_every_engine_module() -> None:
+    """``docs/architecture.md``'s ``engine/`` table names each module of the package, and
+    no module that is not there."""
+    doc = (ENGINE.parent.parent / "docs" / "architecture.md").read_text()
+    section = doc.split("### `engine/`", 1)[1].split("\n### ", 1)[0]
+    named = {name for cell in section.split("|")[1::3] for name in cell.replace("`", " ").split()}
+    modules = {path.name for path in _modules()} - {"__init__.py"}
+    assert sorted(modules - named) == []
+    assert sorted(n for n in named if n.endswith(".py") and n not in modules) == []
