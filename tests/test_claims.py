@@ -15,7 +15,7 @@ from conftest import Setup, wait_for
 from test_faults import _run_engine_in_process
 
 from supervisor import spool
-from supervisor.engine import Engine
+from supervisor.engine.scheduler import Engine
 
 
 def test_a_claim_in_progress_delays_no_check(setup: Setup, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -24,7 +24,7 @@ import pytest
 from conftest import Setup, alive, wait_for
 
 from supervisor.config import load_profile
-from supervisor.engine import Engine
+from supervisor.engine.scheduler import Engine
 from supervisor.taskdir import folder as taskdir
 from supervisor.taskdir.folder import atomic_write
 from supervisor.wrapper import END_MARK

@@ -73,7 +73,7 @@ def test_a_hostile_follow_up_prompt_is_one_escaped_cut_mark(setup: Setup) -> Non
     task_id = _first_turn(setup)
     hostile = "print: x \x1b[2J\u202e" + "y" * 5000 + "\n"
     _second_turn(setup, task_id, hostile)
-    from supervisor.turnmark import MARK_CHARS
+    from supervisor.engine.turnmark import MARK_CHARS
 
     folder = setup.state / "tasks" / task_id
     raw = (folder / "output.log").read_text(encoding="utf-8", errors="replace")
@@ -85,7 +85,7 @@ def test_a_hostile_follow_up_prompt_is_one_escaped_cut_mark(setup: Setup) -> Non
 
 
 def test_turn_line_is_pure_and_bounded() -> None:
-    from supervisor.turnmark import turn_line
+    from supervisor.engine.turnmark import turn_line
 
     assert turn_line(3, "Now write NOTES.md.\nsecond line") == "--- turn 3: Now write NOTES.md. ---"
     assert turn_line(2, "  \n") == "--- turn 2 ---"
@@ -95,7 +95,7 @@ def test_turn_line_is_pure_and_bounded() -> None:
 def test_marking_twice_writes_once_and_odd_files_are_refused(tmp_path: Path) -> None:
     """A launch tried again (an engine killed between the mark and the launch) marks once;
     a symlink or a FIFO in place of output.log is refused without following or blocking."""
-    from supervisor.turnmark import mark_turn
+    from supervisor.engine.turnmark import mark_turn
 
     folder = tmp_path / "task"
     folder.mkdir()

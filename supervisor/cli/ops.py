@@ -92,7 +92,9 @@ def _cluster_preflight(profile: LoadedProfile) -> str | None:
 def cmd_run(args: argparse.Namespace) -> int:
     import logging  # only the engine logs; validate and status start faster without it
 
-    from supervisor.engine import EngineBusy, UnsafeSpool, run_profile
+    from supervisor.engine.intake import UnsafeSpool
+    from supervisor.engine.scheduler import run_profile
+    from supervisor.statelock import EngineBusy
     from supervisor.terminal import ControlEscapingFormatter
     from supervisor.tmux import missing_tmux
 

@@ -1,6 +1,6 @@
 """Performing a :class:`supervisor.policy.Decision`: its events, its actions (stop, resume,
-cleanup, pause/continue, answers, acceptance, end of turn), the manifest projection and the
-notifier payload.
+cleanup, pause/continue, answers, acceptance, end of turn), the manifest write (its content is
+:mod:`supervisor.engine.projection`'s) and the notifier payload.
 
 Nothing here schedules: each entry returns an :class:`Outcome` (a check wanted in so many
 seconds, the task retired, a resume done) and the scheduler acts on it. Work that may take
@@ -18,19 +18,27 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, cast
 
 from supervisor import policy, statelock
 from supervisor.audit import By, ended_by
 from supervisor.config import LoadedProfile
-from supervisor.engine import acceptance, launch, processes, statefs, stopping, workspaces
+from supervisor.engine import (
+    acceptance,
+    launch,
+    processes,
+    projection,
+    statefs,
+    stopping,
+    workspaces,
+)
 from supervisor.engine.notifications import Notifications
 from supervisor.engine.panes import Sessions
 from supervisor.engine.pools import Submit
+from supervisor.engine.projection import Applied
 from supervisor.engine.runtime import Outcome, Runtime
 from supervisor.engine.stopping import STOP_TIMEOUT, StopInProgress
-from supervisor.taskdir.folder import Manifest, TaskDir, utc_iso
+from supervisor.taskdir.folder import TaskDir, utc_iso
 from supervisor.taskdir.states import TERMINAL
 from supervisor.tmux import Tmux, TmuxError
 
@@ -41,19 +49,6 @@ log = logging.getLogger("supervise.engine")
 #: ``engine-stats.json``). The rewrite was 55 % of the engine's CPU at 200 agents with 30 s
 #: checks when it was 5 s (benchmarks/README.md).
 QUIET_WRITE = 60.0
-
-
-@dataclass(frozen=True)
-class Applied:
-    """What :meth:`Actions.apply` fixed before the actions ran, for the manifest write
-    that follows them (perhaps after a stop, see :mod:`supervisor.engine.stopping`)."""
-
-    previous: policy.TaskState
-    state: policy.TaskState
-    finished: bool
-    exit_code: int | None
-    finished_at: str | None
-    tail: str | None
 
 
 class Actions:
@@ -274,7 +269,7 @@ class Actions:
             by = ended_by(state.status, state.abandon_reason)
             runtime.agent.answer(approve=False, by=by)  # frees a waiting hook
         pid = task.read_int("pid")
-        change = self._projection(runtime, decision, now, applied, pid)
+        change = projection.decided(runtime, decision, now, applied, pid)
         # A check that changed nothing but last_checked_at need not survive a power cut,
         # and is written at most every QUIET_WRITE seconds (200 agents with 1 s checks
         # would otherwise rewrite 200 manifests a second).
@@ -314,57 +309,6 @@ class Actions:
         if state.status in TERMINAL:
             return Outcome(retired=True)
         return Outcome(next_check=decision.next_check)
-
-    @staticmethod
-    def _projection(
-        runtime: Runtime,
-        decision: policy.Decision,
-        now: float,
-        applied: Applied,
-        pid: int | None,
-    ) -> Callable[[Manifest], None]:
-        """The manifest projection of ``applied.state``: a change for
-        :meth:`TaskDir.update_manifest` (the adapter's report and, on an ending, the exit
-        code, tail, verdict, acceptance result and summary)."""
-        task, state, finished = runtime.task, applied.state, applied.finished
-        report = runtime.agent.report() if runtime.agent is not None else {}
-        accepted = acceptance.read(task) if finished and runtime.resolved.acceptance else None
-        summary = None
-        if finished:
-            result_text = runtime.agent.result_text() if runtime.agent is not None else None
-            why = "" if state.status == "completed" else decision.reason
-            summary = acceptance.summary(result_text, accepted, why)
-        resumed = policy.Action.RESUME in decision.actions
-
-        def change(m: Manifest) -> None:
-            m.status = state.status  # type: ignore[assignment]
-            m.retry_count = state.retry_count
-            m.last_checked_at = utc_iso(now)
-            if m.started_at is None and state.started_at is not None:  # a lost launch write
-                m.started_at = utc_iso(state.started_at)
-            m.pid = pid if pid is not None or resumed else m.pid
-            m.resume_at = utc_iso(state.resume_at) if state.resume_at else None
-            if state.launched_at:
-                m.launched_at = utc_iso(state.launched_at)
-            for key, value in report.items():
-                setattr(m, key, value)
-            m.limit_waits = state.limit_waits
-            m.transient_waits = state.transient_waits
-            if finished:
-                m.failure_reason = state.failure_reason  # type: ignore[assignment]
-                m.finished_at = applied.finished_at
-                m.exit_code = applied.exit_code
-                m.signal = task.read_int("signal")
-                m.output_tail = applied.tail
-                m.verdict = state.verdict  # type: ignore[assignment]
-                m.summary = summary
-                if accepted is not None:
-                    m.acceptance = accepted
-            if state.status == "abandoned":
-                m.abandoned_at = utc_iso(now)
-                m.abandon_reason = state.abandon_reason
-
-        return change
 
     # ------------------------------------------------------------------ background work
     def _start_acceptance(self, runtime: Runtime) -> None:

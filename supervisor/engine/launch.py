@@ -16,15 +16,15 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from supervisor import policy, turnmark
+from supervisor import policy
 from supervisor.cluster.lease import lease_for
 from supervisor.config import LoadedProfile
 from supervisor.config.argv import expand_placeholders
-from supervisor.engine import clock
+from supervisor.engine import clock, projection, turnmark
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.panes import Sessions
 from supervisor.engine.runtime import Runtime
-from supervisor.taskdir.folder import Manifest, atomic_write, utc_iso
+from supervisor.taskdir.folder import atomic_write
 from supervisor.tmux import Tmux, TmuxError, TmuxTimeout
 
 log = logging.getLogger("supervise.engine")
@@ -183,7 +183,7 @@ def start(
 
 
 def _mark_turn(runtime: Runtime) -> None:
-    """A follow-up's turn starts: its mark in ``output.log`` (:mod:`supervisor.turnmark`);
+    """A follow-up's turn starts: its mark in ``output.log`` (:mod:`supervisor.engine.turnmark`);
     a failed write is logged and the turn runs unmarked."""
     task_id, turn = runtime.task.task_id, runtime.manifest.turn
     try:
@@ -198,14 +198,7 @@ def record_launch(runtime: Runtime, started: policy.Decision, now: float) -> Non
     check writes it again."""
     task = runtime.task
     runtime.state = started.state
-
-    def change(m: Manifest) -> None:
-        m.status = "running"
-        m.started_at = utc_iso(now)
-        m.last_checked_at = utc_iso(now)
-        m.pid = None
-        m.launched_at = utc_iso(now)
-
+    change = projection.launched(started.state, now)
     # stamped with the manifest's started_at, so repair.rebuild restores it exactly
     for event in started.events:
         task.append_event(event, at=now, status=started.state.status, session_name=task.task_id)

@@ -15,8 +15,11 @@ slow one never delays a check or another kind):
   (:mod:`supervisor.engine.actions`). The policy also says when to look next (grace
   periods, backoff, deadline), which moves the job's ``next_run_time``.
 
-This module is the only one of the package that calls the others; they return what they did
-(launched or not, what a decision changed, what adoption found) and the scheduler acts on it.
+This module is the only one of the package that calls the others (with its two parts, the
+:class:`~supervisor.engine.kicks.Kicks` mixin for the watcher's events and the
+:class:`~supervisor.engine.launches.Launches` mixin for filling slots and recording launches);
+they return what they did (launched or not, what a decision changed, what adoption found) and
+the scheduler acts on it.
 
 tmux outlives the engine: SIGINT/SIGTERM stop the scheduler (within a bound:
 :mod:`~supervisor.engine.shutdown`) and leave every session running; the next
@@ -26,7 +29,6 @@ tmux outlives the engine: SIGINT/SIGTERM stop the scheduler (within a bound:
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import logging
 import os
@@ -39,7 +41,7 @@ from datetime import UTC, datetime
 from apscheduler.jobstores.base import JobLookupError
 
 from supervisor import children, policy, systemd
-from supervisor.config import ConfigError, LoadedProfile, ResolvedTask
+from supervisor.config import LoadedProfile, ResolvedTask
 from supervisor.engine import (
     clock,
     followups,
@@ -55,11 +57,12 @@ from supervisor.engine.actions import Actions
 from supervisor.engine.background import engine_scheduler
 from supervisor.engine.intake import Claims, check_spool_permissions, make_intake
 from supervisor.engine.kicks import Kicks
+from supervisor.engine.launches import Launches
 from supervisor.engine.observe import Observer, tail_pending
 from supervisor.engine.panes import Sessions
 from supervisor.engine.pools import Pools
 from supervisor.engine.runtime import Outcome, Runtime
-from supervisor.engine.starts import Result, Starts
+from supervisor.engine.starts import Starts
 from supervisor.engine.watch import Watcher
 from supervisor.statelock import engine_lock
 from supervisor.taskdir import control
@@ -76,7 +79,7 @@ STATS_EVERY = 5.0
 TAIL_POLL = 0.05
 
 
-class Engine(Kicks):
+class Engine(Launches, Kicks):
     """Runs one profile: ``Engine(profile).run()``.
 
     Args:
@@ -286,80 +289,6 @@ class Engine(Kicks):
     def _enqueue(self, task: TaskDir, resolved: ResolvedTask) -> None:
         self.queue.append(task)
         log.info("queued %s (%s)", task.task_id, resolved.spec.name)
-
-    def _fill_slots(self) -> None:
-        limit = self.profile.spec.max_concurrent
-        for runtime, error in self.preparer.take():  # worktrees made off the worker
-            self._prepared(runtime, error)
-        for runtime, result in self.starts.take():  # launches made off the worker
-            self._launched(runtime, result)
-        if self.queue and self.disk.full():
-            return  # a launch writes launch.json, events and the manifest: wait for room
-        while self.queue and len(self.live) < limit:
-            task = self.queue.popleft()
-            try:
-                runtime = runtimes.load_queued(self.profile, self.tmux, task)
-            except (OSError, ValueError, ConfigError):
-                log.exception("cannot load queued task %s; it stays queued on disk", task.task_id)
-                continue
-            if self.preparer.start(runtime):  # holds its slot while its worktree is made
-                self.live[task.task_id] = runtime
-                continue
-            self.live[task.task_id] = runtime  # holds its slot while it is launched
-            self.starts.start(runtime)
-
-    def _prepared(self, runtime: Runtime, error: str | None) -> None:
-        """A task's worktree was made (then it is launched in turn), or not (``error``:
-        it ends as :func:`policy.launch_failed` says, ``failure_reason`` workspace)."""
-        if error is not None:
-            self._launch_failed(runtime, runtime.state, clock.now(), error, "workspace")
-        elif "stop" in runtime.requests:  # stopped while its worktree was made
-            self._decide_and_apply(runtime)
-        else:
-            self.live.pop(runtime.task.task_id, None)
-            self.queue.appendleft(runtime.task)
-
-    # ------------------------------------------------------------------ launch
-    def _launched(self, runtime: Runtime, started: Result) -> None:
-        """Record a launch made off the worker (:class:`Starts`) and watch the task from then
-        on. A launch that could not write its ``launch.json`` on a full disk started nothing:
-        the task waits in the queue again."""
-        task = runtime.task
-        if isinstance(started, OSError) and started.errno in (errno.ENOSPC, errno.EDQUOT):
-            log.error("%s: cannot launch: %s; it stays queued", task.task_id, started)
-            self.live.pop(task.task_id, None)
-            self.queue.appendleft(task)
-            return
-        if isinstance(started, Exception):  # nothing was started: the task ends with why
-            log.error("launch of %s failed: %r", task.task_id, started)
-            why = " ".join(f"{type(started).__name__}: {started}".split())
-            self._launch_failed(runtime, runtime.state, clock.now(), why, "launch")
-            return
-        if started.error is not None:
-            # tmux refused to create the session: the task ends ``failed`` with the reason
-            # (policy.launch_failed). It counts as launched until then, so a failed event
-            # write leaves it a live task that the next check decides again.
-            log.error("launch of %s failed: %s", task.task_id, started.error)
-            runtime.state = started.decision.state
-            self.live[task.task_id] = runtime
-            state, why = started.decision.state, str(started.error)
-            self._launch_failed(runtime, state, started.now, why, "launch")
-            return
-        self.stats["launched"] += 1
-        self.live[task.task_id] = runtime  # watched from now on, whatever the writes do
-        launch.record_launch(runtime, started.decision, started.now)
-        self.source.report(task, runtime.manifest, "launched", ended=False)
-        self._watch(runtime)
-        self._schedule_check(runtime, delay=started.decision.next_check)
-        log.info("launched %s in tmux session %s", task.task_id, task.task_id)
-        workspaces.share(runtime, self.live)
-
-    def _launch_failed(
-        self, runtime: Runtime, state: policy.TaskState, now: float, why: str, reason: str
-    ) -> None:
-        """End a task that could not start, as :func:`policy.launch_failed` decides."""
-        decision = policy.launch_failed(state, now, why, runtime.policy, reason)
-        self._settle(runtime, self.actions.apply(runtime, decision, now))
 
     # ------------------------------------------------------------------ adoption
     def adopt(self) -> None:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import psutil
 
 #: Seconds between SIGTERM and SIGKILL, and again between SIGKILL and giving up the wait
-#: (supervisord's ``stopwaitsecs`` defaults to 10; the real Claude Code CLI traps SIGTERM
+#: (supervisord's ``stopwaitsecs`` defaults to 10; a real agent CLI traps SIGTERM
 #: and exits 143 by itself, see /work/shared/notes/real-world-facts.md).
 STOP_TIMEOUT = 5.0
 #: Seconds between looks at a process group that is being stopped.

@@ -10,7 +10,7 @@ appends one line to ``output.log``::
 
 the prompt's first line, control characters escaped (:mod:`supervisor.terminal`) and at
 most :data:`MARK_CHARS` characters. The line is plain text, so both renderers show it as it
-is (Claude Code's renderer passes a line that is not JSON through), and ``tail --raw`` too.
+is (a stream-json renderer passes a line that is not JSON through), and ``tail --raw`` too.
 It goes in with one ``O_APPEND`` write, so it never interleaves with the capture's lines.
 """
 

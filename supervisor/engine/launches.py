@@ -1,0 +1,125 @@
+"""The engine's slots: queued tasks started while fewer than ``max_concurrent`` are live,
+and the results of the work made off the worker for them, recorded on it
+(:class:`Launches`, a part of :class:`supervisor.engine.scheduler.Engine`, like
+:class:`supervisor.engine.kicks.Kicks`).
+
+A task's worktree is made on the workspace pool (:class:`supervisor.engine.workspaces.Preparer`)
+and its tmux session on the launch thread (:class:`supervisor.engine.starts.Starts`); both
+hold the task's slot meanwhile. The intake job collects their results here: a launch is
+recorded (:func:`supervisor.engine.launch.record_launch`) and watched, a failed one ends as
+:func:`supervisor.policy.launch_failed` says, a full disk puts the task back in the queue.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from collections import deque
+from collections.abc import Callable
+
+from supervisor import policy
+from supervisor.config import ConfigError, LoadedProfile
+from supervisor.engine import clock, launch, statefs, workspaces
+from supervisor.engine import runtime as runtimes
+from supervisor.engine.actions import Actions
+from supervisor.engine.intake import Intake
+from supervisor.engine.runtime import Outcome, Runtime
+from supervisor.engine.starts import Result, Starts
+from supervisor.taskdir.folder import TaskDir
+from supervisor.tmux import Tmux
+
+log = logging.getLogger("supervise.engine")
+
+
+class Launches:
+    """Slot filling and launch results of the engine; the attributes are the engine's own."""
+
+    profile: LoadedProfile
+    tmux: Tmux
+    live: dict[str, Runtime]
+    queue: deque[TaskDir]
+    disk: statefs.StateDisk
+    source: Intake
+    actions: Actions
+    preparer: workspaces.Preparer
+    starts: Starts
+    stats: dict[str, int]
+    _watch: Callable[[Runtime], None]
+    _settle: Callable[[Runtime, Outcome], None]
+    _decide_and_apply: Callable[[Runtime], None]
+    _schedule_check: Callable[[Runtime, float], None]
+
+    def _fill_slots(self) -> None:
+        """Record the worktrees and launches made off the worker, then start queued tasks,
+        oldest first, while fewer than ``max_concurrent`` are live (none on a full disk)."""
+        limit = self.profile.spec.max_concurrent
+        for runtime, error in self.preparer.take():  # worktrees made off the worker
+            self._prepared(runtime, error)
+        for runtime, result in self.starts.take():  # launches made off the worker
+            self._launched(runtime, result)
+        if self.queue and self.disk.full():
+            return  # a launch writes launch.json, events and the manifest: wait for room
+        while self.queue and len(self.live) < limit:
+            task = self.queue.popleft()
+            try:
+                runtime = runtimes.load_queued(self.profile, self.tmux, task)
+            except (OSError, ValueError, ConfigError):
+                log.exception("cannot load queued task %s; it stays queued on disk", task.task_id)
+                continue
+            if self.preparer.start(runtime):  # holds its slot while its worktree is made
+                self.live[task.task_id] = runtime
+                continue
+            self.live[task.task_id] = runtime  # holds its slot while it is launched
+            self.starts.start(runtime)
+
+    def _prepared(self, runtime: Runtime, error: str | None) -> None:
+        """A task's worktree was made (then it is launched in turn), or not (``error``:
+        it ends as :func:`policy.launch_failed` says, ``failure_reason`` workspace)."""
+        if error is not None:
+            self._launch_failed(runtime, runtime.state, clock.now(), error, "workspace")
+        elif "stop" in runtime.requests:  # stopped while its worktree was made
+            self._decide_and_apply(runtime)
+        else:
+            self.live.pop(runtime.task.task_id, None)
+            self.queue.appendleft(runtime.task)
+
+    def _launched(self, runtime: Runtime, started: Result) -> None:
+        """Record a launch made off the worker (:class:`Starts`) and watch the task from then
+        on. A launch that could not write its ``launch.json`` on a full disk started nothing:
+        the task waits in the queue again."""
+        task = runtime.task
+        if isinstance(started, OSError) and started.errno in (errno.ENOSPC, errno.EDQUOT):
+            log.error("%s: cannot launch: %s; it stays queued", task.task_id, started)
+            self.live.pop(task.task_id, None)
+            self.queue.appendleft(task)
+            return
+        if isinstance(started, Exception):  # nothing was started: the task ends with why
+            log.error("launch of %s failed: %r", task.task_id, started)
+            why = " ".join(f"{type(started).__name__}: {started}".split())
+            self._launch_failed(runtime, runtime.state, clock.now(), why, "launch")
+            return
+        if started.error is not None:
+            # tmux refused to create the session: the task ends ``failed`` with the reason
+            # (policy.launch_failed). It counts as launched until then, so a failed event
+            # write leaves it a live task that the next check decides again.
+            log.error("launch of %s failed: %s", task.task_id, started.error)
+            runtime.state = started.decision.state
+            self.live[task.task_id] = runtime
+            state, why = started.decision.state, str(started.error)
+            self._launch_failed(runtime, state, started.now, why, "launch")
+            return
+        self.stats["launched"] += 1
+        self.live[task.task_id] = runtime  # watched from now on, whatever the writes do
+        launch.record_launch(runtime, started.decision, started.now)
+        self.source.report(task, runtime.manifest, "launched", ended=False)
+        self._watch(runtime)
+        self._schedule_check(runtime, started.decision.next_check)
+        log.info("launched %s in tmux session %s", task.task_id, task.task_id)
+        workspaces.share(runtime, self.live)
+
+    def _launch_failed(
+        self, runtime: Runtime, state: policy.TaskState, now: float, why: str, reason: str
+    ) -> None:
+        """End a task that could not start, as :func:`policy.launch_failed` decides."""
+        decision = policy.launch_failed(state, now, why, runtime.policy, reason)
+        self._settle(runtime, self.actions.apply(runtime, decision, now))
