@@ -9,11 +9,11 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import libtmux
 import psutil
 import pytest
 import tomli_w
@@ -27,12 +27,10 @@ def _tmux_socket_path(name: str) -> Path:
 
 
 @pytest.fixture
-def socket_name() -> Iterator[str]:
-    """A unique tmux socket name; the server is killed and its socket removed afterwards."""
-    name = f"sv-test-{uuid.uuid4().hex[:10]}"
-    yield name
-    subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True, check=False)
-    _tmux_socket_path(name).unlink(missing_ok=True)
+def socket_name(server: libtmux.Server) -> str:
+    """A unique tmux socket name: libtmux's ``server`` fixture (its pytest plugin), whose
+    finalizer kills the server and removes its socket after the test."""
+    return str(server.socket_name)
 
 
 @pytest.fixture(autouse=True)
