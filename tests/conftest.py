@@ -27,10 +27,17 @@ def _tmux_socket_path(name: str) -> Path:
 
 
 @pytest.fixture
-def socket_name(server: libtmux.Server) -> str:
-    """A unique tmux socket name: libtmux's ``server`` fixture (its pytest plugin), whose
-    finalizer kills the server and removes its socket after the test."""
-    return str(server.socket_name)
+def tmux_server(TestServer: type[libtmux.Server]) -> libtmux.Server:
+    """A private tmux server (libtmux's pytest plugin: a random ``libtmux_test...`` socket,
+    the server killed and its socket removed after the test); started on first use. Not the
+    plugin's ``server`` fixture: test modules name their PostgreSQL fixture ``server``."""
+    return TestServer()
+
+
+@pytest.fixture
+def socket_name(tmux_server: libtmux.Server) -> str:
+    """The socket name of the test's private tmux server (:func:`tmux_server`)."""
+    return str(tmux_server.socket_name)
 
 
 @pytest.fixture(autouse=True)

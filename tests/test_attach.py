@@ -3,8 +3,8 @@ the engine's, so a stopped tmux server (SIGSTOP: it accepts the connection and n
 answers) makes ``supervise attach`` and ``supervise top``'s ``a`` say so instead of hanging;
 and the tmux binary has one owner (:func:`supervisor.tmux.tmux_binary`).
 
-The servers are the libtmux pytest plugin's ``server`` fixture (a private socket, killed
-after the test); each test continues a server it stopped before that teardown runs."""
+The servers are conftest's ``tmux_server`` (libtmux's pytest plugin: a private socket,
+killed after the test); each test continues a server it stopped before that teardown runs."""
 
 from __future__ import annotations
 
@@ -39,15 +39,15 @@ def stopped(server: Server) -> Iterator[None]:
         os.kill(pid, signal.SIGCONT)
 
 
-def test_bounded_server_is_a_libtmux_server_with_our_bound(server: Server) -> None:
-    server.new_session(session_name="job-1", window_command="sleep 600")
-    bounded = attach.BoundedServer(str(server.socket_name), timeout=0.5)
+def test_bounded_server_is_a_libtmux_server_with_our_bound(tmux_server: Server) -> None:
+    tmux_server.new_session(session_name="job-1", window_command="sleep 600")
+    bounded = attach.BoundedServer(str(tmux_server.socket_name), timeout=0.5)
     assert isinstance(bounded, Server) and bounded.bounded.timeout == 0.5
     assert attach.attach_problem(bounded, "job-1") is None
     assert attach.attach_problem(bounded, "job-2") == (
-        f"no tmux session job-2 on tmux socket {server.socket_name}"
+        f"no tmux session job-2 on tmux socket {tmux_server.socket_name}"
     )
-    with stopped(server):
+    with stopped(tmux_server):
         problem = attach.attach_problem(bounded, "job-1")
         with pytest.raises(tmux_module.TmuxTimeout):
             bounded.cmd("list-sessions")
@@ -55,23 +55,23 @@ def test_bounded_server_is_a_libtmux_server_with_our_bound(server: Server) -> No
 
 
 def test_attach_argv_uses_the_one_tmux_binary(
-    server: Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    tmux_server: Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     named = tmp_path / "my-tmux"
     monkeypatch.setenv(tmux_module.TMUX_ENV, str(named))
-    bounded = attach.BoundedServer(str(server.socket_name))
-    argv = [str(named), "-L", str(server.socket_name), "attach-session", "-r", "-t", "=job-1"]
+    bounded = attach.BoundedServer(str(tmux_server.socket_name))
+    argv = [str(named), "-L", str(tmux_server.socket_name), "attach-session", "-r", "-t", "=job-1"]
     assert attach.attach_argv(bounded, "job-1") == argv
     assert "-r" not in attach.attach_argv(bounded, "job-1", read_only=False)
 
 
-def test_supervise_attach_to_a_stopped_server_says_so(setup: Setup, server: Server) -> None:
+def test_supervise_attach_to_a_stopped_server_says_so(setup: Setup, tmux_server: Server) -> None:
     setup.write_profile()
     folder = setup.state / "tasks" / "job-1"
     folder.mkdir(parents=True)
     (folder / "manifest.json").write_text(json.dumps({"task_id": "job-1"}))
-    server.new_session(session_name="job-1", window_command="sleep 600")
-    with stopped(server):
+    tmux_server.new_session(session_name="job-1", window_command="sleep 600")
+    with stopped(tmux_server):
         done = setup.supervise("attach", "-c", str(setup.profile), "job-1")
     assert done.returncode == 1
     assert done.stderr.startswith("supervise attach: tmux has-session on socket ")
@@ -81,7 +81,7 @@ def test_supervise_attach_to_a_stopped_server_says_so(setup: Setup, server: Serv
 
 
 def test_top_attach_to_a_stopped_server_notifies_and_stays(
-    tmp_path: Path, server: Server, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, tmux_server: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("textual")
     import views_fixture as vf
@@ -91,8 +91,8 @@ def test_top_attach_to_a_stopped_server_notifies_and_stays(
     ran: list[Any] = []
     monkeypatch.setattr(tui.TopApp, "_attach_now", lambda self, *args: ran.append(args))
     fixture = vf.build(tmp_path)
-    server.new_session(session_name="refactor-0a1b2c", window_command="sleep 600")
-    socket = str(server.socket_name)
+    tmux_server.new_session(session_name="refactor-0a1b2c", window_command="sleep 600")
+    socket = str(tmux_server.socket_name)
     app = tui.TopApp(
         fixture.state_dir, fixture.spool_dir, socket, clock=lambda: vf.NOW, refresh_every=None
     )
@@ -103,7 +103,7 @@ def test_top_attach_to_a_stopped_server_notifies_and_stays(
             ids = [task_id for task_id, _ in app._order]
             app.query_one("DataTable").move_cursor(row=ids.index("refactor-0a1b2c"))
             await pilot.pause()
-            with stopped(server):
+            with stopped(tmux_server):
                 await pilot.press("a")
                 await app.workers.wait_for_complete()
                 await pilot.pause()
