@@ -260,7 +260,7 @@ class Tmux:
             "-c",
             str(start_dir),
             "-e",
-            f"SUPERVISE_TMUX={self.tmux_bin()}",
+            f"{TMUX_ENV}={self.tmux_bin()}",
             wrapper_command(task_dir, gate),
             *self._mark(session),
             ";",
