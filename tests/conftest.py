@@ -9,11 +9,11 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import libtmux
 import psutil
 import pytest
 import tomli_w
@@ -27,12 +27,17 @@ def _tmux_socket_path(name: str) -> Path:
 
 
 @pytest.fixture
-def socket_name() -> Iterator[str]:
-    """A unique tmux socket name; the server is killed and its socket removed afterwards."""
-    name = f"sv-test-{uuid.uuid4().hex[:10]}"
-    yield name
-    subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True, check=False)
-    _tmux_socket_path(name).unlink(missing_ok=True)
+def tmux_server(TestServer: type[libtmux.Server]) -> libtmux.Server:
+    """A private tmux server (libtmux's pytest plugin: a random ``libtmux_test...`` socket,
+    the server killed and its socket removed after the test); started on first use. Not the
+    plugin's ``server`` fixture: test modules name their PostgreSQL fixture ``server``."""
+    return TestServer()
+
+
+@pytest.fixture
+def socket_name(tmux_server: libtmux.Server) -> str:
+    """The socket name of the test's private tmux server (:func:`tmux_server`)."""
+    return str(tmux_server.socket_name)
 
 
 @pytest.fixture(autouse=True)

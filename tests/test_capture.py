@@ -1,6 +1,6 @@
 """Output capture under every locale, and terminal safety of what it writes.
 
-The filter is the real one (``tmux.pipe_command``: GNU sed behind tmux's pipe-pane) on a
+The filter is the real one (``capture.pipe_command``: GNU sed behind tmux's pipe-pane) on a
 real tmux server that inherits the locale under test, as the engine's server inherits the
 operator's. GNU sed 4.9 under ``en_US.UTF-8`` rejected the old filter's ``[0-?]`` range and
 exited at once, leaving ``output.log`` empty (see /work/shared/notes: real-world facts).
@@ -22,7 +22,7 @@ from conftest import Setup, wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from supervisor.tmux import pipe_command
+from supervisor.capture import pipe_command
 
 REPO = Path(__file__).resolve().parent.parent
 LOCALES = ["C", "C.UTF-8", "en_US.UTF-8", "de_DE.UTF-8"]

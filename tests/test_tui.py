@@ -26,7 +26,7 @@ from conftest import wait_for
 from textual.widgets import DataTable, Log, Static
 
 from supervisor.taskdir.folder import utc_iso
-from supervisor.views import actions
+from supervisor.views import actions, attach
 from supervisor.views.tui import TopApp
 from supervisor.views.tui_screens import ConfirmScreen, TailScreen, TextScreen
 
@@ -281,7 +281,7 @@ def test_attach_argv_attaches_read_only(socket_name: str, tmp_path: Path) -> Non
                    check=True, timeout=10)  # fmt: skip
     pid, fd = pty.fork()
     if pid == 0:  # the child: what TopApp.action_attach runs with the app suspended
-        argv = actions.attach_argv(socket_name, "job-1")
+        argv = attach.attach_argv(attach.BoundedServer(socket_name), "job-1")
         os.execvpe(argv[0], argv, {**os.environ, "TERM": "xterm"})
     try:
 

@@ -151,17 +151,17 @@ def cmd_tail(args: argparse.Namespace) -> int:
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
-    import shutil
+    from supervisor.views.attach import BoundedServer, attach_argv, attach_problem
 
     profile = _profile(args.config)
     if _task_dir(profile, args.task_id) is None:
         return 1
-    tmux = shutil.which("tmux") or "tmux"
-    socket = profile.socket_name
-    argv = [tmux, "-L", socket, "attach-session", "-t", f"={args.task_id}"]
-    if args.read_only:
-        argv.insert(4, "-r")
-    os.execvp(tmux, argv)
+    server = BoundedServer(profile.socket_name)
+    if (problem := attach_problem(server, args.task_id)) is not None:
+        _err(f"supervise attach: {problem}")
+        return 1
+    argv = attach_argv(server, args.task_id, read_only=args.read_only)
+    os.execvp(argv[0], argv)
     return 1  # pragma: no cover - execvp does not return
 
 

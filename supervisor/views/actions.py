@@ -5,13 +5,11 @@
   escalated), then a request file through :func:`supervisor.taskdir.control.request`, which the
   running engine takes on its next intake tick. A view does not wait for it: the next
   refresh shows the result.
-* :func:`attach_argv`: ``supervise attach -r`` (``tmux -L SOCKET attach-session -r -t =ID``).
 * :func:`diff_text`: ``supervise diff`` (:func:`supervisor.workspace.review.diff`).
 """
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,14 +55,6 @@ def ask(state_dir: Path, task_id: str, verb: str, engine_running: bool) -> Outco
         f"queued '{verb}' for {task_id}; no engine runs, so it happens when 'supervise run' starts",
         path,
     )
-
-
-def attach_argv(socket: str, session: str) -> list[str]:
-    """``tmux -L SOCKET attach-session -r -t =SESSION``: read-only (``-r``; tmux(1):
-    "the client is read-only (only keys bound to detach-client or switch-client have an
-    effect)"), the exact session (``=``)."""
-    tmux = shutil.which("tmux") or "tmux"
-    return [tmux, "-L", socket, "attach-session", "-r", "-t", f"={session}"]
 
 
 def diff_text(tasks_dir: Path, task_id: str) -> str:

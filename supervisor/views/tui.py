@@ -34,7 +34,7 @@ from textual.events import Resize
 from textual.widgets import DataTable, Footer, Input, Static
 
 from supervisor.terminal import escape_controls
-from supervisor.views import actions, model
+from supervisor.views import actions, attach, model
 from supervisor.views.taskfilter import TaskFilter
 from supervisor.views.tui_columns import Column, cells, columns_for
 from supervisor.views.tui_screens import HELP, ConfirmScreen, TailScreen, TextScreen
@@ -264,14 +264,27 @@ class TopApp(App[None]):
     def action_attach(self) -> None:
         """``tmux attach -r`` to the task's session with the app suspended; back on detach."""
         task = self.selected()
-        if task is None:
+        if task is not None:
+            self._attach(task.session_name or task.task_id)
+
+    @work(thread=True, exclusive=True, group="attach")
+    def _attach(self, session: str) -> None:
+        """The bounded check (:func:`attach.attach_problem`) runs in a worker thread, so a
+        tmux server that does not answer leaves the table live; the attach itself runs on
+        the app's thread, with the app suspended."""
+        server = attach.BoundedServer(self.socket)
+        problem = attach.attach_problem(server, session)
+        if problem is not None:
+            self.call_from_thread(self.notify, escape_controls(problem), severity="error")
             return
-        argv = actions.attach_argv(self.socket, task.session_name or task.task_id)
+        self.call_from_thread(self._attach_now, session, attach.attach_argv(server, session))
+
+    def _attach_now(self, session: str, argv: list[str]) -> None:
         with self.suspend():
             done = subprocess.run(argv, check=False)
         if done.returncode != 0:
             self.notify(
-                f"no tmux session {task.task_id} on -L {self.socket} (tmux exit {done.returncode})",
+                f"no tmux session {session} on -L {self.socket} (tmux exit {done.returncode})",
                 severity="error",
             )
 
