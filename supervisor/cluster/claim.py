@@ -14,16 +14,7 @@ from typing import Any
 import psycopg
 
 from supervisor.cluster.db import ClusterError, one_line
-
-_CLAIM = """
-UPDATE supervise_tasks SET state = 'claimed', owner_host = %s, generation = generation + 1,
-    claimed_at = now(), updated_at = now()
-WHERE id = %s AND state = 'queued'
-RETURNING generation, spec"""
-
-_REJECT = """
-UPDATE supervise_tasks SET state = 'rejected', error = %s, updated_at = now()
-WHERE id = %s AND generation = %s"""
+from supervisor.cluster.sqlfiles import query
 
 
 def claim_queued(
@@ -36,7 +27,7 @@ def claim_queued(
         ClusterError: the statement failed (the job fails; the task stays ``queued``).
     """
     try:
-        row = conn.execute(_CLAIM, (host_id, task_id)).fetchone()
+        row = conn.execute(query("claim_task"), (host_id, task_id)).fetchone()
     except psycopg.Error as exc:
         raise ClusterError(f"claim of {task_id} failed: {one_line(exc)}") from exc
     return None if row is None else (int(row[0]), row[1])
@@ -49,4 +40,4 @@ def reject_claimed(conn: psycopg.Connection, task_id: str, generation: int, erro
     Raises:
         psycopg.Error: the database refused.
     """
-    conn.execute(_REJECT, (error, task_id, generation))
+    conn.execute(query("reject_task"), (error, task_id, generation))
