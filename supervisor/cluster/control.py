@@ -29,7 +29,7 @@ from psycopg.rows import dict_row
 from supervisor.cluster.db import ClusterError, connect, one_line
 from supervisor.cluster.sqlfiles import listen, query
 from supervisor.taskdir import control
-from supervisor.taskdir.states import FINAL, UNCLAIMED
+from supervisor.taskdir.states import FINAL, UNCLAIMED, FleetState
 
 #: Requests to hosts: payload ``"<host_id> <row id>"``.
 CHANNEL = "supervise_control"
@@ -91,7 +91,7 @@ def route(dsn: str, task_id: str, verb: str, timeout: float, requested_by: str) 
             refused = control.refusal(task_id, state, verb)
             if state in FINAL:
                 refused = f"task {task_id} already ended: {state}"
-            elif verb == "stop" and state == "queued" and host is None:
+            elif verb == "stop" and state == FleetState.QUEUED and host is None:
                 return _cancel_queued(conn, task_id, requested_by)
             elif state in UNCLAIMED or host is None:
                 refused = f"task {task_id} is {state}, on no host yet: nothing to {verb}"

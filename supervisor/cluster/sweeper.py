@@ -73,7 +73,7 @@ from supervisor.cluster.db import (
 )
 from supervisor.cluster.sqlfiles import query
 from supervisor.cluster.submit import TASK_NAME
-from supervisor.taskdir.states import HOST_LOST, LIVE, UNCLAIMED
+from supervisor.taskdir.states import HOST_LOST, LIVE, UNCLAIMED, FleetState
 
 log = logging.getLogger("supervise.cluster")
 #: The periodic task's name.
@@ -240,7 +240,7 @@ def _apply(conn: psycopg.Connection, task: TaskRow, fate: Fate) -> bool:
     guard = (task.id, task.owner_host, task.generation, task.state)
     if fate == "requeue":
         changed = conn.execute(query("requeue_task"), guard).rowcount
-        event, state = "requeued", "queued"
+        event, state = "requeued", FleetState.QUEUED
     elif fate == "host_lost":
         changed = conn.execute(query("lose_task"), (HOST_LOST, *guard)).rowcount
         event, state = HOST_LOST, HOST_LOST
@@ -251,7 +251,7 @@ def _apply(conn: psycopg.Connection, task: TaskRow, fate: Fate) -> bool:
             "session_id": task.session_id,
         }
         changed = conn.execute(query("restart_task"), (json.dumps(run), *guard)).rowcount
-        event, state = HOST_LOST, "queued"
+        event, state = HOST_LOST, FleetState.QUEUED
     if changed != 1:
         return False
     # Deterministic id: the event of one task's lost run is written once, whoever sweeps.

@@ -42,6 +42,7 @@ from supervisor.cluster.lease import LeaseKeeper
 from supervisor.cluster.ownership import lost_claims
 from supervisor.cluster.sqlfiles import query
 from supervisor.taskdir.folder import atomic_write
+from supervisor.taskdir.states import FleetState
 
 log = logging.getLogger("supervise.cluster")
 #: Seconds between tries while the database does not answer (also how late, at most,
@@ -262,7 +263,7 @@ class Writer:
                         item.generation,
                     )
                     mine = conn.execute(query("update_task"), row).rowcount > 0
-                    if mine or item.state == "superseded":
+                    if mine or item.state == FleetState.SUPERSEDED:
                         conn.execute(
                             query("insert_event"),
                             (
