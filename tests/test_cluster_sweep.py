@@ -34,7 +34,6 @@ from test_cluster import rows, start_engine, stop_engines, supervise
 from test_workspace import make_repo
 
 from supervisor.cluster.sweeper import (
-    UNLAUNCHED,
     HostRow,
     TaskRow,
     dead_hosts,
@@ -43,6 +42,7 @@ from supervisor.cluster.sweeper import (
     sweep_once,
 )
 from supervisor.taskdir.states import HOST_LOST, LIVE, TERMINAL
+from supervisor.taskdir.states import UNCLAIMED as UNLAUNCHED  # one set (issue 23)
 
 psycopg = pytest.importorskip("psycopg")
 

@@ -69,6 +69,10 @@ def test_the_wheel_holds_the_profiles_schemas_demo_and_license(wheel: Path) -> N
     assert bundled == expected
     assert {"supervisor/cluster/roles.sql", "supervisor/views/templates/fleet.html",
             "supervisor/views/templates/fleet_tasks.html"} <= names  # fmt: skip
+    # the fleet's SQL: roles, named queries, numbered migrations (issue 23)
+    sql = {str(p.relative_to(REPO)) for p in (REPO / "supervisor/cluster").rglob("*.sql")}
+    assert "supervisor/cluster/migrations/0001_tasks_events_hosts.sql" in sql
+    assert sql <= names, sql - names
     dist_info = next(n.split("/")[0] for n in names if ".dist-info/" in n)
     assert f"{dist_info}/licenses/LICENSE" in names
     meta = email.message_from_bytes(zipfile.ZipFile(wheel).read(f"{dist_info}/METADATA"))

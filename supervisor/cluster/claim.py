@@ -1,29 +1,115 @@
-"""The claim of a fleet task's row: the one statement that makes a start exactly-once, and
-the rejection of a claimed task this host cannot run. The cluster intake's jobs call both
-(:meth:`supervisor.cluster.intake.ClusterIntake._claim`, on plain threads).
+"""The claim of a fleet task: the one statement that makes a start exactly-once, the task
+folder made from the claimed row, and the rejection of a claimed task this host cannot run.
+The cluster intake's jobs call :func:`claim_task` (:meth:`supervisor.cluster.intake.
+ClusterIntake._claim`, on plain threads), which does all three.
 
 procrastinate delivers a job at least once; the claim's ``UPDATE ... WHERE state =
 'queued'`` lets only one of a task's jobs take it, and raises the row's generation so that
 an older copy elsewhere finds itself superseded (:mod:`supervisor.cluster.ownership`).
+The claimed task is materialized like a spool claim (:func:`supervisor.spool.finish_claim`:
+validated again against this host's profile); a task this host cannot run (its
+``project_dir`` missing here, a key its ``task_may_set`` refuses) is recorded ``rejected``
+with the reason, and its file kept in ``spool/rejected/``.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg
+import tomli_w
 
-from supervisor.cluster.db import ClusterError, one_line
+from supervisor import spool
+from supervisor.cluster.db import ClusterError, connect, one_line
+from supervisor.cluster.health import RECONNECT_EVERY
+from supervisor.cluster.ownership import CLAIM_FILE, ready_to_claim
+from supervisor.cluster.sqlfiles import query
+from supervisor.config import LoadedProfile, ResolvedTask
+from supervisor.taskdir.folder import TaskDir, atomic_write
 
-_CLAIM = """
-UPDATE supervise_tasks SET state = 'claimed', owner_host = %s, generation = generation + 1,
-    claimed_at = now(), updated_at = now()
-WHERE id = %s AND state = 'queued'
-RETURNING generation, spec"""
+log = logging.getLogger("supervise.cluster")
 
-_REJECT = """
-UPDATE supervise_tasks SET state = 'rejected', error = %s, updated_at = now()
-WHERE id = %s AND generation = %s"""
+
+@dataclass(frozen=True)
+class Claimed:
+    """A task this host claimed at ``generation`` and materialized: its folder (holding
+    :data:`~supervisor.cluster.lease.CLAIM_FILE`) and the task as this host resolved it."""
+
+    generation: int
+    task_dir: TaskDir
+    resolved: ResolvedTask
+
+
+def claim_task(
+    dsn: str, profile: LoadedProfile, task_id: str, stopping: threading.Event
+) -> Claimed | None:
+    """Claim and materialize ``task_id`` (a plain thread). None: not ours to run (another
+    job took it, it is no longer ``queued``, or this host rejected it).
+
+    A connect that fails (the server down or restarting) is tried again every
+    :data:`~supervisor.cluster.health.RECONNECT_EVERY` s: no statement was sent, and a
+    job that failed here would leave its task ``queued`` with no job.
+
+    Raises:
+        ClusterError: ``stopping`` is set while the database is down, or the claim's
+            statement failed (the job fails; the task stays ``queued``).
+    """
+    assert profile.spec.cluster is not None
+    host_id = profile.spec.cluster.host_id
+    while True:
+        try:
+            conn = connect(dsn)
+            break
+        except ClusterError:
+            if stopping.wait(RECONNECT_EVERY):
+                raise
+    with conn:
+        if not ready_to_claim(conn, profile, task_id, stopping):
+            return None
+        claimed = claim_queued(conn, host_id, task_id)
+        if claimed is None:
+            log.info("cluster: %s is taken already; its job does nothing", task_id)
+            return None
+        generation, document = claimed
+        try:
+            made = materialize(profile, task_id, generation, document)
+        except Exception as exc:  # claimed but not runnable here: say so, never hang
+            log.exception("cluster: cannot materialize %s", task_id)
+            made = f"cannot materialize on host {host_id}: {exc!r}"
+        if isinstance(made, str):
+            reject_claimed(conn, task_id, generation, made)
+            return None
+    return made
+
+
+def materialize(
+    profile: LoadedProfile, task_id: str, generation: int, document: dict[str, Any]
+) -> Claimed | str:
+    """The task folder of the claimed ``document``, as a spool claim makes it, with this
+    host's claim record; the error text (one line) if the task is rejected.
+
+    Raises:
+        OSError: the folder cannot be made (the caller rejects the task with the reason).
+    """
+    assert profile.spec.cluster is not None
+    folder = profile.tasks_dir / task_id
+    profile.tasks_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    folder.mkdir(mode=0o700)
+    atomic_write(folder / "task.toml", tomli_w.dumps(document).encode())
+    shown = Path("postgresql") / f"{task_id}.toml"
+    claimed = spool.finish_claim(TaskDir(folder), profile, original=shown)
+    if claimed.error is not None:
+        log.warning("cluster: rejected %s: %s", task_id, claimed.error)
+        return claimed.error
+    assert claimed.task_dir is not None and claimed.resolved is not None
+    record = {"host_id": profile.spec.cluster.host_id, "generation": generation}
+    atomic_write(folder / CLAIM_FILE, json.dumps(record).encode())
+    return Claimed(generation, claimed.task_dir, claimed.resolved)
 
 
 def claim_queued(
@@ -36,7 +122,7 @@ def claim_queued(
         ClusterError: the statement failed (the job fails; the task stays ``queued``).
     """
     try:
-        row = conn.execute(_CLAIM, (host_id, task_id)).fetchone()
+        row = conn.execute(query("claim_task"), (host_id, task_id)).fetchone()
     except psycopg.Error as exc:
         raise ClusterError(f"claim of {task_id} failed: {one_line(exc)}") from exc
     return None if row is None else (int(row[0]), row[1])
@@ -49,4 +135,4 @@ def reject_claimed(conn: psycopg.Connection, task_id: str, generation: int, erro
     Raises:
         psycopg.Error: the database refused.
     """
-    conn.execute(_REJECT, (error, task_id, generation))
+    conn.execute(query("reject_task"), (error, task_id, generation))

@@ -27,7 +27,9 @@ import psycopg
 from psycopg.rows import dict_row
 
 from supervisor.cluster.db import ClusterError, connect, one_line
+from supervisor.cluster.sqlfiles import listen, query
 from supervisor.taskdir import control
+from supervisor.taskdir.states import FINAL, UNCLAIMED, FleetState
 
 #: Requests to hosts: payload ``"<host_id> <row id>"``.
 CHANNEL = "supervise_control"
@@ -35,18 +37,6 @@ CHANNEL = "supervise_control"
 REPLY_CHANNEL = "supervise_control_done"
 #: Seconds between polls of the row while waiting (the net under a missed notification).
 POLL_EVERY = 1.0
-#: States after which a fleet task changes no more: the manifest's ended states plus the
-#: fleet's own (a lost host's task, a task no host could run, a superseded copy). The one
-#: place that says which fleet states are final.
-FINAL: frozenset[str] = frozenset(
-    {"completed", "failed", "abandoned", "host_lost", "rejected", "superseded"}
-)
-#: States of a task no host runs yet.
-UNCLAIMED: frozenset[str] = frozenset({"queued", "claimed"})
-
-_ALIVE = """
-SELECT state, extract(epoch FROM now() - heartbeat_at)::float AS age, host_timeout
-FROM supervise_hosts WHERE host_id = %s"""
 
 
 @dataclass(frozen=True)
@@ -63,17 +53,14 @@ class Answer:
 
 def _task(conn: psycopg.Connection, task_id: str) -> dict[str, Any] | None:
     cursor = conn.cursor(row_factory=dict_row)
-    return cursor.execute(
-        "SELECT id, state, owner_host, generation FROM supervise_tasks WHERE id = %s",
-        (task_id,),
-    ).fetchone()
+    return cursor.execute(query("task_owner"), (task_id,)).fetchone()
 
 
 def host_down(conn: psycopg.Connection, host_id: str) -> str | None:
     """Why ``host_id`` cannot answer (one line), or ``None`` when it is alive: its
     ``supervise_hosts.state`` is not ``alive``, or its heartbeat is older than its own
     ``host_timeout`` (seconds)."""
-    row = conn.cursor(row_factory=dict_row).execute(_ALIVE, (host_id,)).fetchone()
+    row = conn.cursor(row_factory=dict_row).execute(query("host_alive"), (host_id,)).fetchone()
     if row is None:
         return f"host {host_id} has never reported to the fleet"
     if row["state"] != "alive":
@@ -104,7 +91,7 @@ def route(dsn: str, task_id: str, verb: str, timeout: float, requested_by: str) 
             refused = control.refusal(task_id, state, verb)
             if state in FINAL:
                 refused = f"task {task_id} already ended: {state}"
-            elif verb == "stop" and state == "queued" and host is None:
+            elif verb == "stop" and state == FleetState.QUEUED and host is None:
                 return _cancel_queued(conn, task_id, requested_by)
             elif state in UNCLAIMED or host is None:
                 refused = f"task {task_id} is {state}, on no host yet: nothing to {verb}"
@@ -113,15 +100,11 @@ def route(dsn: str, task_id: str, verb: str, timeout: float, requested_by: str) 
             down = host_down(conn, host)
             if down:
                 return Answer(False, f"{down}: cannot {verb} {task_id}", 1, host)
-            conn.execute(f"LISTEN {REPLY_CHANNEL}")
+            conn.execute(listen(REPLY_CHANNEL))
             with conn.transaction():
-                cursor = conn.execute(
-                    "INSERT INTO supervise_controls (task_id, host_id, verb, requested_by) "
-                    "VALUES (%s, %s, %s, %s) RETURNING id",
-                    (task_id, host, verb, requested_by),
-                )
+                cursor = conn.execute(query("insert_control"), (task_id, host, verb, requested_by))
                 request_id = int(cursor.fetchone()[0])  # type: ignore[index]
-                conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{host} {request_id}"))
+                conn.execute(query("notify"), (CHANNEL, f"{host} {request_id}"))
             return _await(conn, request_id, host, task_id, verb, timeout)
     except psycopg.Error as exc:
         raise ClusterError(f"cannot route '{verb}' for {task_id}: {one_line(exc)}") from exc
@@ -131,7 +114,7 @@ def _cancel_queued(conn: psycopg.Connection, task_id: str, requested_by: str) ->
     """``stop`` of a task no host has claimed: ``supervise_cancel_queued`` (schema v3) ends
     it ``abandoned`` and cancels its waiting job; a host that claimed it a moment before
     wins (then ``stop`` is to be asked again, of that host)."""
-    done = conn.execute("SELECT supervise_cancel_queued(%s, %s)", (task_id, requested_by))
+    done = conn.execute(query("cancel_queued"), (task_id, requested_by))
     row = done.fetchone()
     if row and row[0]:
         return Answer(True, f"{task_id}: abandoned (stopped before any host claimed it)", 0)
@@ -144,9 +127,8 @@ def _await(
     """Until the row is answered (a reply notification, or the poll); at ``timeout`` the
     row is closed unanswered so that a host coming back later does not act on it."""
     deadline = time.monotonic() + timeout
-    select = "SELECT done_at IS NOT NULL, ok, result FROM supervise_controls WHERE id = %s"
     while True:
-        done, ok, result = conn.execute(select, (request_id,)).fetchone()  # type: ignore[misc]
+        done, ok, result = conn.execute(query("control_answer"), (request_id,)).fetchone()  # type: ignore[misc]
         if done:
             return Answer(bool(ok), str(result or ""), 0 if ok else 1, host)
         left = deadline - time.monotonic()
@@ -156,9 +138,7 @@ def _await(
             if note.channel == REPLY_CHANNEL and note.payload == str(request_id):
                 break
     closed = conn.execute(
-        "UPDATE supervise_controls SET done_at = now(), ok = false, result = %s "
-        "WHERE id = %s AND done_at IS NULL",
-        (f"not answered within {timeout:g} s", request_id),
+        query("answer_control"), (False, f"not answered within {timeout:g} s", request_id)
     )
     if closed.rowcount == 0:  # answered in the last instant
         return _await(conn, request_id, host, task_id, verb, 0)
@@ -173,15 +153,6 @@ def _await(
 
 # ---------------------------------------------------------------- show and wait
 
-_SHOW = """
-SELECT id AS task_id, name, state AS status, owner_host, generation, restarted_from, queue,
-    host, session_id, started_at, finished_at, exit_code, retry_count, failure_reason,
-    verdict, error, submitted_at, claimed_at, updated_at
-FROM supervise_tasks WHERE id = %s"""
-_EVENTS = """
-SELECT at, host_id, generation, event, state FROM supervise_events
-WHERE task_id = %s ORDER BY at, id"""
-
 
 def show_row(dsn: str, task_id: str) -> dict[str, Any] | None:
     """The fleet's record of ``task_id`` (``None``: unknown): the summary fields of its
@@ -195,10 +166,10 @@ def show_row(dsn: str, task_id: str) -> dict[str, Any] | None:
     try:
         with connect(dsn) as conn:
             cursor = conn.cursor(row_factory=dict_row)
-            row = cursor.execute(_SHOW, (task_id,)).fetchone()
+            row = cursor.execute(query("task_rows"), ([task_id],)).fetchone()
             if row is None:
                 return None
-            row["events"] = cursor.execute(_EVENTS, (task_id,)).fetchall()
+            row["events"] = cursor.execute(query("task_events"), (task_id,)).fetchall()
             return row
     except psycopg.Error as exc:
         raise ClusterError(f"cannot read task {task_id}: {one_line(exc)}") from exc
@@ -213,8 +184,8 @@ def final_rows(dsn: str, ids: list[str]) -> dict[str, dict[str, Any]]:
     """
     try:
         with connect(dsn) as conn:
-            sql = _SHOW.replace("WHERE id = %s", "WHERE id = ANY(%s)")
-            rows = conn.cursor(row_factory=dict_row).execute(sql, (ids,)).fetchall()
+            cursor = conn.cursor(row_factory=dict_row)
+            rows = cursor.execute(query("task_rows"), (ids,)).fetchall()
     except psycopg.Error as exc:
         raise ClusterError(f"cannot read the fleet's tasks: {one_line(exc)}") from exc
     return {row["task_id"]: row for row in rows}

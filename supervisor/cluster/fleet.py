@@ -10,6 +10,7 @@ from psycopg.rows import dict_row
 from tabulate import tabulate
 
 from supervisor.cluster.db import ClusterError, connect, one_line
+from supervisor.cluster.sqlfiles import query
 from supervisor.terminal import escape_controls
 
 
@@ -30,13 +31,7 @@ def hosts(dsn: str) -> list[dict[str, Any]]:
     :mod:`supervisor.cluster.sweeper`), ``age_s`` (seconds since its heartbeat),
     ``capacity``, ``running``, ``version``, ``queues``, ``last_error``, ``heartbeat_at``,
     ``lost_at``, ``stopped_at``, ``host_timeout`` (seconds), ``on_host_lost``."""
-    return _rows(
-        dsn,
-        "SELECT host_id, state, round(extract(epoch FROM now() - heartbeat_at)"
-        "::numeric, 1)::float AS age_s, capacity, running, version, queues, "
-        "last_error, heartbeat_at, lost_at, stopped_at, host_timeout, "
-        "on_host_lost FROM supervise_hosts ORDER BY host_id",
-    )
+    return _rows(dsn, query("fleet_hosts"))
 
 
 def tasks(dsn: str) -> list[dict[str, Any]]:
@@ -45,14 +40,7 @@ def tasks(dsn: str) -> list[dict[str, Any]]:
     (pinned), exit_code, failure_reason, verdict, retry_count, submitted_at, updated_at,
     error, restarted_from (the runs lost with their hosts: ``[{host_id, generation,
     session_id}]``), state_s (seconds since ``updated_at``, by the database's clock)."""
-    return _rows(
-        dsn,
-        "SELECT id, name, state, owner_host, generation, queue, host, exit_code, "
-        "failure_reason, verdict, retry_count, submitted_at, updated_at, error, "
-        "restarted_from, round(extract(epoch FROM now() - updated_at)::numeric, "
-        "1)::float AS state_s FROM supervise_tasks "
-        "ORDER BY submitted_at, id",
-    )
+    return _rows(dsn, query("fleet_tasks"))
 
 
 def table(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:

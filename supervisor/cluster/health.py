@@ -50,6 +50,7 @@ from psycopg_pool import AsyncConnectionPool
 from psycopg_pool.pool_async import AddConnection
 
 from supervisor.cluster.db import ClusterError, connect, one_line
+from supervisor.cluster.sqlfiles import query
 
 log = logging.getLogger("supervise.cluster")
 # psycopg_pool logs each failed reconnection (every RECONNECT_EVERY s while the database is
@@ -301,7 +302,7 @@ class Health:
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = connect(self.dsn)
-            self._conn.execute("SELECT pg_notify(%s, %s)", (self.channel, payload))
+            self._conn.execute(query("notify"), (self.channel, payload))
             return True
         except DOWN as exc:
             self._noticed_down(exc)

@@ -6,15 +6,12 @@ own asyncio loop, taking jobs from the shared queues and ``host.<id>``. Its conc
 slot freeing anywhere lets that host's worker fetch the next one at once (LISTEN/NOTIFY;
 procrastinate 3.10 measured defer -> start p50 2.5 ms on PostgreSQL 15 here).
 
-Exactly-once starts: procrastinate is at-least-once, so a job first claims its task with
-one atomic ``UPDATE ... WHERE state = 'queued' RETURNING generation``; a job whose claim
-finds the task taken does nothing. The claimed task is materialized like a spool claim
-(:func:`supervisor.spool.finish_claim`: validated again against this host's profile) and
-handed to the engine through :meth:`take`; the engine launches it as usual and reports its
-transitions (:meth:`report`), written to the database by :mod:`supervisor.cluster.writer`.
-A task this host cannot run (its ``project_dir`` missing here, a key its ``task_may_set``
-refuses) is recorded ``rejected`` with the reason, and its file kept in
-``spool/rejected/``.
+Exactly-once starts: procrastinate is at-least-once, so a job first claims its task
+(:mod:`supervisor.cluster.claim`: one atomic ``UPDATE ... WHERE state = 'queued'``, then
+the task folder, or ``rejected``); a job whose claim finds the task taken does nothing. The
+claimed task is handed to the engine through :meth:`take`; the engine launches it as usual
+and reports its transitions (:meth:`report`), written to the database by
+:mod:`supervisor.cluster.writer`.
 
 Ownership (issue 15, :mod:`supervisor.cluster.ownership`): a task whose row went to a newer
 generation or another host (at start, after adoption; then from the writer) is handed to
@@ -35,16 +32,13 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import psycopg
-import tomli_w
 from procrastinate import App, PsycopgConnector
 from procrastinate.exceptions import AlreadyEnqueued
 
-from supervisor import spool
 from supervisor.cluster import sweeper as sweep
-from supervisor.cluster.claim import claim_queued, reject_claimed
+from supervisor.cluster.claim import claim_task
 from supervisor.cluster.db import (
     CONNECT_TIMEOUT,
     STATEMENT_TIMEOUT,
@@ -54,7 +48,6 @@ from supervisor.cluster.db import (
     one_line,
 )
 from supervisor.cluster.health import (
-    RECONNECT_EVERY,
     Health,
     ReconnectingPool,
     fetch_polling_interval,
@@ -67,7 +60,6 @@ from supervisor.cluster.ownership import (
     adopted_claims,
     lost_before_adoption,
     lost_claims,
-    ready_to_claim,
 )
 from supervisor.cluster.submit import TASK_NAME
 from supervisor.cluster.writer import Transition, Writer
@@ -76,7 +68,7 @@ from supervisor.config.cluster import host_queue
 from supervisor.engine import statefs, stats
 from supervisor.engine.intake import SpoolIntake, Taken
 from supervisor.taskdir import control
-from supervisor.taskdir.folder import Manifest, TaskDir, atomic_write
+from supervisor.taskdir.folder import Manifest, TaskDir
 
 log = logging.getLogger("supervise.cluster")
 #: The procrastinate task that holds a worker slot for an adopted task until it ends.
@@ -457,62 +449,20 @@ class ClusterIntake:
                 log.info("cluster: %s left running; its job ends with this engine", task_id)
 
     def _claim(self, task_id: str, done: asyncio.Future[None]) -> bool:
-        """Claim and materialize ``task_id`` (a plain thread). False: not ours to run.
-
-        A connect that fails (the server down or restarting) is tried again every
-        :data:`~supervisor.cluster.health.RECONNECT_EVERY` s: no statement was sent, and a
-        job that failed here would leave its task ``queued`` with no job.
+        """Claim and materialize ``task_id`` (:func:`~supervisor.cluster.claim.claim_task`,
+        a plain thread), then own it and hand it to the engine. False: not ours to run.
 
         Raises:
-            ClusterError: the engine stops while the database is down, or the claim's
-                statement failed (the job fails; the task stays ``queued``).
+            ClusterError: as :func:`~supervisor.cluster.claim.claim_task`.
         """
-        while True:
-            try:
-                conn = connect(self.dsn)
-                break
-            except ClusterError:
-                if self._stopping.wait(RECONNECT_EVERY):
-                    raise
-        with conn:
-            if not ready_to_claim(conn, self.profile, task_id, self._stopping):
-                return False
-            claimed = claim_queued(conn, self.cluster.host_id, task_id)
-            if claimed is None:
-                log.info("cluster: %s is taken already; its job does nothing", task_id)
-                return False
-            generation, document = claimed
-            try:
-                error = self._materialize(task_id, generation, document, done)
-            except Exception as exc:  # claimed but not runnable here: say so, never hang
-                log.exception("cluster: cannot materialize %s", task_id)
-                error = f"cannot materialize on host {self.cluster.host_id}: {exc!r}"
-            if error is not None:
-                reject_claimed(conn, task_id, generation, error)
-                return False
-        return True
-
-    def _materialize(
-        self, task_id: str, generation: int, document: dict, done: asyncio.Future[None]
-    ) -> str | None:
-        """The task folder, as a spool claim makes it; the error text if it is rejected."""
-        folder = self.profile.tasks_dir / task_id
-        self.profile.tasks_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        folder.mkdir(mode=0o700)
-        atomic_write(folder / "task.toml", tomli_w.dumps(document).encode())
-        shown = Path("postgresql") / f"{task_id}.toml"
-        claimed = spool.finish_claim(TaskDir(folder), self.profile, original=shown)
-        if claimed.error is not None:
-            log.warning("cluster: rejected %s: %s", task_id, claimed.error)
-            return claimed.error
-        assert claimed.task_dir is not None and claimed.resolved is not None
-        record = {"host_id": self.cluster.host_id, "generation": generation}
-        atomic_write(folder / CLAIM_FILE, json.dumps(record).encode())
+        claimed = claim_task(self.dsn, self.profile, task_id, self._stopping)
+        if claimed is None:
+            return False
         with self._lock:
-            self._owned[task_id] = generation
+            self._owned[task_id] = claimed.generation
             self._jobs[task_id] = done
         self._handed.put((claimed.task_dir, claimed.resolved))
-        return None
+        return True
 
 
 def _finish(job: asyncio.Future[None]) -> None:

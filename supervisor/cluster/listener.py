@@ -30,6 +30,7 @@ import psycopg
 
 from supervisor.cluster.control import CHANNEL, REPLY_CHANNEL
 from supervisor.cluster.db import ClusterError, connect, one_line
+from supervisor.cluster.sqlfiles import listen, query
 from supervisor.taskdir import control
 
 log = logging.getLogger("supervise.cluster")
@@ -43,11 +44,6 @@ BACKOFF = 0.5
 MAX_BACKOFF = 10.0
 #: The listener connection's ``application_name`` (``pg_stat_activity``).
 APPLICATION_NAME = "supervise-control"
-
-_PENDING = """
-SELECT c.id, c.task_id, c.verb, t.owner_host, t.generation FROM supervise_controls c
-LEFT JOIN supervise_tasks t ON t.id = c.task_id
-WHERE c.host_id = %s AND c.done_at IS NULL ORDER BY c.id"""
 
 
 class ControlListener:
@@ -89,10 +85,8 @@ class ControlListener:
             try:
                 with connect(self.dsn) as conn:
                     # named in pg_stat_activity: an operator sees (and can end) it
-                    conn.execute(
-                        "SELECT set_config('application_name', %s, false)", (APPLICATION_NAME,)
-                    )
-                    conn.execute(f"LISTEN {CHANNEL}")
+                    conn.execute(query("set_application_name"), (APPLICATION_NAME,))
+                    conn.execute(listen(CHANNEL))
                     delay = BACKOFF  # connected: the next loss starts from the shortest wait
                     while not self._stopping.is_set():
                         self._take_pending(conn)
@@ -118,7 +112,7 @@ class ControlListener:
     def _take_pending(self, conn: psycopg.Connection) -> None:
         """A handler thread for each pending row of this host no handler has yet."""
         for row_id, task_id, verb, owner, generation in conn.execute(
-            _PENDING, (self.host_id,)
+            query("pending_controls"), (self.host_id,)
         ).fetchall():
             with self._lock:
                 if row_id in self._busy:
@@ -141,12 +135,8 @@ class ControlListener:
             ok, result = False, f"host {self.host_id} could not {verb} {task_id}: {exc!r}"
         try:
             with connect(self.dsn) as conn, conn.transaction():
-                conn.execute(
-                    "UPDATE supervise_controls SET done_at = now(), ok = %s, "
-                    "result = %s WHERE id = %s AND done_at IS NULL",
-                    (ok, result, row_id),
-                )
-                conn.execute("SELECT pg_notify(%s, %s)", (REPLY_CHANNEL, str(row_id)))
+                conn.execute(query("answer_control"), (ok, result, row_id))
+                conn.execute(query("notify"), (REPLY_CHANNEL, str(row_id)))
         except (psycopg.Error, ClusterError) as exc:
             # Left pending: the next poll hands it to a new handler (a stop applied twice
             # finds the task ended and answers again).

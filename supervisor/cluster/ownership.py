@@ -30,6 +30,7 @@ import psycopg
 
 from supervisor.cluster.db import ClusterError, connect, one_line
 from supervisor.cluster.lease import CLAIM_FILE
+from supervisor.cluster.sqlfiles import query
 from supervisor.cluster.submit import TASK_NAME
 from supervisor.taskdir.states import TERMINAL
 from supervisor.terminal import escape_controls
@@ -38,8 +39,6 @@ if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
 
 log = logging.getLogger("supervise.cluster")
-
-_ROWS = "SELECT id, owner_host, generation, state FROM supervise_tasks WHERE id = ANY(%s)"
 
 
 def adopted_claims(tasks_dir: Path, host_id: str) -> dict[str, int]:
@@ -76,7 +75,7 @@ def lost_claims(conn: psycopg.Connection, host_id: str, owned: dict[str, int]) -
     """
     if not owned:
         return {}
-    rows = conn.execute(_ROWS, (list(owned),)).fetchall()
+    rows = conn.execute(query("owned_rows"), (list(owned),)).fetchall()
     seen = {row[0]: (row[1], int(row[2]), row[3]) for row in rows}
     lost = {}
     for task_id, generation in owned.items():
@@ -210,14 +209,7 @@ def still_queued(conn: psycopg.Connection, task_id: str) -> bool:
     Raises:
         psycopg.Error: the query failed.
     """
-    row = "SELECT 1 FROM supervise_tasks WHERE id = %s AND state = 'queued'"
-    return conn.execute(row, (task_id,)).fetchone() is not None
-
-
-_LATER = """
-SELECT procrastinate_defer_jobs_v1(ARRAY[ROW(queue, %s, 0, NULL, id, %s::jsonb,
-    now() + make_interval(secs => %s))::procrastinate_job_to_defer_v1])
-FROM supervise_tasks WHERE id = %s AND state = 'queued'"""
+    return conn.execute(query("still_queued"), (task_id,)).fetchone() is not None
 
 
 def defer_again(conn: psycopg.Connection, task_name: str, task_id: str, seconds: float) -> None:
@@ -227,7 +219,9 @@ def defer_again(conn: psycopg.Connection, task_name: str, task_id: str, seconds:
     Raises:
         psycopg.Error: the database refused (the caller's job fails and is logged).
     """
-    conn.execute(_LATER, (task_name, json.dumps({"task_id": task_id}), seconds, task_id))
+    conn.execute(
+        query("defer_later"), (task_name, json.dumps({"task_id": task_id}), seconds, task_id)
+    )
 
 
 def ready_to_claim(

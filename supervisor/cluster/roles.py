@@ -21,6 +21,7 @@ import psycopg
 
 from supervisor.cluster.db import ClusterError, connect, one_line
 from supervisor.cluster.schema import INIT_LOCK
+from supervisor.cluster.sqlfiles import query
 
 #: The roles the SQL creates.
 ROLES = ("supervise_submit", "supervise_operator", "supervise_engine")
@@ -41,8 +42,8 @@ def apply(dsn: str) -> None:
     """
     with connect(dsn, autocommit=False) as conn:
         try:
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (INIT_LOCK,))
-            found = conn.execute("SELECT to_regclass('supervise_tasks')").fetchone()
+            conn.execute(query("init_lock"), (INIT_LOCK,))
+            found = conn.execute(query("tasks_table")).fetchone()
             if found is None or found[0] is None:
                 raise ClusterError(
                     "the cluster database has no supervise tables; run "

@@ -3,12 +3,15 @@
 Re-runnable: everything is applied in one transaction under an advisory lock (two inits at
 once wait for each other), procrastinate's schema only when its ``procrastinate_jobs``
 table is absent (its ``schema.sql`` is not idempotent), and each of our migrations once, in
-order, recorded in ``supervise_schema_version``.
+order, recorded in ``supervise_schema_version``. The migrations are the numbered files of
+``supervisor/cluster/migrations/`` (:func:`supervisor.cluster.sqlfiles.migrations`), the
+other statements named queries (:func:`supervisor.cluster.sqlfiles.query`).
 
 Tables:
 
 * ``supervise_tasks``: one row per submitted task: its validated spec (JSON, prompt inline),
-  ``state`` (``queued`` until a host claims it, then the manifest's status), the
+  ``state`` (``queued`` until a host claims it, then the manifest's status; one of
+  :class:`~supervisor.taskdir.states.FleetState`, a CHECK since v4), the
   ``owner_host`` and ``generation`` of the claim (:mod:`supervisor.cluster.intake`), the
   manifest's summary fields;
 * ``supervise_events``: each transition a host reported (task, host, generation, event);
@@ -38,127 +41,13 @@ from procrastinate import App, SyncPsycopgConnector
 from procrastinate import __version__ as procrastinate_version
 
 from supervisor.cluster.db import ClusterError, connect, one_line
+from supervisor.cluster.sqlfiles import migrations, query
 
 #: ``pg_advisory_xact_lock`` key of ``cluster init`` ("supv" in ASCII).
 INIT_LOCK = 0x73757076
 
-MIGRATIONS: tuple[tuple[int, str], ...] = (
-    (
-        1,
-        """
-        CREATE TABLE supervise_tasks (
-            id text PRIMARY KEY,
-            name text NOT NULL,
-            spec jsonb NOT NULL,
-            host text,
-            queue text NOT NULL,
-            state text NOT NULL DEFAULT 'queued',
-            owner_host text,
-            generation integer NOT NULL DEFAULT 0,
-            submitted_at timestamptz NOT NULL DEFAULT now(),
-            claimed_at timestamptz,
-            updated_at timestamptz NOT NULL DEFAULT now(),
-            session_id text,
-            started_at text,
-            finished_at text,
-            exit_code integer,
-            retry_count integer,
-            failure_reason text,
-            verdict text,
-            error text
-        );
-        CREATE INDEX supervise_tasks_owner ON supervise_tasks (owner_host, state);
-        CREATE TABLE supervise_events (
-            id bigserial PRIMARY KEY,
-            transition_id text NOT NULL UNIQUE,
-            task_id text NOT NULL,
-            host_id text NOT NULL,
-            generation integer NOT NULL,
-            event text NOT NULL,
-            state text,
-            at timestamptz NOT NULL DEFAULT now()
-        );
-        CREATE INDEX supervise_events_task ON supervise_events (task_id);
-        CREATE TABLE supervise_hosts (
-            host_id text PRIMARY KEY,
-            heartbeat_at timestamptz NOT NULL DEFAULT now(),
-            started_at timestamptz NOT NULL DEFAULT now(),
-            capacity integer NOT NULL,
-            running integer NOT NULL DEFAULT 0,
-            version text,
-            queues text[] NOT NULL DEFAULT '{}',
-            last_error text
-        );
-        """,
-    ),
-    (
-        2,
-        """
-        ALTER TABLE supervise_hosts ADD COLUMN state text NOT NULL DEFAULT 'alive';
-        ALTER TABLE supervise_hosts ADD COLUMN stopped_at timestamptz;
-        ALTER TABLE supervise_hosts ADD COLUMN lost_at timestamptz;
-        ALTER TABLE supervise_hosts ADD COLUMN host_timeout double precision NOT NULL
-            DEFAULT 30;
-        ALTER TABLE supervise_hosts ADD COLUMN on_host_lost text NOT NULL DEFAULT 'report';
-        ALTER TABLE supervise_tasks ADD COLUMN restarted_from jsonb NOT NULL DEFAULT '[]';
-        CREATE TABLE supervise_controls (
-            id bigserial PRIMARY KEY,
-            task_id text NOT NULL,
-            host_id text NOT NULL,
-            verb text NOT NULL,
-            requested_by text,
-            requested_at timestamptz NOT NULL DEFAULT now(),
-            done_at timestamptz,
-            ok boolean,
-            result text
-        );
-        CREATE INDEX supervise_controls_pending ON supervise_controls (host_id)
-            WHERE done_at IS NULL;
-        """,
-    ),
-    (
-        3,
-        """
-        CREATE FUNCTION supervise_cancel_queued(task text, requested_by text)
-            RETURNS boolean
-            LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp
-        AS $$
-        DECLARE
-            job bigint;
-            gen integer;
-        BEGIN
-            UPDATE supervise_tasks SET state = 'abandoned', verdict = 'ABANDONED',
-                error = 'stopped before any host claimed it (' || requested_by || ')',
-                finished_at = to_char(now() AT TIME ZONE 'UTC',
-                                      'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-                updated_at = now()
-            WHERE id = task AND state = 'queued' RETURNING generation INTO gen;
-            IF NOT FOUND THEN
-                RETURN false;
-            END IF;
-            FOR job IN SELECT id FROM procrastinate_jobs
-                       WHERE queueing_lock = task AND status = 'todo' LOOP
-                PERFORM procrastinate_cancel_job_v1(job, false, true);
-            END LOOP;
-            INSERT INTO supervise_events (transition_id, task_id, host_id, generation, event,
-                                          state)
-            VALUES ('cancel:' || task || ':' || gen, task, '', gen, 'stopped', 'abandoned')
-            ON CONFLICT (transition_id) DO NOTHING;
-            RETURN true;
-        END
-        $$;
-        REVOKE ALL ON FUNCTION supervise_cancel_queued(text, text) FROM PUBLIC;
-        """,
-    ),
-)
-#: The schema version this code needs.
-SCHEMA_VERSION = MIGRATIONS[-1][0]
-
-_VERSION_TABLE = """
-CREATE TABLE IF NOT EXISTS supervise_schema_version (
-    version integer PRIMARY KEY,
-    applied_at timestamptz NOT NULL DEFAULT now()
-)"""
+#: The schema version this code needs: the last file of ``migrations/``.
+SCHEMA_VERSION = migrations()[-1].version
 
 
 @dataclass(frozen=True)
@@ -172,12 +61,12 @@ class InitResult:
 
 
 def _current_version(conn: psycopg.Connection) -> int:
-    row = conn.execute("SELECT coalesce(max(version), 0) FROM supervise_schema_version").fetchone()
+    row = conn.execute(query("schema_version")).fetchone()
     return int(row[0]) if row else 0
 
 
 def _has_procrastinate(conn: psycopg.Connection) -> bool:
-    row = conn.execute("SELECT to_regclass('procrastinate_jobs') IS NOT NULL").fetchone()
+    row = conn.execute(query("has_procrastinate")).fetchone()
     return bool(row and row[0])
 
 
@@ -189,21 +78,19 @@ def init(dsn: str) -> InitResult:
     """
     with connect(dsn, autocommit=False) as conn:
         try:
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (INIT_LOCK,))
+            conn.execute(query("init_lock"), (INIT_LOCK,))
             fresh = not _has_procrastinate(conn)
             if fresh:
                 # The same SQL procrastinate's own `schema --apply` runs, in our transaction.
                 conn.execute(App(connector=SyncPsycopgConnector()).schema_manager.get_schema())
-            conn.execute(_VERSION_TABLE)
+            conn.execute(query("create_version_table"))
             current = _current_version(conn)
             applied = []
-            for version, sql in MIGRATIONS:
-                if version > current:
-                    conn.execute(sql)
-                    conn.execute(
-                        "INSERT INTO supervise_schema_version (version) VALUES (%s)", (version,)
-                    )
-                    applied.append(version)
+            for migration in migrations():
+                if migration.version > current:
+                    conn.execute(migration.sql)
+                    conn.execute(query("record_version"), (migration.version,))
+                    applied.append(migration.version)
             conn.commit()
         except psycopg.Error as exc:
             conn.rollback()
@@ -230,10 +117,8 @@ def check(dsn: str) -> CheckResult:
     """
     with connect(dsn) as conn:
         try:
-            server = str(conn.execute("SHOW server_version").fetchone()[0])  # type: ignore[index]
-            has_table = conn.execute(
-                "SELECT to_regclass('supervise_schema_version') IS NOT NULL"
-            ).fetchone()
+            server = str(conn.execute(query("server_version")).fetchone()[0])  # type: ignore[index]
+            has_table = conn.execute(query("has_version_table")).fetchone()
             version = _current_version(conn) if has_table and has_table[0] else 0
             procrastinate = _has_procrastinate(conn)
         except psycopg.Error as exc:
@@ -259,14 +144,6 @@ def versions() -> dict[str, str]:
     return {"procrastinate": procrastinate_version, "psycopg": psycopg.__version__}
 
 
-#: What an engine writes (``supervise_engine`` in roles.sql grants these).
-_ENGINE_RIGHTS = """
-SELECT has_table_privilege('supervise_tasks', 'UPDATE')
-    AND has_table_privilege('supervise_hosts', 'INSERT')
-    AND has_table_privilege('supervise_events', 'INSERT')
-    AND has_table_privilege('procrastinate_jobs', 'UPDATE'), current_user"""
-
-
 def engine_preflight(dsn: str, host_id: str, heartbeat: float) -> str | None:
     """Before ``supervise run`` starts a cluster engine: one line naming what is wrong and
     the fix when the database answers but cannot serve an engine (schema missing or of
@@ -282,7 +159,7 @@ def engine_preflight(dsn: str, host_id: str, heartbeat: float) -> str | None:
         return found.problems[0]
     try:
         with connect(dsn) as conn:
-            row = conn.execute(_ENGINE_RIGHTS).fetchone()
+            row = conn.execute(query("engine_rights")).fetchone()
     except (ClusterError, psycopg.Error):
         return None
     if row is not None and not row[0]:
@@ -292,12 +169,6 @@ def engine_preflight(dsn: str, host_id: str, heartbeat: float) -> str | None:
             "('supervise cluster roles')"
         )
     return host_id_in_use(dsn, host_id, heartbeat)
-
-
-_BEAT = (
-    "SELECT heartbeat_at, extract(epoch FROM now() - heartbeat_at)::float, host_timeout "
-    "FROM supervise_hosts WHERE host_id = %s AND state = 'alive'"
-)
 
 
 def host_id_in_use(dsn: str, host_id: str, heartbeat: float) -> str | None:
@@ -310,13 +181,13 @@ def host_id_in_use(dsn: str, host_id: str, heartbeat: float) -> str | None:
     refuse. Database errors are no reason either (None)."""
     try:
         with connect(dsn) as conn:
-            row = conn.execute(_BEAT, (host_id,)).fetchone()
+            row = conn.execute(query("alive_heartbeat"), (host_id,)).fetchone()
             if row is None or row[1] > row[2]:
                 return None
             deadline = time.monotonic() + 2 * heartbeat + 0.5
             while time.monotonic() < deadline:
                 time.sleep(min(0.25, heartbeat / 4))
-                now = conn.execute(_BEAT, (host_id,)).fetchone()
+                now = conn.execute(query("alive_heartbeat"), (host_id,)).fetchone()
                 if now is not None and now[0] != row[0]:
                     return (
                         f"host id {host_id!r} is in use by an engine that is running "

@@ -25,6 +25,7 @@ from supervisor.cluster.db import (
     connect,
     one_line,
 )
+from supervisor.cluster.sqlfiles import query
 from supervisor.config import LoadedProfile, ResolvedTask
 from supervisor.config.cluster import host_queue
 from supervisor.spool import new_task_id
@@ -69,14 +70,6 @@ def sync_app(dsn: str) -> App:
     return App(connector=connector)
 
 
-#: procrastinate's own defer, as its connector calls it (``procrastinate_defer_jobs_v1``,
-#: procrastinate 3.10 ``sql/queries.sql`` ``defer_jobs``): run on our connection, the job
-#: is inserted in the task row's transaction.
-_DEFER = """
-SELECT (procrastinate_defer_jobs_v1(ARRAY[ROW(%s, %s, 0, NULL, %s, %s::jsonb,
-    NULL::timestamptz)::procrastinate_job_to_defer_v1]))[1]"""
-
-
 def submit(dsn: str, profile: LoadedProfile, resolved: ResolvedTask) -> Submitted:
     """Insert the task (``queued``) and defer its job, in one transaction on one
     connection: either both are stored or neither (no half-submitted task to clean up,
@@ -95,7 +88,7 @@ def submit(dsn: str, profile: LoadedProfile, resolved: ResolvedTask) -> Submitte
         task_id = _insert(conn, resolved.spec.name, document, host, queue)
         try:
             row = conn.execute(
-                _DEFER, (queue, TASK_NAME, task_id, json.dumps({"task_id": task_id}))
+                query("defer_job"), (queue, TASK_NAME, task_id, json.dumps({"task_id": task_id}))
             ).fetchone()
         except psycopg.Error as exc:
             raise ClusterError(
@@ -113,9 +106,7 @@ def _insert(
         task_id = new_task_id(name)
         try:
             row = conn.execute(
-                "INSERT INTO supervise_tasks (id, name, spec, host, queue) "
-                "VALUES (%s, %s, %s::jsonb, %s, %s) ON CONFLICT (id) DO NOTHING RETURNING id",
-                (task_id, name, document, host, queue),
+                query("insert_task"), (task_id, name, document, host, queue)
             ).fetchone()
         except psycopg.errors.UndefinedTable as exc:
             raise ClusterError(

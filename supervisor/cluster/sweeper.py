@@ -71,8 +71,9 @@ from supervisor.cluster.db import (
     connect,
     one_line,
 )
+from supervisor.cluster.sqlfiles import query
 from supervisor.cluster.submit import TASK_NAME
-from supervisor.taskdir.states import HOST_LOST, LIVE
+from supervisor.taskdir.states import HOST_LOST, LIVE, UNCLAIMED, FleetState
 
 log = logging.getLogger("supervise.cluster")
 #: The periodic task's name.
@@ -84,9 +85,6 @@ SWEEP_QUEUE = "supervise:sweep"
 SWEEP_CRON = "* * * * * *"
 #: ``pg_try_advisory_xact_lock`` key of a sweep ("swep" in ASCII).
 SWEEP_LOCK = 0x73776570
-#: Task states of a claim not launched yet: ``claimed`` (the claim's UPDATE) and the
-#: manifest's ``queued`` (materialized, written by the writer before the launch).
-UNLAUNCHED = frozenset({"claimed", "queued"})
 #: Seconds before the sweeper's worker is started again after it died.
 BACKOFF = 2.0
 
@@ -156,7 +154,7 @@ def fate_of(task: TaskRow, owner: HostRow) -> Fate | None:
     ``host_lost`` (launched otherwise), None (ended, or not the owner's any more)."""
     if owner.state != "dead" or task.owner_host != owner.host_id:
         return None
-    if task.state in UNLAUNCHED:
+    if task.state in UNCLAIMED:
         return "requeue"
     if task.state in LIVE:
         return "restart" if owner.on_host_lost == "restart" and task.host is None else "host_lost"
@@ -171,57 +169,6 @@ def stale_after(hosts: Iterable[HostRow]) -> float:
 
 # ------------------------------------------------------------------ applied in SQL
 
-_HOSTS = """
-SELECT host_id, state, extract(epoch FROM now() - heartbeat_at)::float, host_timeout,
-    on_host_lost
-FROM supervise_hosts"""
-_UPTIME = "SELECT extract(epoch FROM now() - pg_postmaster_start_time())::float"
-_MARK_DEAD = """
-UPDATE supervise_hosts SET state = 'dead', lost_at = now()
-WHERE host_id = ANY(%s) AND state = 'alive'
-    AND heartbeat_at < now() - make_interval(secs => host_timeout)
-RETURNING host_id"""
-_TASKS = """
-SELECT id, state, owner_host, generation, host, session_id FROM supervise_tasks
-WHERE owner_host = ANY(%s) AND state = ANY(%s) ORDER BY id FOR UPDATE"""
-_REQUEUE = """
-UPDATE supervise_tasks SET state = 'queued', owner_host = NULL, generation = generation + 1,
-    claimed_at = NULL, updated_at = now()
-WHERE id = %s AND owner_host = %s AND generation = %s AND state = %s"""
-_LOST = """
-UPDATE supervise_tasks SET state = %s, generation = generation + 1, updated_at = now()
-WHERE id = %s AND owner_host = %s AND generation = %s AND state = %s"""
-_RESTART = """
-UPDATE supervise_tasks SET state = 'queued', owner_host = NULL, generation = generation + 1,
-    restarted_from = restarted_from || jsonb_build_array(%s::jsonb), session_id = NULL,
-    started_at = NULL, finished_at = NULL, exit_code = NULL, failure_reason = NULL,
-    verdict = NULL, claimed_at = NULL, updated_at = now()
-WHERE id = %s AND owner_host = %s AND generation = %s AND state = %s"""
-_EVENT = """
-INSERT INTO supervise_events (transition_id, task_id, host_id, generation, event, state)
-VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (transition_id) DO NOTHING"""
-_STALE = """
-SELECT j.id, j.queueing_lock FROM procrastinate_jobs j
-LEFT JOIN procrastinate_workers w ON w.id = j.worker_id
-WHERE j.status = 'doing'
-    AND (w.id IS NULL OR w.last_heartbeat < now() - make_interval(secs => %s))
-ORDER BY j.id FOR UPDATE OF j SKIP LOCKED"""
-_TODO = "SELECT 1 FROM procrastinate_jobs WHERE queueing_lock = %s AND status = 'todo'"
-_RETRY = "SELECT procrastinate_retry_job_v2(%s, now(), NULL, NULL, NULL)"
-# A retry is an UPDATE, and procrastinate notifies only on INSERT (its trigger
-# procrastinate_jobs_notify_queue_job_inserted_v1): without this, the retried job would
-# wait for a worker's next poll (5 s by default). The payload is that trigger's.
-_NOTIFY = """
-SELECT pg_notify(channel, json_build_object('type', 'job_inserted', 'job_id', id)::text)
-FROM procrastinate_jobs,
-    unnest(ARRAY['procrastinate_queue_v1#' || queue_name, 'procrastinate_any_queue_v1']) channel
-WHERE id = %s"""
-_FAIL = "SELECT procrastinate_finish_job_v1(%s, 'failed', false)"
-_DEFER = """
-SELECT procrastinate_defer_jobs_v1(ARRAY[ROW(queue, %s, 0, NULL, id, %s::jsonb,
-    NULL::timestamptz)::procrastinate_job_to_defer_v1])
-FROM supervise_tasks WHERE id = %s"""
-
 
 def sweep_once(dsn: str, watched: float = math.inf) -> SweepResult:
     """One sweep, one transaction (see the module docstring for the rules); ``watched``:
@@ -233,7 +180,7 @@ def sweep_once(dsn: str, watched: float = math.inf) -> SweepResult:
     """
     with connect(dsn, autocommit=False) as conn:
         try:
-            got = conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (SWEEP_LOCK,)).fetchone()
+            got = conn.execute(query("sweep_lock"), (SWEEP_LOCK,)).fetchone()
             if not (got and got[0]):
                 conn.rollback()
                 return SweepResult(swept=False)
@@ -247,19 +194,21 @@ def sweep_once(dsn: str, watched: float = math.inf) -> SweepResult:
 
 def _sweep(conn: psycopg.Connection, watched: float) -> SweepResult:
     """Rules (a)–(d) inside the caller's transaction."""
-    hosts = {r[0]: HostRow(*r) for r in conn.execute(_HOSTS).fetchall()}
-    uptime = conn.execute(_UPTIME).fetchone()
+    hosts = {r[0]: HostRow(*r) for r in conn.execute(query("sweep_hosts")).fetchall()}
+    uptime = conn.execute(query("server_uptime")).fetchone()
     watched = min(watched, float(uptime[0])) if uptime else watched
     dead: tuple[str, ...] = ()
     if candidates := dead_hosts(hosts.values(), watched):
-        dead = tuple(sorted(r[0] for r in conn.execute(_MARK_DEAD, (candidates,)).fetchall()))
+        dead = tuple(
+            sorted(r[0] for r in conn.execute(query("mark_dead"), (candidates,)).fetchall())
+        )
     for host_id in dead:
         hosts[host_id] = HostRow(host_id, "dead", *_rest(hosts[host_id]))
     gone = [h.host_id for h in hosts.values() if h.state == "dead"]
     done: dict[Fate, list[str]] = {"requeue": [], "host_lost": [], "restart": []}
     if gone:
-        states = sorted(UNLAUNCHED | {str(s) for s in LIVE})
-        for row in conn.execute(_TASKS, (gone, states)).fetchall():
+        states = sorted(str(s) for s in UNCLAIMED | LIVE)
+        for row in conn.execute(query("dead_hosts_tasks"), (gone, states)).fetchall():
             task = TaskRow(*row)
             fate = fate_of(task, hosts[task.owner_host])
             if fate is not None and _apply(conn, task, fate):
@@ -290,10 +239,10 @@ def _apply(conn: psycopg.Connection, task: TaskRow, fate: Fate) -> bool:
     meanwhile (nothing done)."""
     guard = (task.id, task.owner_host, task.generation, task.state)
     if fate == "requeue":
-        changed = conn.execute(_REQUEUE, guard).rowcount
-        event, state = "requeued", "queued"
+        changed = conn.execute(query("requeue_task"), guard).rowcount
+        event, state = "requeued", FleetState.QUEUED
     elif fate == "host_lost":
-        changed = conn.execute(_LOST, (HOST_LOST, *guard)).rowcount
+        changed = conn.execute(query("lose_task"), (HOST_LOST, *guard)).rowcount
         event, state = HOST_LOST, HOST_LOST
     else:
         run = {
@@ -301,13 +250,15 @@ def _apply(conn: psycopg.Connection, task: TaskRow, fate: Fate) -> bool:
             "generation": task.generation,
             "session_id": task.session_id,
         }
-        changed = conn.execute(_RESTART, (json.dumps(run), *guard)).rowcount
-        event, state = HOST_LOST, "queued"
+        changed = conn.execute(query("restart_task"), (json.dumps(run), *guard)).rowcount
+        event, state = HOST_LOST, FleetState.QUEUED
     if changed != 1:
         return False
     # Deterministic id: the event of one task's lost run is written once, whoever sweeps.
     transition = f"sweep:{task.id}:{task.generation}:{event}"
-    conn.execute(_EVENT, (transition, task.id, task.owner_host, task.generation, event, state))
+    conn.execute(
+        query("insert_event"), (transition, task.id, task.owner_host, task.generation, event, state)
+    )
     return True
 
 
@@ -316,13 +267,13 @@ def _stalled(conn: psycopg.Connection, stale: float) -> tuple[list[int], list[in
     those failed because a waiting job holds their ``queueing_lock`` already."""
     retried: list[int] = []
     failed: list[int] = []
-    for job_id, lock in conn.execute(_STALE, (stale,)).fetchall():
-        if lock is not None and conn.execute(_TODO, (lock,)).fetchone() is not None:
-            conn.execute(_FAIL, (job_id,))
+    for job_id, lock in conn.execute(query("stalled_jobs"), (stale,)).fetchall():
+        if lock is not None and conn.execute(query("waiting_job"), (lock,)).fetchone():
+            conn.execute(query("fail_job"), (job_id,))
             failed.append(job_id)
         else:
-            conn.execute(_RETRY, (job_id,))
-            conn.execute(_NOTIFY, (job_id,))  # delivered at the commit
+            conn.execute(query("retry_job"), (job_id,))
+            conn.execute(query("notify_retried_job"), (job_id,))  # delivered at the commit
             retried.append(job_id)
     return retried, failed
 
@@ -330,8 +281,10 @@ def _stalled(conn: psycopg.Connection, stale: float) -> tuple[list[int], list[in
 def _ensure_job(conn: psycopg.Connection, task_id: str) -> None:
     """A task queued again gets a waiting job (its old one was on a worker not stale yet):
     none is deferred when one waits already (``queueing_lock`` = the task id)."""
-    if conn.execute(_TODO, (task_id,)).fetchone() is None:
-        conn.execute(_DEFER, (TASK_NAME, json.dumps({"task_id": task_id}), task_id))
+    if conn.execute(query("waiting_job"), (task_id,)).fetchone() is None:
+        conn.execute(
+            query("defer_requeued"), (TASK_NAME, json.dumps({"task_id": task_id}), task_id)
+        )
 
 
 # ------------------------------------------------------------------ the periodic task

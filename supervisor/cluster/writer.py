@@ -40,7 +40,9 @@ import psycopg
 from supervisor.cluster.db import ClusterError, connect, one_line
 from supervisor.cluster.lease import LeaseKeeper
 from supervisor.cluster.ownership import lost_claims
+from supervisor.cluster.sqlfiles import query
 from supervisor.taskdir.folder import atomic_write
+from supervisor.taskdir.states import FleetState
 
 log = logging.getLogger("supervise.cluster")
 #: Seconds between tries while the database does not answer (also how late, at most,
@@ -65,33 +67,6 @@ class Transition:
     verdict: str | None = None
     error: str | None = None
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
-
-
-_UPDATE = """
-UPDATE supervise_tasks SET state = %s, session_id = coalesce(%s, session_id),
-    started_at = coalesce(%s, started_at), finished_at = %s, exit_code = %s,
-    retry_count = %s, failure_reason = %s, verdict = %s, error = coalesce(%s, error),
-    updated_at = now()
-WHERE id = %s AND owner_host = %s AND generation = %s"""
-
-# Every beat says 'alive': a host the sweeper declared dead that beats again is alive again
-# (its lost tasks stay lost: their generation moved on). ``lost_at``/``stopped_at`` keep
-# the last loss and stop for the operator.
-_HEARTBEAT = """
-INSERT INTO supervise_hosts (host_id, capacity, running, version, queues, last_error,
-    host_timeout, on_host_lost)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
-ON CONFLICT (host_id) DO UPDATE SET heartbeat_at = now(), capacity = excluded.capacity,
-    running = excluded.running, version = excluded.version, queues = excluded.queues,
-    last_error = excluded.last_error,
-    host_timeout = excluded.host_timeout, on_host_lost = excluded.on_host_lost,
-    state = 'alive'"""
-
-#: A clean stop (:meth:`Writer.close`): the sweeper never declares a stopped host dead.
-_STOPPED = """
-UPDATE supervise_hosts SET state = 'stopped', stopped_at = now(), heartbeat_at = now(),
-    running = %s
-WHERE host_id = %s"""
 
 
 class Writer:
@@ -250,7 +225,9 @@ class Writer:
         if self.lease is not None:
             self.lease.arm()
         beat = (self.host_id, self.capacity, self.running(), self.version, self.queues)
-        conn.execute(_HEARTBEAT, (*beat, self._last_error, self.host_timeout, self.on_host_lost))
+        conn.execute(
+            query("heartbeat"), (*beat, self._last_error, self.host_timeout, self.on_host_lost)
+        )
         # Reported once, by the first beat that got through; the next good beat clears
         # it, so 'hosts' shows only an error that is recent.
         self._last_error = None
@@ -285,12 +262,10 @@ class Writer:
                         self.host_id,
                         item.generation,
                     )
-                    mine = conn.execute(_UPDATE, row).rowcount > 0
-                    if mine or item.state == "superseded":
+                    mine = conn.execute(query("update_task"), row).rowcount > 0
+                    if mine or item.state == FleetState.SUPERSEDED:
                         conn.execute(
-                            "INSERT INTO supervise_events (transition_id, task_id, host_id, "
-                            "generation, event, state) VALUES (%s, %s, %s, %s, %s, %s) "
-                            "ON CONFLICT (transition_id) DO NOTHING",
+                            query("insert_event"),
                             (
                                 item.id,
                                 item.task_id,
@@ -309,7 +284,7 @@ class Writer:
             if beat:
                 self._beat(conn)
             if stopping and not self._pending:
-                conn.execute(_STOPPED, (self.running(), self.host_id))
+                conn.execute(query("host_stopped"), (self.running(), self.host_id))
                 self.stopped = True
             return True
         except (psycopg.Error, ClusterError) as exc:

@@ -109,3 +109,45 @@ class FailureReason(StrEnum):
     EXIT_CODE = "exit_code"
     LAUNCH = "launch"
     WORKSPACE = "workspace"
+
+
+# The fleet's states
+
+
+class FleetState(StrEnum):
+    """A fleet task's ``state`` (``supervise_tasks.state``; issue 15): every manifest
+    :class:`Status`, which the host that owns the task reports, plus the fleet's own.
+
+    ``queued`` (also a :class:`Status`): waits for a host's claim. ``claimed``: a host took
+    it and has not reported yet. ``rejected``: the claiming host cannot run it (its
+    ``project_dir`` missing there, a key its ``task_may_set`` refuses). ``host_lost``
+    (:data:`HOST_LOST`): its host stopped beating while it ran. The database holds this
+    list as a CHECK (``supervisor/cluster/migrations/0004_task_state_check.sql``); a test
+    checks the two agree.
+    """
+
+    QUEUED = Status.QUEUED.value
+    CLAIMED = "claimed"
+    RUNNING = Status.RUNNING.value
+    CRASHED = Status.CRASHED.value
+    HUNG = Status.HUNG.value
+    WAITING = Status.WAITING.value
+    ESCALATED = Status.ESCALATED.value
+    VERIFYING = Status.VERIFYING.value
+    COMPLETED = Status.COMPLETED.value
+    FAILED = Status.FAILED.value
+    ABANDONED = Status.ABANDONED.value
+    SUPERSEDED = Status.SUPERSEDED.value
+    REJECTED = "rejected"
+    HOST_LOST = HOST_LOST
+
+
+#: States after which a fleet task changes no more: the manifest's ended states plus the
+#: fleet's own (a lost host's task, a task no host could run, a superseded copy).
+FINAL: frozenset[FleetState] = frozenset(
+    {FleetState(s) for s in TERMINAL} | {FleetState.HOST_LOST, FleetState.REJECTED}
+)
+#: States of a task no host runs yet: ``queued`` in the fleet's queue, or claimed and not
+#: launched (``claimed``, then the manifest's ``queued`` until the launch). The sweeper
+#: requeues such a task of a dead host.
+UNCLAIMED: frozenset[FleetState] = frozenset({FleetState.QUEUED, FleetState.CLAIMED})

@@ -1,0 +1,263 @@
+-- supervise: every statement the fleet's modules send, by name (issue 23).
+--
+-- Loaded by supervisor/cluster/sqlfiles.py, as procrastinate loads its sql/queries.sql: a
+-- line "-- name --" starts a query, the comment lines right after it describe it (they are
+-- not sent), and the text up to the next name is the query. Parameters are psycopg's
+-- (%s, in order); {channel} is an identifier filled in with psycopg.sql (LISTEN takes no
+-- parameter). The schema itself is in ../migrations/, the roles in ../roles.sql.
+
+-- ---------------------------------------------------------------- schema (schema.py)
+
+-- init_lock --
+-- cluster init's and cluster roles' transaction-wide advisory lock (schema.INIT_LOCK).
+SELECT pg_advisory_xact_lock(%s);
+
+-- create_version_table --
+-- The table that records each migration applied (created before the first one).
+CREATE TABLE IF NOT EXISTS supervise_schema_version (
+    version integer PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- schema_version --
+SELECT coalesce(max(version), 0) FROM supervise_schema_version;
+
+-- record_version --
+INSERT INTO supervise_schema_version (version) VALUES (%s);
+
+-- has_version_table --
+SELECT to_regclass('supervise_schema_version') IS NOT NULL;
+
+-- has_procrastinate --
+SELECT to_regclass('procrastinate_jobs') IS NOT NULL;
+
+-- server_version --
+SHOW server_version;
+
+-- engine_rights --
+-- What an engine writes (supervise_engine in roles.sql grants these), and the login.
+SELECT has_table_privilege('supervise_tasks', 'UPDATE')
+    AND has_table_privilege('supervise_hosts', 'INSERT')
+    AND has_table_privilege('supervise_events', 'INSERT')
+    AND has_table_privilege('procrastinate_jobs', 'UPDATE'), current_user;
+
+-- alive_heartbeat --
+-- An alive host's heartbeat, its age (seconds) and its host_timeout.
+SELECT heartbeat_at, extract(epoch FROM now() - heartbeat_at)::float, host_timeout
+FROM supervise_hosts WHERE host_id = %s AND state = 'alive';
+
+-- ---------------------------------------------------------------- roles (roles.py)
+
+-- tasks_table --
+-- The tasks table's oid, NULL before cluster init.
+SELECT to_regclass('supervise_tasks');
+
+-- ---------------------------------------------------------------- submit (submit.py)
+
+-- insert_task --
+INSERT INTO supervise_tasks (id, name, spec, host, queue)
+VALUES (%s, %s, %s::jsonb, %s, %s) ON CONFLICT (id) DO NOTHING RETURNING id;
+
+-- defer_job --
+-- procrastinate's own defer, as its connector calls it (procrastinate_defer_jobs_v1,
+-- procrastinate 3.10 sql/queries.sql defer_jobs): run on our connection, the job is
+-- inserted in the task row's transaction. Parameters: queue, task name, lock, args.
+SELECT (procrastinate_defer_jobs_v1(ARRAY[ROW(%s, %s, 0, NULL, %s, %s::jsonb,
+    NULL::timestamptz)::procrastinate_job_to_defer_v1]))[1];
+
+-- ---------------------------------------------------------------- claim (claim.py)
+
+-- claim_task --
+-- The one statement that makes a start exactly-once: only a queued row is taken.
+UPDATE supervise_tasks SET state = 'claimed', owner_host = %s, generation = generation + 1,
+    claimed_at = now(), updated_at = now()
+WHERE id = %s AND state = 'queued'
+RETURNING generation, spec;
+
+-- reject_task --
+UPDATE supervise_tasks SET state = 'rejected', error = %s, updated_at = now()
+WHERE id = %s AND generation = %s;
+
+-- ---------------------------------------------------------------- ownership (ownership.py)
+
+-- owned_rows --
+SELECT id, owner_host, generation, state FROM supervise_tasks WHERE id = ANY(%s);
+
+-- still_queued --
+SELECT 1 FROM supervise_tasks WHERE id = %s AND state = 'queued';
+
+-- defer_later --
+-- A new job for a still queued task on its queue, some seconds from now. Parameters: task
+-- name, args, seconds, task id.
+SELECT procrastinate_defer_jobs_v1(ARRAY[ROW(queue, %s, 0, NULL, id, %s::jsonb,
+    now() + make_interval(secs => %s))::procrastinate_job_to_defer_v1])
+FROM supervise_tasks WHERE id = %s AND state = 'queued';
+
+-- ---------------------------------------------------------------- writer (writer.py)
+
+-- update_task --
+-- A transition, written only while this host owns the claim's generation.
+UPDATE supervise_tasks SET state = %s, session_id = coalesce(%s, session_id),
+    started_at = coalesce(%s, started_at), finished_at = %s, exit_code = %s,
+    retry_count = %s, failure_reason = %s, verdict = %s, error = coalesce(%s, error),
+    updated_at = now()
+WHERE id = %s AND owner_host = %s AND generation = %s;
+
+-- insert_event --
+-- One transition's event row; its id makes a replayed or repeated one count once.
+INSERT INTO supervise_events (transition_id, task_id, host_id, generation, event, state)
+VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (transition_id) DO NOTHING;
+
+-- heartbeat --
+-- Every beat says 'alive': a host the sweeper declared dead that beats again is alive
+-- again (its lost tasks stay lost: their generation moved on). lost_at/stopped_at keep
+-- the last loss and stop for the operator.
+INSERT INTO supervise_hosts (host_id, capacity, running, version, queues, last_error,
+    host_timeout, on_host_lost)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (host_id) DO UPDATE SET heartbeat_at = now(), capacity = excluded.capacity,
+    running = excluded.running, version = excluded.version, queues = excluded.queues,
+    last_error = excluded.last_error,
+    host_timeout = excluded.host_timeout, on_host_lost = excluded.on_host_lost,
+    state = 'alive';
+
+-- host_stopped --
+-- A clean stop: the sweeper never declares a stopped host dead.
+UPDATE supervise_hosts SET state = 'stopped', stopped_at = now(), heartbeat_at = now(),
+    running = %s
+WHERE host_id = %s;
+
+-- ---------------------------------------------------------------- control (control.py, listener.py)
+
+-- task_owner --
+SELECT id, state, owner_host, generation FROM supervise_tasks WHERE id = %s;
+
+-- host_alive --
+SELECT state, extract(epoch FROM now() - heartbeat_at)::float AS age, host_timeout
+FROM supervise_hosts WHERE host_id = %s;
+
+-- listen --
+LISTEN {channel};
+
+-- notify --
+-- Parameters: the channel, the payload.
+SELECT pg_notify(%s, %s);
+
+-- insert_control --
+INSERT INTO supervise_controls (task_id, host_id, verb, requested_by)
+VALUES (%s, %s, %s, %s) RETURNING id;
+
+-- control_answer --
+SELECT done_at IS NOT NULL, ok, result FROM supervise_controls WHERE id = %s;
+
+-- answer_control --
+-- The host's answer, or the requester's withdrawal of a request not answered in time.
+UPDATE supervise_controls SET done_at = now(), ok = %s, result = %s
+WHERE id = %s AND done_at IS NULL;
+
+-- cancel_queued --
+-- stop of a task no host has claimed (migration 0003's SECURITY DEFINER function).
+SELECT supervise_cancel_queued(%s, %s);
+
+-- pending_controls --
+SELECT c.id, c.task_id, c.verb, t.owner_host, t.generation FROM supervise_controls c
+LEFT JOIN supervise_tasks t ON t.id = c.task_id
+WHERE c.host_id = %s AND c.done_at IS NULL ORDER BY c.id;
+
+-- set_application_name --
+SELECT set_config('application_name', %s, false);
+
+-- task_rows --
+-- supervise show / wait of tasks on other hosts: the manifest's summary fields.
+SELECT id AS task_id, name, state AS status, owner_host, generation, restarted_from, queue,
+    host, session_id, started_at, finished_at, exit_code, retry_count, failure_reason,
+    verdict, error, submitted_at, claimed_at, updated_at
+FROM supervise_tasks WHERE id = ANY(%s);
+
+-- task_events --
+SELECT at, host_id, generation, event, state FROM supervise_events
+WHERE task_id = %s ORDER BY at, id;
+
+-- ---------------------------------------------------------------- the operators' view (fleet.py)
+
+-- fleet_hosts --
+SELECT host_id, state, round(extract(epoch FROM now() - heartbeat_at)::numeric, 1)::float
+    AS age_s, capacity, running, version, queues, last_error, heartbeat_at, lost_at,
+    stopped_at, host_timeout, on_host_lost
+FROM supervise_hosts ORDER BY host_id;
+
+-- fleet_tasks --
+SELECT id, name, state, owner_host, generation, queue, host, exit_code, failure_reason,
+    verdict, retry_count, submitted_at, updated_at, error, restarted_from,
+    round(extract(epoch FROM now() - updated_at)::numeric, 1)::float AS state_s
+FROM supervise_tasks ORDER BY submitted_at, id;
+
+-- ---------------------------------------------------------------- the sweeper (sweeper.py)
+
+-- sweep_lock --
+SELECT pg_try_advisory_xact_lock(%s);
+
+-- sweep_hosts --
+SELECT host_id, state, extract(epoch FROM now() - heartbeat_at)::float, host_timeout,
+    on_host_lost
+FROM supervise_hosts;
+
+-- server_uptime --
+SELECT extract(epoch FROM now() - pg_postmaster_start_time())::float;
+
+-- mark_dead --
+UPDATE supervise_hosts SET state = 'dead', lost_at = now()
+WHERE host_id = ANY(%s) AND state = 'alive'
+    AND heartbeat_at < now() - make_interval(secs => host_timeout)
+RETURNING host_id;
+
+-- dead_hosts_tasks --
+SELECT id, state, owner_host, generation, host, session_id FROM supervise_tasks
+WHERE owner_host = ANY(%s) AND state = ANY(%s) ORDER BY id FOR UPDATE;
+
+-- requeue_task --
+UPDATE supervise_tasks SET state = 'queued', owner_host = NULL, generation = generation + 1,
+    claimed_at = NULL, updated_at = now()
+WHERE id = %s AND owner_host = %s AND generation = %s AND state = %s;
+
+-- lose_task --
+UPDATE supervise_tasks SET state = %s, generation = generation + 1, updated_at = now()
+WHERE id = %s AND owner_host = %s AND generation = %s AND state = %s;
+
+-- restart_task --
+UPDATE supervise_tasks SET state = 'queued', owner_host = NULL, generation = generation + 1,
+    restarted_from = restarted_from || jsonb_build_array(%s::jsonb), session_id = NULL,
+    started_at = NULL, finished_at = NULL, exit_code = NULL, failure_reason = NULL,
+    verdict = NULL, claimed_at = NULL, updated_at = now()
+WHERE id = %s AND owner_host = %s AND generation = %s AND state = %s;
+
+-- stalled_jobs --
+SELECT j.id, j.queueing_lock FROM procrastinate_jobs j
+LEFT JOIN procrastinate_workers w ON w.id = j.worker_id
+WHERE j.status = 'doing'
+    AND (w.id IS NULL OR w.last_heartbeat < now() - make_interval(secs => %s))
+ORDER BY j.id FOR UPDATE OF j SKIP LOCKED;
+
+-- waiting_job --
+SELECT 1 FROM procrastinate_jobs WHERE queueing_lock = %s AND status = 'todo';
+
+-- retry_job --
+SELECT procrastinate_retry_job_v2(%s, now(), NULL, NULL, NULL);
+
+-- notify_retried_job --
+-- A retry is an UPDATE, and procrastinate notifies only on INSERT (its trigger
+-- procrastinate_jobs_notify_queue_job_inserted_v1): without this, the retried job would
+-- wait for a worker's next poll (5 s by default). The payload is that trigger's.
+SELECT pg_notify(channel, json_build_object('type', 'job_inserted', 'job_id', id)::text)
+FROM procrastinate_jobs,
+    unnest(ARRAY['procrastinate_queue_v1#' || queue_name, 'procrastinate_any_queue_v1']) channel
+WHERE id = %s;
+
+-- fail_job --
+SELECT procrastinate_finish_job_v1(%s, 'failed', false);
+
+-- defer_requeued --
+-- A waiting job for a task queued again. Parameters: task name, args, task id.
+SELECT procrastinate_defer_jobs_v1(ARRAY[ROW(queue, %s, 0, NULL, id, %s::jsonb,
+    NULL::timestamptz)::procrastinate_job_to_defer_v1])
+FROM supervise_tasks WHERE id = %s;
