@@ -4,7 +4,8 @@ The core (engine, policy, signals) never names an agent kind. Each ``[agent] kin
 module or package here, ``supervisor.agents.<kind>``, whose ``Adapter`` class subclasses
 :class:`AgentAdapter` and overrides the hooks its agent needs, the way a circus plugin or a
 supervisord event listener plugs named hooks into a fixed loop. Adding a kind means adding
-one folder (and its name to ``config.AgentKind``, which validates the profile).
+one folder and registering its :class:`supervisor.agents.kinds.Kind` (its settings, manifest
+extension and view columns; a built-in kind is listed in :data:`supervisor.agents.kinds.BUILTIN`).
 
 Hooks, in the order the engine calls them:
 
@@ -32,13 +33,15 @@ Hooks, in the order the engine calls them:
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from supervisor.config import AgentSpec, ResolvedTask
-from supervisor.taskdir.folder import Manifest, TaskDir
+from supervisor.agents import kinds
+
+if TYPE_CHECKING:  # config and taskdir ask the registry (kinds) while they load: no cycle
+    from supervisor.config import AgentSpec, ResolvedTask
+    from supervisor.taskdir.folder import Manifest, TaskDir
 
 
 @dataclass(frozen=True)
@@ -204,8 +207,7 @@ def heartbeat_of(agent: AgentSpec) -> float | None:
     (a TUI's timer is no output the monitor counts), else ``None``."""
     if agent.mode != "headless":
         return None
-    module = importlib.import_module(f"{__name__}.{agent.kind}")
-    heartbeat: float | None = module.Adapter.heartbeat
+    heartbeat: float | None = kinds.get(agent.kind).adapter().heartbeat
     return heartbeat
 
 
@@ -219,11 +221,10 @@ def adapter_for(
 ) -> AgentAdapter:
     """The adapter of ``agent.kind`` for one task, its manifest fields restored.
 
-    The kind names the module ``supervisor.agents.<kind>`` (a validated literal of
-    ``config.AgentKind``); its ``Adapter`` class is the adapter.
+    The kind (validated against :mod:`supervisor.agents.kinds`) names its adapter class
+    (:attr:`supervisor.agents.kinds.Kind.adapter`).
     """
-    module = importlib.import_module(f"{__name__}.{agent.kind}")
-    adapter: AgentAdapter = module.Adapter(
+    adapter: AgentAdapter = kinds.get(agent.kind).adapter()(
         AgentContext(task, resolved, agent, default_message, send_keys)
     )
     adapter.restore(manifest)

@@ -8,7 +8,9 @@ every other hook keeps the default of :class:`supervisor.agents.AgentAdapter`.
 
 from __future__ import annotations
 
-from supervisor.agents import AgentAdapter, LaunchPart
+from typing import Any
+
+from supervisor.agents import AgentAdapter, LaunchPart, kinds
 
 
 class Adapter(AgentAdapter):
@@ -22,3 +24,18 @@ class Adapter(AgentAdapter):
         assert agent.command is not None  # AgentSpec's validator
         template = agent.resume_command if resume and agent.resume_command else agent.command
         return LaunchPart(argv=list(template))
+
+
+def check(agent: Any) -> None:
+    """The ``[agent]`` rules of ``kind = "generic"`` (an ``AgentSpec``): ``command`` is
+    required and ``mode`` stays headless. Raises ``ValueError``."""
+    if agent.command is None:
+        raise ValueError(
+            "kind 'generic' needs 'command' (an argv list); or set kind = \"claude\" "
+            "to let supervise build the Claude Code command line"
+        )
+    if agent.mode == "interactive":
+        raise ValueError("mode 'interactive' needs kind = \"claude\"")
+
+
+KIND = kinds.register(kinds.Kind(name="generic", adapter=lambda: Adapter, check=check))

@@ -24,18 +24,18 @@ import os
 import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Protocol, get_args
+from typing import Any, Protocol
 
+from supervisor.agents import kinds
 from supervisor.agents.claude import hooks
 from supervisor.agents.claude.render import MAX_PARSE, ClaudeRenderer, cut
-from supervisor.config.models import AgentKind
 from supervisor.diskio import read_end
 from supervisor.taskdir.folder import MANIFEST, OUTPUT
 from supervisor.terminal import escape_controls
 from supervisor.wrapper import END_MARK
 
-#: The agent kinds a profile may name (``[agent] kind``; ``config.models.AgentKind``).
-KINDS = frozenset(get_args(AgentKind))
+#: The built-in agent kinds (``[agent] kind``; :mod:`supervisor.agents.kinds`).
+KINDS = frozenset(kinds.builtin_names())
 CLAUDE = "claude"
 #: The kind shown as it is, and the one assumed when a folder does not say.
 GENERIC = "generic"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from supervisor.agents import kinds
 from supervisor.config.models import Profile, TaskSpec
 
 
@@ -32,13 +33,14 @@ def default_message(profile: Profile, task: TaskSpec | None) -> tuple[str, str]:
 
 def approval_rows(profile: Profile, task: TaskSpec | None = None) -> list[tuple[str, Any, str]]:
     """``(key, value, source)`` rows: ``approval.in_force`` (whether the agent asks
-    permissions at all: ``kind = "claude"``), one ``approval.rules[N]`` per rule in the
-    order they are tried (``{"tool", "match", "action", "message"}``, ``match``/``message``
-    left out when unset; source ``task`` or ``profile``), and ``approval.unmatched``
-    (``{"action": "deny", "message"}``, the ruling when no rule fits)."""
+    permissions at all: :attr:`supervisor.agents.kinds.Kind.permissions`), one
+    ``approval.rules[N]`` per rule in the order they are tried (``{"tool", "match",
+    "action", "message"}``, ``match``/``message`` left out when unset; source ``task`` or
+    ``profile``), and ``approval.unmatched`` (``{"action": "deny", "message"}``, the ruling
+    when no rule fits)."""
     kind_source = "profile" if "kind" in profile.agent.model_fields_set else "default"
     rows: list[tuple[str, Any, str]] = [
-        ("approval.in_force", profile.agent.kind == "claude", kind_source)
+        ("approval.in_force", kinds.get(profile.agent.kind).permissions, kind_source)
     ]
     task_rules = task.approval.rules if task is not None and task.approval is not None else []
     tagged = [(rule, "task") for rule in task_rules]

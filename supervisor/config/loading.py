@@ -25,6 +25,7 @@ from supervisor.config.argsize import env_problems, prompt_problems
 from supervisor.config.env import read_env_overrides
 from supervisor.config.models import (
     ALIAS_RE,
+    EXAMPLE_MODEL,
     MAX_PROMPT_BYTES,
     MAX_TASK_FILE_BYTES,
     LoadedProfile,
@@ -267,7 +268,7 @@ def _model(
         problems.append(
             f"{where('model')}: unknown model alias {wanted!r}; known aliases: "
             + ", ".join(f"{k} ({v})" for k, v in sorted(models.items()))
-            + "; or give a full model id such as claude-sonnet-4-6"
+            + f"; or give a full model id such as {EXAMPLE_MODEL}"
         )
     return wanted
 

@@ -14,11 +14,24 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    PrivateAttr,
+    Strict,
+    ValidatorFunctionWrapHandler,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
-from supervisor.config.argsize import check_args, check_env, check_resume_prompt
+from supervisor.agents import kinds
+from supervisor.config.argsize import check_args, check_env
 from supervisor.config.argv import argv_placeholders_ok
 from supervisor.config.cluster import NAME_RE, ClusterSpec
 from supervisor.config.monitor import (
@@ -31,8 +44,14 @@ from supervisor.config.monitor import (
 )
 from supervisor.config.workspace import WorkspaceSpec
 
-#: Model aliases known to every profile; ``[agent.models]`` may add or override (issue 2).
-DEFAULT_MODELS: dict[str, str] = {"opus": "claude-opus-4-6", "sonnet": "claude-sonnet-4-6"}
+#: Model aliases known to every profile: the built-in agent kinds' together
+#: (:attr:`supervisor.agents.kinds.Kind.models`); ``[agent.models]`` may add or override
+#: (issue 2).
+DEFAULT_MODELS: dict[str, str] = {a: m for k in kinds.builtin() for a, m in k.models.items()}
+#: The alias ``[agent] default_model`` defaults to.
+DEFAULT_ALIAS = "sonnet"
+#: A full model id, for messages that show one (the default alias's).
+EXAMPLE_MODEL = DEFAULT_MODELS.get(DEFAULT_ALIAS, DEFAULT_ALIAS)
 
 #: An alias is a bare lowercase word; anything else (a dash, digit, dot, slash, colon) is
 #: taken as a full model id and passed to the agent unchanged.
@@ -89,11 +108,47 @@ def default_socket_name(state_dir: Path) -> str:
     return f"supervise-{digest[:8]}"
 
 
-AgentKind = Literal["generic", "claude"]
+def _known_kind(value: Any) -> str:
+    """``value`` when it names a registered agent kind; else the error a ``Literal`` of
+    the kinds gives (``Input should be 'a' or 'b'``)."""
+    if isinstance(value, str) and value in kinds.names():
+        return value
+    quoted = [repr(name) for name in kinds.names()]
+    expected = " or ".join(filter(None, (", ".join(quoted[:-1]), quoted[-1])))
+    raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
+
+
+#: ``[agent] kind``: a kind of :mod:`supervisor.agents.kinds` (the schema lists the built-in
+#: ones).
+AgentKind = Annotated[
+    str,
+    PlainValidator(_known_kind),
+    WithJsonSchema({"enum": list(kinds.builtin_names()), "type": "string"}),
+]
 AgentMode = Literal["headless", "interactive"]
 
 
-class AgentSpec(BaseModel):
+class _AgentCore(BaseModel):
+    """The ``[agent]`` keys of every kind: :class:`AgentSpec`'s first fields (its last base,
+    so they lead the field order that error messages list)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: AgentKind = "generic"
+    command: list[str] | None = Field(default=None, min_length=1)
+    resume_command: list[str] | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    models: dict[str, str] = Field(default_factory=dict)
+    default_model: str = DEFAULT_ALIAS
+    mode: AgentMode = "headless"
+
+    _check_argv = field_validator("command", "resume_command")(
+        classmethod(lambda cls, v: None if v is None else check_args(argv_placeholders_ok(v)))
+    )
+    # what would fail every launch with E2BIG (Linux's 128 KiB per string; issue 21)
+    _check_env = field_validator("env")(classmethod(lambda cls, v: check_env(v)))
+
+
+class AgentSpec(*kinds.settings_models(), _AgentCore):  # type: ignore[misc]
     """``[agent]``: how to launch and resume the agent.
 
     ``kind = "generic"`` (the default) runs ``command`` / ``resume_command`` as written: argv
@@ -112,56 +167,36 @@ class AgentSpec(BaseModel):
             ``claude``.
     """
 
-    model_config = ConfigDict(extra="forbid")
-    kind: AgentKind = "generic"
-    command: list[str] | None = Field(default=None, min_length=1)
-    resume_command: list[str] | None = None
-    env: dict[str, str] = Field(default_factory=dict)
-    models: dict[str, str] = Field(default_factory=dict)
-    default_model: str = "sonnet"
-    mode: AgentMode = "headless"
-    binary: str = Field(default="claude", min_length=1)
-    permission_mode: str = Field(default="manual", pattern=r"^[A-Za-z]+$")
-    resume_prompt: str = Field(default="continue the task", min_length=1)
-    extra_args: list[str] = Field(default_factory=list)
-    hooks: Annotated[bool, Strict()] = True
+    # the built-in kinds' settings are fields of the bases; a later kind's, validated by its
+    # own model, wait here (:meth:`settings`)
+    _settings: BaseModel | None = PrivateAttr(default=None)
 
-    _check_argv = field_validator("command", "resume_command")(
-        classmethod(lambda cls, v: None if v is None else check_args(argv_placeholders_ok(v)))
-    )
-    # what would fail every launch with E2BIG (Linux's 128 KiB per string; issue 21)
-    _check_env = field_validator("env")(classmethod(lambda cls, v: check_env(v)))
-    _check_args = field_validator("extra_args")(classmethod(lambda cls, v: check_args(v)))
-    _check_resume = field_validator("resume_prompt")(
-        classmethod(lambda cls, v: check_resume_prompt(v))
-    )
+    @model_validator(mode="wrap")
+    @classmethod
+    def _own_settings(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> AgentSpec:
+        """A kind registered after this model was built: its keys validated by its own
+        settings model (errors keep their ``agent.<key>`` place), the rest by this one."""
+        name = data.get("kind") if isinstance(data, dict) else None
+        kind = kinds.get(name) if isinstance(name, str) and name in kinds.names() else None
+        model = kind.settings() if kind is not None and kind.settings is not None else None
+        if model is None or issubclass(cls, model):
+            spec: AgentSpec = handler(data)
+            return spec
+        own = {key: value for key, value in data.items() if key in model.model_fields}
+        spec = handler({key: value for key, value in data.items() if key not in own})
+        spec._settings = model.model_validate(own)
+        return spec
 
     @model_validator(mode="after")
     def _kind_fits(self) -> AgentSpec:
-        if self.kind == "generic" and self.command is None:
-            raise ValueError(
-                "kind 'generic' needs 'command' (an argv list); or set kind = \"claude\" "
-                "to let supervise build the Claude Code command line"
-            )
-        if self.kind == "claude" and (self.command or self.resume_command):
-            raise ValueError(
-                "kind 'claude' builds the command line itself; remove 'command' and "
-                "'resume_command' (add flags with 'extra_args'), or use kind = \"generic\""
-            )
-        if self.kind == "generic" and self.mode == "interactive":
-            raise ValueError("mode 'interactive' needs kind = \"claude\"")
-        if (
-            self.kind == "claude"
-            and self.mode == "headless"
-            and not self.hooks
-            and self.permission_mode in ("manual", "default")
-        ):
-            raise ValueError(
-                "with hooks = false nothing answers permission requests in headless mode, so "
-                "Claude Code would deny every tool call that needs one; set hooks = true (the "
-                "[approval] rules decide), or a permission_mode that does not ask"
-            )
+        kinds.get(self.kind).check(self)  # ValueError: the kind's own rules
         return self
+
+    def settings(self) -> Any:
+        """The kind's ``[agent]`` settings: this model itself for a built-in kind (their
+        fields are its fields), else the instance of the kind's settings model (a kind
+        without one: this model)."""
+        return self._settings if self._settings is not None else self
 
     def known_models(self) -> dict[str, str]:
         """Alias → model id: the built-in aliases overlaid with ``[agent.models]``."""

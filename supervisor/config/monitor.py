@@ -188,7 +188,7 @@ class MonitorPolicy(BaseModel):
     stale_signal: StaleSignal | None = Field(
         None,
         description="What output means for staleness; default screen for an interactive "
-        "Claude Code TUI, else mtime.",
+        "agent's TUI, else mtime.",
     )
     max_denials: Annotated[int, Field(ge=1, le=MAX_DENIALS)] = Field(
         3, description="Consecutive denials or failed tool calls that escalate the task."
@@ -202,7 +202,7 @@ class MonitorPolicy(BaseModel):
 
     tool_budget: _NonNegative = Field(
         DEFAULT_TOOL_BUDGET,
-        description="Seconds a tool call in flight (Claude Code's PreToolUse without its "
+        description="Seconds a tool call in flight (the agent's PreToolUse hook without its "
         "PostToolUse) excuses silent output; past it the run is judged by staleness again. "
         "0: a tool in flight never excuses silence.",
     )

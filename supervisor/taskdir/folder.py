@@ -37,6 +37,7 @@ from typing import Annotated, Any
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
+from supervisor.agents import kinds
 from supervisor.diskio import (  # noqa: F401  (also imported from here with TaskDir)
     NotRegularFile,
     atomic_write,
@@ -106,7 +107,7 @@ class TurnRecord(BaseModel):
     summary: str | None = None
 
 
-class Manifest(BaseModel):
+class Manifest(*kinds.manifest_models(), BaseModel):  # type: ignore[misc]
     """``manifest.json``: what the orchestrator reads.
 
     Seed fields: ``task_name``, ``model`` (the resolved id), ``project_dir``,
@@ -157,7 +158,6 @@ class Manifest(BaseModel):
     resume_at: str | None = None
     verdict: Annotated[Verdict, _inline_enum(Verdict)] | None = Field(None, title="Verdict")
     summary: str | None = None
-    claude: dict[str, Any] | None = None
     escalation: dict[str, Any] | None = None
     denials: int = 0
     limit_waits: int = 0

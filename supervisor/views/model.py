@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from supervisor.agents import kinds
 from supervisor.diskio import read_end
 from supervisor.taskdir.states import HOST_LOST
 from supervisor.views.sources import (
@@ -133,8 +134,10 @@ class Task:
     the current status; ``resume_at`` (epoch s) and ``resume_in_s`` (seconds, ≥ 0) for a
     task due to resume; ``last_line``: the last readable line of the output (rendered for
     the agent's kind, :func:`readable_last_line`), terminal-safe;
-    ``cost_usd``: ``claude.total_cost_usd``; ``tokens``: input + output tokens when the
-    manifest reports them (``claude.usage``); ``branch``, ``files_changed``,
+    ``cost_usd``: what the agent reports it spent (USD); ``tokens``: input + output tokens
+    when the manifest reports them (both from the agent kind's columns,
+    :func:`supervisor.agents.kinds.columns`); ``columns``: the agent kind's own other
+    columns (name → value; ``{}`` for the built-in kinds); ``branch``, ``files_changed``,
     ``insertions``, ``deletions``: the task's workspace (``None`` without one);
     ``escalation``: ``{"reason", "tool", "subject"}`` of an escalated task; ``requests``:
     operator requests (``stop``, ``resume``, ``approve``, ``deny``) the engine has not
@@ -167,6 +170,7 @@ class Task:
     escalation: dict[str, str | None] | None = None
     requests: list[str] = field(default_factory=list)
     session_name: str | None = None
+    columns: dict[str, Any] = field(default_factory=dict)
 
     def row(self) -> dict[str, Any]:
         """The task as a plain dict (``supervise status --json``'s row)."""
@@ -214,6 +218,10 @@ class Snapshot:
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _number(value: Any) -> float | None:
@@ -264,21 +272,12 @@ def _since(m: dict[str, Any], status: str, folder: str) -> float | None:
     return started
 
 
-def _tokens(claude: dict[str, Any]) -> int | None:
-    usage = claude.get("usage")
-    if not isinstance(usage, dict):
-        return None
-    counts = [usage.get(k) for k in ("input_tokens", "output_tokens")]
-    known = [int(c) for c in counts if isinstance(c, int | float) and not isinstance(c, bool)]
-    return sum(known) if known else None
-
-
 def task_from_manifest(m: dict[str, Any], folder: str, has_output: bool) -> Task:
     """The time-independent part of a :class:`Task` from a manifest dict (``state_s``,
     ``age_s``, ``since_output_s``, ``resume_in_s`` and ``requests`` are filled in by
     :func:`finish`). ``has_output``: whether ``output.log`` exists."""
     status = m["status"]
-    claude = m.get("claude") if isinstance(m.get("claude"), dict) else {}
+    columns = kinds.columns(m)  # the agent kind's values: cost_usd, tokens, its own
     ws = m.get("workspace") if isinstance(m.get("workspace"), dict) else {}
     record = m.get("escalation") if status == "escalated" else None
     escalation = None
@@ -298,14 +297,15 @@ def task_from_manifest(m: dict[str, Any], folder: str, has_output: bool) -> Task
         since=_since(m, status, folder),
         resume_at=epoch(m.get("resume_at")) if status not in _ENDED else None,
         last_line=readable_last_line(folder, m) if has_output else None,
-        cost_usd=_number(claude.get("total_cost_usd")),
-        tokens=_tokens(claude),
+        cost_usd=_number(columns.pop("cost_usd", None)),
+        tokens=_count(columns.pop("tokens", None)),
         branch=_text(ws.get("branch")),
         files_changed=ws.get("files_changed") if isinstance(ws.get("files_changed"), int) else None,
         insertions=ws.get("insertions") if isinstance(ws.get("insertions"), int) else None,
         deletions=ws.get("deletions") if isinstance(ws.get("deletions"), int) else None,
         escalation=escalation,
         session_name=_text(m.get("session_name")),
+        columns=columns,
     )
     return task
 

@@ -3,7 +3,8 @@
 Table (for a person): an engine line first (``engine: running (pid ..., up ...)``, ``not
 running`` or ``stale (why)``), then the spool files not claimed yet, then one row per task,
 grouped (Needs you first) unless ``--sort`` says otherwise, with time in state, retries,
-cost, verdict or reason, diffstat and the last output line; a totals line at the end.
+cost, verdict or reason, diffstat, the agent kind's own columns
+(:func:`supervisor.agents.kinds.columns`) and the last output line; a totals line at the end.
 
 ``--json`` (for scripts): the rows as a JSON list in task id order (or ``--sort``'s), each
 holding every key it always had plus the model's new ones (``$defs/Task`` of
@@ -108,8 +109,14 @@ def table_row(task: model.Task) -> dict[str, Any]:
         "outcome": escape_controls(outcome) or "-",
         "model": escape_controls(task.model or "-"),
         "diff": task.diffstat() or "-",
+        **{name: _cell(value) for name, value in task.columns.items()},
         "last line": line or "-",
     }
+
+
+def _cell(value: Any) -> str:
+    """An agent kind's own column value as table text (``-`` when unknown), escaped."""
+    return "-" if value is None else escape_controls(str(value))
 
 
 def totals_line(snap: model.Snapshot) -> str:

@@ -33,7 +33,7 @@ from supervisor.workspace.gitops import (
     commit_of,
     dirty_paths,
     git_out,
-    run_git,
+    review_git,
 )
 
 #: Seconds the undo of a failed merge keeps trying while another git holds the index
@@ -49,7 +49,7 @@ SHOWN_PATHS = 10
 
 
 def _z_list(args: list[str], cwd: Path) -> list[str]:
-    out = run_git(args, cwd, LONG_GIT_TIMEOUT).stdout.decode(errors="surrogateescape")
+    out = review_git(args, cwd, LONG_GIT_TIMEOUT).stdout.decode(errors="surrogateescape")
     return [p for p in out.split("\0") if p]
 
 
@@ -164,7 +164,7 @@ def problems(checkout: Path, target: str, before: str) -> list[str]:
         ReviewError: git failed.
     """
     found: list[str] = []
-    on = run_git(["symbolic-ref", "-q", "HEAD"], checkout, ok=(0, 1)).stdout.decode().strip()
+    on = review_git(["symbolic-ref", "-q", "HEAD"], checkout, ok=(0, 1)).stdout.decode().strip()
     if on != f"refs/heads/{target}":
         found.append(f"HEAD is {on or 'detached'}, not {target}")
     head = commit_of(checkout, "HEAD")
@@ -204,7 +204,7 @@ def undo(checkout: Path, target: str, before: str, ours: str) -> list[str]:
             return left  # what a reset cannot change (a file the user added meanwhile)
         else:
             # exit status not trusted: the next check decides (see the module docstring)
-            run_git(["reset", "-q", "--merge", before], checkout, LONG_GIT_TIMEOUT, ok=None)
+            review_git(["reset", "-q", "--merge", before], checkout, LONG_GIT_TIMEOUT, ok=None)
             resets += 1
 
 
@@ -225,7 +225,7 @@ def fast_forward(checkout: Path, target: str, before: str, commit: str) -> None:
         )
     args = ["merge", "-q", "--ff-only", "--no-overwrite-ignore", commit]
     try:
-        done = run_git(args, checkout, LONG_GIT_TIMEOUT, ok=None)
+        done = review_git(args, checkout, LONG_GIT_TIMEOUT, ok=None)
         if done.returncode == 0:
             return
         failed = f"git merge --ff-only in {checkout}: {_cause(done.stderr)}"

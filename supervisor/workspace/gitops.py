@@ -14,8 +14,6 @@ from pathlib import Path
 
 from supervisor.workspace import git
 
-#: Seconds for quick git commands (rev-parse, status, worktree list).
-GIT_TIMEOUT = 30.0
 #: Seconds for commands whose cost grows with the change (diff, merge, worktree remove).
 LONG_GIT_TIMEOUT = 300.0
 #: Committer used only when the repository has no identity of its own (a fresh machine).
@@ -38,10 +36,13 @@ class MergeConflict(ReviewError):
         self.files = files
 
 
-def run_git(
-    args: list[str], cwd: Path, timeout: float = GIT_TIMEOUT, ok: tuple[int, ...] = (0,)
+def review_git(
+    args: list[str], cwd: Path, timeout: float = git.GIT_TIMEOUT, ok: tuple[int, ...] = (0,)
 ) -> subprocess.CompletedProcess[bytes]:
-    """``git ARGS`` in ``cwd`` (:func:`supervisor.workspace.git.run_git_bytes`): bytes out.
+    """``git ARGS`` in ``cwd`` (:func:`supervisor.workspace.git.run_git_bytes`, whose
+    :data:`~supervisor.workspace.git.GIT_TIMEOUT` is the default): bytes out, a failure
+    one :class:`ReviewError` line (``git.run_git`` is the text form that raises
+    ``GitError``).
 
     Returns:
         The completed process when its exit status is in ``ok``.
@@ -55,14 +56,14 @@ def run_git(
         raise ReviewError(f"{exc} (in {cwd})") from None
 
 
-def git_out(args: list[str], cwd: Path, timeout: float = GIT_TIMEOUT) -> str:
+def git_out(args: list[str], cwd: Path, timeout: float = git.GIT_TIMEOUT) -> str:
     """git's stdout, stripped, decoded (for hashes, refs and counts)."""
-    return run_git(args, cwd, timeout).stdout.decode(errors="surrogateescape").strip()
+    return review_git(args, cwd, timeout).stdout.decode(errors="surrogateescape").strip()
 
 
 def commit_of(repo: Path, ref: str) -> str | None:
     """The commit ``ref`` names in ``repo`` (40 hex), or ``None`` when it names none."""
-    proc = run_git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], repo, ok=(0, 1))
+    proc = review_git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], repo, ok=(0, 1))
     if proc.returncode != 0:
         return None
     return proc.stdout.decode().strip() or None
@@ -70,7 +71,8 @@ def commit_of(repo: Path, ref: str) -> str | None:
 
 def is_ancestor(repo: Path, older: str, newer: str) -> bool:
     """``git merge-base --is-ancestor OLDER NEWER``: every commit of ``older`` is in ``newer``."""
-    return run_git(["merge-base", "--is-ancestor", older, newer], repo, ok=(0, 1)).returncode == 0
+    done = review_git(["merge-base", "--is-ancestor", older, newer], repo, ok=(0, 1))
+    return done.returncode == 0
 
 
 def count_commits(repo: Path, since: str, ref: str) -> int:
@@ -81,7 +83,7 @@ def count_commits(repo: Path, since: str, ref: str) -> int:
 def dirty_paths(checkout: Path) -> list[str]:
     """``git status --porcelain`` lines of a checkout: changed, staged, unmerged or untracked
     (not ignored) paths; empty when it is clean."""
-    text = run_git(["status", "--porcelain"], checkout).stdout.decode(errors="surrogateescape")
+    text = review_git(["status", "--porcelain"], checkout).stdout.decode(errors="surrogateescape")
     return [line for line in text.splitlines() if line]
 
 
@@ -104,7 +106,7 @@ class Worktree:
 def worktrees(repo: Path) -> list[Worktree]:
     """Every worktree of ``repo``'s repository, the main checkout first (``-z``: git >= 2.36,
     so a path with a newline stays one path)."""
-    text = run_git(["worktree", "list", "--porcelain", "-z"], repo).stdout
+    text = review_git(["worktree", "list", "--porcelain", "-z"], repo).stdout
     found: list[Worktree] = []
     for block in text.decode(errors="surrogateescape").split("\0\0"):
         fields = dict([*item.split(" ", 1), ""][:2] for item in block.split("\0") if item)
@@ -126,6 +128,6 @@ def identity_args(repo: Path) -> list[str]:
     merge commit can be made on a machine without a git identity; ``[]`` otherwise."""
     args: list[str] = []
     for key, value in FALLBACK_IDENTITY.items():
-        if run_git(["config", "--get", key], repo, ok=(0, 1)).returncode != 0:
+        if review_git(["config", "--get", key], repo, ok=(0, 1)).returncode != 0:
             args += ["-c", f"{key}={value}"]
     return args

@@ -21,7 +21,7 @@ from pathlib import Path
 from supervisor.diskio import atomic_write
 from supervisor.taskdir.folder import TaskDir
 from supervisor.workspace import checkout as co
-from supervisor.workspace.gitops import ReviewError, commit_of, is_ancestor, run_git
+from supervisor.workspace.gitops import ReviewError, commit_of, is_ancestor, review_git
 
 #: File name of the journal in the git common dir.
 JOURNAL = "supervise-merge.json"
@@ -126,5 +126,5 @@ def _half_done(place: Path, intent: MergeIntent) -> bool:
     """Whether ``place``'s index is the intended commit's tree while its branch is still at
     ``before``: the state a fast-forward killed between writing the index and moving the
     branch leaves (anything else there is the user's and is left alone)."""
-    same = run_git(["diff-index", "--cached", "--quiet", intent.commit, "--"], place, ok=(0, 1))
+    same = review_git(["diff-index", "--cached", "--quiet", intent.commit, "--"], place, ok=(0, 1))
     return same.returncode == 0 and intent.commit != intent.before

@@ -35,7 +35,7 @@ from supervisor.workspace.gitops import (
     count_commits,
     dirty_paths,
     is_ancestor,
-    run_git,
+    review_git,
     worktrees,
 )
 from supervisor.workspace.journal import MERGED
@@ -209,7 +209,7 @@ def _repository_of(path: Path) -> str | None:
     if not (path / ".git").is_file():  # a linked worktree has a .git file, not a folder
         return None
     try:
-        common = run_git(["rev-parse", "--path-format=absolute", "--git-common-dir"], path)
+        common = review_git(["rev-parse", "--path-format=absolute", "--git-common-dir"], path)
     except ReviewError:
         return None
     return str(Path(common.stdout.decode(errors="surrogateescape").strip()).parent)
@@ -308,11 +308,11 @@ def _remove(item: PruneItem, tasks_dir: Path) -> None:
     if path.is_dir():
         remove_worktree(repo, path)
     else:
-        run_git(["worktree", "prune"], repo)
+        review_git(["worktree", "prune"], repo)
     if item.action == "orphan":
         return
     if item.delete_branch and item.branch:
-        run_git(["branch", "-D", item.branch], repo)
+        review_git(["branch", "-D", item.branch], repo)
     task = TaskDir(tasks_dir / item.task_id)
     task.append_event(
         "pruned",

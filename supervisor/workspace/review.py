@@ -58,7 +58,7 @@ from supervisor.workspace.gitops import (
     git_out,
     identity_args,
     is_ancestor,
-    run_git,
+    review_git,
     worktrees,
 )
 from supervisor.workspace.journal import MERGED
@@ -187,7 +187,7 @@ def diff(ws: TaskWorkspace, stat: bool = False) -> bytes:
     args = ["diff", "--no-color", "--no-ext-diff", "--no-textconv"]
     if stat:
         args.append("--stat")
-    return run_git([*args, ws.base_commit, head, "--"], ws.repository, LONG_GIT_TIMEOUT).stdout
+    return review_git([*args, ws.base_commit, head, "--"], ws.repository, LONG_GIT_TIMEOUT).stdout
 
 
 # ---------------------------------------------------------------- merge
@@ -245,7 +245,7 @@ def merge_tree(repo: Path, target: str, head: str) -> tuple[str, list[str]]:
         ReviewError: git failed (or is older than 2.38, which lacks ``--write-tree``).
     """
     args = ["merge-tree", "--write-tree", "-z", "--name-only", "--no-messages", target, head]
-    proc = run_git(args, repo, LONG_GIT_TIMEOUT, ok=(0, 1))
+    proc = review_git(args, repo, LONG_GIT_TIMEOUT, ok=(0, 1))
     parts = proc.stdout.decode(errors="surrogateescape").split("\0")
     files = [p for p in parts[1:] if p] if proc.returncode == 1 else []
     return parts[0].strip(), sorted(set(files))
@@ -356,7 +356,7 @@ def _apply(intent: journal.MergeIntent, common: Path, message: str, repo: Path) 
                 fast_forward(checkout, target, before, commit)
             else:
                 ref = f"refs/heads/{target}"
-                run_git(["update-ref", "-m", message, ref, commit, before], repo)
+                review_git(["update-ref", "-m", message, ref, commit, before], repo)
         except ReviewError:
             if not (checkout and problems(checkout, target, before)):
                 journal.clear(common)  # undone and checked; else the next run finishes the undo
@@ -421,7 +421,7 @@ def discard_plan(ws: TaskWorkspace) -> DiscardPlan:
 def remove_worktree(repo: Path, path: Path) -> None:
     """``git worktree remove --force PATH`` (the caller decided what may be lost; --force
     also removes a worktree holding submodules, git-worktree(1))."""
-    run_git(["worktree", "remove", "--force", str(path)], repo, LONG_GIT_TIMEOUT)
+    review_git(["worktree", "remove", "--force", str(path)], repo, LONG_GIT_TIMEOUT)
 
 
 def mark_removed(task: TaskDir) -> None:
@@ -445,9 +445,9 @@ def discard(ws: TaskWorkspace, plan: DiscardPlan) -> None:
     if plan.worktree is not None:
         remove_worktree(repo, plan.worktree)
     else:
-        run_git(["worktree", "prune"], repo)  # forget a registration whose folder is gone
+        review_git(["worktree", "prune"], repo)  # forget a registration whose folder is gone
     if plan.branch_commit is not None:
-        run_git(["branch", "-D", ws.branch], repo)
+        review_git(["branch", "-D", ws.branch], repo)
     ws.task.append_event(
         "discarded",
         branch=ws.branch,
