@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from supervisor import wrapper
-from supervisor.errors import ConfigError
+from supervisor.errors import ConfigError, SuperviseError
 from supervisor.rlimits import raise_nofile
 
 #: A valid UTF-8 sequence of two to four bytes (RFC 3629, section 4: no overlong forms, no
@@ -86,7 +86,7 @@ TMUX_TIMEOUT = 5.0
 log = logging.getLogger(__name__)
 
 
-class TmuxError(RuntimeError):
+class TmuxError(SuperviseError, RuntimeError):
     """A tmux command failed; the message carries tmux's stderr."""
 
 

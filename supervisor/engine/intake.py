@@ -20,6 +20,7 @@ from typing import Protocol
 from supervisor import folderaccess, heartbeats, spool
 from supervisor.config import LoadedProfile, ResolvedTask, resolve_task
 from supervisor.engine import statefs
+from supervisor.errors import SuperviseError
 from supervisor.taskdir.folder import Manifest, TaskDir, atomic_write, utc_iso
 
 log = logging.getLogger("supervise.engine")
@@ -134,7 +135,7 @@ class Claims:
         self._pool.shutdown(wait=True)
 
 
-class UnsafeSpool(RuntimeError):
+class UnsafeSpool(SuperviseError, RuntimeError):
     """The spool folder can be written by other users and the profile does not allow it."""
 
 

@@ -1,0 +1,133 @@
+"""Issue 23, the CLI wing: one exception root, no import circle through the CLI, and an engine
+that never imports the fleet (``supervisor/cluster/``). Read from the source (AST) and from
+the imported classes; nothing runs."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from supervisor.errors import SuperviseError
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "supervisor"
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of ``supervisor/`` by its dotted name (a package by its folder's)."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """The ids of nodes under ``if TYPE_CHECKING:`` (imports that never run)."""
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(child) for child in ast.walk(node))
+    return skipped
+
+
+def _imports(path: Path) -> Iterator[str]:
+    """The ``supervisor`` modules ``path`` imports at run time, at module level or inside a
+    function (a lazy import closes a circle as surely). ``from supervisor.x import y`` names
+    ``supervisor.x.y`` when y is a module, else ``supervisor.x``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped = _type_checking_only(tree)
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            subs = [f"{node.module}.{a.name}" for a in node.names]
+            known = [name for name in subs if name in MODULES]
+            yield from known
+            if len(known) < len(subs):
+                yield node.module
+
+
+def _graph() -> dict[str, set[str]]:
+    return {
+        name: {target for target in _imports(path) if target in MODULES and target != name}
+        for name, path in MODULES.items()
+    }
+
+
+def _circles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[set[str]] = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, targets = work[-1]
+            target = next(targets, None)
+            if target is not None:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(sorted(graph[target]))))
+                elif target in on_stack:
+                    low[node] = min(low[node], index[target])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(component)
+    return found
+
+
+def _exception_classes() -> Iterator[tuple[str, type[BaseException]]]:
+    """Every exception class defined at the top level of a ``supervisor`` module."""
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        classes = [node.name for node in tree.body if isinstance(node, ast.ClassDef)]
+        if not classes or name.endswith("__main__"):
+            continue
+        module = importlib.import_module(name)
+        for class_name in classes:
+            value = getattr(module, class_name)
+            if isinstance(value, type) and issubclass(value, BaseException):
+                yield f"{name}.{class_name}", value
+
+
+def test_every_exception_in_supervisor_derives_from_supervise_error() -> None:
+    """One root (issue 23): ``except SuperviseError`` catches every error supervise raises
+    on purpose; the built-in bases (OSError, RuntimeError...) stay where code catches them."""
+    found = dict(_exception_classes())
+    assert len(found) >= 20  # the walk saw them: ConfigError, TmuxError, EngineBusy...
+    strays = sorted(name for name, cls in found.items() if not issubclass(cls, SuperviseError))
+    assert strays == []
+    from supervisor.diskio import NotRegularFile
+    from supervisor.tmux import TmuxError
+
+    assert issubclass(NotRegularFile, OSError) and issubclass(TmuxError, RuntimeError)
