@@ -131,3 +131,18 @@ def test_every_exception_in_supervisor_derives_from_supervise_error() -> None:
     from supervisor.tmux import TmuxError
 
     assert issubclass(NotRegularFile, OSError) and issubclass(TmuxError, RuntimeError)
+
+
+def test_no_import_circle_runs_through_the_cli() -> None:
+    """No ``supervisor.cli`` module is in an import circle, lazy imports included (issue 23:
+    the 10-file circle through ``cli._profile``): the verbs import :mod:`supervisor.cli.common`,
+    never the parser's :mod:`supervisor.cli.app`, which hands ``build_parser`` to the two verbs
+    that need the whole parser."""
+    circles = [
+        sorted(c) for c in _circles(_graph()) if any(m.startswith("supervisor.cli") for m in c)
+    ]
+    assert circles == []
+    verbs = [name for name in MODULES if name.startswith("supervisor.cli.")]
+    assert len(verbs) >= 14
+    back = sorted(n for n in verbs if "supervisor.cli.app" in set(_imports(MODULES[n])))
+    assert back == []
