@@ -146,3 +146,25 @@ def test_no_import_circle_runs_through_the_cli() -> None:
     assert len(verbs) >= 14
     back = sorted(n for n in verbs if "supervisor.cli.app" in set(_imports(MODULES[n])))
     assert back == []
+
+
+#: Engine → cluster imports another part of issue 23 still has to remove, with the reason.
+#: ``engine/launch.py`` (part ``engine``'s module) asks ``cluster/lease.lease_for`` for a
+#: fleet task's ``launch.json`` lease; it goes once the intake hands the lease over too.
+PENDING = {("supervisor.engine.launch", "supervisor.cluster.lease")}
+
+
+def test_the_engine_never_imports_the_fleet() -> None:
+    """No module of ``supervisor/engine/`` imports ``supervisor.cluster`` (issue 23): whoever
+    starts the engine (``supervise run``: ``cli/ops.intake_for``) hands it the intake, the
+    spool's or the fleet's, so ``engine/intake`` ↔ ``cluster/intake`` is no circle."""
+    found = {
+        (name, target)
+        for name, path in MODULES.items()
+        if name.startswith("supervisor.engine")
+        for target in _imports(path)
+        if target == "supervisor.cluster" or target.startswith("supervisor.cluster.")
+    }
+    assert found - PENDING == set()
+    engine_circles = [c for c in _circles(_graph()) if any("cluster" in m for m in c)]
+    assert [sorted(c) for c in engine_circles if any("engine" in m for m in c)] == []

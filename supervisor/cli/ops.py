@@ -40,6 +40,7 @@ from supervisor.waitbrief import BRIEF_HELP, brief
 
 if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
+    from supervisor.engine.intake import IntakeFactory
 
 #: Default size and count of ``--log-file`` rotation (supervisord's ``logfile_maxbytes``
 #: and ``logfile_backups`` defaults: 50 MB, 10).
@@ -84,6 +85,21 @@ def _cluster_preflight(profile: LoadedProfile) -> str | None:
         return "; ".join(exc.problems)
 
 
+def intake_for(profile: LoadedProfile) -> IntakeFactory:
+    """The engine's source of tasks for ``profile``, handed to the engine by ``run``: the
+    spool folder's, or with ``[cluster]`` the fleet's database beside it
+    (:class:`supervisor.cluster.intake.ClusterIntake`, imported only then, so a single host
+    never loads procrastinate or psycopg). The engine never imports ``supervisor/cluster/``.
+    """
+    from supervisor.engine.intake import spool_intake
+
+    if profile.spec.cluster is None:
+        return spool_intake
+    from supervisor.cluster.intake import ClusterIntake
+
+    return ClusterIntake
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import logging  # only the engine logs; validate and status start faster without it
 
@@ -122,7 +138,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from supervisor.engine.watch import WatchUnavailable
 
     try:
-        return run_profile(profile, exit_when_idle=args.exit_when_idle)
+        return run_profile(profile, args.exit_when_idle, intake_for(profile))
     except (EngineBusy, UnsafeSpool, WatchUnavailable) as exc:
         err(f"supervise run: {exc}")
         return 1
