@@ -168,3 +168,29 @@ def test_the_engine_never_imports_the_fleet() -> None:
     assert found - PENDING == set()
     engine_circles = [c for c in _circles(_graph()) if any("cluster" in m for m in c)]
     assert [sorted(c) for c in engine_circles if any("engine" in m for m in c)] == []
+
+
+def test_one_error_line_and_each_exit_code_defined_once() -> None:
+    """``supervisor.cli.common.err`` is the one error-line printer (issue 23: ``_err`` was
+    defined 7 times, ``EXIT_USAGE`` 3 times); each ``EXIT_*`` status is assigned once in
+    ``supervisor/`` (:mod:`supervisor.cli.common` re-exports the library's)."""
+    printers = []
+    exits: dict[str, list[str]] = {}
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        printers += [
+            f"{name}.{node.name}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef) and node.name in ("_err", "err")
+        ]
+        for node in tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            for target in targets:
+                if isinstance(target, ast.Name) and target.id.startswith("EXIT_"):
+                    exits.setdefault(target.id, []).append(name)
+    assert printers == ["supervisor.cli.common.err"]
+    assert {code: where for code, where in exits.items() if len(where) > 1} == {}
+    from supervisor.cli import common
+
+    assert (common.EXIT_USAGE, common.EXIT_QUEUED, common.EXIT_NOT_APPLIED) == (2, 3, 4)
+    assert (common.EXIT_NEEDS_YOU, common.EXIT_TIMEOUT) == (10, 124)

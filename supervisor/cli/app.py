@@ -2,8 +2,8 @@
 
 Commands (``--json``: the result as JSON on stdout)::
 
-    supervise run PROFILE [--exit-when-idle] [--log-file PATH]   run the engine (cli_ops.py)
-    supervise validate [-c PROFILE] FILE... [--json]  check profile, task files (cli_validate.py)
+    supervise run PROFILE [--exit-when-idle] [--log-file PATH]   run the engine (cli/ops.py)
+    supervise validate [-c PROFILE] FILE... [--json]  check profile, task files (cli/validate.py)
     supervise submit -c PROFILE TASK.toml|-|--prompt TEXT --project DIR [--wait] [--json]
                                                  validate a task, spool it, print its id
     supervise status -c PROFILE [--json] [--sort K] [--status S]... [--archived]
@@ -11,24 +11,25 @@ Commands (``--json``: the result as JSON on stdout)::
     supervise top -c PROFILE [--status S] [--filter T]  live view (the 'tui' extra)
     supervise serve -c PROFILE [--bind H:P]      live web page (the 'web' extra; views/serve.py)
     supervise wait -c PROFILE ID... [--timeout S] [--terminal-only] [--json]
-                                                 until they end or one needs you (cli_ops.py)
+                                                 until they end or one needs you (cli/ops.py)
     supervise show -c PROFILE ID                 print one manifest
     supervise stop -c PROFILE ID... [--json]     end tasks as abandoned (reason "stopped")
     supervise resume -c PROFILE ID... [--json]   force a resume now
     supervise approve -c PROFILE ID... [--json]  allow what an escalated task waits for
     supervise deny -c PROFILE ID... [--json]     refuse it (the agent is told no); the four
-                                                 take --all or --status S (cli_requests.py)
-    supervise shutdown -c PROFILE [--wait S]     stop the engine, leave the agents (cli_shutdown.py)
-    supervise tail -c PROFILE ID [-n N] [-f] [--raw]  a task's output, rendered (cli_tail.py)
-    supervise logs|events ...                    the engine log, a task's events (cli_read.py)
+                                                 take --all or --status S (cli/requests.py)
+    supervise shutdown -c PROFILE [--wait S]     stop the engine, leave the agents (cli/shutdown.py)
+    supervise tail -c PROFILE ID [-n N] [-f] [--raw]  a task's output, rendered (cli/tail.py)
+    supervise logs|events ...                    the engine log, a task's events (cli/read.py)
     supervise attach -c PROFILE ID               attach this terminal to the task's tmux session
     supervise config -c PROFILE [--task FILE] [--json]  every effective policy value, its source
-    supervise archive -c PROFILE --older-than D  ended task folders into tarballs (cli_ops.py)
-    supervise diff|merge|discard|prune ...       review a task's worktree (cli_workspace.py)
-    supervise init|schema|startup|completion ... set up; --version (cli_setup.py)
-    supervise mcp -c PROFILE                     an MCP server over stdio (cli_mcp.py)
+    supervise archive -c PROFILE --older-than D  ended task folders into tarballs (cli/ops.py)
+    supervise diff|merge|discard|prune ...       review a task's worktree (cli/workspace.py)
+    supervise init|schema|startup|completion ... set up; --version (cli/setup.py)
+    supervise mcp -c PROFILE                     an MCP server over stdio (cli/mcp.py)
 
-Exit codes (the table in README "Exit codes")::
+Exit codes (the table in README "Exit codes"; their names, ``EXIT_*``, in
+:mod:`supervisor.cli.common`)::
 
     command                      0        1                          2      other
     run                          stopped  cannot start               usage
@@ -39,7 +40,7 @@ Exit codes (the table in README "Exit codes")::
                                                                             applied in --wait;
                                                                             several: the worst,
                                                                             1 > 4 > 3 > 0
-    continue (cli_followup.py)   recorded refused                    usage  3 queued, 4 not taken
+    continue (cli/followup.py)   recorded refused                    usage  3 queued, 4 not taken
     shutdown                     stopped  no engine                  usage  4 still running
     wait                         all PASS one or more did not        usage  10 needs you (wins
                                                                             over 0, 1), 124
