@@ -510,8 +510,6 @@ class Engine(Kicks):
                     time.sleep(runtime.stopping.next_look())
 
 
-def run_profile(
-    profile: LoadedProfile, exit_when_idle: bool = False, intake: IntakeFactory = spool_intake
-) -> int:
+def run_profile(profile: LoadedProfile, exit_when_idle: bool, intake: IntakeFactory) -> int:
     """Convenience for the CLI: build an :class:`Engine` with ``intake`` and run it."""
     return Engine(profile, exit_when_idle=exit_when_idle, intake=intake).run()
