@@ -419,7 +419,7 @@ def test_another_user_gets_one_line_not_a_traceback(other_user: str, base: Path)
     (base / "state" / "engine.log").write_text("started\n")
     os.chmod(base / "state", 0o700)
     os.chmod(conf, 0o644)
-    path = os.pathsep.join([str(Path(cli.__file__).parents[1]), *site.getsitepackages()])
+    path = os.pathsep.join([str(Path(cli.__file__).parents[2]), *site.getsitepackages()])
     c = str(conf)
     commands = [
         ["status"], ["show", "t-1"], ["tail", "t-1"], ["events", "t-1"], ["logs"],
