@@ -45,6 +45,7 @@ from typing import Any
 
 from supervisor import statelock
 from supervisor.diskio import fsync_dir
+from supervisor.errors import SuperviseError
 from supervisor.taskdir.folder import MANIFEST, TaskDir, parse_iso
 from supervisor.taskdir.states import TERMINAL
 
@@ -58,7 +59,7 @@ GONE_IN_PLACE = ".archived-"
 TMP_SUFFIX = ".tmp"
 
 
-class ArchiveBusy(RuntimeError):
+class ArchiveBusy(SuperviseError, RuntimeError):
     """Another ``supervise archive`` writes into the same ``state_dir/archive``."""
 
 

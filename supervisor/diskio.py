@@ -15,6 +15,8 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
+from supervisor.errors import SuperviseError
+
 
 def utc_iso(timestamp: float | None = None) -> str:
     """ISO-8601 UTC with a ``Z`` suffix and millisecond precision; ``timestamp`` in epoch s."""
@@ -76,7 +78,7 @@ def file_kind(mode: int) -> str:
     return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
-class NotRegularFile(OSError):
+class NotRegularFile(SuperviseError, OSError):
     """:func:`read_regular` found something else than a regular file; ``kind`` names it
     (:func:`file_kind`)."""
 
@@ -85,7 +87,7 @@ class NotRegularFile(OSError):
         super().__init__(errno.EINVAL, f"{self.kind}, not a regular file", str(path))
 
 
-class FileTooBig(OSError):
+class FileTooBig(SuperviseError, OSError):
     """:func:`read_regular` found more than ``limit`` bytes; ``size`` is how many it saw
     (the file's size, or ``limit + 1`` when it ``grew`` while being read)."""
 

@@ -21,6 +21,7 @@ from typing import Any
 from supervisor import archive, engine_probe, taskid
 from supervisor.config import MAX_PROMPT_BYTES, LoadedProfile
 from supervisor.config.argsize import prompt_problems
+from supervisor.errors import SuperviseError
 from supervisor.policy.followups import STOP_FIRST, refusal
 from supervisor.taskdir import control
 from supervisor.taskdir.folder import CONTINUE_REFUSED, FOLLOWED_UP, FOLLOWUP, Manifest, TaskDir
@@ -39,7 +40,7 @@ POLL = 0.1
 STOP_WAIT = 30.0
 
 
-class FollowUpRefused(Exception):
+class FollowUpRefused(SuperviseError):
     """A follow-up that cannot be asked: ``str(exc)`` is the one line to show."""
 
 

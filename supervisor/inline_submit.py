@@ -21,12 +21,21 @@ current folder; in a task file, against the file's folder.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from supervisor.cli.common import (
+    EXIT_USAGE,
+    Parser,
+    load_profile,
+    missing_cluster_extra,
+    seconds,
+    warn_no_engine,
+)
 from supervisor.errors import ConfigError
 from supervisor.terminal import escape_controls
 
@@ -253,22 +262,18 @@ def _resolved(args: argparse.Namespace, profile: LoadedProfile) -> ResolvedTask:
     return load_task(Path(args.task).resolve(), profile)
 
 
-def cmd_submit(args: argparse.Namespace) -> int:
+def cmd_submit(args: argparse.Namespace, whole: Parser) -> int:
     """``supervise submit``: validate, place, print the id (``--json``: the placement);
-    with ``--wait``, then ``supervise wait`` on it (its output and exit status)."""
-    from supervisor.cli.app import _profile, warn_no_engine
-
+    with ``--wait``, then ``supervise wait`` on it (its output and exit status), through the
+    whole parser that ``whole()`` builds (handed over by :func:`register`)."""
     if (args.timeout is not None or args.terminal_only) and not args.wait:
         raise ConfigError(
             ["supervise submit: --timeout and --terminal-only are --wait's; add --wait"]
         )
-    profile = _profile(args.config)
+    profile = load_profile(args.config)
     resolved = _resolved(args, profile)
-    if profile.spec.cluster is not None:
-        from supervisor.cli.cluster import _missing_extra
-
-        if _missing_extra():
-            return 2
+    if profile.spec.cluster is not None and missing_cluster_extra():
+        return EXIT_USAGE
     placed = place_task(profile, resolved)
     if profile.spec.cluster is None:
         warn_no_engine(profile, "the task waits in the spool")
@@ -277,14 +282,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
         return 0
     if not args.json:  # the id first, so a caller can act on it while the wait runs
         print(placed["task_id"], flush=True)
-    return _wait(args, placed["task_id"])
+    return _wait(args, placed["task_id"], whole)
 
 
-def _wait(args: argparse.Namespace, task_id: str) -> int:
+def _wait(args: argparse.Namespace, task_id: str, whole: Parser) -> int:
     """``supervise wait -c PROFILE ID [--timeout S] [--json]`` through the CLI's own
-    parser, so the fleet's routing and ``wait``'s exit codes apply unchanged."""
-    from supervisor.cli.app import build_parser
-
+    parser (``whole()``), so the fleet's routing and ``wait``'s exit codes apply unchanged."""
     argv = ["wait", "-c", args.config, task_id]
     if args.timeout is not None:
         argv += ["--timeout", str(args.timeout)]
@@ -292,14 +295,13 @@ def _wait(args: argparse.Namespace, task_id: str) -> int:
         argv.append("--json")
     if args.terminal_only:
         argv.append("--terminal-only")
-    waited = build_parser().parse_args(argv)
+    waited = whole().parse_args(argv)
     return int(waited.func(waited))
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``submit`` to the ``supervise`` parser."""
-    from supervisor.cli.ops import _positive
-
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], whole: Parser) -> None:
+    """Add ``submit`` to the ``supervise`` parser; ``whole()`` builds the whole parser
+    (:func:`supervisor.cli.app.build_parser`: ``submit --wait`` runs ``wait`` through it)."""
     submit = sub.add_parser(
         "submit", help="validate a task (a file, '-' for stdin, or --prompt) and spool it"
     )
@@ -331,6 +333,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="with --wait: wait through escalations, as 'supervise wait --terminal-only'",
     )
     submit.add_argument(
-        "--timeout", type=_positive, help="with --wait: give up after S seconds (exit 124)"
+        "--timeout", type=seconds, help="with --wait: give up after S seconds (exit 124)"
     )
-    submit.set_defaults(func=cmd_submit)
+    submit.set_defaults(func=functools.partial(cmd_submit, whole=whole))

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from supervisor.errors import ConfigError
+from supervisor.errors import ConfigError, SuperviseError
 from supervisor.taskid import is_task_id, refusal
 from supervisor.terminal import escape_json_text
 
@@ -56,7 +56,7 @@ SLICE_S = 1.0
 CLOSING = threading.Event()
 
 
-class ToolRefused(Exception):
+class ToolRefused(SuperviseError):
     """A tool call that cannot be done: ``str(exc)`` is one line naming what is wrong and
     the fix (the MCP tool's error text)."""
 

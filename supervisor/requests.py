@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from supervisor.errors import SuperviseError
 from supervisor.taskdir import control
 from supervisor.taskid import is_task_id, refusal
 from supervisor.waiting import load_manifest, read_manifest
@@ -53,7 +54,7 @@ SEVERITY = (1, EXIT_NOT_APPLIED, EXIT_QUEUED, 0)
 POLL = 0.1
 
 
-class RequestRefused(Exception):
+class RequestRefused(SuperviseError):
     """Nothing was requested: the one line (``str()``) says why (no such task, unreadable
     manifest, already ended, not escalated)."""
 

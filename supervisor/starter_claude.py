@@ -99,7 +99,7 @@ def write(folder: Path) -> None:
     Raises:
         OSError: a file or folder cannot be written.
     """
-    from supervisor.cli.setup import private_folders
+    from supervisor.cli.common import private_folders
     from supervisor.diskio import atomic_write
 
     names = _names(folder)

@@ -29,12 +29,14 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from supervisor.errors import SuperviseError
+
 #: Seconds an engine start retries a lock held for an instant by a probe (``status``,
 #: ``serve``) before it says another engine runs.
 PROBE_GRACE = 1.0
 
 
-class LockBusy(RuntimeError):
+class LockBusy(SuperviseError, RuntimeError):
     """Another process holds the lock on this folder."""
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from supervisor import wrapper
 from supervisor.capture import pipe_command
-from supervisor.errors import ConfigError
+from supervisor.errors import ConfigError, SuperviseError
 from supervisor.rlimits import raise_nofile
 
 PANE_WIDTH = 220
@@ -47,7 +47,7 @@ TMUX_TIMEOUT = 5.0
 log = logging.getLogger(__name__)
 
 
-class TmuxError(RuntimeError):
+class TmuxError(SuperviseError, RuntimeError):
     """A tmux command failed; the message carries tmux's stderr."""
 
 

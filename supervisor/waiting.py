@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from supervisor.diskio import read_regular
+from supervisor.errors import SuperviseError
 from supervisor.taskdir.states import TERMINAL, Status
 from supervisor.taskid import is_task_id
 from supervisor.taskid import shown as shown_id
@@ -67,7 +68,7 @@ MANIFEST_MAX = 16 << 20
 PERMISSION, BREAKER, OTHER = "permission", "circuit_breaker", "escalation"
 
 
-class UnknownTasks(LookupError):
+class UnknownTasks(SuperviseError, LookupError):
     """Ids that name no task folder, spool file or rejected file; ``str()`` is the one
     line to show, ``ids`` the ids."""
 

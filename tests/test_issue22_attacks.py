@@ -116,7 +116,7 @@ def test_a_fifo_in_a_task_folder_blocks_no_view(tmp_path: Path) -> None:
     fifos += [events, output]
     for fifo in fifos:
         os.mkfifo(fifo)
-    profile = cli._profile(str(conf))
+    profile = cli.load_profile(str(conf))
     snap = _bounded(lambda: model.snapshot(profile), fifos)
     rows = {task.task_id: task.status for task in snap.tasks}  # type: ignore[attr-defined]
     assert rows == {"good-1": "running", "events-1": "running", "output-1": "running",
@@ -386,7 +386,7 @@ def test_wait_without_an_inotify_instance_polls(
     monkeypatch.setattr(inotify_simple, "INotify", exhausted)
     conf = _profile(tmp_path)
     _manifest(tmp_path, "slow-1", "running")
-    profile = cli._profile(str(conf))
+    profile = cli.load_profile(str(conf))
 
     def end() -> None:
         _manifest(tmp_path, "slow-1", "completed", verdict="PASS")

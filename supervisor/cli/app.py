@@ -2,8 +2,8 @@
 
 Commands (``--json``: the result as JSON on stdout)::
 
-    supervise run PROFILE [--exit-when-idle] [--log-file PATH]   run the engine (cli_ops.py)
-    supervise validate [-c PROFILE] FILE... [--json]  check profile, task files (cli_validate.py)
+    supervise run PROFILE [--exit-when-idle] [--log-file PATH]   run the engine (cli/ops.py)
+    supervise validate [-c PROFILE] FILE... [--json]  check profile, task files (cli/validate.py)
     supervise submit -c PROFILE TASK.toml|-|--prompt TEXT --project DIR [--wait] [--json]
                                                  validate a task, spool it, print its id
     supervise status -c PROFILE [--json] [--sort K] [--status S]... [--archived]
@@ -11,24 +11,25 @@ Commands (``--json``: the result as JSON on stdout)::
     supervise top -c PROFILE [--status S] [--filter T]  live view (the 'tui' extra)
     supervise serve -c PROFILE [--bind H:P]      live web page (the 'web' extra; views/serve.py)
     supervise wait -c PROFILE ID... [--timeout S] [--terminal-only] [--json]
-                                                 until they end or one needs you (cli_ops.py)
+                                                 until they end or one needs you (cli/ops.py)
     supervise show -c PROFILE ID                 print one manifest
     supervise stop -c PROFILE ID... [--json]     end tasks as abandoned (reason "stopped")
     supervise resume -c PROFILE ID... [--json]   force a resume now
     supervise approve -c PROFILE ID... [--json]  allow what an escalated task waits for
     supervise deny -c PROFILE ID... [--json]     refuse it (the agent is told no); the four
-                                                 take --all or --status S (cli_requests.py)
-    supervise shutdown -c PROFILE [--wait S]     stop the engine, leave the agents (cli_shutdown.py)
-    supervise tail -c PROFILE ID [-n N] [-f] [--raw]  a task's output, rendered (cli_tail.py)
-    supervise logs|events ...                    the engine log, a task's events (cli_read.py)
+                                                 take --all or --status S (cli/requests.py)
+    supervise shutdown -c PROFILE [--wait S]     stop the engine, leave the agents (cli/shutdown.py)
+    supervise tail -c PROFILE ID [-n N] [-f] [--raw]  a task's output, rendered (cli/tail.py)
+    supervise logs|events ...                    the engine log, a task's events (cli/read.py)
     supervise attach -c PROFILE ID               attach this terminal to the task's tmux session
     supervise config -c PROFILE [--task FILE] [--json]  every effective policy value, its source
-    supervise archive -c PROFILE --older-than D  ended task folders into tarballs (cli_ops.py)
-    supervise diff|merge|discard|prune ...       review a task's worktree (cli_workspace.py)
-    supervise init|schema|startup|completion ... set up; --version (cli_setup.py)
-    supervise mcp -c PROFILE                     an MCP server over stdio (cli_mcp.py)
+    supervise archive -c PROFILE --older-than D  ended task folders into tarballs (cli/ops.py)
+    supervise diff|merge|discard|prune ...       review a task's worktree (cli/workspace.py)
+    supervise init|schema|startup|completion ... set up; --version (cli/setup.py)
+    supervise mcp -c PROFILE                     an MCP server over stdio (cli/mcp.py)
 
-Exit codes (the table in README "Exit codes")::
+Exit codes (the table in README "Exit codes"; their names, ``EXIT_*``, in
+:mod:`supervisor.cli.common`)::
 
     command                      0        1                          2      other
     run                          stopped  cannot start               usage
@@ -39,7 +40,7 @@ Exit codes (the table in README "Exit codes")::
                                                                             applied in --wait;
                                                                             several: the worst,
                                                                             1 > 4 > 3 > 0
-    continue (cli_followup.py)   recorded refused                    usage  3 queued, 4 not taken
+    continue (cli/followup.py)   recorded refused                    usage  3 queued, 4 not taken
     shutdown                     stopped  no engine                  usage  4 still running
     wait                         all PASS one or more did not        usage  10 needs you (wins
                                                                             over 0, 1), 124
@@ -81,9 +82,16 @@ from supervisor.cli import tail as cli_tail
 from supervisor.cli import validate as cli_validate
 from supervisor.cli import workspace as cli_workspace
 from supervisor.cli.cluster import STATUS_HELP as CLUSTER_HELP
+from supervisor.cli.common import (
+    EXIT_BROKEN_PIPE,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_APPLIED,  # noqa: F401 (an old home: tests and callers import it from here)
+    EXIT_QUEUED,  # noqa: F401
+    EXIT_USAGE,
+    err,
+    load_profile,
+)
 from supervisor.errors import ConfigError
-from supervisor.requests import EXIT_NOT_APPLIED, EXIT_QUEUED  # noqa: F401 (their old home)
-from supervisor.terminal import escape_controls
 from supervisor.views import serve  # imports no web library until it runs
 from supervisor.views import status as views_status  # plain os/json, no third-party import
 from supervisor.views.top import register as register_top  # never imports Textual itself
@@ -92,41 +100,20 @@ if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
 
 
-def _err(message: str) -> None:
-    """One line to stderr; control characters from task files or names shown escaped."""
-    print(escape_controls(message), file=sys.stderr)
-
-
-def _profile(path: str) -> LoadedProfile:
-    from supervisor.config import load_profile
-
-    return load_profile(path)
-
-
 # ---------------------------------------------------------------- commands
-
-
-def warn_no_engine(profile: LoadedProfile, what: str) -> None:
-    """One stderr line when no live engine holds the profile's state dir
-    (:func:`supervisor.engine_probe.warning`)."""
-    from supervisor import engine_probe
-
-    warning = engine_probe.warning(profile.state_dir, profile.path, what)
-    if warning:
-        _err(warning)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     if args.cluster:
         return cli_cluster.status_cluster(args)
     if not args.config:
-        _err("supervise status: -c/--config PROFILE is required (or --cluster)")
-        return 2
+        err("supervise status: -c/--config PROFILE is required (or --cluster)")
+        return EXIT_USAGE
     if args.archived:
-        return cli_ops.print_archived(_profile(args.config), args.json)
+        return cli_ops.print_archived(load_profile(args.config), args.json)
     from supervisor.profilepaths import read_paths  # status needs only the two folders
 
-    return views_status.run(read_paths(args.config) or _profile(args.config), args)
+    return views_status.run(read_paths(args.config) or load_profile(args.config), args)
 
 
 def cmd_top(args: argparse.Namespace) -> int:
@@ -134,31 +121,31 @@ def cmd_top(args: argparse.Namespace) -> int:
 
     if top.textual_missing():  # before loading the profile: the fix is the same either way
         return top.run(None)
-    return top.run(_profile(args.config), args)
+    return top.run(load_profile(args.config), args)
 
 
 def _task_dir(profile: LoadedProfile, task_id: str) -> Path | None:
     path = profile.tasks_dir / task_id
     if "/" in task_id or task_id.startswith(".") or not (path / "manifest.json").exists():
-        _err(cli_read.missing_line(profile, task_id))
+        err(cli_read.missing_line(profile, task_id))
         return None
     return path
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
-    folder = _task_dir(_profile(args.config), args.task_id)
+    folder = _task_dir(load_profile(args.config), args.task_id)
     return 1 if folder is None else cli_tail.run(folder, args)
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
     from supervisor.views.attach import BoundedServer, attach_argv, attach_problem
 
-    profile = _profile(args.config)
+    profile = load_profile(args.config)
     if _task_dir(profile, args.task_id) is None:
         return 1
     server = BoundedServer(profile.socket_name)
     if (problem := attach_problem(server, args.task_id)) is not None:
-        _err(f"supervise attach: {problem}")
+        err(f"supervise attach: {problem}")
         return 1
     argv = attach_argv(server, args.task_id, read_only=args.read_only)
     os.execvp(argv[0], argv)
@@ -170,7 +157,7 @@ def cmd_config(args: argparse.Namespace) -> int:
     from supervisor.config.approvalrules import approval_rows
     from supervisor.config.workspace import workspace_rows
 
-    profile = _profile(args.config)
+    profile = load_profile(args.config)
     if args.task:
         resolved = load_task(args.task, profile)
         policy, sources = resolved.policy, resolved.sources
@@ -217,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_validate.register(sub)  # validate
 
-    inline_submit.register(sub)  # submit: a file, stdin or --prompt
+    inline_submit.register(sub, build_parser)  # submit: a file, stdin or --prompt
 
     status = sub.add_parser("status", help="list tasks and their state")
     status.add_argument("-c", "--config", help="profile TOML file")
@@ -254,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     config.set_defaults(func=cmd_config)
     cli_workspace.register(sub)  # diff, merge, discard, prune
     serve.register(sub)  # the web view (extra 'web')
-    cli_setup.register(sub)  # init, schema, startup, completion
+    cli_setup.register(sub, build_parser)  # init, schema, startup, completion
     cli_mcp.register(sub)  # the MCP server over stdio (extra 'mcp')
     cli_cluster.register(sub)  # cluster init|check, hosts (extra 'cluster')
     cli_followup.register(sub)  # continue (issue 22)
@@ -265,24 +252,24 @@ def main(argv: list[str] | None = None) -> int:
     """Console entry point. Returns the exit status."""
     args = build_parser().parse_args(argv)
     if bad_id := taskid.bad_argument(args):  # before any path is made of it (taskid.py)
-        _err(bad_id)
+        err(bad_id)
         return 1
     try:
         return int(args.func(args))
     except ConfigError as exc:
         for line in exc.problems:
-            _err(line)
+            err(line)
         return 1
     except PermissionError as exc:  # another user's state dir: one line, never a traceback
         from supervisor.folderaccess import denied_line
 
-        _err(denied_line(args.command, exc))
+        err(denied_line(args.command, exc))
         return 1
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # `supervise ... | head` left early: no traceback (Python docs)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141  # 128 + SIGPIPE, as a program killed by it
+        return EXIT_BROKEN_PIPE  # 128 + SIGPIPE, as a program killed by it
 
 
 if __name__ == "__main__":

@@ -12,57 +12,40 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from typing import Any
 
 from supervisor.cli import fleet as cli_fleet
+from supervisor.cli.common import EXIT_USAGE, err, load_profile, missing_cluster_extra
 from supervisor.cluster import DSN_ENV
 from supervisor.errors import ConfigError
-from supervisor.terminal import escape_controls
 
 #: ``status --cluster``'s help line.
 STATUS_HELP = f"every host's tasks from the fleet's database (-c, or ${DSN_ENV})"
-#: Exit status when the extra is not installed or no DSN is given.
-EXIT_USAGE = 2
-
-
-def _err(message: str) -> None:
-    print(escape_controls(message), file=sys.stderr)
 
 
 def _dsn(args: argparse.Namespace) -> str | None:
     """The DSN from ``-c PROFILE`` (its ``[cluster]``) or the environment; None: said why."""
     if getattr(args, "config", None):
         from supervisor.cluster.db import dsn_of
-        from supervisor.config import load_profile
 
         return dsn_of(load_profile(args.config))
     if os.environ.get(DSN_ENV):
         return os.environ[DSN_ENV]
-    _err(f"no cluster database: set {DSN_ENV}, or give -c PROFILE with a [cluster] table")
+    err(f"no cluster database: set {DSN_ENV}, or give -c PROFILE with a [cluster] table")
     return None
-
-
-def _missing_extra() -> bool:
-    import importlib.util
-
-    if importlib.util.find_spec("procrastinate") and importlib.util.find_spec("psycopg"):
-        return False
-    _err("the cluster commands need the 'cluster' extra: pip install 'supervise-agents[cluster]'")
-    return True
 
 
 def _guarded(body: Any) -> Any:
     """Run ``body(args)`` with the extra present and a DSN; ClusterError is one line."""
 
     def run(args: argparse.Namespace) -> int:
-        if _missing_extra():
+        if missing_cluster_extra():
             return EXIT_USAGE
         try:
             dsn = _dsn(args)
         except ConfigError as exc:
             for line in exc.problems:
-                _err(line)
+                err(line)
             return 1
         if dsn is None:
             return EXIT_USAGE
@@ -71,7 +54,7 @@ def _guarded(body: Any) -> Any:
         try:
             return int(body(args, dsn))
         except ClusterError as exc:
-            _err(str(exc))
+            err(str(exc))
             return 1
 
     return run
@@ -111,7 +94,7 @@ def _check(args: argparse.Namespace, dsn: str) -> int:
             f"(this supervise needs {schema.SCHEMA_VERSION}); {libs}"
         )
         for problem in result.problems:
-            _err(problem)
+            err(problem)
     return 1 if result.problems else 0
 
 
@@ -178,19 +161,19 @@ def task_warnings(row: dict[str, Any], resolved: Any, profile: Any) -> None:
     short = task_warning(row["file"], resolved, profile)
     if short:
         row["warnings"].append(short)
-        _err(short)
+        err(short)
     if profile is None or profile.spec.cluster is not None or not resolved.spec.host:
         return
     from supervisor.config.cluster import host_ignored
 
     row["warnings"].append(host_ignored(row["file"], resolved.spec.host, profile.path))
-    _err(row["warnings"][-1])
+    err(row["warnings"][-1])
 
 
 def submit(profile: Any, resolved: Any, as_json: bool) -> int:
     """``supervise submit`` with a ``[cluster]`` profile: store the validated task and defer
     its job (:func:`supervisor.cluster.submit.submit`); print its id."""
-    if _missing_extra():
+    if missing_cluster_extra():
         return EXIT_USAGE
     from supervisor.cluster.db import ClusterError, dsn_of
     from supervisor.cluster.submit import submit as submit_task
@@ -198,7 +181,7 @@ def submit(profile: Any, resolved: Any, as_json: bool) -> int:
     try:
         done = submit_task(dsn_of(profile), profile, resolved)
     except ClusterError as exc:
-        _err(str(exc))
+        err(str(exc))
         return 1
     if as_json:
         print(

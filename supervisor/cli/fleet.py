@@ -33,6 +33,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from supervisor.cli.common import (
+    EXIT_NEEDS_YOU,
+    EXIT_TIMEOUT,
+    EXIT_USAGE,
+    err,
+    load_profile,
+    missing_cluster_extra,
+)
 from supervisor.cluster import DSN_ENV
 from supervisor.errors import ConfigError
 from supervisor.terminal import escape_controls, escape_json_text
@@ -42,14 +50,8 @@ WAIT_POLL = 0.5
 #: Seconds ``wait`` without ``--timeout`` waits for a database that does not answer before
 #: it gives up (exit 1): a restart or failover takes seconds to a minute.
 OUTAGE_S = 300.0
-EXIT_USAGE = 2
-EXIT_TIMEOUT = 124
 _LINE_RE = re.compile(r"^\S+: (\S+) \(retry_count (\d+)\)$")
 Command = Callable[[argparse.Namespace], int]
-
-
-def _err(message: str) -> None:
-    print(escape_controls(message), file=sys.stderr)
 
 
 def _ids(args: argparse.Namespace) -> list[str]:
@@ -74,23 +76,17 @@ def _is_local(args: argparse.Namespace, profile: Any) -> bool:
 def _fleet_dsn(args: argparse.Namespace) -> str | int | None:
     """The DSN for the fleet's path; ``None``: the local path; an int: exit with it."""
     if args.config:
-        from supervisor.config import load_profile
-
         profile = load_profile(args.config)
         if profile.spec.cluster is None or _is_local(args, profile):
             return None
-        from supervisor.cli.cluster import _missing_extra
-
-        if _missing_extra():
+        if missing_cluster_extra():
             return EXIT_USAGE
         from supervisor.cluster.db import dsn_of
 
         return dsn_of(profile)
     if os.environ.get(DSN_ENV):
-        from supervisor.cli.cluster import _missing_extra
-
-        return EXIT_USAGE if _missing_extra() else os.environ[DSN_ENV]
-    _err(
+        return EXIT_USAGE if missing_cluster_extra() else os.environ[DSN_ENV]
+    err(
         f"supervise {args.command}: -c/--config PROFILE is required (or {DSN_ENV} for a "
         "task on another host)"
     )
@@ -103,7 +99,7 @@ def _routed(local: Command, fleet: Callable[[argparse.Namespace, str], int]) -> 
             dsn = _fleet_dsn(args)
         except ConfigError as exc:
             for line in exc.problems:
-                _err(line)
+                err(line)
             return 1
         if dsn is None:
             return local(args)
@@ -114,7 +110,7 @@ def _routed(local: Command, fleet: Callable[[argparse.Namespace, str], int]) -> 
         try:
             return fleet(args, dsn)
         except ClusterError as exc:
-            _err(str(exc))
+            err(str(exc))
             return 1
 
     return run
@@ -126,7 +122,7 @@ def _verb(args: argparse.Namespace, dsn: str) -> int:
     from supervisor.requests import worst
 
     if not args.task_ids:
-        _err(f"supervise {args.command}: --all/--status need -c PROFILE (one host's tasks)")
+        err(f"supervise {args.command}: --all/--status need -c PROFILE (one host's tasks)")
         return EXIT_USAGE
     return worst(_verb_one(args, dsn, task_id) for task_id in dict.fromkeys(args.task_ids))
 
@@ -139,7 +135,7 @@ def _verb_one(args: argparse.Namespace, dsn: str, task_id: str) -> int:
     if answer.ok and not args.json:
         print(escape_controls(answer.text))
     elif not answer.ok:
-        _err(f"supervise {args.command}: {answer.text}")
+        err(f"supervise {args.command}: {answer.text}")
     if args.json and answer.code in (0, 4):
         match = _LINE_RE.match(answer.text)
         print(
@@ -162,7 +158,7 @@ def _show(args: argparse.Namespace, dsn: str) -> int:
 
     row = show_row(dsn, args.task_id)
     if row is None:
-        _err(f"no task {args.task_id!r} in the fleet; see 'supervise status --cluster'")
+        err(f"no task {args.task_id!r} in the fleet; see 'supervise status --cluster'")
         return 1
     sys.stdout.write(escape_json_text(json.dumps(row, indent=2, default=str)) + "\n")
     return 0
@@ -196,14 +192,14 @@ class _Reader:
             now = time.monotonic()
             if self.down_since is None:
                 self.down_since = now
-                _err(f"supervise wait: {exc}; retrying every {WAIT_POLL:g} s (the tasks go on)")
+                err(f"supervise wait: {exc}; retrying every {WAIT_POLL:g} s (the tasks go on)")
             self.error = str(exc)
             limit = self.deadline if self.deadline is not None else self.down_since + OUTAGE_S
             if now >= limit and (self.rows is None or self.deadline is None):
                 raise ClusterError(f"{exc} (for {now - self.down_since:.0f} s; gave up)") from None
             return self.rows
         if self.down_since is not None:
-            _err("supervise wait: the database answers again")
+            err("supervise wait: the database answers again")
             self.down_since = None
         return self.rows
 
@@ -220,7 +216,7 @@ def _wait(args: argparse.Namespace, dsn: str) -> int:
         rows = reader.read()
     unknown = [task_id for task_id in ids if task_id not in rows]
     if unknown:
-        _err(
+        err(
             f"supervise wait: no task {', '.join(unknown)} in the fleet; see "
             "'supervise status --cluster'"
         )
@@ -233,7 +229,7 @@ def _wait(args: argparse.Namespace, dsn: str) -> int:
         time.sleep(WAIT_POLL)
         rows = reader.read() or rows
     if reader.down_since is not None:
-        _err(
+        err(
             f"supervise wait: the rows below are from before the database stopped answering "
             f"({reader.error})"
         )
@@ -249,7 +245,7 @@ def _print_waited(args: argparse.Namespace, shown: list[dict[str, Any]]) -> int:
     need you, 124 timeout: :mod:`supervisor.waiting`'s). The fleet's row has no escalation
     record: ``needs`` names the host, where ``supervise show`` or ``-c`` there reads it."""
     from supervisor.cluster.control import FINAL
-    from supervisor.waiting import EXIT_NEEDS_YOU, OTHER
+    from supervisor.waiting import OTHER
 
     needing = [] if args.terminal_only else [row for row in shown if _needs_you(row)]
     for row in needing:
@@ -264,11 +260,11 @@ def _print_waited(args: argparse.Namespace, shown: list[dict[str, Any]]) -> int:
                 line = f"{row['task_id']}: escalated needs-you on host {row.get('owner_host')}"
             print(escape_controls(line + (f" ({why})" if why else "")))
     if needing:
-        _err(f"supervise wait: {len(needing)} task(s) need you: 'supervise approve|deny ID'")
+        err(f"supervise wait: {len(needing)} task(s) need you: 'supervise approve|deny ID'")
         return EXIT_NEEDS_YOU
     still = [row for row in shown if row["status"] not in FINAL]
     if still:
-        _err(f"supervise wait: {len(still)} task(s) still running after {args.timeout:g} s")
+        err(f"supervise wait: {len(still)} task(s) still running after {args.timeout:g} s")
         return EXIT_TIMEOUT
     return 0 if all(row.get("verdict") == "PASS" for row in shown) else 1
 

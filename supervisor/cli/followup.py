@@ -17,12 +17,10 @@ import argparse
 import json
 import sys
 
-from supervisor.terminal import escape_controls
+from supervisor.cli.common import EXIT_NOT_APPLIED, EXIT_QUEUED, err, load_profile, seconds
 
-
-def _err(line: str) -> None:
-    """One line on stderr in the style of every refusal: ``supervise continue: ...``."""
-    print(escape_controls(f"supervise continue: {line}"), file=sys.stderr)
+#: What starts every line on stderr, in the style of every refusal.
+SAYS = "supervise continue"
 
 
 def _prompt(text: str) -> str:
@@ -43,8 +41,6 @@ def _prompt(text: str) -> str:
 
 def cmd_continue(args: argparse.Namespace) -> int:
     """Run ``supervise continue``; returns the exit status (module docstring)."""
-    from supervisor.cli.app import EXIT_NOT_APPLIED, EXIT_QUEUED  # the requests' codes
-    from supervisor.config import load_profile
     from supervisor.followup import STOP_WAIT, FollowUpRefused, request_continue
     from supervisor.policy.followups import STOP_FIRST
 
@@ -52,16 +48,16 @@ def cmd_continue(args: argparse.Namespace) -> int:
     try:
         result = request_continue(profile, args.task_id, _prompt(args.prompt), args.wait)
     except FollowUpRefused as exc:
-        _err(str(exc))
+        err(f"{SAYS}: {exc}")
         return 1
     task_id, state = args.task_id, result["result"]
     if state == "queued":
         why = f"no engine runs on {profile.state_dir}, so it starts when 'supervise run' does"
-        _err(f"queued a follow-up for {task_id}; {why}")
+        err(f"{SAYS}: queued a follow-up for {task_id}; {why}")
     elif state == "not_applied":
         waited = args.wait + (STOP_WAIT if result["status"] in STOP_FIRST else 0)
         why = f"the engine has not taken it within {waited:g} s (it still may)"
-        _err(f"asked to continue {task_id}; {why}")
+        err(f"{SAYS}: asked to continue {task_id}; {why}")
     if args.json:
         print(json.dumps(result))
     elif state == "applied":
@@ -71,8 +67,6 @@ def cmd_continue(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``continue`` to the ``supervise`` parser."""
-    from supervisor.cli.ops import _positive as seconds  # finite, >= 0: never NaN
-
     parser = sub.add_parser(
         "continue", help="continue a task's conversation with a new prompt (a new turn)"
     )
@@ -81,7 +75,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("prompt", help="the follow-up prompt ('-': read it from stdin)")
     parser.add_argument(
         "--wait",
-        type=seconds,
+        type=seconds,  # finite, >= 0: never NaN
         default=15.0,
         help="seconds to wait for the engine (15; longer for an escalated task: it is "
         "stopped first)",

@@ -9,23 +9,22 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import sys
+
+from supervisor.cli.common import EXIT_USAGE, err, load_profile
 
 #: The one line ``supervise mcp`` prints without the SDK.
 EXTRA_HINT = "supervise mcp needs the 'mcp' extra: pip install 'supervise-agents[mcp]'"
-EXIT_USAGE = 2
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     """``supervise mcp -c PROFILE``: serve until the client closes stdin."""
     if importlib.util.find_spec("mcp") is None:
-        print(EXTRA_HINT, file=sys.stderr)
+        err(EXTRA_HINT)
         return EXIT_USAGE
     from supervisor import mcp_tools
-    from supervisor.cli.app import _profile
     from supervisor.mcp_server import build_server
 
-    server = build_server(_profile(args.config))
+    server = build_server(load_profile(args.config))
     try:
         server.run("stdio")
     finally:  # a wait still blocking on a worker thread returns now, not at its timeout

@@ -24,32 +24,28 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from supervisor.cli.common import (
+    EXIT_NEEDS_YOU,
+    EXIT_TIMEOUT,
+    EXIT_USAGE,
+    err,
+    load_profile,
+    seconds,
+)
 from supervisor.terminal import escape_controls
 from supervisor.waitbrief import BRIEF_HELP, brief
-from supervisor.waiting import EXIT_TIMEOUT
 
 if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
+    from supervisor.engine.intake import IntakeFactory
 
-EXIT_USAGE = 2
 #: Default size and count of ``--log-file`` rotation (supervisord's ``logfile_maxbytes``
 #: and ``logfile_backups`` defaults: 50 MB, 10).
 LOG_MAX_BYTES = 50 * 1024 * 1024
 LOG_BACKUPS = 10
-
-
-def _err(message: str) -> None:
-    print(escape_controls(message), file=sys.stderr)
-
-
-def _profile(path: str) -> LoadedProfile:
-    from supervisor.cli.app import _profile as load
-
-    return load(path)
 
 
 # ---------------------------------------------------------------- run
@@ -89,6 +85,21 @@ def _cluster_preflight(profile: LoadedProfile) -> str | None:
         return "; ".join(exc.problems)
 
 
+def intake_for(profile: LoadedProfile) -> IntakeFactory:
+    """The engine's source of tasks for ``profile``, handed to the engine by ``run``: the
+    spool folder's, or with ``[cluster]`` the fleet's database beside it
+    (:class:`supervisor.cluster.intake.ClusterIntake`, imported only then, so a single host
+    never loads procrastinate or psycopg). The engine never imports ``supervisor/cluster/``.
+    """
+    from supervisor.engine.intake import spool_intake
+
+    if profile.spec.cluster is None:
+        return spool_intake
+    from supervisor.cluster.intake import ClusterIntake
+
+    return ClusterIntake
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import logging  # only the engine logs; validate and status start faster without it
 
@@ -99,13 +110,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from supervisor.tmux import missing_tmux
 
     if (no_tmux := missing_tmux()) is not None:  # else adoption would wait for it for ever
-        _err(f"supervise run: {no_tmux}")
+        err(f"supervise run: {no_tmux}")
         return 1
 
     try:
         handler = log_handler(args)
     except OSError as exc:
-        _err(
+        err(
             f"supervise run: --log-file {args.log_file}: {exc.strerror or exc}; "
             "give a writable path"
         )
@@ -116,22 +127,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     # "skipped: maximum number of running instances" is routine (an event asked for a check
     # while one was running; it runs right after) and is counted in engine-stats.json.
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
-    profile = _profile(args.profile)
+    profile = load_profile(args.profile)
     if profile.spec.cluster is not None and (refused := _cluster_preflight(profile)):
-        _err(f"supervise run: {refused}")
+        err(f"supervise run: {refused}")
         return 1
     from supervisor import enginelog  # the file 'supervise logs' reads
 
     if warning := enginelog.attach(
         profile.state_dir, args.log_file, args.log_max_bytes, args.log_backups
     ):
-        _err(warning)
+        err(warning)
     from supervisor.engine.watch import WatchUnavailable
 
     try:
-        return run_profile(profile, exit_when_idle=args.exit_when_idle)
+        return run_profile(profile, args.exit_when_idle, intake_for(profile))
     except (EngineBusy, UnsafeSpool, WatchUnavailable) as exc:
-        _err(f"supervise run: {exc}")
+        err(f"supervise run: {exc}")
         return 1
 
 
@@ -142,32 +153,32 @@ def cmd_wait(args: argparse.Namespace) -> int:
     """``supervise wait``: :func:`supervisor.waiting.wait_tasks`, printed."""
     from supervisor import engine_probe, waiting
 
-    profile = _profile(args.config)
+    profile = load_profile(args.config)
 
     def warn() -> None:
         warning = engine_probe.warning(profile.state_dir, args.config, "the tasks do not move")
         if warning:
-            _err(warning)
+            err(warning)
 
     try:
         outcome = waiting.wait_tasks(
             profile, args.task_ids, args.timeout, terminal_only=args.terminal_only, on_block=warn
         )
     except waiting.UnknownTasks as exc:
-        _err(f"supervise wait: {exc}")
+        err(f"supervise wait: {exc}")
         return EXIT_USAGE
     if args.json or args.brief:
         shown = [brief(entry) for entry in outcome.shown] if args.brief else outcome.shown
         print(json.dumps(shown, indent=2))
     else:
         print("\n".join(outcome.lines()))
-    if outcome.code == waiting.EXIT_NEEDS_YOU:
-        _err(
+    if outcome.code == EXIT_NEEDS_YOU:
+        err(
             f"supervise wait: {len(outcome.needs_you)} task(s) need you: answer with "
             f"'supervise approve|deny -c {args.config} ID'"
         )
     elif outcome.code == EXIT_TIMEOUT:
-        _err(
+        err(
             f"supervise wait: {len(outcome.pending)} task(s) still running after {args.timeout:g} s"
         )
     return outcome.code
@@ -183,20 +194,20 @@ def cmd_archive(args: argparse.Namespace) -> int:
     try:
         older_than = parse_duration(args.older_than)
     except ValueError as exc:
-        _err(f"supervise archive: --older-than: {exc}")
+        err(f"supervise archive: --older-than: {exc}")
         return EXIT_USAGE
-    profile = _profile(args.config)
+    profile = load_profile(args.config)
     if args.dry_run:
         found, ok = archive.plan(profile.tasks_dir, profile.state_dir, older_than), True
     else:
         try:
             found, ok = archive.run(profile.tasks_dir, profile.state_dir, older_than)
         except archive.ArchiveBusy as exc:
-            _err(f"supervise archive: {exc}")
+            err(f"supervise archive: {exc}")
             return 1
         except OSError as exc:
             where = exc.filename or profile.state_dir
-            _err(f"supervise archive: cannot open {where}: {exc.strerror or exc}")
+            err(f"supervise archive: cannot open {where}: {exc.strerror or exc}")
             return 1
     rows = [
         {
@@ -219,7 +230,7 @@ def cmd_archive(args: argparse.Namespace) -> int:
         print(tabulate(safe, headers="keys"))
     for item in found.items:
         if item.result.startswith("error"):
-            _err(f"supervise archive: {item.task_id}: {item.result}")
+            err(f"supervise archive: {item.task_id}: {item.result}")
     return 0 if ok else 1
 
 
@@ -243,16 +254,6 @@ def print_archived(profile: LoadedProfile, as_json: bool) -> int:
 
 
 # ---------------------------------------------------------------- parser
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number of seconds >= 0")
-    return value
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -285,7 +286,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     wait.add_argument("-c", "--config", required=True, help="profile TOML file")
     wait.add_argument("task_ids", nargs="+", metavar="ID")
-    wait.add_argument("--timeout", type=_positive, help="give up after S seconds (exit 124)")
+    wait.add_argument("--timeout", type=seconds, help="give up after S seconds (exit 124)")
     wait.add_argument(
         "--terminal-only",
         action="store_true",

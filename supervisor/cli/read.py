@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
+from supervisor.cli.common import err, load_profile
 from supervisor.taskid import is_task_id
 from supervisor.terminal import escape_controls
 
@@ -44,16 +45,6 @@ CHUNK = 1024 * 1024
 ARCHIVED_EVENTS_LIMIT = 64 * 1024 * 1024
 
 
-def _err(message: str) -> None:
-    print(escape_controls(message), file=sys.stderr)
-
-
-def _profile(path: str) -> LoadedProfile:
-    from supervisor.config import load_profile
-
-    return load_profile(path)
-
-
 # ---------------------------------------------------------------- show
 
 
@@ -68,10 +59,10 @@ def missing_line(profile: LoadedProfile, task_id: str) -> str:
 def cmd_show(args: argparse.Namespace) -> int:
     """``supervise show``: the task's ``manifest.json``, escaped; exit 1 with
     :func:`missing_line` when there is none."""
-    profile = _profile(args.config)
+    profile = load_profile(args.config)
     path = profile.tasks_dir / args.task_id / "manifest.json"
     if "/" in args.task_id or not path.exists():
-        _err(missing_line(profile, args.task_id))
+        err(missing_line(profile, args.task_id))
         return 1
     from supervisor.diskio import read_regular
     from supervisor.terminal import escape_json_text
@@ -79,7 +70,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     try:  # never waits on a FIFO put there (an agent can write into its task folder)
         data = read_regular(path, MANIFEST_LIMIT, follow=False)
     except OSError as exc:
-        _err(f"supervise show: {path}: {exc.strerror or exc}")
+        err(f"supervise show: {path}: {exc.strerror or exc}")
         return 1
     sys.stdout.write(escape_json_text(data.decode("utf-8", errors="replace")))
     return 0
@@ -93,10 +84,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
     appended, across rotations, until interrupted."""
     from supervisor import enginelog
 
-    profile = _profile(args.config)
+    profile = load_profile(args.config)
     path = enginelog.located(profile.state_dir)
     if not path.is_file():
-        _err(
+        err(
             f"supervise logs: no engine log yet; 'supervise run {args.config}' writes it to "
             f"{path} (or to its --log-file)"
         )
@@ -141,7 +132,7 @@ class _Shown:
     def add(self, parsed: list[Parsed]) -> None:
         for item in parsed:
             if item.event is None:
-                _err(f"{self.where}:{item.number}: damaged line skipped ({item.problem})")
+                err(f"{self.where}:{item.number}: damaged line skipped ({item.problem})")
                 continue
             # as stored: ASCII-only JSON (taskdir.append_event)
             text = item.text if self.json else self.renderer.line(item.event)
@@ -164,13 +155,13 @@ def cmd_events(args: argparse.Namespace) -> int:
     from supervisor.diskio import open_regular
     from supervisor.taskdir.folder import EVENTS
 
-    profile = _profile(args.config)
+    profile = load_profile(args.config)
     task_id = args.task_id
     fd = None
     if is_task_id(task_id):
         fd = open_regular(profile.tasks_dir / task_id / EVENTS, follow=False)
     if fd is None and (profile.tasks_dir / task_id / "manifest.json").exists():
-        _err(f"{profile.tasks_dir / task_id / EVENTS}: missing or not a regular file")
+        err(f"{profile.tasks_dir / task_id / EVENTS}: missing or not a regular file")
         return 1
     if fd is None:
         tarball = taskwhere.archived_in(profile.state_dir, task_id)
@@ -178,7 +169,7 @@ def cmd_events(args: argparse.Namespace) -> int:
         if tarball is not None:
             data = taskwhere.archived_file(tarball, task_id, EVENTS, ARCHIVED_EVENTS_LIMIT)
         if data is None:
-            _err(missing_line(profile, task_id))
+            err(missing_line(profile, task_id))
             return 1
         shown = _Shown(args, f"{tarball}:{task_id}/{EVENTS}")
         shown.add(eventview.Splitter().feed(data if data.endswith(b"\n") else data + b"\n"))

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
+from supervisor.cli.common import EXIT_USAGE, err, load_profile, seconds
 from supervisor.terminal import escape_controls
 
-EXIT_USAGE = 2
 VERB_HELP = {
     "stop": "end tasks now as abandoned (reason 'stopped'), with a clean stop",
     "resume": "stop the agent and resume it now with the resume command",
@@ -33,37 +32,32 @@ VERB_HELP = {
 }
 
 
-def _err(message: str) -> None:
-    print(escape_controls(message), file=sys.stderr)
-
-
 def cmd_request(args: argparse.Namespace) -> int:
     """Apply ``args.command`` to the tasks named or selected; print each; the worst code."""
     from supervisor import requests
-    from supervisor.cli.app import _profile
 
     verb, ids = args.command, list(args.task_ids)
     chosen = args.all or args.statuses is not None
     if ids and chosen:
-        _err(f"supervise {verb}: give task ids or --all/--status, not both")
+        err(f"supervise {verb}: give task ids or --all/--status, not both")
         return EXIT_USAGE
     if not ids and not chosen:
-        _err(f"supervise {verb}: give one or more task ids, --all, or --status S")
+        err(f"supervise {verb}: give one or more task ids, --all, or --status S")
         return EXIT_USAGE
-    profile = _profile(args.config)
+    profile = load_profile(args.config)
     if chosen:
         ids = requests.select(profile, verb, args.statuses)
         if not ids:
             which = f" with status {', '.join(args.statuses)}" if args.statuses else ""
             where = f"no task in {profile.tasks_dir}{which} that '{verb}' applies to"
-            _err(f"supervise {verb}: {where}; see 'supervise status -c {args.config}'")
+            err(f"supervise {verb}: {where}; see 'supervise status -c {args.config}'")
             return 1
-    results = requests.apply_requests(profile, ids, verb, args.wait, selected=chosen, warn=_err)
+    results = requests.apply_requests(profile, ids, verb, args.wait, selected=chosen, warn=err)
     for r in results:
         if r.result == "applied" and not args.json:
             print(escape_controls(_applied_line(r.task_id, r.manifest)))
         elif r.line:  # refused, skipped, queued, not applied: one style with every refusal
-            _err(f"supervise {verb}: {r.line}")
+            err(f"supervise {verb}: {r.line}")
     if args.json and len(args.task_ids) == 1:  # one id: one object, none when refused
         if results[0].result != "refused":
             print(json.dumps(results[0].as_dict()))
@@ -80,7 +74,6 @@ def _applied_line(task_id: str, manifest: dict) -> str:
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``stop``, ``resume``, ``approve`` and ``deny`` to the ``supervise`` parser."""
-    from supervisor.cli.ops import _positive as seconds
     from supervisor.views.status import STATUS_CHOICES
 
     for name, text in VERB_HELP.items():

@@ -18,6 +18,7 @@ other command import this module.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from supervisor import DISTRIBUTION
-from supervisor.terminal import escape_controls
+from supervisor.cli.common import Parser, err, load_profile, private_folders
 
 #: ``supervise schema NAME`` → the shipped schema file.
 SCHEMAS = {
@@ -53,10 +54,6 @@ INIT_HEADER = """\
 # For Claude Code: supervise init --claude DIR (`supervise schema profile` lists keys).
 
 """
-
-
-def _err(message: str) -> None:
-    print(escape_controls(message), file=sys.stderr)
 
 
 def version() -> str:
@@ -143,15 +140,15 @@ def cmd_init(args: argparse.Namespace) -> int:
                     (starter_claude.write if args.claude else _write_starter)(folder)
                     return 0
     except statelock.LockBusy:
-        _err(
+        err(
             f"supervise init: another 'supervise init' is still writing {folder}; "
             "run it again once that one ends"
         )
         return 1
     except OSError as exc:
-        _err(f"supervise init: cannot write {exc.filename or folder}: {exc.strerror}")
+        err(f"supervise init: cannot write {exc.filename or folder}: {exc.strerror}")
         return 1
-    _err(
+    err(
         f"supervise init: {_taken(folder, names)[0]} exists; not overwriting it (remove it, "
         "give another folder: supervise init DIR, or replace it: --force)"
     )
@@ -161,14 +158,6 @@ def cmd_init(args: argparse.Namespace) -> int:
 def _taken(folder: Path, names: Sequence[str]) -> list[Path]:
     """The files of ``names`` (relative to ``folder``) that exist, as paths."""
     return [folder / name for name in names if os.path.lexists(folder / name)]
-
-
-def private_folders(folder: Path) -> None:
-    """``folder/spool`` and ``folder/state`` with mode 0700 whatever the umask (the engine
-    refuses a spool others can write to). Raises OSError."""
-    for name in ("spool", "state"):
-        (folder / name).mkdir(mode=0o700, exist_ok=True)
-        os.chmod(folder / name, 0o700)  # mkdir's mode is masked by the umask
 
 
 def _write_starter(folder: Path) -> None:
@@ -219,22 +208,19 @@ def supervise_command() -> list[str]:
 def cmd_startup(args: argparse.Namespace) -> int:
     """Print the systemd user unit for ``-c PROFILE``, or write, enable and start it."""
     from supervisor import systemd
-    from supervisor.cli.app import _profile
 
-    profile = _profile(args.config).path  # loads it: a broken profile is one clear line
+    profile = load_profile(args.config).path  # loads it: a broken profile is one clear line
     name = systemd.unit_name(profile)
     text = systemd.unit_text(supervise_command(), profile, os.environ.get("PATH", os.defpath))
     command = " ".join([*supervise_command(), "run", str(profile)])
     if not systemd.booted():
         if not args.install:
             sys.stdout.write(text)
-        _err(systemd.NO_SYSTEMD.format(command=command, log=profile.with_suffix(".log")))
+        err(systemd.NO_SYSTEMD.format(command=command, log=profile.with_suffix(".log")))
         return 1 if args.install else 0
     if not args.install:
         sys.stdout.write(text)
-        _err(
-            f"# install as ~/.config/systemd/user/{name}: supervise startup -c {profile} --install"
-        )
+        err(f"# install as ~/.config/systemd/user/{name}: supervise startup -c {profile} --install")
         return 0
     return _install(name, text)
 
@@ -251,13 +237,13 @@ def _install(name: str, text: str) -> int:
         with statelock.held(folder, grace=INSTALL_WAIT):
             return _install_locked(folder / name, text)
     except statelock.LockBusy:
-        _err(
+        err(
             f"supervise startup: another 'supervise startup --install' still runs in {folder}; "
             "run it again once that one ends"
         )
         return 1
     except OSError as exc:
-        _err(f"supervise startup: cannot write {exc.filename or folder}: {exc.strerror}")
+        err(f"supervise startup: cannot write {exc.filename or folder}: {exc.strerror}")
         return 1
 
 
@@ -268,7 +254,7 @@ def _install_locked(path: Path, text: str) -> int:
 
     name = path.name
     if path.exists() and path.read_text(encoding="utf-8") != text:
-        _err(
+        err(
             f"supervise startup: {path} exists and differs (another profile, or another "
             f"supervise); remove it first: systemctl --user disable --now {name}"
         )
@@ -284,16 +270,16 @@ def _install_locked(path: Path, text: str) -> int:
                 argv, capture_output=True, text=True, timeout=systemd.SYSTEMD_TIMEOUT
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
-            _err(f"supervise startup: {' '.join(argv)}: {exc}")
+            err(f"supervise startup: {' '.join(argv)}: {exc}")
             return 1
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-            _err(f"supervise startup: {' '.join(argv)} failed: {last}")
+            err(f"supervise startup: {' '.join(argv)} failed: {last}")
             return 1
     print(f"enabled and started {name}: systemctl --user status {name}")
     user = os.environ.get("USER") or os.environ.get("LOGNAME") or ""
     if user and not systemd.lingering(user):
-        _err(
+        err(
             f"note: lingering is off for {user}: the unit starts at your first login, "
             "not at boot, and stops at your last logout. "
             f"Fix: loginctl enable-linger {user}"
@@ -308,14 +294,15 @@ _FILE_DESTS = {"config", "profile", "task", "files", "log_file"}
 _DIR_DESTS = {"dir"}
 
 
-def cmd_completion(args: argparse.Namespace) -> int:
-    """Print the completion script for ``args.shell``, generated from the parser (shtab)."""
+def cmd_completion(args: argparse.Namespace, whole: Parser) -> int:
+    """Print the completion script for ``args.shell``, generated by shtab from the whole
+    parser that ``whole()`` builds (:func:`supervisor.cli.app.build_parser`, handed over by
+    :func:`register`: this module never imports the parser's)."""
     import shtab
 
-    from supervisor.cli.app import build_parser
     from supervisor.completion import mark_ids
 
-    parser = build_parser()
+    parser = whole()
     _mark_paths(parser, shtab.FILE, shtab.DIRECTORY)
     mark_ids(parser)  # task ids from the profile given with -c (completion.py)
     sys.stdout.write(shtab.complete(parser, shell=args.shell))
@@ -338,8 +325,9 @@ def _mark_paths(parser: argparse.ArgumentParser, files: Any, folders: Any) -> No
 # ---------------------------------------------------------------- parser
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``init``, ``schema``, ``startup`` and ``completion`` to the subcommands."""
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], whole: Parser) -> None:
+    """Add ``init``, ``schema``, ``startup`` and ``completion`` to the subcommands;
+    ``whole()`` builds the whole ``supervise`` parser (``completion`` prints its script)."""
     init = sub.add_parser("init", help="write a starter profile (the demo) and its folders")
     init.add_argument("dir", nargs="?", default=".", metavar="DIR", help="folder (default: .)")
     init.add_argument(
@@ -363,4 +351,4 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     completion = sub.add_parser("completion", help="print a shell completion script")
     completion.add_argument("shell", choices=["bash", "zsh", "fish"])
-    completion.set_defaults(func=cmd_completion)
+    completion.set_defaults(func=functools.partial(cmd_completion, whole=whole))

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from supervisor.cli.common import EXIT_NOT_STOPPED, load_profile, seconds
 from supervisor.terminal import escape_controls
 
 if TYPE_CHECKING:
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
 TURN_FILE = ".shutdown.lock"
 #: Default ``--wait``: the engine's stop bound (30 s) and its start-up margin.
 WAIT_S = 60.0
-EXIT_NOT_STOPPED = 4
 #: Seconds between looks at the lock while the engine stops.
 POLL = 0.1
 
@@ -162,9 +162,7 @@ def _none(state_dir: Path, why: str) -> str:
 def cmd_shutdown(args: argparse.Namespace) -> int:
     """``supervise shutdown``: :func:`shutdown_engine`, printed (``--json``: one object
     ``{"result", "pid", "state_dir"}``)."""
-    from supervisor.cli.app import _profile
-
-    profile = _profile(args.config)
+    profile = load_profile(args.config)
     done = shutdown_engine(profile, args.wait)
     if args.json:
         row = {"result": done.result, "pid": done.pid, "state_dir": str(profile.state_dir)}
@@ -176,8 +174,6 @@ def cmd_shutdown(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``shutdown`` to the ``supervise`` parser."""
-    from supervisor.cli.ops import _positive as seconds
-
     parser = sub.add_parser(
         "shutdown", help="stop the engine and leave the agents running in tmux (as SIGTERM)"
     )

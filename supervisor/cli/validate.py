@@ -27,19 +27,15 @@ import argparse
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from supervisor.cli.common import err, load_profile
 from supervisor.errors import ConfigError
 from supervisor.terminal import escape_controls
 
 if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
-
-
-def _err(message: str) -> None:
-    print(escape_controls(message), file=sys.stderr)
 
 
 def missing_program(program: str, search: str, where: str, fix: str) -> str | None:
@@ -103,18 +99,16 @@ def profile_warnings(profile: LoadedProfile) -> list[str]:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """``supervise validate``: see the module docstring. Returns the exit status."""
-    from supervisor.config import load_profile
-
     profile: LoadedProfile | None = None
     if args.config:
         try:
             profile = load_profile(args.config)
         except ConfigError as exc:
             for line in exc.problems:
-                _err(line)
+                err(line)
             return 1
         for warning in profile_warnings(profile):
-            _err(warning)
+            err(warning)
     results = [_check_file(Path(name), profile, args.json) for name in args.files]
     if args.json:
         print(json.dumps(results, indent=2))
@@ -146,7 +140,7 @@ def _check_file(path: Path, profile: LoadedProfile | None, as_json: bool) -> dic
     except ConfigError as exc:
         row["problems"] = list(exc.problems)
     for line in row["problems"]:
-        _err(line)
+        err(line)
     row["ok"] = not row["problems"]
     if row["ok"] and not as_json:
         print(escape_controls(f"ok: {path} ({row['kind']})"))
@@ -156,7 +150,6 @@ def _check_file(path: Path, profile: LoadedProfile | None, as_json: bool) -> dic
 def _profile_file(path: Path, warnings: list[str]) -> list[str]:
     """A profile file's problem lines (the loader's, then tmux's); its warnings printed
     and added to ``warnings``."""
-    from supervisor.config import load_profile
     from supervisor.tmux import missing_tmux
 
     problems: list[str] = []
@@ -167,7 +160,7 @@ def _profile_file(path: Path, warnings: list[str]) -> list[str]:
     else:
         for warning in profile_warnings(loaded):
             warnings.append(warning)
-            _err(warning)
+            err(warning)
     tmux = missing_tmux()
     if tmux is not None:
         problems.append(f"{path}: {tmux}")

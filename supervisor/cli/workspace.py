@@ -34,6 +34,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from supervisor.cli.common import err, load_profile
 from supervisor.terminal import counted, escape_controls
 
 if TYPE_CHECKING:
@@ -41,19 +42,14 @@ if TYPE_CHECKING:
     from supervisor.workspace.review import DiscardPlan, TaskWorkspace
 
 
-def _err(message: str) -> None:
-    print(escape_controls(message), file=sys.stderr)
-
-
 def _say(message: str) -> None:
     print(escape_controls(message))
 
 
 def _load(args: argparse.Namespace) -> tuple[LoadedProfile, TaskWorkspace]:
-    from supervisor.cli.app import _profile
     from supervisor.workspace.review import load_task
 
-    profile = _profile(args.config)
+    profile = load_profile(args.config)
     return profile, load_task(profile.tasks_dir, args.task_id)
 
 
@@ -62,7 +58,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
     _, ws = _load(args)
     if not ws.ended:
-        _err(f"note: task {ws.task_id} is {ws.manifest.status}: its committed changes only")
+        err(f"note: task {ws.task_id} is {ws.manifest.status}: its committed changes only")
     data = review.diff(ws, stat=args.stat)
     if sys.stdout.isatty():
         text = data.decode("utf-8", errors="surrogateescape")
@@ -123,10 +119,10 @@ def cmd_discard(args: argparse.Namespace) -> int:
     question = f"remove {' and '.join(_removal(ws, plan))}{loss} of task {ws.task_id}?"
     if not args.yes:
         if not sys.stdin.isatty():
-            _err(f"supervise discard: not confirmed (no terminal; pass --yes): {question}")
+            err(f"supervise discard: not confirmed (no terminal; pass --yes): {question}")
             return 1
         if not _confirm(question):
-            _err("nothing removed")
+            err("nothing removed")
             return 1
     notes: list[str] = []
     done = review.discard_confirmed(ws, plan, notes)
@@ -151,11 +147,10 @@ def worktree_root(profile: LoadedProfile) -> Path:
 def cmd_prune(args: argparse.Namespace) -> int:
     from tabulate import tabulate
 
-    from supervisor.cli.app import _profile
     from supervisor.workspace import prune
     from supervisor.workspace.repolock import repo_locks
 
-    profile = _profile(args.config)
+    profile = load_profile(args.config)
     notes: list[str] = []
     with repo_locks(prune.repositories(profile.tasks_dir), "prune", notes):
         for note in notes:
@@ -204,7 +199,7 @@ def _run(func: object) -> object:
         try:
             return int(func(args))  # type: ignore[operator]
         except (ReviewError, OSError) as exc:
-            _err(f"supervise {args.command}: {exc}")
+            err(f"supervise {args.command}: {exc}")
             return 1
 
     return runner

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from supervisor.config.cluster import cluster_dsn
+from supervisor.errors import SuperviseError
 
 if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
@@ -22,7 +23,7 @@ CONNECT_TIMEOUT = 5
 STATEMENT_TIMEOUT = 10.0
 
 
-class ClusterError(RuntimeError):
+class ClusterError(SuperviseError, RuntimeError):
     """The database cannot be reached or answered with an error (one line, for the CLI)."""
 
 

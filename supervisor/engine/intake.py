@@ -2,6 +2,11 @@
 :class:`SpoolIntake`, its first implementation (task files dropped in the spool folder,
 plus the profile's inline ``[[tasks]]``).
 
+Whoever starts the engine picks its intake and hands it over as an :data:`IntakeFactory`
+(``supervise run``: :func:`supervisor.cli.ops.intake_for`, the spool's or, with
+``[cluster]``, the fleet's :class:`supervisor.cluster.intake.ClusterIntake`): the engine
+never imports ``supervisor/cluster/``.
+
 An intake claims work into task folders and reports it; it never launches anything. The
 scheduler queues what it takes and starts it while slots are free.
 """
@@ -20,6 +25,7 @@ from typing import Protocol
 from supervisor import folderaccess, heartbeats, spool
 from supervisor.config import LoadedProfile, ResolvedTask, resolve_task
 from supervisor.engine import statefs
+from supervisor.errors import SuperviseError
 from supervisor.taskdir.folder import Manifest, TaskDir, atomic_write, utc_iso
 
 log = logging.getLogger("supervise.engine")
@@ -67,21 +73,18 @@ class Intake(Protocol):
         """At shutdown, after the last claim batch: stop what the source runs."""
 
 
-def make_intake(
+#: Builds an engine's intake, once, in the engine's constructor:
+#: ``factory(profile, disk, wake)``; ``wake()`` asks for an intake run now (from any thread).
+#: It may raise ``ConfigError`` (``[cluster]`` without a DSN).
+IntakeFactory = Callable[[LoadedProfile, statefs.StateDisk, Callable[[], None]], Intake]
+
+
+def spool_intake(
     profile: LoadedProfile, disk: statefs.StateDisk, wake: Callable[[], None]
 ) -> Intake:
-    """The profile's intake: the spool folder, or with ``[cluster]`` the fleet's database
-    beside it (:class:`supervisor.cluster.intake.ClusterIntake`; imported only then, so a
-    single host never loads procrastinate or psycopg).
-
-    Raises:
-        ConfigError: ``[cluster]`` without a DSN.
-    """
-    if profile.spec.cluster is None:
-        return SpoolIntake(profile, disk)
-    from supervisor.cluster.intake import ClusterIntake
-
-    return ClusterIntake(profile, disk, wake)
+    """The spool folder's intake (:class:`SpoolIntake`), the engine's default
+    :data:`IntakeFactory`; ``wake`` is not needed (the spool watcher kicks intake)."""
+    return SpoolIntake(profile, disk)
 
 
 class Claims:
@@ -134,7 +137,7 @@ class Claims:
         self._pool.shutdown(wait=True)
 
 
-class UnsafeSpool(RuntimeError):
+class UnsafeSpool(SuperviseError, RuntimeError):
     """The spool folder can be written by other users and the profile does not allow it."""
 
 

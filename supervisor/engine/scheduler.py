@@ -55,7 +55,7 @@ from supervisor.engine import (
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.actions import Actions
 from supervisor.engine.background import engine_scheduler
-from supervisor.engine.intake import Claims, check_spool_permissions, make_intake
+from supervisor.engine.intake import Claims, IntakeFactory, check_spool_permissions, spool_intake
 from supervisor.engine.kicks import Kicks
 from supervisor.engine.launches import Launches
 from supervisor.engine.observe import Observer, tail_pending
@@ -86,9 +86,16 @@ class Engine(Launches, Kicks):
         profile: the validated profile.
         exit_when_idle: return from :meth:`run` once the spool is empty and no task is
             queued or live.
+        intake: builds the source of tasks (:data:`~supervisor.engine.intake.IntakeFactory`;
+            ``supervise run`` hands the fleet's with ``[cluster]``).
     """
 
-    def __init__(self, profile: LoadedProfile, exit_when_idle: bool = False) -> None:
+    def __init__(
+        self,
+        profile: LoadedProfile,
+        exit_when_idle: bool = False,
+        intake: IntakeFactory = spool_intake,
+    ) -> None:
         self.profile = profile
         self.exit_when_idle = exit_when_idle
         # The server is born outside the login's scope where systemd is (supervisor/systemd.py).
@@ -99,7 +106,7 @@ class Engine(Launches, Kicks):
         self.stopping = threading.Event()
         self.sessions = Sessions(self.tmux)
         self.disk = statefs.StateDisk(profile.state_dir, log)
-        self.source = make_intake(profile, self.disk, lambda: self._kick("intake"))
+        self.source = intake(profile, self.disk, lambda: self._kick("intake"))
         self.observer = Observer(self.tmux, self.sessions)
         self.stats = stats.new_counters()
         self.pools = Pools(self.stats, profile.state_dir)  # one pool per kind (pools.py)
@@ -432,6 +439,6 @@ class Engine(Launches, Kicks):
                     time.sleep(runtime.stopping.next_look())
 
 
-def run_profile(profile: LoadedProfile, exit_when_idle: bool = False) -> int:
-    """Convenience for the CLI: build an :class:`Engine` and run it."""
-    return Engine(profile, exit_when_idle=exit_when_idle).run()
+def run_profile(profile: LoadedProfile, exit_when_idle: bool, intake: IntakeFactory) -> int:
+    """Convenience for the CLI: build an :class:`Engine` with ``intake`` and run it."""
+    return Engine(profile, exit_when_idle=exit_when_idle, intake=intake).run()

@@ -26,12 +26,14 @@ from pathlib import Path
 from inotify_simple import INotify
 from inotify_simple import flags as F
 
+from supervisor.errors import SuperviseError
+
 log = logging.getLogger("supervise.watch")
 
 FILE_EVENTS = F.MOVED_TO | F.CLOSE_WRITE | F.CREATE
 
 
-class WatchUnavailable(RuntimeError):
+class WatchUnavailable(SuperviseError, RuntimeError):
     """No inotify instance could be had: the engine cannot start; ``str()`` is the line."""
 
 

@@ -37,14 +37,14 @@ import re
 import secrets
 import socket
 import stat
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from filelock import FileLock, Timeout
 
-from supervisor.terminal import escape_controls
+from supervisor.cli.common import err as _err
+from supervisor.cli.common import load_profile
 
 if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
@@ -63,10 +63,6 @@ TOKEN_RE = re.compile(r"[A-Za-z0-9._~-]+")
 SOCKET_NAME = "serve.sock"
 #: The modules the ``web`` extra provides (``pip install 'supervise-agents[web]'``).
 WEB_MODULES = ("starlette", "uvicorn", "sse_starlette", "jinja2")
-
-
-def _err(message: str) -> None:
-    print(escape_controls(message), file=sys.stderr)
 
 
 def parse_bind(value: str) -> tuple[str, int]:
@@ -216,9 +212,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if problem:
         _err(f"supervise serve: {problem}")
         return 1
-    from supervisor.cli.app import _profile
-
-    profile = _profile(args.config)
+    profile = load_profile(args.config)
     if host is not None:
         try:
             sock = listen(host, port)

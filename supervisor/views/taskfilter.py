@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from supervisor.errors import SuperviseError
 from supervisor.taskdir.states import Status
 from supervisor.views import model
 
@@ -21,7 +22,7 @@ CHOICES: tuple[str, ...] = (*(str(s) for s in Status), "damaged", *model.GROUPS)
 SHOWN_MAX = 60
 
 
-class FilterError(ValueError):
+class FilterError(SuperviseError, ValueError):
     """A ``--status`` value that is no status or group; ``str()`` is the one-line message."""
 
 

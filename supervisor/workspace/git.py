@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from supervisor import children
+from supervisor.errors import SuperviseError
 
 #: Seconds a git call may take before it is killed (:class:`GitError`).
 GIT_TIMEOUT = 30.0
@@ -31,7 +32,7 @@ _SHORTSTAT = re.compile(r"(\d+) (file|insertion|deletion)")
 FALLBACK_IDENTITY = ("-c", "user.name=supervise", "-c", "user.email=supervise@localhost")
 
 
-class GitError(RuntimeError):
+class GitError(SuperviseError, RuntimeError):
     """A git command failed, timed out or could not be started.
 
     ``str(error)`` is one line: the command and git's last line of stderr (or the reason).

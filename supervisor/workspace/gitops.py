@@ -12,6 +12,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from supervisor.errors import SuperviseError
 from supervisor.workspace import git
 
 #: Seconds for commands whose cost grows with the change (diff, merge, worktree remove).
@@ -20,7 +21,7 @@ LONG_GIT_TIMEOUT = 300.0
 FALLBACK_IDENTITY = dict(arg.split("=", 1) for arg in git.FALLBACK_IDENTITY[1::2])
 
 
-class ReviewError(Exception):
+class ReviewError(SuperviseError):
     """An operation refused or failed; ``str(exc)`` is one line for the operator."""
 
 

@@ -38,6 +38,7 @@ from typing import Any
 
 from supervisor import children
 from supervisor.config.workspace import WorkspaceSpec
+from supervisor.errors import SuperviseError
 from supervisor.taskdir.folder import TaskDir
 from supervisor.workspace import git
 from supervisor.workspace.git import GitError
@@ -56,7 +57,7 @@ IN_PLACE = "workspace_in_place"
 SETUP_LOG_BYTES = 16 * 1024 * 1024
 
 
-class WorkspaceError(RuntimeError):
+class WorkspaceError(SuperviseError, RuntimeError):
     """The workspace could not be made; ``str(error)`` is one line naming the cause (git's
     own last line, the setup's exit, the path). Whatever was made has been removed."""
 
