@@ -34,6 +34,7 @@ from pathlib import Path
 from supervisor import wrapper
 from supervisor.errors import ConfigError
 from supervisor.rlimits import raise_nofile
+from supervisor.taskdir import layout
 
 #: A valid UTF-8 sequence of two to four bytes (RFC 3629, section 4: no overlong forms, no
 #: surrogates, nothing above U+10FFFF), as a byte-wise ERE for sed under ``LC_ALL=C``.
@@ -149,7 +150,7 @@ def require_tmux(profile_path: Path) -> None:
 
 
 #: Wrapper files that a full disk may send to pane options instead (wrapper.py, step 5).
-RECORDED_FILES = ("pid", "exit_code", "signal", "done")
+RECORDED_FILES = layout.RUN_FILES
 
 
 @dataclass(frozen=True)
@@ -319,7 +320,7 @@ class Tmux:
             "pipe-pane",
             "-t",
             f"={session}:",
-            pipe_command(task_dir / "output.log"),
+            pipe_command(task_dir / layout.OUTPUT),
             ";",
             "display-message",
             "-p",
@@ -383,7 +384,7 @@ class Tmux:
             "pipe-pane",
             "-t",
             f"={session}:",
-            pipe_command(task_dir / "output.log"),
+            pipe_command(task_dir / layout.OUTPUT),
             ";",
             "wait-for",
             "-S",
@@ -394,7 +395,7 @@ class Tmux:
         """Point pipe-pane at a fresh ``output.log`` after a rotation (the old capture
         process finishes writing into the rotated file, so nothing is lost)."""
         self._run(
-            "pipe-pane", "-t", f"={session}:", pipe_command(task_dir / "output.log"), check=False
+            "pipe-pane", "-t", f"={session}:", pipe_command(task_dir / layout.OUTPUT), check=False
         )
 
     def close(self, session: str) -> int | None:

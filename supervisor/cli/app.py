@@ -83,6 +83,7 @@ from supervisor.cli import workspace as cli_workspace
 from supervisor.cli.cluster import STATUS_HELP as CLUSTER_HELP
 from supervisor.errors import ConfigError
 from supervisor.requests import EXIT_NOT_APPLIED, EXIT_QUEUED  # noqa: F401 (their old home)
+from supervisor.taskdir import layout
 from supervisor.terminal import escape_controls
 from supervisor.views import serve  # imports no web library until it runs
 from supervisor.views import status as views_status  # plain os/json, no third-party import
@@ -139,7 +140,7 @@ def cmd_top(args: argparse.Namespace) -> int:
 
 def _task_dir(profile: LoadedProfile, task_id: str) -> Path | None:
     path = profile.tasks_dir / task_id
-    if "/" in task_id or task_id.startswith(".") or not (path / "manifest.json").exists():
+    if "/" in task_id or task_id.startswith(".") or not (path / layout.MANIFEST).exists():
         _err(cli_read.missing_line(profile, task_id))
         return None
     return path

@@ -75,7 +75,7 @@ from supervisor.config import LoadedProfile, ResolvedTask
 from supervisor.config.cluster import host_queue
 from supervisor.engine import statefs, stats
 from supervisor.engine.intake import SpoolIntake, Taken
-from supervisor.taskdir import control
+from supervisor.taskdir import control, layout
 from supervisor.taskdir.folder import Manifest, TaskDir, atomic_write
 
 log = logging.getLogger("supervise.cluster")
@@ -84,7 +84,7 @@ HOLD_NAME = "supervise.hold"
 #: Its priority: above every task job (priority 0), so a restarted worker fetches holds first.
 HOLD_PRIORITY = 1000
 #: The writer's outbox in ``state_dir`` (:mod:`supervisor.cluster.writer`).
-OUTBOX = "cluster-outbox.jsonl"
+OUTBOX = layout.CLUSTER_OUTBOX
 #: Seconds before a worker that died is started again (doubling up to :data:`MAX_BACKOFF`).
 BACKOFF = 1.0
 MAX_BACKOFF = 30.0
@@ -499,7 +499,7 @@ class ClusterIntake:
         folder = self.profile.tasks_dir / task_id
         self.profile.tasks_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         folder.mkdir(mode=0o700)
-        atomic_write(folder / "task.toml", tomli_w.dumps(document).encode())
+        atomic_write(folder / layout.TASK_TOML, tomli_w.dumps(document).encode())
         shown = Path("postgresql") / f"{task_id}.toml"
         claimed = spool.finish_claim(TaskDir(folder), self.profile, original=shown)
         if claimed.error is not None:

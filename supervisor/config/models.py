@@ -30,6 +30,7 @@ from supervisor.config.monitor import (
     PositiveSeconds,
 )
 from supervisor.config.workspace import WorkspaceSpec
+from supervisor.taskdir import layout
 
 #: Model aliases known to every profile; ``[agent.models]`` may add or override (issue 2).
 DEFAULT_MODELS: dict[str, str] = {"opus": "claude-opus-4-6", "sonnet": "claude-sonnet-4-6"}
@@ -384,7 +385,7 @@ class LoadedProfile:
 
     @property
     def tasks_dir(self) -> Path:
-        return self.spec.paths.state_dir / "tasks"
+        return self.spec.paths.state_dir / layout.TASKS
 
     @property
     def socket_name(self) -> str:

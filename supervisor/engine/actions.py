@@ -30,6 +30,7 @@ from supervisor.engine.panes import Sessions
 from supervisor.engine.pools import Submit
 from supervisor.engine.runtime import Outcome, Runtime
 from supervisor.engine.stopping import STOP_TIMEOUT, StopInProgress
+from supervisor.taskdir import layout
 from supervisor.taskdir.folder import Manifest, TaskDir, utc_iso
 from supervisor.taskdir.states import TERMINAL
 from supervisor.tmux import Tmux, TmuxError
@@ -119,7 +120,9 @@ class Actions:
         """Read what an ending records (exit code, end time, output tail) before acting."""
         task = runtime.task
         finished = policy.Action.FINISH in decision.actions
-        exit_code = state.exit_code if state.exit_code is not None else task.read_int("exit_code")
+        exit_code = (
+            state.exit_code if state.exit_code is not None else task.read_int(layout.EXIT_CODE)
+        )
         done_at = task.done_mtime()
         own_end = done_at is not None and state.status not in ("abandoned", "superseded")
         finished_at = utc_iso(done_at if own_end else now) if finished else None
@@ -159,7 +162,7 @@ class Actions:
             log.error(
                 "%s: cannot append to %s: %s; decision held",
                 task.task_id,
-                task.file("events.jsonl"),
+                task.file(layout.EVENTS),
                 exc,
             )
             return False
@@ -273,7 +276,7 @@ class Actions:
         if runtime.agent is not None and ended_escalated:
             by = ended_by(state.status, state.abandon_reason)
             runtime.agent.answer(approve=False, by=by)  # frees a waiting hook
-        pid = task.read_int("pid")
+        pid = task.read_int(layout.PID)
         change = self._projection(runtime, decision, now, applied, pid)
         # A check that changed nothing but last_checked_at need not survive a power cut,
         # and is written at most every QUIET_WRITE seconds (200 agents with 1 s checks
@@ -297,7 +300,7 @@ class Actions:
             log.error(
                 "%s: cannot write %s: %s; the previous manifest is intact",
                 task.task_id,
-                task.file("manifest.json"),
+                task.file(layout.MANIFEST),
                 exc,
             )
             if state.status in TERMINAL:  # keep watching so the final write is retried
@@ -354,7 +357,7 @@ class Actions:
                 m.failure_reason = state.failure_reason  # type: ignore[assignment]
                 m.finished_at = applied.finished_at
                 m.exit_code = applied.exit_code
-                m.signal = task.read_int("signal")
+                m.signal = task.read_int(layout.SIGNAL)
                 m.output_tail = applied.tail
                 m.verdict = state.verdict  # type: ignore[assignment]
                 m.summary = summary
@@ -406,7 +409,7 @@ class Actions:
     @staticmethod
     def _signal_agent(task: TaskDir, signum: int) -> None:
         """Send ``signum`` to the agent's process group (pause/continue an escalation)."""
-        pid = task.read_int("pid")
+        pid = task.read_int(layout.PID)
         pgid = stopping.group_of(pid) if pid is not None else None
         if pgid is not None:
             with contextlib.suppress(ProcessLookupError):
@@ -422,7 +425,7 @@ class Actions:
         seconds until the next look; ``then`` runs from :meth:`advance_stop` once the group
         is gone (SIGKILL after STOP_TIMEOUT s).
         """
-        stop = stopping.begin(runtime.task.read_int("pid"), then)
+        stop = stopping.begin(runtime.task.read_int(layout.PID), then)
         if stop is None:
             return None
         if stop.advance():
@@ -461,7 +464,7 @@ class Actions:
             log.error(
                 "%s: cannot write %s: %s; the resume waits for the next check",
                 runtime.task.task_id,
-                runtime.task.file("launch.json"),
+                runtime.task.file(layout.LAUNCH),
                 exc,
             )
             return False

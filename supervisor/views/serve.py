@@ -44,6 +44,7 @@ from urllib.parse import urlsplit
 
 from filelock import FileLock, Timeout
 
+from supervisor.taskdir import layout
 from supervisor.terminal import escape_controls
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ SUN_PATH_MAX = 107
 #: unchanged in ``?token=`` and in a cookie value (``secrets.token_urlsafe`` makes them).
 TOKEN_RE = re.compile(r"[A-Za-z0-9._~-]+")
 #: ``--socket``'s unix socket in the state dir (its lock: this name plus ``.lock``).
-SOCKET_NAME = "serve.sock"
+SOCKET_NAME = layout.SERVE_SOCKET
 #: The modules the ``web`` extra provides (``pip install 'supervise-agents[web]'``).
 WEB_MODULES = ("starlette", "uvicorn", "sse_starlette", "jinja2")
 

@@ -56,6 +56,7 @@ from supervisor.audit import By
 from supervisor.config import AgentSpec
 from supervisor.policy import approval
 from supervisor.streamcopy import LAUNCH_MARK
+from supervisor.taskdir import layout
 from supervisor.taskdir.folder import TURN_PROMPT, Manifest, utc_iso
 
 log = logging.getLogger(__name__)
@@ -420,7 +421,7 @@ class ClaudeAdapter(AgentAdapter):
         ``max_log_bytes``, read to its end, and no run writes it: the wrapper has written
         ``exit_code``, which it does only after its copy of the stream ended. The fresh
         file starts with the carry line; this reader keeps its state and skips that line."""
-        if not self.task.file("exit_code").exists():
+        if not self.task.file(layout.EXIT_CODE).exists():
             return
         line = json.dumps(self.stream.carry()).encode() + b"\n"
         try:
