@@ -67,8 +67,8 @@ REJECTED = layout.REJECTED
 MAX_REJECTED_NAME = 200
 #: Prefix of a claimed spool file (``.claim.<task id>.<original name>``); hidden, so neither
 #: :func:`pending` nor ``--exit-when-idle`` counts it.
-CLAIM_PREFIX = ".claim."
-_CLAIM_RE = re.compile(r"\.claim\.([a-z0-9-]+)\.(.+)", re.DOTALL)
+CLAIM_PREFIX = layout.CLAIM_PREFIX
+_CLAIM_RE = re.compile(re.escape(CLAIM_PREFIX) + r"([a-z0-9-]+)\.(.+)", re.DOTALL)
 
 
 def _name_of_user(uid: int) -> str:

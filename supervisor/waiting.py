@@ -110,7 +110,7 @@ def locate(profile: LoadedProfile, task_id: str) -> str | None:
     if (profile.tasks_dir / task_id).is_dir():
         return "task"
     spool = profile.spool_dir
-    if (spool / f"{task_id}.toml").exists() or any(spool.glob(f".claim.{task_id}.*")):
+    if (spool / f"{task_id}.toml").exists() or any(spool.glob(f"{layout.CLAIM_PREFIX}{task_id}.*")):
         # the claim may have moved it into its task folder meanwhile
         return "task" if (profile.tasks_dir / task_id).is_dir() else "spool"
     if (spool / layout.REJECTED / f"{task_id}.toml").exists():

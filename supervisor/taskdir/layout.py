@@ -101,5 +101,8 @@ SHUTDOWN_LOCK = ".shutdown.lock"
 
 # -- the spool ----------------------------------------------------------------------------
 REJECTED = "rejected"
+#: Prefix of a claimed spool file (``.claim.<task id>.<original name>``): hidden, so no
+#: listing of pending task files counts it.
+CLAIM_PREFIX = ".claim."
 #: Appended to a rejected file's name for the file that says why.
 ERROR_SUFFIX = ".error"

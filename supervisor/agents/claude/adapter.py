@@ -155,7 +155,11 @@ class ClaudeAdapter(AgentAdapter):
         self.new_run()
         fresh, path = turn_prompt is not None, self.task.path
         how = delivery(
-            self.agent, resume and not fresh, self.resolved.prompt, path, turn_prompt or "prompt"
+            self.agent,
+            resume and not fresh,
+            self.resolved.prompt,
+            path,
+            turn_prompt or layout.PROMPT,
         )
         line = argv(self.agent, resume, settings, how.tail)
         return LaunchPart(argv=line, stream=stream, stdin=how.stdin, paste=how.paste)
