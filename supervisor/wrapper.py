@@ -3,7 +3,9 @@
 Run by tmux as ``python3 -I -S wrapper.py TASK_DIR [GATE_CHANNEL]``; it imports only the
 standard library so it stays small (it lives as long as the agent).
 
-Protocol with the engine (files in ``TASK_DIR``, names from the seed skill):
+Protocol with the engine: files in ``TASK_DIR``, each written atomically (temp + rename),
+named as the seed skill named them (the constants below copy
+:mod:`supervisor.taskdir.layout`'s; a test holds them equal). Exit status: the agent's.
 
 1. ``launch.json`` holds ``{"argv": [...], "env": {...}, "cwd": "..."}``. The argv is
    executed directly (``execvpe``): no shell ever sees the prompt or any other value.
@@ -25,9 +27,6 @@ Protocol with the engine (files in ``TASK_DIR``, names from the seed skill):
    signal, one that asked to be resumed (supervisord's ``exitcodes`` idea inverted), or one
    that exited after the wrapper passed it a SIGTERM or SIGHUP (Claude Code exits 143 or 129
    then; measured) has not finished and must not look finished.
-
-Each file is written atomically (temp + rename). Exit status: the agent's.
-
 5. A full disk never loses the agent's end: a file the wrapper cannot write (``ENOSPC``,
    ``EDQUOT``, ``EROFS``...) is recorded instead as a tmux user option of its pane,
    ``@supervise_<name>`` (:data:`PANE_OPTION_PREFIX`; ``@supervise_done`` holds the end
@@ -87,16 +86,8 @@ else:  # run by path as ``python3 -I -S wrapper.py``, which leaves its folder of
 
 GATE_TIMEOUT = 30.0  # seconds to wait for the engine's pipe-pane gate
 END_MARK = "[supervise]"  # starts the last line the wrapper prints when the agent ends
-# The task folder's files this wrapper reads and writes: a copy of
-# supervisor.taskdir.layout's (this file runs as ``python3 -I -S`` and cannot import the
-# package); tests/test_taskdir_layout.py checks that the copy equals layout.
-LAUNCH = "launch.json"
-PID = "pid"
-EXIT_CODE = "exit_code"
-SIGNAL = "signal"
-DONE = "done"
-#: Written (before :data:`EXIT_CODE`) when the agent's program could not be executed at all.
-LAUNCH_ERROR = "launch_error"
+LAUNCH, PID, EXIT_CODE, SIGNAL, DONE = "launch.json", "pid", "exit_code", "signal", "done"
+LAUNCH_ERROR = "launch_error"  # written before exit_code when the program cannot be executed
 PANE_OPTION_PREFIX = "@supervise_"  # tmux user options holding files that could not be written
 TMUX_TIMEOUT = 5.0  # seconds for the tmux fallback command
 RETRY_FOR = 600.0  # seconds to keep retrying files that neither disk nor tmux took
