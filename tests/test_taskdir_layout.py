@@ -41,9 +41,7 @@ ELSEWHERE = {
 
 def _names() -> dict[str, str]:
     """Every ``UPPER = "value"`` string constant of ``layout``."""
-    return {
-        k: v for k, v in vars(layout).items() if k.isupper() and isinstance(v, str) and v != ""
-    }
+    return {k: v for k, v in vars(layout).items() if k.isupper() and isinstance(v, str) and v != ""}
 
 
 def _sources() -> list[tuple[str, str]]:
@@ -68,7 +66,7 @@ def test_the_wrappers_copy_equals_layout() -> None:
     assert copy == {name: getattr(layout, name) for name in copy}
     # and the wrapper spells none of them a second time
     text = (ROOT / "wrapper.py").read_text(encoding="utf-8")
-    for name, value in copy.items():
+    for value in copy.values():
         literals = re.findall(rf"[\"']{re.escape(value)}[\"']", text)
         assert len(literals) == 1, f"wrapper.py spells {value!r} {len(literals)} times"
 
