@@ -46,10 +46,11 @@ from typing import Any
 from supervisor import statelock
 from supervisor.diskio import fsync_dir
 from supervisor.errors import SuperviseError
+from supervisor.taskdir import layout
 from supervisor.taskdir.folder import MANIFEST, TaskDir, parse_iso
 from supervisor.taskdir.states import TERMINAL
 
-ARCHIVE = "archive"
+ARCHIVE = layout.ARCHIVE
 #: Prefix of a task folder renamed into ``state_dir/archive`` once its tarball is durable,
 #: then removed: no reader of ``tasks/`` (the engine's adoption, ``status``) sees it there.
 GONE = ".removing-"

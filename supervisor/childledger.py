@@ -43,11 +43,12 @@ from pathlib import Path
 import psutil
 
 from supervisor.diskio import read_regular
+from supervisor.taskdir import layout
 
 log = logging.getLogger("supervise.engine")
 
 #: The folder of records inside ``state_dir``.
-FOLDER = "children"
+FOLDER = layout.CHILDREN
 #: Characters of the command kept in a record (for the log line only).
 WHAT_CHARS = 300
 #: The environment variable that carries a recorded child's token to its descendants.

@@ -21,11 +21,12 @@ import os
 from pathlib import Path
 
 from supervisor.diskio import atomic_write, open_regular, read_end_rotated
+from supervisor.taskdir import layout
 
 #: The engine log's file in the state dir when ``supervise run`` has no ``--log-file``.
-ENGINE_LOG = "engine.log"
+ENGINE_LOG = layout.ENGINE_LOG
 #: The state dir's record of the log file the last engine wrote: ``{"path": "/abs/file"}``.
-POINTER = "engine-log.json"
+POINTER = layout.ENGINE_LOG_POINTER
 #: Largest chunk read from a log at once, in bytes (a follower loops; a tail reads no more).
 CHUNK = 1024 * 1024
 

@@ -23,7 +23,7 @@ from supervisor.config import MAX_PROMPT_BYTES, LoadedProfile
 from supervisor.config.argsize import prompt_problems
 from supervisor.errors import SuperviseError
 from supervisor.policy.followups import STOP_FIRST, refusal
-from supervisor.taskdir import control
+from supervisor.taskdir import control, layout
 from supervisor.taskdir.folder import CONTINUE_REFUSED, FOLLOWED_UP, FOLLOWUP, Manifest, TaskDir
 from supervisor.taskdir.states import Status
 from supervisor.waiting import read_manifest
@@ -112,7 +112,7 @@ def _checked(profile: LoadedProfile, task: TaskDir, prompt: str) -> Manifest:
     try:
         manifest = task.read_manifest()
     except (OSError, ValueError) as exc:
-        raise FollowUpRefused(f"{task.file('manifest.json')}: cannot read it ({exc})") from exc
+        raise FollowUpRefused(f"{task.file(layout.MANIFEST)}: cannot read it ({exc})") from exc
     if manifest.status == Status.SUPERSEDED:
         raise FollowUpRefused(f"task {task_id} was superseded by the fleet: nothing to continue")
     why = refusal(manifest.status)
@@ -178,7 +178,7 @@ def _wait(task: TaskDir, before: Manifest, wait_s: float) -> dict:
     (its prompt file gone, no new turn), or ``wait_s`` seconds passed."""
     deadline = time.monotonic() + wait_s
     while True:
-        after = read_manifest(task.file("manifest.json"))  # None: being replaced; again
+        after = read_manifest(task.file(layout.MANIFEST))  # None: being replaced; again
         if after is not None and int(after.get("turn", 1)) > before.turn:
             return _result(task.task_id, "applied", after)
         if not task.file(FOLLOWUP).exists():

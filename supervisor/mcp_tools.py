@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from supervisor.errors import ConfigError, SuperviseError
+from supervisor.taskdir import layout
 from supervisor.taskid import is_task_id, refusal
 from supervisor.terminal import escape_json_text
 
@@ -76,7 +77,7 @@ def task_folder(profile: LoadedProfile, task_id: str) -> Path:
     if not isinstance(task_id, str) or not is_task_id(task_id):
         raise ToolRefused(f"task_id: {refusal(str(task_id))}")
     folder = profile.tasks_dir / task_id
-    if not (folder / "manifest.json").is_file():  # archived, in the spool, rejected, or none
+    if not (folder / layout.MANIFEST).is_file():  # archived, in the spool, rejected, or none
         from supervisor.taskwhere import missing_line
 
         raise ToolRefused(missing_line(profile, task_id, str(profile.path)))
@@ -98,7 +99,7 @@ def manifest(profile: LoadedProfile, task_id: str) -> dict[str, Any]:
     Raises:
         ToolRefused: a bad or unknown id, or a manifest that cannot be read.
     """
-    path = task_folder(profile, task_id) / "manifest.json"
+    path = task_folder(profile, task_id) / layout.MANIFEST
     try:
         data = json.loads(path.read_bytes())
     except (OSError, ValueError) as exc:

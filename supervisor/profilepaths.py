@@ -14,6 +14,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from supervisor.taskdir import layout
+
 #: ``[paths]`` defaults, relative to the profile's folder (``config.models.PathsSpec``).
 DEFAULT_SPOOL = "spool"
 DEFAULT_STATE = "state"
@@ -56,7 +58,7 @@ class ProfilePaths:
 
     @property
     def tasks_dir(self) -> Path:
-        return self.state_dir / "tasks"
+        return self.state_dir / layout.TASKS
 
 
 def read_paths(path: Path | str) -> ProfilePaths | None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from supervisor.errors import SuperviseError
-from supervisor.taskdir import control
+from supervisor.taskdir import control, layout
 from supervisor.taskid import is_task_id, refusal
 from supervisor.waiting import load_manifest, read_manifest
 
@@ -111,7 +111,7 @@ def read_before(profile: LoadedProfile, task_id: str) -> dict[str, Any]:
     """
     if not is_task_id(task_id):
         raise RequestRefused(refusal(task_id))
-    path = profile.tasks_dir / task_id / "manifest.json"
+    path = profile.tasks_dir / task_id / layout.MANIFEST
     if not path.exists():
         raise RequestRefused(
             f"no task {task_id!r} in {profile.tasks_dir}; see 'supervise status -c ...'"
@@ -228,7 +228,7 @@ def _await(profile: LoadedProfile, waiting: list[Result], deadline: float) -> No
 
 def _manifest(profile: LoadedProfile, task_id: str) -> dict[str, Any] | None:
     # replaced atomically; a damaged one is looked at again
-    return read_manifest(profile.tasks_dir / task_id / "manifest.json")
+    return read_manifest(profile.tasks_dir / task_id / layout.MANIFEST)
 
 
 def apply_request(profile: LoadedProfile, task_id: str, verb: str, wait_s: float) -> dict[str, Any]:

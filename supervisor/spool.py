@@ -51,6 +51,7 @@ from supervisor.config import (
 )
 from supervisor.config.cluster import spool_claim_warnings
 from supervisor.diskio import NotRegularFile, fsync_dir, read_regular
+from supervisor.taskdir import layout
 from supervisor.taskdir.folder import Manifest, TaskDir, atomic_write, utc_iso
 from supervisor.taskid import GENERATED
 from supervisor.terminal import escape_controls
@@ -60,14 +61,14 @@ log = logging.getLogger("supervise.engine")
 
 #: Seconds a spool file must be unchanged before it is claimed.
 SETTLE = 0.2
-REJECTED = "rejected"
+REJECTED = layout.REJECTED
 #: Longest file name kept in ``rejected/`` (NAME_MAX is 255; ``.error`` and the temp
 #: file used to write it atomically need room).
 MAX_REJECTED_NAME = 200
 #: Prefix of a claimed spool file (``.claim.<task id>.<original name>``); hidden, so neither
 #: :func:`pending` nor ``--exit-when-idle`` counts it.
-CLAIM_PREFIX = ".claim."
-_CLAIM_RE = re.compile(r"\.claim\.([a-z0-9-]+)\.(.+)", re.DOTALL)
+CLAIM_PREFIX = layout.CLAIM_PREFIX
+_CLAIM_RE = re.compile(re.escape(CLAIM_PREFIX) + r"([a-z0-9-]+)\.(.+)", re.DOTALL)
 
 
 def _name_of_user(uid: int) -> str:
@@ -248,7 +249,7 @@ def reject(source: Path, spool_dir: Path, problems: list[str], name: str | None 
     folder = spool_dir / REJECTED
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     raw = os.fsencode(name or source.name)
-    if len(raw) > MAX_REJECTED_NAME:  # leave room for ".error" and the temp name
+    if len(raw) > MAX_REJECTED_NAME:  # leave room for the .error file and the temp name
         raw = raw[: MAX_REJECTED_NAME - 5] + b".toml"
     target = folder / os.fsdecode(raw)
     if os.path.lexists(target):
@@ -257,7 +258,7 @@ def reject(source: Path, spool_dir: Path, problems: list[str], name: str | None 
         target = folder / os.fsdecode(stem + stamp.encode())
     move_file(source, target)
     text = "\n".join(problems) + "\n"
-    error_file = target.with_name(target.name + ".error")
+    error_file = target.with_name(target.name + layout.ERROR_SUFFIX)
     atomic_write(error_file, text.encode("utf-8", errors="backslashreplace"))
     return target
 
@@ -368,7 +369,7 @@ def claim(path: Path, profile: LoadedProfile) -> Claimed | None:
         rejected = reject(claimed, profile.spool_dir, [problem], name=path.name)
         return Claimed(source=path, error=problem, rejected_to=rejected)
     try:
-        move_file(claimed, folder / "task.toml")
+        move_file(claimed, folder / layout.TASK_TOML)
     except BaseException:
         _undo_claim(claimed, folder, path)
         raise
@@ -421,7 +422,7 @@ def recover_claims(profile: LoadedProfile) -> list[Path]:
         if not folder.is_dir():
             continue
         claimed = Path(entry.path)
-        if os.path.lexists(folder / "task.toml"):
+        if os.path.lexists(folder / layout.TASK_TOML):
             claimed.unlink()
             continue
         put_back.append(_undo_claim(claimed, folder, claimed.with_name(match.group(2))))
@@ -438,7 +439,7 @@ def finish_claim(task: TaskDir, profile: LoadedProfile, original: Path | None = 
     file is then rejected under its task id's name). Relative paths resolve against the
     spool folder, where the file was dropped.
     """
-    target = task.file("task.toml")
+    target = task.file(layout.TASK_TOML)
     shown = original or profile.spool_dir / f"{task.task_id}.toml"
     try:
         resolved = load_task(target, profile, base=profile.spool_dir, shown_as=shown)
@@ -468,8 +469,8 @@ def materialize(task: TaskDir, resolved: ResolvedTask, source: str, state_dir: P
     workspace = lifecycle.resolve(
         task.task_id, resolved.spec.project_dir, resolved.workspace, state_dir
     )
-    atomic_write(task.file("prompt"), resolved.prompt.encode("utf-8"))
-    atomic_write(task.file("spec.json"), resolved.spec.model_dump_json(indent=1).encode())
+    atomic_write(task.file(layout.PROMPT), resolved.prompt.encode("utf-8"))
+    atomic_write(task.file(layout.SPEC), resolved.spec.model_dump_json(indent=1).encode())
     manifest = Manifest(
         task_id=task.task_id,
         task_name=resolved.spec.name,

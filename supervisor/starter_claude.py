@@ -17,6 +17,8 @@ import os
 import tomllib
 from pathlib import Path
 
+from supervisor.taskdir import layout
+
 #: What ``init --claude`` writes, relative to ``DIR``; one that exists is refused unless
 #: ``--force`` (:func:`supervisor.cli.setup.cmd_init`).
 FILES = ("profile.toml", "tasks/hello.toml")
@@ -75,7 +77,7 @@ def _names(folder: Path) -> dict[str, str]:
         "folder": shown(folder),
         "profile": shown(folder / "profile.toml"),
         "task": shown(folder / "tasks" / "hello.toml"),
-        "log": shown(folder / "engine.log"),
+        "log": shown(folder / layout.ENGINE_LOG),
         "project": shown(folder / "project"),
     }
 

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from supervisor.errors import SuperviseError
+from supervisor.taskdir import layout
 
 #: Seconds an engine start retries a lock held for an instant by a probe (``status``,
 #: ``serve``) before it says another engine runs.
@@ -128,7 +129,7 @@ def engine_running(state_dir: Path) -> bool:
 #: The file in a task folder that the engine holds a shared ``flock`` on while work it
 #: started for the task still runs after its ending (the notifier, the leftover-process
 #: sweep); ``supervise archive`` leaves such a folder where it is (issue 20).
-TASK_HOLD = ".inflight.lock"
+TASK_HOLD = layout.TASK_HOLD
 #: Flags that keep opening :data:`TASK_HOLD` from blocking on a FIFO or following a symlink
 #: (an agent can write into its own task folder).
 _NO_SURPRISES = os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -14,12 +14,13 @@ from __future__ import annotations
 import argparse
 import re
 
+from supervisor.taskdir import layout
 from supervisor.terminal import escape_controls
 
 #: The longest file name Linux takes (``NAME_MAX``, bytes; an id is ASCII).
 NAME_MAX = 255
 #: The longest suffix a file named after an id carries (``spool/rejected/<id>.toml.error``).
-LONGEST_SUFFIX = ".toml.error"
+LONGEST_SUFFIX = ".toml" + layout.ERROR_SUFFIX
 #: The longest task id: every file named after one still fits :data:`NAME_MAX`.
 MAX_LENGTH = NAME_MAX - len(LONGEST_SUFFIX)
 #: A task id's characters: a lowercase slug, never a path (no ``/``, ``.``, leading ``-``).

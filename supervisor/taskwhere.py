@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from supervisor.archive import ARCHIVE
+from supervisor.taskdir import layout
 from supervisor.taskdir.folder import MANIFEST
 from supervisor.taskid import is_task_id
 
@@ -71,7 +72,7 @@ def missing_line(profile: Paths, task_id: str, config: str) -> str:
             f"engine yet; 'supervise wait -c {config} {task_id}' returns when it ends"
         )
     if where == "rejected":
-        error = profile.spool_dir / "rejected" / f"{task_id}.toml.error"
+        error = profile.spool_dir / layout.REJECTED / f"{task_id}.toml{layout.ERROR_SUFFIX}"
         try:
             first = error.read_text(encoding="utf-8", errors="replace").strip().splitlines()
         except OSError:

@@ -29,6 +29,7 @@ from supervisor import wrapper
 from supervisor.capture import pipe_command
 from supervisor.errors import ConfigError, SuperviseError
 from supervisor.rlimits import raise_nofile
+from supervisor.taskdir import layout
 
 PANE_WIDTH = 220
 PANE_HEIGHT = 50
@@ -110,7 +111,7 @@ def require_tmux(profile_path: Path) -> None:
 
 
 #: Wrapper files that a full disk may send to pane options instead (wrapper.py, step 5).
-RECORDED_FILES = ("pid", "exit_code", "signal", "done")
+RECORDED_FILES = layout.RUN_FILES
 
 
 @dataclass(frozen=True)
@@ -280,7 +281,7 @@ class Tmux:
             "pipe-pane",
             "-t",
             f"={session}:",
-            pipe_command(task_dir / "output.log"),
+            pipe_command(task_dir / layout.OUTPUT),
             ";",
             "display-message",
             "-p",
@@ -344,7 +345,7 @@ class Tmux:
             "pipe-pane",
             "-t",
             f"={session}:",
-            pipe_command(task_dir / "output.log"),
+            pipe_command(task_dir / layout.OUTPUT),
             ";",
             "wait-for",
             "-S",
@@ -355,7 +356,7 @@ class Tmux:
         """Point pipe-pane at a fresh ``output.log`` after a rotation (the old capture
         process finishes writing into the rotated file, so nothing is lost)."""
         self._run(
-            "pipe-pane", "-t", f"={session}:", pipe_command(task_dir / "output.log"), check=False
+            "pipe-pane", "-t", f"={session}:", pipe_command(task_dir / layout.OUTPUT), check=False
         )
 
     def close(self, session: str) -> int | None:

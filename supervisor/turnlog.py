@@ -10,6 +10,7 @@ import hashlib
 from supervisor.agents.claude.stream import PER_TURN
 from supervisor.config import MAX_PROMPT_BYTES
 from supervisor.diskio import read_regular
+from supervisor.taskdir import layout
 from supervisor.taskdir.folder import TURN_PROMPT, Manifest, TaskDir, TurnRecord
 
 #: The manifest fields of an ended turn's outcome, cleared when the next turn opens.
@@ -50,7 +51,7 @@ def open_turn(manifest: Manifest, turn: int, task: TaskDir) -> None:
     keys of one turn (:data:`supervisor.agents.claude.stream.PER_TURN`: its ``result``,
     errors, retries) are reset; the session id and the task's totals stay. The prompt
     recorded is the ended turn's own."""
-    name = TURN_PROMPT if manifest.turn > 1 else "prompt"
+    name = TURN_PROMPT if manifest.turn > 1 else layout.PROMPT
     try:
         raw = read_regular(task.file(name), MAX_PROMPT_BYTES, follow=False)
     except (OSError, ValueError):

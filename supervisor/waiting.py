@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from supervisor.diskio import read_regular
 from supervisor.errors import SuperviseError
+from supervisor.taskdir import layout
 from supervisor.taskdir.states import TERMINAL, Status
 from supervisor.taskid import is_task_id
 from supervisor.taskid import shown as shown_id
@@ -110,17 +111,17 @@ def locate(profile: LoadedProfile, task_id: str) -> str | None:
     if (profile.tasks_dir / task_id).is_dir():
         return "task"
     spool = profile.spool_dir
-    if (spool / f"{task_id}.toml").exists() or any(spool.glob(f".claim.{task_id}.*")):
+    if (spool / f"{task_id}.toml").exists() or any(spool.glob(f"{layout.CLAIM_PREFIX}{task_id}.*")):
         # the claim may have moved it into its task folder meanwhile
         return "task" if (profile.tasks_dir / task_id).is_dir() else "spool"
-    if (spool / "rejected" / f"{task_id}.toml").exists():
+    if (spool / layout.REJECTED / f"{task_id}.toml").exists():
         return "rejected"
     return None
 
 
 def rejected(profile: LoadedProfile, task_id: str) -> dict[str, Any]:
     """The stand-in for a task whose file the engine rejected: status ``rejected``."""
-    error = profile.spool_dir / "rejected" / f"{task_id}.toml.error"
+    error = profile.spool_dir / layout.REJECTED / f"{task_id}.toml{layout.ERROR_SUFFIX}"
     try:
         text = error.read_text(encoding="utf-8", errors="replace").strip()
     except OSError:
@@ -263,7 +264,7 @@ class _Events:
         if self.inotify is None:
             return
         spool = self.profile.spool_dir
-        folders = [self.profile.tasks_dir, spool / "rejected", spool]
+        folders = [self.profile.tasks_dir, spool / layout.REJECTED, spool]
         folders += [self.profile.tasks_dir / task_id for task_id in self.ids]
         for folder in folders:
             if folder in self.watched:
@@ -306,7 +307,7 @@ class _Look:
             if task_id in self.ended:
                 continue
             folder = self.profile.tasks_dir / task_id
-            manifest = read_manifest(folder / "manifest.json")
+            manifest = read_manifest(folder / layout.MANIFEST)
             if manifest is not None and manifest["status"] in TERMINAL:
                 if not (folder / FOLLOWUP).exists():  # else a follow-up is yet to run
                     self.ended[task_id] = manifest
@@ -330,7 +331,7 @@ class _Look:
             entry = self.ended.get(task_id) or self.needing.get(task_id)
             if entry is None:
                 pending.append(task_id)
-                entry = read_manifest(self.profile.tasks_dir / task_id / "manifest.json") or {
+                entry = read_manifest(self.profile.tasks_dir / task_id / layout.MANIFEST) or {
                     "task_id": task_id,
                     "status": "spooled",
                     "verdict": None,

@@ -3,7 +3,9 @@
 Run by tmux as ``python3 -I -S wrapper.py TASK_DIR [GATE_CHANNEL]``; it imports only the
 standard library so it stays small (it lives as long as the agent).
 
-Protocol with the engine (files in ``TASK_DIR``, names from the seed skill):
+Protocol with the engine: files in ``TASK_DIR``, each written atomically (temp + rename),
+named as the seed skill named them (the constants below copy
+:mod:`supervisor.taskdir.layout`'s; a test holds them equal). Exit status: the agent's.
 
 1. ``launch.json`` holds ``{"argv": [...], "env": {...}, "cwd": "..."}``. The argv is
    executed directly (``execvpe``): no shell ever sees the prompt or any other value.
@@ -25,9 +27,6 @@ Protocol with the engine (files in ``TASK_DIR``, names from the seed skill):
    signal, one that asked to be resumed (supervisord's ``exitcodes`` idea inverted), or one
    that exited after the wrapper passed it a SIGTERM or SIGHUP (Claude Code exits 143 or 129
    then; measured) has not finished and must not look finished.
-
-Each file is written atomically (temp + rename). Exit status: the agent's.
-
 5. A full disk never loses the agent's end: a file the wrapper cannot write (``ENOSPC``,
    ``EDQUOT``, ``EROFS``...) is recorded instead as a tmux user option of its pane,
    ``@supervise_<name>`` (:data:`PANE_OPTION_PREFIX`; ``@supervise_done`` holds the end
@@ -87,8 +86,8 @@ else:  # run by path as ``python3 -I -S wrapper.py``, which leaves its folder of
 
 GATE_TIMEOUT = 30.0  # seconds to wait for the engine's pipe-pane gate
 END_MARK = "[supervise]"  # starts the last line the wrapper prints when the agent ends
-#: Written (before ``exit_code``) when the agent's program could not be executed at all.
-LAUNCH_ERROR = "launch_error"
+LAUNCH, PID, EXIT_CODE, SIGNAL, DONE = "launch.json", "pid", "exit_code", "signal", "done"
+LAUNCH_ERROR = "launch_error"  # written before exit_code when the program cannot be executed
 PANE_OPTION_PREFIX = "@supervise_"  # tmux user options holding files that could not be written
 TMUX_TIMEOUT = 5.0  # seconds for the tmux fallback command
 RETRY_FOR = 600.0  # seconds to keep retrying files that neither disk nor tmux took
@@ -146,7 +145,7 @@ def _record(task_dir: str, files: list[tuple[str, str]], at: float) -> None:
         except OSError as exc:
             _say(f"{END_MARK} cannot write {name}: {exc.strerror}; recorded in tmux")
             rest = files[index:]
-            values = {n: (f"{at:.6f}" if n == "done" else t.strip()) for n, t in rest}
+            values = {n: (f"{at:.6f}" if n == DONE else t.strip()) for n, t in rest}
             if not _set_pane_options(values):
                 _retry(task_dir, rest)
             return
@@ -434,7 +433,7 @@ def main(args: list[str]) -> int:
         print("usage: wrapper.py TASK_DIR [GATE_CHANNEL]", file=sys.stderr)
         return 2
     task_dir = os.path.abspath(args[0])
-    with open(os.path.join(task_dir, "launch.json"), encoding="utf-8") as handle:
+    with open(os.path.join(task_dir, LAUNCH), encoding="utf-8") as handle:
         launch = json.load(handle)
     env = dict(os.environ)
     env.update(launch.get("env", {}))
@@ -445,7 +444,7 @@ def main(args: list[str]) -> int:
     stream = launch.get("stream")
     pipe = os.pipe() if stream else None
     child = _spawn(task_dir, launch, env, pipe)
-    _record(task_dir, [("pid", f"{child}\n")], time.time())
+    _record(task_dir, [(PID, f"{child}\n")], time.time())
     fenced: list[float] = []
     unpasted: list[str] = []
     if launch.get("paste"):
@@ -482,16 +481,16 @@ def main(args: list[str]) -> int:
     if os.WIFSIGNALED(status) and not unpasted:
         number = os.WTERMSIG(status)
         _say(f"\n{END_MARK} agent killed by signal {number}")
-        _record(task_dir, [("signal", f"{number}\n"), ("exit_code", f"{128 + number}\n")], at)
+        _record(task_dir, [(SIGNAL, f"{number}\n"), (EXIT_CODE, f"{128 + number}\n")], at)
         return 128 + number
     code = 127 if unpasted else os.WEXITSTATUS(status)  # never got its prompt: not launched
     _say(f"\n{END_MARK} agent exited with code {code}")
-    files = [("exit_code", f"{code}\n")]
+    files = [(EXIT_CODE, f"{code}\n")]
     # An agent that exits because we passed it a SIGTERM or SIGHUP (the real Claude Code
     # CLI exits 143 or 129 by itself) did not end on its own: its pane's terminal went away
     # (tmux server killed) or somebody stopped the pane. No done-file, so it is resumed.
     if code not in launch.get("resume_exit_codes", []) and not forwarded and not fenced:
-        files.append(("done", ""))
+        files.append((DONE, ""))
     _record(task_dir, files, at)
     return code
 

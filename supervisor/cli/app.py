@@ -92,6 +92,7 @@ from supervisor.cli.common import (
     load_profile,
 )
 from supervisor.errors import ConfigError
+from supervisor.taskdir import layout
 from supervisor.views import serve  # imports no web library until it runs
 from supervisor.views import status as views_status  # plain os/json, no third-party import
 from supervisor.views.top import register as register_top  # never imports Textual itself
@@ -126,7 +127,7 @@ def cmd_top(args: argparse.Namespace) -> int:
 
 def _task_dir(profile: LoadedProfile, task_id: str) -> Path | None:
     path = profile.tasks_dir / task_id
-    if "/" in task_id or task_id.startswith(".") or not (path / "manifest.json").exists():
+    if "/" in task_id or task_id.startswith(".") or not (path / layout.MANIFEST).exists():
         err(cli_read.missing_line(profile, task_id))
         return None
     return path

@@ -43,6 +43,7 @@ from supervisor.cli.common import (
 )
 from supervisor.cluster import DSN_ENV
 from supervisor.errors import ConfigError
+from supervisor.taskdir import layout
 from supervisor.terminal import escape_controls, escape_json_text
 
 #: Seconds between reads of the fleet's rows in ``wait``.
@@ -69,7 +70,7 @@ def _is_local(args: argparse.Namespace, profile: Any) -> bool:
     from supervisor.taskid import is_task_id
 
     return all(
-        is_task_id(t) and (profile.tasks_dir / t / "manifest.json").exists() for t in _ids(args)
+        is_task_id(t) and (profile.tasks_dir / t / layout.MANIFEST).exists() for t in _ids(args)
     )
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from supervisor.cli.common import err, load_profile
+from supervisor.taskdir import layout
 from supervisor.taskid import is_task_id
 from supervisor.terminal import escape_controls
 
@@ -60,7 +61,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     """``supervise show``: the task's ``manifest.json``, escaped; exit 1 with
     :func:`missing_line` when there is none."""
     profile = load_profile(args.config)
-    path = profile.tasks_dir / args.task_id / "manifest.json"
+    path = profile.tasks_dir / args.task_id / layout.MANIFEST
     if "/" in args.task_id or not path.exists():
         err(missing_line(profile, args.task_id))
         return 1
@@ -160,7 +161,7 @@ def cmd_events(args: argparse.Namespace) -> int:
     fd = None
     if is_task_id(task_id):
         fd = open_regular(profile.tasks_dir / task_id / EVENTS, follow=False)
-    if fd is None and (profile.tasks_dir / task_id / "manifest.json").exists():
+    if fd is None and (profile.tasks_dir / task_id / layout.MANIFEST).exists():
         err(f"{profile.tasks_dir / task_id / EVENTS}: missing or not a regular file")
         return 1
     if fd is None:
@@ -184,7 +185,7 @@ def _events_live(handle: BinaryIO, folder: Path, args: argparse.Namespace) -> in
     the task's manifest says it ended (then one last read: events are written first)."""
     from supervisor.eventview import Splitter
 
-    splitter, shown = Splitter(), _Shown(args, str(folder / "events.jsonl"))
+    splitter, shown = Splitter(), _Shown(args, str(folder / layout.EVENTS))
     if args.lines is not None:  # -n N: start at the last N lines, never read the rest
         _from_the_end(handle, args.lines, shown)
     while chunk := handle.read(CHUNK):
@@ -223,7 +224,7 @@ def _ended(folder: Path) -> bool:
     from supervisor.taskdir.states import TERMINAL
     from supervisor.waiting import read_manifest  # never blocks on a FIFO put there
 
-    manifest = read_manifest(folder / "manifest.json")
+    manifest = read_manifest(folder / layout.MANIFEST)
     return manifest is not None and manifest.get("status") in TERMINAL
 
 

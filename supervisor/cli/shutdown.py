@@ -36,13 +36,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from supervisor.cli.common import EXIT_NOT_STOPPED, load_profile, seconds
+from supervisor.taskdir import layout
 from supervisor.terminal import escape_controls
 
 if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
 
 #: The file in ``state_dir`` that concurrent ``shutdown`` commands take turns on.
-TURN_FILE = ".shutdown.lock"
+TURN_FILE = layout.SHUTDOWN_LOCK
 #: Default ``--wait``: the engine's stop bound (30 s) and its start-up margin.
 WAIT_S = 60.0
 #: Seconds between looks at the lock while the engine stops.

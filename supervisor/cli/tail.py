@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from supervisor.taskdir import layout
 from supervisor.views.model import read_json
 
 #: Seconds between looks at ``output.log`` while following.
@@ -82,5 +83,5 @@ def _ended(folder: Path) -> bool:
     """The task is terminal (an unreadable manifest: it is not, keep following)."""
     from supervisor.taskdir.states import TERMINAL
 
-    manifest = read_json(folder / "manifest.json")
+    manifest = read_json(folder / layout.MANIFEST)
     return isinstance(manifest, dict) and manifest.get("status") in TERMINAL

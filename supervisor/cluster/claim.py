@@ -30,6 +30,7 @@ from supervisor.cluster.health import RECONNECT_EVERY
 from supervisor.cluster.ownership import CLAIM_FILE, ready_to_claim
 from supervisor.cluster.sqlfiles import query
 from supervisor.config import LoadedProfile, ResolvedTask
+from supervisor.taskdir import layout
 from supervisor.taskdir.folder import TaskDir, atomic_write
 
 log = logging.getLogger("supervise.cluster")
@@ -100,7 +101,7 @@ def materialize(
     folder = profile.tasks_dir / task_id
     profile.tasks_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     folder.mkdir(mode=0o700)
-    atomic_write(folder / "task.toml", tomli_w.dumps(document).encode())
+    atomic_write(folder / layout.TASK_TOML, tomli_w.dumps(document).encode())
     shown = Path("postgresql") / f"{task_id}.toml"
     claimed = spool.finish_claim(TaskDir(folder), profile, original=shown)
     if claimed.error is not None:

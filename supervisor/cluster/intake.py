@@ -67,7 +67,7 @@ from supervisor.config import LoadedProfile, ResolvedTask
 from supervisor.config.cluster import host_queue
 from supervisor.engine import statefs, stats
 from supervisor.engine.intake import SpoolIntake, Taken
-from supervisor.taskdir import control
+from supervisor.taskdir import control, layout
 from supervisor.taskdir.folder import Manifest, TaskDir
 
 log = logging.getLogger("supervise.cluster")
@@ -76,7 +76,7 @@ HOLD_NAME = "supervise.hold"
 #: Its priority: above every task job (priority 0), so a restarted worker fetches holds first.
 HOLD_PRIORITY = 1000
 #: The writer's outbox in ``state_dir`` (:mod:`supervisor.cluster.writer`).
-OUTBOX = "cluster-outbox.jsonl"
+OUTBOX = layout.CLUSTER_OUTBOX
 #: Seconds before a worker that died is started again (doubling up to :data:`MAX_BACKOFF`).
 BACKOFF = 1.0
 MAX_BACKOFF = 30.0

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from supervisor.taskdir import layout
 from supervisor.wrapper import LEASE_RECORD, LEASE_RELEASED
 
 if TYPE_CHECKING:
@@ -46,10 +47,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("supervise.cluster")
 #: The lease file in ``state_dir``.
-LEASE_FILE = "cluster-lease"
+LEASE_FILE = layout.CLUSTER_LEASE
 #: The claim record in a cluster task's folder, ``{"host_id", "generation"}`` (defined
 #: here, beside no database import, so a launch can tell a fleet task without psycopg).
-CLAIM_FILE = "cluster.json"
+CLAIM_FILE = layout.CLUSTER_CLAIM
 #: Seconds the wrapper waits between SIGTERM and SIGKILL at most (the engine's own stop,
 #: :data:`supervisor.engine.stopping.STOP_TIMEOUT`, waits the same).
 MAX_GRACE = 5.0

@@ -31,7 +31,7 @@ import psycopg
 from supervisor.cluster.control import CHANNEL, REPLY_CHANNEL
 from supervisor.cluster.db import ClusterError, connect, one_line
 from supervisor.cluster.sqlfiles import listen, query
-from supervisor.taskdir import control
+from supervisor.taskdir import control, layout
 
 log = logging.getLogger("supervise.cluster")
 #: Seconds between polls of this host's pending rows (and the longest wait for a NOTIFY).
@@ -183,7 +183,7 @@ class ControlListener:
 def _manifest(folder: Path) -> dict | None:
     """The task's manifest (``None``: missing or being replaced)."""
     try:
-        data = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        data = json.loads((folder / layout.MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and isinstance(data.get("status"), str) else None

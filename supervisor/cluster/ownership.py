@@ -32,6 +32,7 @@ from supervisor.cluster.db import ClusterError, connect, one_line
 from supervisor.cluster.lease import CLAIM_FILE
 from supervisor.cluster.sqlfiles import query
 from supervisor.cluster.submit import TASK_NAME
+from supervisor.taskdir import layout
 from supervisor.taskdir.states import TERMINAL
 from supervisor.terminal import escape_controls
 
@@ -56,7 +57,7 @@ def adopted_claims(tasks_dir: Path, host_id: str) -> dict[str, int]:
     for folder in folders:
         try:
             claim = json.loads((folder / CLAIM_FILE).read_text())
-            status = json.loads((folder / "manifest.json").read_text()).get("status")
+            status = json.loads((folder / layout.MANIFEST).read_text()).get("status")
             if claim.get("host_id") == host_id and status not in TERMINAL:
                 found[folder.name] = int(claim["generation"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -146,7 +147,7 @@ def set_aside_earlier_copy(
     deadline = time.monotonic() + timeout
     while True:
         try:
-            manifest = json.loads((folder / "manifest.json").read_text())
+            manifest = json.loads((folder / layout.MANIFEST).read_text())
         except FileNotFoundError:
             if not folder.exists():
                 return True

@@ -43,6 +43,7 @@ from supervisor.config.monitor import (
     PositiveSeconds,
 )
 from supervisor.config.workspace import WorkspaceSpec
+from supervisor.taskdir import layout
 
 #: Model aliases known to every profile: the built-in agent kinds' together
 #: (:attr:`supervisor.agents.kinds.Kind.models`); ``[agent.models]`` may add or override
@@ -419,7 +420,7 @@ class LoadedProfile:
 
     @property
     def tasks_dir(self) -> Path:
-        return self.spec.paths.state_dir / "tasks"
+        return self.spec.paths.state_dir / layout.TASKS
 
     @property
     def socket_name(self) -> str:

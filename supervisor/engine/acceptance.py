@@ -18,9 +18,10 @@ from typing import Any
 
 from supervisor import children
 from supervisor.config import AcceptanceSpec
+from supervisor.taskdir import layout
 from supervisor.taskdir.folder import TaskDir, atomic_write
 
-RESULT = "acceptance.json"
+RESULT = layout.ACCEPTANCE
 #: Characters of the command's output kept in the result and the summary.
 TAIL_CHARS = 2000
 #: Bytes of the command's output read into memory (its start and its end, see

@@ -38,6 +38,7 @@ from supervisor.engine.pools import Submit
 from supervisor.engine.projection import Applied
 from supervisor.engine.runtime import Outcome, Runtime
 from supervisor.engine.stopping import STOP_TIMEOUT, StopInProgress
+from supervisor.taskdir import layout
 from supervisor.taskdir.folder import TaskDir, utc_iso
 from supervisor.taskdir.states import TERMINAL
 from supervisor.tmux import Tmux, TmuxError
@@ -114,7 +115,9 @@ class Actions:
         """Read what an ending records (exit code, end time, output tail) before acting."""
         task = runtime.task
         finished = policy.Action.FINISH in decision.actions
-        exit_code = state.exit_code if state.exit_code is not None else task.read_int("exit_code")
+        exit_code = (
+            state.exit_code if state.exit_code is not None else task.read_int(layout.EXIT_CODE)
+        )
         done_at = task.done_mtime()
         own_end = done_at is not None and state.status not in ("abandoned", "superseded")
         finished_at = utc_iso(done_at if own_end else now) if finished else None
@@ -154,7 +157,7 @@ class Actions:
             log.error(
                 "%s: cannot append to %s: %s; decision held",
                 task.task_id,
-                task.file("events.jsonl"),
+                task.file(layout.EVENTS),
                 exc,
             )
             return False
@@ -268,7 +271,7 @@ class Actions:
         if runtime.agent is not None and ended_escalated:
             by = ended_by(state.status, state.abandon_reason)
             runtime.agent.answer(approve=False, by=by)  # frees a waiting hook
-        pid = task.read_int("pid")
+        pid = task.read_int(layout.PID)
         change = projection.decided(runtime, decision, now, applied, pid)
         # A check that changed nothing but last_checked_at need not survive a power cut,
         # and is written at most every QUIET_WRITE seconds (200 agents with 1 s checks
@@ -292,7 +295,7 @@ class Actions:
             log.error(
                 "%s: cannot write %s: %s; the previous manifest is intact",
                 task.task_id,
-                task.file("manifest.json"),
+                task.file(layout.MANIFEST),
                 exc,
             )
             if state.status in TERMINAL:  # keep watching so the final write is retried
@@ -350,7 +353,7 @@ class Actions:
     @staticmethod
     def _signal_agent(task: TaskDir, signum: int) -> None:
         """Send ``signum`` to the agent's process group (pause/continue an escalation)."""
-        pid = task.read_int("pid")
+        pid = task.read_int(layout.PID)
         pgid = stopping.group_of(pid) if pid is not None else None
         if pgid is not None:
             with contextlib.suppress(ProcessLookupError):
@@ -366,7 +369,7 @@ class Actions:
         seconds until the next look; ``then`` runs from :meth:`advance_stop` once the group
         is gone (SIGKILL after STOP_TIMEOUT s).
         """
-        stop = stopping.begin(runtime.task.read_int("pid"), then)
+        stop = stopping.begin(runtime.task.read_int(layout.PID), then)
         if stop is None:
             return None
         if stop.advance():
@@ -405,7 +408,7 @@ class Actions:
             log.error(
                 "%s: cannot write %s: %s; the resume waits for the next check",
                 runtime.task.task_id,
-                runtime.task.file("launch.json"),
+                runtime.task.file(layout.LAUNCH),
                 exc,
             )
             return False

@@ -47,6 +47,7 @@ from supervisor.policy.timebase import (
     shifted,
     shifted_seen,
 )
+from supervisor.taskdir import layout
 
 if TYPE_CHECKING:
     from apscheduler.schedulers.base import BaseScheduler
@@ -63,7 +64,7 @@ STEP_TOLERANCE = 1.0
 PAIR_SLACK = 0.05
 #: File in ``state_dir`` holding the latest :class:`Mark` (JSON), rewritten every
 #: :data:`MARK_EVERY` seconds and at once after a step.
-MARK_FILE = "clock.json"
+MARK_FILE = layout.CLOCK
 #: Seconds between writes of :data:`MARK_FILE`.
 MARK_EVERY = 1.0
 #: Largest :data:`MARK_FILE` read, in bytes (it holds about 100).

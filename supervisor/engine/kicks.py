@@ -18,10 +18,11 @@ from supervisor.engine import acceptance
 from supervisor.engine.intake import Intake
 from supervisor.engine.runtime import Runtime
 from supervisor.engine.watch import Watcher
+from supervisor.taskdir import layout
 from supervisor.taskdir.folder import TaskDir
 
 #: Files whose appearance in a task folder triggers an immediate check.
-WAKE_FILES = frozenset({"done", "exit_code", "signal", acceptance.RESULT})
+WAKE_FILES = frozenset({layout.DONE, layout.EXIT_CODE, layout.SIGNAL, acceptance.RESULT})
 
 
 class Kicks:
@@ -52,9 +53,9 @@ class Kicks:
             self._kick("intake")
 
     def _on_task(self, task_id: str, name: str) -> None:
-        if name == "pid":
+        if name == layout.PID:
             task = TaskDir(self.profile.tasks_dir / task_id)
-            pid = task.read_int("pid")
+            pid = task.read_int(layout.PID)
             if pid is not None and self.watcher is not None:
                 self.watcher.watch_pid(task_id, pid)
             self._wake(task_id)  # a new run: its check records the PID
@@ -69,7 +70,7 @@ class Kicks:
             return
         task = runtime.task
         self.watcher.watch_task(task.task_id, task.path)
-        pid = task.read_int("pid")
+        pid = task.read_int(layout.PID)
         if pid is not None:
             self.watcher.watch_pid(task.task_id, pid)
 

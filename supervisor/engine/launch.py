@@ -24,6 +24,7 @@ from supervisor.engine import clock, projection, turnmark
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.panes import Sessions
 from supervisor.engine.runtime import Runtime
+from supervisor.taskdir import layout
 from supervisor.taskdir.folder import atomic_write
 from supervisor.tmux import Tmux, TmuxError, TmuxTimeout
 
@@ -122,7 +123,7 @@ def write_launch(profile: LoadedProfile, runtime: Runtime, resume: bool) -> None
     Raises:
         OSError: the write failed (a full disk, EIO); the previous file is intact.
     """
-    path = runtime.task.file("launch.json")
+    path = runtime.task.file(layout.LAUNCH)
     atomic_write(path, launch_spec(profile, runtime, resume).to_json())
     os.chmod(path, 0o600)
 
@@ -208,7 +209,7 @@ def record_launch(runtime: Runtime, started: policy.Decision, now: float) -> Non
         log.error(
             "%s: cannot write %s: %s; the next check writes it again",
             task.task_id,
-            task.file("manifest.json"),
+            task.file(layout.MANIFEST),
             exc,
         )
 

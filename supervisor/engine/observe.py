@@ -15,6 +15,7 @@ from supervisor import policy
 from supervisor.engine import acceptance, clock, signals, statefs
 from supervisor.engine.panes import SESSIONS_MAX_AGE, Sessions
 from supervisor.engine.runtime import Runtime
+from supervisor.taskdir import layout
 from supervisor.taskdir.folder import TaskDir
 from supervisor.tmux import PaneInfo, Tmux
 from supervisor.wrapper import END_MARK
@@ -130,7 +131,7 @@ def tail_pending(task: TaskDir, now: float) -> bool:
     ended = task.done_mtime()
     if ended is None:
         try:
-            ended = task.file("exit_code").stat().st_mtime
+            ended = task.file(layout.EXIT_CODE).stat().st_mtime
         except FileNotFoundError:
             return False  # the wrapper did not end normally: no end line will come
     if not 0.0 <= now - ended < TAIL_SETTLE:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from supervisor import policy
 from supervisor.engine import acceptance
 from supervisor.engine.runtime import Runtime
+from supervisor.taskdir import layout
 from supervisor.taskdir.folder import Manifest, utc_iso
 
 
@@ -102,7 +103,7 @@ def decided(
             m.failure_reason = state.failure_reason  # type: ignore[assignment]
             m.finished_at = applied.finished_at
             m.exit_code = applied.exit_code
-            m.signal = task.read_int("signal")
+            m.signal = task.read_int(layout.SIGNAL)
             m.output_tail = applied.tail
             m.verdict = state.verdict  # type: ignore[assignment]
             m.summary = summary

@@ -19,7 +19,7 @@ from supervisor.config import ConfigError, LoadedProfile, ResolvedTask
 from supervisor.engine import clock
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.runtime import Runtime
-from supervisor.taskdir import control, repair
+from supervisor.taskdir import control, layout, repair
 from supervisor.taskdir.folder import NOTIFIED, NOTIFYING, Manifest, TaskDir
 from supervisor.taskdir.states import TERMINAL
 from supervisor.tmux import PaneInfo, Tmux
@@ -106,7 +106,7 @@ def _adopt_one(
     try:
         manifest = task.read_manifest()
     except (OSError, ValueError) as exc:
-        log.error("cannot read %s: %s", task.file("manifest.json"), exc)
+        log.error("cannot read %s: %s", task.file(layout.MANIFEST), exc)
         return None
     if manifest.status in TERMINAL:
         return _unsent(profile, task, manifest)
@@ -123,7 +123,7 @@ def _adopt_one(
     launch_logged = any(e.get("event") == "launched" for e in events)
     if manifest.status == "queued" and not launch_logged:
         # launched, but we died before recording it
-        launch_written = task.file("launch.json").stat().st_mtime
+        launch_written = task.file(layout.LAUNCH).stat().st_mtime
         task.append_event("launched", status="running", recovered=True)
     state = policy.adopted(manifest, events, launch_written)
     # The event log runs ahead of the manifest (write-ahead): trust its last word.
@@ -194,7 +194,7 @@ def _adopt_damaged(profile: LoadedProfile, task: TaskDir, why: str) -> Found | N
             why,
         )
         return None
-    kept = repair.set_aside(task.file("manifest.json"))
+    kept = repair.set_aside(task.file(layout.MANIFEST))
     task.write_manifest(manifest)
     task.append_event(
         "manifest_repaired",
@@ -215,7 +215,7 @@ def _resume_cut_short(runtime: Runtime, sessions: dict[str, PaneInfo]) -> bool:
     pane = sessions.get(task.task_id)
     launched = runtime.state.launched_at or 0.0
     try:
-        pid_written = task.file("pid").stat().st_mtime + max(runtime.restart_step, 0.0)
+        pid_written = task.file(layout.PID).stat().st_mtime + max(runtime.restart_step, 0.0)
     except FileNotFoundError:
         pid_written = None
     started = pid_written is not None and pid_written >= launched - 1.0
@@ -236,11 +236,11 @@ def _logged_ending(
 
 def _recover_claim(profile: LoadedProfile, task: TaskDir) -> Found | None:
     """Finish a claim that a crash interrupted (task.toml moved in, no manifest yet)."""
-    if not task.file("task.toml").exists():
+    if not task.file(layout.TASK_TOML).exists():
         return None
     claimed = spool.finish_claim(task, profile)
     if claimed.error:
-        log.warning("rejected %s after restart", task.file("task.toml"))
+        log.warning("rejected %s after restart", task.file(layout.TASK_TOML))
         for problem in claimed.error.splitlines():
             log.warning("  %s", problem)
         return None

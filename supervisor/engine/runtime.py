@@ -19,6 +19,7 @@ from supervisor.config.approvalrules import default_message
 from supervisor.engine import clock
 from supervisor.engine.stopping import StopInProgress
 from supervisor.policy.timebase import Seen
+from supervisor.taskdir import layout
 from supervisor.taskdir.folder import TURN_PROMPT, Manifest, TaskDir
 from supervisor.tmux import Tmux
 from supervisor.workspace import lifecycle
@@ -77,7 +78,7 @@ def prompt_file(task: TaskDir) -> Path:
     """The file holding the prompt of the task's current turn: ``turn.prompt`` once a
     follow-up opened turn 2 or later (:mod:`supervisor.engine.followups`), else ``prompt``."""
     turn = task.file(TURN_PROMPT)
-    return turn if turn.exists() else task.file("prompt")
+    return turn if turn.exists() else task.file(layout.PROMPT)
 
 
 def reload(profile: LoadedProfile, task: TaskDir) -> ResolvedTask:
@@ -89,9 +90,9 @@ def reload(profile: LoadedProfile, task: TaskDir) -> ResolvedTask:
         ValueError: ``spec.json`` is not a valid spec (pydantic's ValidationError).
         ConfigError: the spec no longer resolves against the profile.
     """
-    spec = TaskSpec.model_validate_json(task.file("spec.json").read_bytes())
+    spec = TaskSpec.model_validate_json(task.file(layout.SPEC).read_bytes())
     spec.prompt, spec.prompt_file = "-", None
-    resolved = resolve_task(spec, profile, task.path, task.file("spec.json"))
+    resolved = resolve_task(spec, profile, task.path, task.file(layout.SPEC))
     prompt = prompt_file(task).read_bytes().decode("utf-8", errors="replace")
     return dataclasses.replace(resolved, prompt=prompt)
 

@@ -19,8 +19,8 @@ import psutil
 
 from supervisor.diskio import read_regular
 from supervisor.policy import Signals
+from supervisor.taskdir import layout
 from supervisor.taskdir.folder import TaskDir
-from supervisor.wrapper import LAUNCH_ERROR
 
 #: Slack in seconds when comparing a process's create_time with our launch time (clock
 #: granularity of /proc start times is 1/CLK_TCK, usually 10 ms).
@@ -90,20 +90,20 @@ def observe(
             the agent's create_time by the step; see :mod:`supervisor.engine.clock`).
     """
     done = task.done()
-    exit_code = task.read_int("exit_code")
+    exit_code = task.read_int(layout.EXIT_CODE)
     pid, written_at = _pid_file(task)
     if written_at is not None:
         written_at += written_shift
     # The wrapper exits 127 when the agent's program could not run; only then is there a
     # reason file to look for (no extra stat on every healthy check).
-    unlaunched = exit_code == 127 and task.file(LAUNCH_ERROR).exists()
+    unlaunched = exit_code == 127 and task.file(layout.LAUNCH_ERROR).exists()
     return Signals(
         now=time.time() if now is None else now,
         done=done,
         exit_code=exit_code,
         agent_alive=None if pid is None else pid_alive(pid, written_at, known_starts),
         output_mtime=task.output_mtime(),
-        signal=task.read_int("signal"),
+        signal=task.read_int(layout.SIGNAL),
         failure="launch" if unlaunched else None,
         launch_error=_launch_error(task) if unlaunched else None,
     )
@@ -117,7 +117,7 @@ def _launch_error(task: TaskDir) -> str | None:
     """The first line of the wrapper's ``launch_error`` (bounded, the ``supervise: ``
     prefix dropped), or ``None`` when it cannot be read."""
     try:  # the agent can write its task folder: no FIFO, no symlink, no huge file
-        data = read_regular(task.file(LAUNCH_ERROR), limit=16 * 1024, follow=False)
+        data = read_regular(task.file(layout.LAUNCH_ERROR), limit=16 * 1024, follow=False)
     except (OSError, ValueError):
         return None
     line = data.decode("utf-8", "replace").strip().splitlines()[:1]
@@ -129,7 +129,7 @@ def _pid_file(task: TaskDir) -> tuple[int | None, float | None]:
     """The ``pid`` file's PID and mtime (epoch s), from one open: ``(None, None)`` when it
     is missing or not yet a number."""
     try:
-        with open(task.file("pid"), "rb") as handle:
+        with open(task.file(layout.PID), "rb") as handle:
             return int(handle.read().strip()), os.fstat(handle.fileno()).st_mtime
     except (FileNotFoundError, ValueError):
         return None, None

@@ -17,6 +17,7 @@ import os
 import time
 from pathlib import Path
 
+from supervisor.taskdir import layout
 from supervisor.taskdir.folder import TaskDir
 from supervisor.tmux import RECORDED_FILES, PaneInfo
 
@@ -112,7 +113,7 @@ def restore_run_files(task: TaskDir, pane: PaneInfo | None) -> bool:
         path = task.file(name)
         if value is None or path.exists():
             continue
-        if name == "done":
+        if name == layout.DONE:
             ended = None
             with contextlib.suppress(ValueError):
                 ended = float(value)

@@ -23,6 +23,7 @@ from apscheduler.events import (
     JobEvent,
 )
 
+from supervisor.taskdir import layout
 from supervisor.taskdir.folder import atomic_write, utc_iso
 
 #: Counter names, in the order ``engine-stats.json`` lists them.
@@ -92,7 +93,7 @@ def write(
         **counters,
     }
     with contextlib.suppress(OSError):
-        path = state_dir / "engine-stats.json"
+        path = state_dir / layout.ENGINE_STATS
         atomic_write(path, json.dumps(data, indent=1).encode(), durable=False)
 
 

@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 from supervisor.diskio import atomic_write, utc_iso
+from supervisor.taskdir import layout
 from supervisor.taskdir.states import TERMINAL, Status
 from supervisor.taskid import is_task_id, shown
 
@@ -25,7 +26,7 @@ ENGINE_VERBS = ("supersede",)
 #: ``supervise continue ID PROMPT`` (issue 22): its prompt waits in the task folder
 #: (:data:`supervisor.taskdir.folder.FOLLOWUP`); the request only wakes the engine.
 CONTINUE = "continue"
-CONTROL = "control"
+CONTROL = layout.CONTROL
 _NAME_RE = re.compile(r"^([a-z0-9-]+)\.(stop|resume|approve|deny|supersede|continue)$")
 
 

@@ -1,21 +1,6 @@
-"""The task directory: layout, the ``manifest.json`` model, atomic writes and the event log.
-
-Layout of ``state_dir/tasks/<task_id>/`` (names kept from the seed skill so existing
-orchestrators keep working)::
-
-    task.toml      the claimed spool file, moved here unchanged
-    prompt         the prompt text, byte for byte
-    followup.prompt  a follow-up's prompt waiting for the engine (``supervise continue``)
-    turn.prompt    the current turn's prompt once a follow-up opened turn 2 or later
-    argv           the agent argv for the wrapper, NUL-separated (rewritten before a resume)
-    env.json       extra environment for the agent (profile [agent.env] + task [env])
-    pid            the agent's own PID (written by the wrapper before exec)
-    exit_code      the agent's exit code (written by the wrapper when it ends)
-    signal         the signal number, only when the agent was killed by a signal
-    done           written last by the wrapper: its presence means the agent run is over
-    output.log     all pane output via tmux pipe-pane, ANSI escapes stripped
-    manifest.json  the machine-readable state (always valid JSON: tmp + fsync + rename)
-    events.jsonl   one JSON object per transition, append-only
+"""The task directory (:class:`TaskDir`): atomic manifest writes, the event log and the
+wrapper's run files. The file names are :mod:`supervisor.taskdir.layout`'s; the manifest's
+model is :mod:`supervisor.taskdir.manifest`'s (both also importable from here).
 
 The manifest is the contract with the orchestrator; its JSON Schema is in ``schemas/``.
 """
@@ -30,14 +15,11 @@ import stat
 import threading
 import time
 from collections.abc import Callable
-from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 from filelock import FileLock
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
-from supervisor.agents import kinds
 from supervisor.diskio import (  # noqa: F401  (also imported from here with TaskDir)
     NotRegularFile,
     atomic_write,
@@ -49,126 +31,33 @@ from supervisor.diskio import (  # noqa: F401  (also imported from here with Tas
     utc_iso,
 )
 from supervisor.logrotate import shift_backups
-from supervisor.taskdir.states import FailureReason, Status, Verdict
-from supervisor.workspace.model import WorkspaceReport
-
-MANIFEST = "manifest.json"
-EVENTS = "events.jsonl"
+from supervisor.taskdir.layout import (  # noqa: F401  (also imported from here)
+    DAMAGED,
+    DONE,
+    EVENTS,
+    FOLLOWUP,
+    LAUNCH_ERROR,
+    MANIFEST,
+    MANIFEST_LOCK,
+    OUTPUT,
+    OUTPUT_ROTATED,
+    RUN_FILES,
+    TURN_PROMPT,
+)
+from supervisor.taskdir.manifest import Manifest, TurnRecord  # noqa: F401  (also from here)
 
 #: The event written before the notifier runs for one of a task's events (write-ahead), and
 #: the one written after it: a ``notifying`` with no ``notified`` after it is a notification
 #: a killed engine left unsent (:mod:`supervisor.engine.recovery` sends it again).
 NOTIFYING = "notifying"
 NOTIFIED = "notified"
-OUTPUT = "output.log"
 TAIL_LINES = 100
-#: ``supervise continue`` (issue 22): the prompt of a follow-up that waits for the engine.
-#: Created with ``link(2)`` (never replaced), so of two follow-ups at once exactly one is
-#: taken; the engine renames it to :data:`TURN_PROMPT` once the new turn is recorded.
-FOLLOWUP = "followup.prompt"
-#: The prompt of the task's current turn when it is a follow-up (turn 2 and later); the
-#: first turn's prompt stays in ``prompt``.
-TURN_PROMPT = "turn.prompt"
 #: The event that opens a new turn of an ended (or escalated, then stopped) task: the
 #: events after the last one of these are the current turn's (:meth:`TaskDir.turn_events`).
 FOLLOWED_UP = "followed_up"
 #: The event of a follow-up the engine could not take (the task was live, or its prompt
 #: could not be read): the prompt file is removed and ``supervise continue`` shows why.
 CONTINUE_REFUSED = "continue_refused"
-
-
-def _inline_enum(values: type[StrEnum]) -> WithJsonSchema:
-    """The JSON Schema of a :mod:`supervisor.taskdir.states` enum written inline (``enum`` and
-    ``type`` on the property itself, no ``$defs``), so ``schemas/manifest.schema.json`` keeps
-    its plain shape while its values come from the one definition."""
-    return WithJsonSchema({"enum": [member.value for member in values], "type": "string"})
-
-
-class TurnRecord(BaseModel):
-    """One earlier turn of a task, kept in the manifest's ``turns`` when ``supervise
-    continue`` opens the next one (issue 22): its prompt (first line, at most 200
-    characters, and the SHA-256 of the whole prompt), outcome and times (ISO-8601 UTC),
-    ``cost_usd`` (Claude Code's ``total_cost_usd`` as reported at the turn's end: the
-    session's running total) and ``summary``."""
-
-    model_config = ConfigDict(extra="allow")
-
-    turn: int
-    prompt: str
-    prompt_sha256: str
-    status: Annotated[Status, _inline_enum(Status)]
-    verdict: Annotated[Verdict, _inline_enum(Verdict)] | None = None
-    failure_reason: str | None = None
-    abandon_reason: str | None = None
-    started_at: str | None = None
-    finished_at: str | None = None
-    retry_count: int = 0
-    cost_usd: float | None = None
-    summary: str | None = None
-
-
-class Manifest(*kinds.manifest_models(), BaseModel):  # type: ignore[misc]
-    """``manifest.json``: what the orchestrator reads.
-
-    Seed fields: ``task_name``, ``model`` (the resolved id), ``project_dir``,
-    ``session_name``, ``pid``, ``tmpdir`` (the task directory), ``started_at``, ``status``,
-    ``finished_at``, ``exit_code``, ``output_tail`` (last 100 lines of ``output.log``),
-    ``retry_count``, ``last_checked_at``, ``abandoned_at``. New: ``task_id``, ``session_id``
-    (the UUID passed as ``{session_id}``), ``abandon_reason``, ``created_at``, ``signal``
-    (set when the agent was killed by a signal), ``launched_at`` (latest launch or resume),
-    ``resume_at`` (when a crashed, hung or waiting task is due to resume), ``verdict`` and
-    ``summary`` (set at the end: seed 003's verdict and one paragraph on the outcome),
-    ``failure_reason`` (with status ``failed``: ``auth``, ``billing``, ``invalid_request``,
-    ``agent_error``, ``exit_code`` or ``launch``; see :mod:`supervisor.failures`) and
-    ``transient_waits`` (waits after transient API or network failures, never retries).
-    Claude Code tasks also carry ``claude`` (session id, final result text, is_error,
-    num_turns, total_cost_usd, api_retries, api_errors, transcript_path), ``denials``
-    (the circuit breaker's count), ``escalation`` (what waits for a human) and
-    ``limit_waits``; an acceptance check adds ``acceptance``; ``workspace``
-    (:class:`~supervisor.workspace.model.WorkspaceReport`) says where the task worked.
-    ``turn`` is 1 for the first run of the task's prompt and counts each ``supervise
-    continue``; ``turns`` keeps each earlier turn's outcome (:class:`TurnRecord`).
-    All timestamps are ISO-8601 UTC strings.
-    """
-
-    # validate_assignment: the engine assigns statuses as plain strings (the policy's);
-    # they become the enum members the schema declares, and a wrong one raises at once.
-    model_config = ConfigDict(extra="allow", validate_assignment=True)
-
-    task_id: str
-    task_name: str
-    status: Annotated[Status, _inline_enum(Status)] = Field(Status.QUEUED, title="Status")
-    model: str
-    project_dir: str
-    session_name: str
-    session_id: str
-    tmpdir: str
-    pid: int | None = None
-    created_at: str
-    started_at: str | None = None
-    finished_at: str | None = None
-    exit_code: int | None = None
-    signal: int | None = None
-    output_tail: str | None = None
-    retry_count: int = 0
-    last_checked_at: str | None = None
-    abandoned_at: str | None = None
-    abandon_reason: str | None = None
-    launched_at: str | None = None
-    resume_at: str | None = None
-    verdict: Annotated[Verdict, _inline_enum(Verdict)] | None = Field(None, title="Verdict")
-    summary: str | None = None
-    escalation: dict[str, Any] | None = None
-    denials: int = 0
-    limit_waits: int = 0
-    transient_waits: int = 0
-    failure_reason: Annotated[FailureReason, _inline_enum(FailureReason)] | None = Field(
-        None, title="Failure Reason"
-    )
-    acceptance: dict[str, Any] | None = None
-    workspace: WorkspaceReport | None = None
-    turn: int = 1
-    turns: list[TurnRecord] = Field(default_factory=list)
 
 
 #: Serializes appends to event logs within the engine, so a short write can be truncated
@@ -201,7 +90,7 @@ class TaskDir:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._lock = FileLock(str(path / ".manifest.lock"), timeout=30)
+        self._lock = FileLock(str(path / MANIFEST_LOCK), timeout=30)
 
     @property
     def task_id(self) -> str:
@@ -251,7 +140,7 @@ class TaskDir:
                     raise
                 path = self.file(MANIFEST)
                 with contextlib.suppress(FileNotFoundError):
-                    os.rename(path, path.with_name(f"{MANIFEST}.damaged-{int(time.time())}"))
+                    os.rename(path, path.with_name(f"{MANIFEST}{DAMAGED}{int(time.time())}"))
                 manifest = fallback.model_copy(deep=True)
             change(manifest)
             self._write(manifest, durable)
@@ -320,12 +209,12 @@ class TaskDir:
 
     def done(self) -> bool:
         """Layer 1 of the seed monitor: the done-file exists."""
-        return self.file("done").exists()
+        return self.file(DONE).exists()
 
     def clear_run_files(self) -> None:
         """Remove ``pid``/``exit_code``/``signal``/``done``/``launch_error`` before a
         (re)launch."""
-        for name in ("pid", "exit_code", "signal", "done", "launch_error"):
+        for name in (*RUN_FILES, LAUNCH_ERROR):
             with contextlib.suppress(FileNotFoundError):
                 self.file(name).unlink()
 
@@ -333,7 +222,7 @@ class TaskDir:
         """When the wrapper wrote the done-file (epoch s), or ``None``: the true end time
         even when ``supervise`` was down at that moment."""
         try:
-            return self.file("done").stat().st_mtime
+            return self.file(DONE).stat().st_mtime
         except FileNotFoundError:
             return None
 
@@ -360,7 +249,7 @@ class TaskDir:
         exists. Right after a rotation the fresh file may not exist yet while the rotated one
         was written a moment ago: a busy agent must not look stale."""
         times = []
-        for name in (OUTPUT, f"{OUTPUT}.1"):
+        for name in (OUTPUT, OUTPUT_ROTATED):
             with contextlib.suppress(FileNotFoundError):
                 times.append(self.file(name).stat().st_mtime)
         return max(times) if times else None

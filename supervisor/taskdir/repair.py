@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.diskio import read_regular
+from supervisor.taskdir import layout
 from supervisor.taskdir.folder import FOLLOWED_UP, MANIFEST, Manifest, TaskDir, utc_iso
 from supervisor.taskdir.states import TERMINAL, Status
 from supervisor.waiting import MANIFEST_MAX
@@ -45,7 +46,7 @@ def damage(task: TaskDir) -> str | None:
         Manifest.model_validate_json(read_regular(path, MANIFEST_MAX, follow=False))
         return None
     except FileNotFoundError:
-        if not task.file("events.jsonl").exists():
+        if not task.file(layout.EVENTS).exists():
             return None  # a claim in progress or cut short (the engine finishes it): no loss
         return f"{path} is missing"
     except OSError as exc:
@@ -110,16 +111,16 @@ def rebuild(
     )
     if manifest.status == Status.ABANDONED:
         manifest.abandoned_at = end["ts"]
-    manifest.signal = task.read_int("signal")
+    manifest.signal = task.read_int(layout.SIGNAL)
     manifest.output_tail = task.output_tail()
-    manifest.pid = task.read_int("pid")
+    manifest.pid = task.read_int(layout.PID)
     return manifest
 
 
 def set_aside(path: Path) -> Path | None:
     """Rename an unreadable manifest to ``manifest.json.damaged-<epoch s>`` (nothing is ever
     deleted); returns the new path, or ``None`` when there was nothing to move."""
-    target = path.with_name(f"{path.name}.damaged-{int(time.time())}")
+    target = path.with_name(f"{path.name}{layout.DAMAGED}{int(time.time())}")
     try:
         os.rename(path, target)
     except FileNotFoundError:
@@ -130,5 +131,5 @@ def set_aside(path: Path) -> Path | None:
 def spec_name(task: TaskDir) -> str | None:
     """The task's ``name`` from ``spec.json`` (for ``supervise status``), or ``None``."""
     with contextlib.suppress(OSError, ValueError, AttributeError, RecursionError):
-        return json.loads(read_regular(task.file("spec.json"), MANIFEST_MAX)).get("name")
+        return json.loads(read_regular(task.file(layout.SPEC), MANIFEST_MAX)).get("name")
     return None

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from supervisor.taskdir import control
+from supervisor.taskdir import control, layout
 from supervisor.terminal import escape_controls
 from supervisor.views.model import Task, read_json
 
@@ -39,7 +39,7 @@ def ask(state_dir: Path, task_id: str, verb: str, engine_running: bool) -> Outco
     """
     if verb not in control.VERBS:
         raise ValueError(f"unknown verb {verb!r}")
-    manifest = read_json(state_dir / "tasks" / task_id / "manifest.json")
+    manifest = read_json(state_dir / layout.TASKS / task_id / layout.MANIFEST)
     if manifest is None or not isinstance(manifest.get("status"), str):
         return Outcome(False, f"task {task_id}: cannot read its manifest; see 'supervise status'")
     status = manifest["status"]

@@ -42,6 +42,7 @@ from typing import Any
 
 from supervisor.agents import kinds
 from supervisor.diskio import read_end
+from supervisor.taskdir import layout
 from supervisor.taskdir.states import HOST_LOST
 from supervisor.views.sources import (
     HEARTBEAT,
@@ -268,7 +269,7 @@ def _since(m: dict[str, Any], status: str, folder: str) -> float | None:
         if found is not None:
             return found
     if status in _FROM_EVENTS:
-        return status_since(os.path.join(folder, "events.jsonl"), status) or started
+        return status_since(os.path.join(folder, layout.EVENTS), status) or started
     return started
 
 
@@ -346,7 +347,7 @@ class Reader:
 
     def __init__(self, state_dir: Path, spool_dir: Path) -> None:
         self.state_dir, self.spool_dir = Path(state_dir), Path(spool_dir)
-        self.tasks_dir = self.state_dir / "tasks"
+        self.tasks_dir = self.state_dir / layout.TASKS
         # task folder name -> (change key, task, started epoch, output.log mtime)
         self._cache: dict[str, tuple[tuple[Any, ...], Task, float | None, float | None]] = {}
 
@@ -354,14 +355,14 @@ class Reader:
         """A task folder's cached parts (see :func:`finish`), re-read if it changed;
         ``None`` for an entry that is no task (a file, a claim still to finish)."""
         name, folder = entry.name, entry.path
-        manifest_path = os.path.join(folder, "manifest.json")
+        manifest_path = os.path.join(folder, layout.MANIFEST)
         try:
             info = os.stat(manifest_path)
             key: tuple[Any, ...] = (info.st_mtime_ns, info.st_size, info.st_ino)
         except OSError:
             key = (None,)
         try:
-            out = os.stat(os.path.join(folder, "output.log"))
+            out = os.stat(os.path.join(folder, layout.OUTPUT))
             output_key: tuple[Any, ...] = (out.st_mtime_ns, out.st_size)
         except OSError:
             out, output_key = None, (None,)

@@ -45,6 +45,7 @@ from filelock import FileLock, Timeout
 
 from supervisor.cli.common import err as _err
 from supervisor.cli.common import load_profile
+from supervisor.taskdir import layout
 
 if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
@@ -60,7 +61,7 @@ SUN_PATH_MAX = 107
 #: unchanged in ``?token=`` and in a cookie value (``secrets.token_urlsafe`` makes them).
 TOKEN_RE = re.compile(r"[A-Za-z0-9._~-]+")
 #: ``--socket``'s unix socket in the state dir (its lock: this name plus ``.lock``).
-SOCKET_NAME = "serve.sock"
+SOCKET_NAME = layout.SERVE_SOCKET
 #: The modules the ``web`` extra provides (``pip install 'supervise-agents[web]'``).
 WEB_MODULES = ("starlette", "uvicorn", "sse_starlette", "jinja2")
 

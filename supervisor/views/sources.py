@@ -25,12 +25,13 @@ from typing import Any
 import psutil
 
 from supervisor.diskio import read_regular
+from supervisor.taskdir import layout
 from supervisor.waiting import MANIFEST_MAX
 
 #: Seconds after which a heartbeat is stale: three missed 5 s writes
 #: (``supervisor.engine.scheduler.STATS_EVERY``).
 STALE_AFTER = 15.0
-HEARTBEAT = "engine-stats.json"
+HEARTBEAT = layout.ENGINE_STATS
 
 
 @dataclass(slots=True)

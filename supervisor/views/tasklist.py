@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from supervisor.taskdir import layout
 from supervisor.waiting import load_manifest
 
 
@@ -28,13 +29,13 @@ def read_manifests(tasks_dir: Path) -> list[dict[str, Any]]:
         return []
     for entry in entries:  # plain strings and os calls: this loop runs 1,000s of times
         try:
-            manifest = load_manifest(Path(entry.path, "manifest.json"))  # never blocks
+            manifest = load_manifest(Path(entry.path, layout.MANIFEST))  # never blocks
         except (OSError, ValueError):
             manifest = damaged_row(entry)
             if manifest is None:
                 continue
         try:
-            manifest["_output_mtime"] = os.stat(os.path.join(entry.path, "output.log")).st_mtime
+            manifest["_output_mtime"] = os.stat(os.path.join(entry.path, layout.OUTPUT)).st_mtime
         except OSError:
             manifest["_output_mtime"] = None
         out.append(manifest)

@@ -33,6 +33,7 @@ from textual.binding import Binding, BindingType
 from textual.events import Resize
 from textual.widgets import DataTable, Footer, Input, Static
 
+from supervisor.taskdir import layout
 from supervisor.terminal import escape_controls
 from supervisor.views import actions, attach, model
 from supervisor.views.taskfilter import TaskFilter
@@ -291,7 +292,7 @@ class TopApp(App[None]):
     def action_tail(self) -> None:
         task = self.selected()
         if task is not None:
-            path = self.state_dir / "tasks" / task.task_id / "output.log"
+            path = self.state_dir / layout.TASKS / task.task_id / layout.OUTPUT
             self.push_screen(TailScreen(f"tail -f {task.task_id}/output.log", path))
 
     def action_diff(self) -> None:
@@ -302,7 +303,7 @@ class TopApp(App[None]):
     @work(thread=True, exclusive=True, group="diff")
     def _diff(self, task_id: str) -> None:
         """git runs in a worker thread (bounded by its own timeout): the table stays live."""
-        text = actions.diff_text(self.state_dir / "tasks", task_id)
+        text = actions.diff_text(self.state_dir / layout.TASKS, task_id)
         self.call_from_thread(self.push_screen, TextScreen(f"supervise diff {task_id}", text))
 
     def action_help(self) -> None:

@@ -24,7 +24,7 @@ from markupsafe import Markup, escape
 
 from supervisor.agents.readable import readable_tail
 from supervisor.diskio import read_end, read_regular
-from supervisor.taskdir import control
+from supervisor.taskdir import control, layout
 from supervisor.taskdir.folder import TaskDir
 from supervisor.taskid import is_task_id
 from supervisor.terminal import escape_controls
@@ -81,7 +81,7 @@ def fingerprint(profile: LoadedProfile) -> tuple[Any, ...]:
     except FileNotFoundError:
         entries = []
     for entry in entries:
-        out.append((entry.name, _stat_key(os.path.join(entry.path, "manifest.json"))))
+        out.append((entry.name, _stat_key(os.path.join(entry.path, layout.MANIFEST))))
     for folder in (profile.spool_dir, profile.state_dir / control.CONTROL):
         try:
             out.append(tuple(sorted(os.listdir(folder))))
@@ -93,12 +93,12 @@ def fingerprint(profile: LoadedProfile) -> tuple[Any, ...]:
 def slow_fingerprint(profile: LoadedProfile) -> tuple[Any, ...]:
     """What changes all the time and is shown at most every few seconds: each task's
     ``output.log`` (the last line) and the engine's heartbeat (``engine-stats.json``)."""
-    out = [_stat_key(str(profile.state_dir / "engine-stats.json"))]
+    out = [_stat_key(str(profile.state_dir / layout.ENGINE_STATS))]
     try:
         entries = list(os.scandir(profile.tasks_dir))
     except FileNotFoundError:
         entries = []
-    out += sorted((e.name, _stat_key(os.path.join(e.path, "output.log"))) for e in entries)
+    out += sorted((e.name, _stat_key(os.path.join(e.path, layout.OUTPUT))) for e in entries)
     return tuple(out)
 
 
@@ -114,7 +114,7 @@ def task_fingerprint(folder: Path) -> tuple[Any, ...]:
     """What a task page's stream compares: its manifest, event log and output."""
     return tuple(
         _stat_key(str(folder / name))
-        for name in ("manifest.json", "events.jsonl", "output.log", "output.log.1")
+        for name in (layout.MANIFEST, layout.EVENTS, layout.OUTPUT, layout.OUTPUT_ROTATED)
     )
 
 
@@ -191,7 +191,7 @@ class Pages:
         if verb not in control.VERBS:
             return 400, {"error": f"unknown action {verb!r}; one of {', '.join(control.VERBS)}"}
         folder = self.task_dir(task_id)
-        manifest = model.read_json(folder / "manifest.json") if folder else None
+        manifest = model.read_json(folder / layout.MANIFEST) if folder else None
         if not isinstance(manifest, dict) or not isinstance(manifest.get("status"), str):
             return 404, {"error": f"no task {task_id!r} with a readable manifest"}
         refused = control.refusal(task_id, manifest["status"], verb)
@@ -217,14 +217,14 @@ def task_view(folder: Path) -> dict[str, Any]:
     and ``tail`` (the last :data:`TAIL_LINES` lines of :func:`output_text`)."""
     task = TaskDir(folder)
     try:  # non-blocking, regular files only: an agent can put a FIFO in its folder
-        raw = read_regular(task.file("manifest.json"), MANIFEST_MAX)
+        raw = read_regular(task.file(layout.MANIFEST), MANIFEST_MAX)
         text = raw.decode("utf-8", errors="replace")
     except OSError as exc:
         text = f"(cannot read manifest.json: {exc.strerror or exc})"
-    manifest = model.read_json(task.file("manifest.json"))
+    manifest = model.read_json(task.file(layout.MANIFEST))
     if manifest is not None:
         text = json.dumps(manifest, indent=2, ensure_ascii=False)
-    events, cut = _events_tail(task.file("events.jsonl"))
+    events, cut = _events_tail(task.file(layout.EVENTS))
     rows = []
     for event in events[-EVENT_LIMIT:]:
         rest = {k: v for k, v in event.items() if k not in ("ts", "event", "status")}

@@ -39,6 +39,7 @@ from typing import Any
 from supervisor import children
 from supervisor.config.workspace import WorkspaceSpec
 from supervisor.errors import SuperviseError
+from supervisor.taskdir import layout
 from supervisor.taskdir.folder import TaskDir
 from supervisor.workspace import git
 from supervisor.workspace.git import GitError
@@ -359,7 +360,7 @@ def _copy(project_dir: Path, target: Path, paths: list[str], task: TaskDir) -> N
 
 
 def _log(task: TaskDir, line: str) -> None:
-    with open(task.file("output.log"), "ab") as handle:
+    with open(task.file(layout.OUTPUT), "ab") as handle:
         handle.write(f"[supervise] {line}\n".encode())
 
 
@@ -382,7 +383,7 @@ def _setup(
         "SUPERVISE_TASK_DIR": str(task.path),
         "SUPERVISE_WORKSPACE": str(cwd),
     }
-    with open(task.file("output.log"), "ab", buffering=0) as out:
+    with open(task.file(layout.OUTPUT), "ab", buffering=0) as out:
         # Nothing kept in memory (cap 0): the log gets the first SETUP_LOG_BYTES as they come.
         sink = children.Capture(0, sink=out, sink_limit=SETUP_LOG_BYTES)
         done = children.run(
@@ -402,7 +403,7 @@ def _setup(
         limit = f"setup_timeout = {spec.setup_timeout:g} s"
         raise WorkspaceError(f"setup {spec.setup[0]!r} ran out of time ({limit})")
     if done.returncode != 0:
-        where = f"its output is in {task.file('output.log')}"
+        where = f"its output is in {task.file(layout.OUTPUT)}"
         raise WorkspaceError(f"setup {' '.join(spec.setup)!r} exited {done.returncode} ({where})")
 
 

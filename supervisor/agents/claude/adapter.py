@@ -57,6 +57,7 @@ from supervisor.config import AgentSpec
 from supervisor.policy import approval
 from supervisor.streamcopy import LAUNCH_MARK
 from supervisor.taskdir.folder import TURN_PROMPT, Manifest, utc_iso
+from supervisor.taskdir.layout import EXIT_CODE, PROMPT
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +155,7 @@ class ClaudeAdapter(AgentAdapter):
         self.new_run()
         fresh, path = turn_prompt is not None, self.task.path
         how = delivery(
-            self.agent, resume and not fresh, self.resolved.prompt, path, turn_prompt or "prompt"
+            self.agent, resume and not fresh, self.resolved.prompt, path, turn_prompt or PROMPT
         )
         line = argv(self.agent, resume, settings, how.tail)
         return LaunchPart(argv=line, stream=stream, stdin=how.stdin, paste=how.paste)
@@ -420,7 +421,7 @@ class ClaudeAdapter(AgentAdapter):
         ``max_log_bytes``, read to its end, and no run writes it: the wrapper has written
         ``exit_code``, which it does only after its copy of the stream ended. The fresh
         file starts with the carry line; this reader keeps its state and skips that line."""
-        if not self.task.file("exit_code").exists():
+        if not self.task.file(EXIT_CODE).exists():
             return
         line = json.dumps(self.stream.carry()).encode() + b"\n"
         try:

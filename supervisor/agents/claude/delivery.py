@@ -37,6 +37,7 @@ from pathlib import Path
 from supervisor.config import AgentSpec
 from supervisor.config.argsize import ARGV_PROMPT_MAX
 from supervisor.diskio import atomic_write
+from supervisor.taskdir import layout
 
 #: The TUI's empty input box: a rule line, then the ``❯`` prompt on the next line, not a
 #: numbered choice (a dialog's cursor is ``❯ 1. Yes``), as ``capture-pane -p`` shows it
@@ -86,7 +87,7 @@ class Delivery:
 
 
 def delivery(
-    agent: AgentSpec, resume: bool, prompt: str, task_dir: Path, prompt_name: str = "prompt"
+    agent: AgentSpec, resume: bool, prompt: str, task_dir: Path, prompt_name: str = layout.PROMPT
 ) -> Delivery:
     """The way the prompt reaches this run (see the module docstring); for a paste, the
     :func:`inert` prompt is written to ``task_dir/``:data:`PASTE_FILE` first.
