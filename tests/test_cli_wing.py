@@ -148,12 +148,6 @@ def test_no_import_circle_runs_through_the_cli() -> None:
     assert back == []
 
 
-#: Engine → cluster imports another part of issue 23 still has to remove, with the reason.
-#: ``engine/launch.py`` (part ``engine``'s module) asks ``cluster/lease.lease_for`` for a
-#: fleet task's ``launch.json`` lease; it goes once the intake hands the lease over too.
-PENDING = {("supervisor.engine.launch", "supervisor.cluster.lease")}
-
-
 def test_the_engine_never_imports_the_fleet() -> None:
     """No module of ``supervisor/engine/`` imports ``supervisor.cluster`` (issue 23): whoever
     starts the engine (``supervise run``: ``cli/ops.intake_for``) hands it the intake, the
@@ -165,7 +159,7 @@ def test_the_engine_never_imports_the_fleet() -> None:
         for target in _imports(path)
         if target == "supervisor.cluster" or target.startswith("supervisor.cluster.")
     }
-    assert found - PENDING == set()
+    assert found == set()
     engine_circles = [c for c in _circles(_graph()) if any("cluster" in m for m in c)]
     assert [sorted(c) for c in engine_circles if any("engine" in m for m in c)] == []
 

@@ -34,16 +34,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from supervisor.config.fence import Fence, fence_of, host_fence  # noqa: F401 (also from here)
 from supervisor.taskdir import layout
 from supervisor.wrapper import LEASE_RECORD, LEASE_RELEASED
-
-if TYPE_CHECKING:
-    from supervisor.config import LoadedProfile
-    from supervisor.config.cluster import ClusterSpec
 
 log = logging.getLogger("supervise.cluster")
 #: The lease file in ``state_dir``.
@@ -51,62 +46,6 @@ LEASE_FILE = layout.CLUSTER_LEASE
 #: The claim record in a cluster task's folder, ``{"host_id", "generation"}`` (defined
 #: here, beside no database import, so a launch can tell a fleet task without psycopg).
 CLAIM_FILE = layout.CLUSTER_CLAIM
-#: Seconds the wrapper waits between SIGTERM and SIGKILL at most (the engine's own stop,
-#: :data:`supervisor.engine.stopping.STOP_TIMEOUT`, waits the same).
-MAX_GRACE = 5.0
-#: Seconds between the wrapper's looks at the lease at most.
-MAX_POLL = 1.0
-
-
-@dataclass(frozen=True)
-class Fence:
-    """A host's fencing times, all in seconds: ``lease`` (an unrenewed lease expires),
-    ``poll`` (the wrapper's look), ``grace`` (SIGTERM to SIGKILL), ``renew`` (the
-    engine's rewrite of the lease file)."""
-
-    lease: float
-    poll: float
-    grace: float
-    renew: float
-
-    @property
-    def bound(self) -> float:
-        """Seconds an orphaned agent runs at most after its engine died."""
-        return self.lease + 2 * self.poll + self.grace
-
-
-def fence_of(host_timeout: float, heartbeat: float) -> Fence:
-    """The fence of a host with ``[cluster] host_timeout`` and ``heartbeat`` (seconds;
-    ``heartbeat < host_timeout``, as :class:`~supervisor.config.cluster.ClusterSpec`
-    checks). With ``F = host_timeout - heartbeat``: ``lease = F / 2``, ``grace =
-    min(5, F / 4)``, ``poll = min(1, F / 16)``, so :attr:`Fence.bound` <= ``7 F / 8`` < F;
-    the engine renews every ``min(heartbeat, lease / 4)``."""
-    budget = host_timeout - heartbeat
-    lease = budget / 2
-    return Fence(
-        lease=lease,
-        poll=min(MAX_POLL, budget / 16),
-        grace=min(MAX_GRACE, budget / 4),
-        renew=min(heartbeat, lease / 4),
-    )
-
-
-def host_fence(spec: ClusterSpec) -> Fence:
-    """:func:`fence_of` a ``[cluster]`` table."""
-    return fence_of(spec.host_timeout, spec.heartbeat)
-
-
-def lease_for(profile: LoadedProfile, task_dir: Path) -> dict[str, object] | None:
-    """``launch.json``'s ``lease`` for the task in ``task_dir`` (read by the wrapper, step 6
-    of :mod:`supervisor.wrapper`): the lease file's path and the fence's ``expiry``,
-    ``poll`` and ``grace`` seconds; ``None`` for a single host or a task not claimed from
-    the fleet (no :data:`CLAIM_FILE`), which runs on while its engine restarts."""
-    spec = profile.spec.cluster
-    if spec is None or not (task_dir / CLAIM_FILE).exists():
-        return None
-    fence = host_fence(spec)
-    path = profile.state_dir / LEASE_FILE
-    return {"path": str(path), "expiry": fence.lease, "poll": fence.poll, "grace": fence.grace}
 
 
 class LeaseKeeper:

@@ -47,7 +47,7 @@ class ClusterSpec(BaseModel):
             names ``host`` runs only on the host with that id (queue ``host.<id>``).
         queues: the shared queues this host takes tasks from (besides ``host.<id>``).
         host_timeout: seconds without a heartbeat after which a host counts as lost; it
-            also sets the fence (:func:`supervisor.cluster.lease.fence_of`): an agent whose
+            also sets the fence (:func:`supervisor.config.fence.fence_of`): an agent whose
             engine died stops within ``7/8 (host_timeout - heartbeat)`` seconds.
         on_host_lost: ``report`` (its running tasks end ``host_lost``) or ``restart``
             (started fresh elsewhere as a new run, unless pinned to this host). Acted on

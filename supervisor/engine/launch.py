@@ -15,11 +15,12 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from supervisor import policy
-from supervisor.cluster.lease import lease_for
 from supervisor.config import LoadedProfile
 from supervisor.config.argv import expand_placeholders
+from supervisor.config.fence import host_fence
 from supervisor.engine import clock, projection, turnmark
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.panes import Sessions
@@ -43,7 +44,7 @@ class LaunchSpec:
     project dir when shared), ``resume_exit_codes`` are the exit codes the wrapper reports as a
     resumable stop, ``stream`` (optional) names the file in the task folder the wrapper
     copies the agent's stdout to, ``lease`` (a fleet task only) what the wrapper fences
-    the agent by (:func:`supervisor.cluster.lease.lease_for`), ``stdin`` and ``paste``
+    the agent by (:func:`lease_for`), ``stdin`` and ``paste``
     how a prompt too long for argv reaches the agent (:class:`supervisor.agents.LaunchPart`).
     """
 
@@ -92,6 +93,21 @@ def argv_values(profile: LoadedProfile, runtime: Runtime) -> dict[str, str]:
         "python": sys.executable,
         "profile_dir": str(profile.path.parent),
     }
+
+
+def lease_for(profile: LoadedProfile, task_dir: Path) -> dict[str, object] | None:
+    """``launch.json``'s ``lease`` for the task in ``task_dir`` (read by the wrapper, step 6
+    of :mod:`supervisor.wrapper`): the lease file's path and the fence's ``expiry``,
+    ``poll`` and ``grace`` seconds (:mod:`supervisor.config.fence`); ``None`` for a single
+    host or a task not claimed from the fleet (no ``layout.CLUSTER_CLAIM`` record), which
+    runs on while its engine restarts. The fleet's :class:`~supervisor.cluster.lease.
+    LeaseKeeper` renews the file; the engine only names it, so it imports no fleet code."""
+    spec = profile.spec.cluster
+    if spec is None or not (task_dir / layout.CLUSTER_CLAIM).exists():
+        return None
+    fence = host_fence(spec)
+    path = profile.state_dir / layout.CLUSTER_LEASE
+    return {"path": str(path), "expiry": fence.lease, "poll": fence.poll, "grace": fence.grace}
 
 
 def launch_spec(profile: LoadedProfile, runtime: Runtime, resume: bool) -> LaunchSpec:
