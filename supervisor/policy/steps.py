@@ -13,7 +13,6 @@ import dataclasses
 from collections.abc import Callable
 
 from supervisor.config import MonitorPolicy
-from supervisor.failures import TRANSIENT
 from supervisor.policy.budget import within_budget
 from supervisor.policy.model import (
     EXIT_SETTLE,
@@ -42,7 +41,7 @@ from supervisor.policy.outcomes import (
 )
 from supervisor.policy.tools import tool_in_flight
 from supervisor.policy.turns import continued, failed_turn, keeps_agent, on_failed_turn
-from supervisor.taskdir.states import AbandonReason
+from supervisor.taskdir.states import TRANSIENT, AbandonReason
 
 Step = Callable[[TaskState, Signals, MonitorPolicy], Decision | None]
 

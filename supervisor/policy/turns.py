@@ -5,7 +5,7 @@ Claude Code's TUI reports an API failure that ends its turn through the ``StopFa
 hook, then stays at its prompt with its process alive (CLI 2.1.328, measured; see
 ``../shared/notes/real-world-facts.md``): no done-file comes, and output staleness alone
 would judge it hung and spend retries. The hook (``Signals.turn_failure``, classed in
-``Signals.failure`` with the classes of :mod:`supervisor.failures`) is acted on at once, as
+``Signals.failure`` with the classes of :mod:`~supervisor.taskdir.states`) is acted on at once, as
 the stream's final ``result`` is in headless mode:
 
 * ``transient``: ``waiting`` with a backoff, the agent stopped, then a resume of the same
@@ -31,9 +31,9 @@ from __future__ import annotations
 import dataclasses
 
 from supervisor.config import MonitorPolicy
-from supervisor.failures import TRANSIENT
 from supervisor.policy.model import Action, Decision, Signals, TaskState, bounded, first_check
 from supervisor.policy.outcomes import wait_transient
+from supervisor.taskdir.states import TRANSIENT
 
 #: The event of a waiting task whose agent continued by itself (no resume was sent).
 CONTINUED = "continued"

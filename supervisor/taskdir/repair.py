@@ -29,12 +29,10 @@ from typing import Any
 
 from supervisor.diskio import read_regular
 from supervisor.taskdir.folder import FOLLOWED_UP, MANIFEST, Manifest, TaskDir, utc_iso
+from supervisor.taskdir.states import DAMAGED as DAMAGED  # re-exported: the views' name
 from supervisor.taskdir.states import TERMINAL, Status
 from supervisor.waiting import MANIFEST_MAX
 from supervisor.workspace import lifecycle
-
-#: Status shown by ``supervise status`` for a folder whose manifest is missing or unreadable.
-DAMAGED = "damaged"
 
 
 def damage(task: TaskDir) -> str | None:

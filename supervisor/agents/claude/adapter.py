@@ -114,7 +114,7 @@ class ClaudeAdapter(AgentAdapter):
         self.escalation: dict[str, Any] | None = None
         self.transcript_path: str | None = None
         self.turn_ended = False
-        #: The class of the current run's error ending (:mod:`supervisor.failures`).
+        #: The class of the current run's error ending (:mod:`~supervisor.taskdir.states`).
         self.failure: str | None = None
         self.limit: tuple[float | None, str] | None = None
         #: When the TUI last showed progress (:mod:`.evidence`).

@@ -1,7 +1,7 @@
 """Claude Code's failure classifier: why a run ended in error, read from what the CLI said.
 
 Pure (no I/O). The adapter feeds the facts of the run that just ended; the classes are those of
-:mod:`supervisor.failures` (the policy turns a class into a transition).
+:mod:`~supervisor.taskdir.states` (the policy turns a class into a transition).
 Server errors, overload and network failures are ``transient``; 401/403 and login texts
 ``auth``; credit texts ``billing``; 400/404/413/422 ``invalid_request``; any other error
 ``agent_error``.
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from supervisor.failures import TRANSIENT
+from supervisor.taskdir.states import TRANSIENT
 
 #: HTTP statuses that pass by themselves: server errors and overload (Anthropic API errors
 #: reference: 500 api_error, 529 overloaded_error; 502-504 from proxies on the way).
