@@ -23,13 +23,14 @@ from supervisor.config import MAX_PROMPT_BYTES, LoadedProfile
 from supervisor.config.argsize import prompt_problems
 from supervisor.policy.followups import STOP_FIRST, refusal
 from supervisor.taskdir import control
+from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import CONTINUE_REFUSED, FOLLOWED_UP, FOLLOWUP, Manifest, TaskDir
 from supervisor.taskdir.states import Status
 from supervisor.waiting import read_manifest
 from supervisor.workspace.journal import MERGED
 
 #: Events after which the task's worktree holds nothing to continue in.
-_GONE = (MERGED, "discarded")
+_GONE = (MERGED, Event.DISCARDED)
 #: Seconds between looks at the manifest while waiting.
 POLL = 0.1
 #: Seconds more a follow-up of an escalated task waits: it is stopped first (SIGTERM, then

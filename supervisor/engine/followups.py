@@ -30,6 +30,7 @@ from supervisor.config import MAX_PROMPT_BYTES
 from supervisor.diskio import read_regular
 from supervisor.policy.followups import STOP_FIRST, refusal
 from supervisor.taskdir import control
+from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import (
     CONTINUE_REFUSED,
     FOLLOWED_UP,
@@ -37,7 +38,7 @@ from supervisor.taskdir.folder import (
     TURN_PROMPT,
     TaskDir,
 )
-from supervisor.taskdir.states import TERMINAL
+from supervisor.taskdir.states import TERMINAL, Status
 
 if TYPE_CHECKING:
     from supervisor.engine.scheduler import Engine
@@ -52,12 +53,12 @@ def take(engine: Engine, task_id: str) -> None:
     runtime = engine.live.get(task_id)
     if runtime is not None and runtime.state.status in STOP_FIRST:
         with contextlib.suppress(OSError):
-            task.append_event(f"{control.CONTINUE}_requested", status=runtime.state.status)
+            task.append_event(Event.CONTINUE_REQUESTED, status=runtime.state.status)
         control.request(engine.profile.state_dir, task_id, "stop")  # then after_end
         return
     queued = any(t.task_id == task_id for t in engine.queue)
     if runtime is not None or queued:
-        status = runtime.state.status if runtime is not None else "queued"
+        status = runtime.state.status if runtime is not None else Status.QUEUED
         _refuse(task, f"task {task_id} {refusal(status)}")
         return
     if reopen(task):

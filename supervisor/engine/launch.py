@@ -25,6 +25,7 @@ from supervisor.engine import runtime as runtimes
 from supervisor.engine.panes import Sessions
 from supervisor.engine.runtime import Runtime
 from supervisor.taskdir.folder import Manifest, atomic_write, utc_iso
+from supervisor.taskdir.states import Status
 from supervisor.tmux import Tmux, TmuxError, TmuxTimeout
 
 log = logging.getLogger("supervise.engine")
@@ -200,7 +201,7 @@ def record_launch(runtime: Runtime, started: policy.Decision, now: float) -> Non
     runtime.state = started.state
 
     def change(m: Manifest) -> None:
-        m.status = "running"
+        m.status = Status.RUNNING
         m.started_at = utc_iso(now)
         m.last_checked_at = utc_iso(now)
         m.pid = None

@@ -63,6 +63,7 @@ from supervisor.engine.starts import Result, Starts
 from supervisor.engine.watch import Watcher
 from supervisor.statelock import engine_lock
 from supervisor.taskdir import control
+from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import TaskDir
 from supervisor.tmux import Tmux, TmuxError
 
@@ -276,7 +277,7 @@ class Engine(Kicks):
                 log.warning("ignored '%s' for %s: no such live task", verb, task_id)
                 continue
             with contextlib.suppress(OSError):  # a full disk: the request is still applied
-                runtime.task.append_event(f"{verb}_requested", status=runtime.state.status)
+                runtime.task.append_event(Event.requested(verb), status=runtime.state.status)
             runtime.requests.add(verb)
             if task_id in self.live:
                 self._schedule_check(runtime, delay=0.0)
@@ -348,7 +349,7 @@ class Engine(Kicks):
         self.stats["launched"] += 1
         self.live[task.task_id] = runtime  # watched from now on, whatever the writes do
         launch.record_launch(runtime, started.decision, started.now)
-        self.source.report(task, runtime.manifest, "launched", ended=False)
+        self.source.report(task, runtime.manifest, Event.LAUNCHED, ended=False)
         self._watch(runtime)
         self._schedule_check(runtime, delay=started.decision.next_check)
         log.info("launched %s in tmux session %s", task.task_id, task.task_id)

@@ -56,7 +56,9 @@ from supervisor.audit import By
 from supervisor.config import AgentSpec
 from supervisor.policy import approval
 from supervisor.streamcopy import LAUNCH_MARK
+from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import TURN_PROMPT, Manifest, utc_iso
+from supervisor.taskdir.states import Status
 
 log = logging.getLogger(__name__)
 
@@ -265,7 +267,7 @@ class ClaudeAdapter(AgentAdapter):
                 self.denials += 1
                 if (
                     self.denials >= policy.max_denials
-                    and status == "running"
+                    and status == Status.RUNNING
                     and self.pending_answer is None
                     and not escalate
                 ):
@@ -294,7 +296,7 @@ class ClaudeAdapter(AgentAdapter):
         return escalate, pause
 
     def _record(self, signal: hooks.HookSignal) -> None:
-        self.task.append_event("hook", at=signal.at, **hooks.summary(signal.data))
+        self.task.append_event(Event.HOOK, at=signal.at, **hooks.summary(signal.data))
         hooks.archive(signal)
 
     def _decide(self, tool: str, tool_input: Any, denials: int) -> approval.Ruling:
