@@ -24,7 +24,7 @@ from supervisor.config.argsize import prompt_problems
 from supervisor.policy.followups import STOP_FIRST, refusal
 from supervisor.taskdir import control
 from supervisor.taskdir.events import Event
-from supervisor.taskdir.folder import CONTINUE_REFUSED, FOLLOWED_UP, FOLLOWUP, Manifest, TaskDir
+from supervisor.taskdir.folder import FOLLOWUP, Manifest, TaskDir
 from supervisor.taskdir.states import Status
 from supervisor.waiting import read_manifest
 from supervisor.workspace.journal import MERGED
@@ -193,9 +193,9 @@ def _wait(task: TaskDir, before: Manifest, wait_s: float) -> dict:
 def _refused_line(task: TaskDir) -> str | None:
     """The engine's reason when the last word of the log on this follow-up is a refusal."""
     for event in reversed(task.events()):
-        if event.get("event") == CONTINUE_REFUSED:
+        if event.get("event") == Event.CONTINUE_REFUSED:
             return str(event.get("reason") or "the engine refused the follow-up")
-        if event.get("event") in (FOLLOWED_UP, f"{control.CONTINUE}_requested"):
+        if event.get("event") in (Event.FOLLOWED_UP, Event.CONTINUE_REQUESTED):
             return None
     return None
 

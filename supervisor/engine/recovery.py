@@ -21,7 +21,7 @@ from supervisor.engine import runtime as runtimes
 from supervisor.engine.runtime import Runtime
 from supervisor.taskdir import control, repair
 from supervisor.taskdir.events import Event, first_of, last_terminal, last_word
-from supervisor.taskdir.folder import NOTIFIED, NOTIFYING, Manifest, TaskDir
+from supervisor.taskdir.folder import Manifest, TaskDir
 from supervisor.taskdir.states import TERMINAL, Status
 from supervisor.tmux import PaneInfo, Tmux
 
@@ -147,9 +147,9 @@ def _unsent(profile: LoadedProfile, task: TaskDir, manifest: Manifest) -> Unsent
     pending: dict[str, str] = {}
     for event in task.events():
         name, notified_event = event.get("event"), str(event.get("notified_event"))
-        if name == NOTIFYING:
+        if name == Event.NOTIFYING:
             pending[notified_event] = str(event.get("reason") or "")
-        elif name == NOTIFIED:
+        elif name == Event.NOTIFIED:
             pending.pop(notified_event, None)
     if not pending:
         return None

@@ -25,7 +25,7 @@ from supervisor.policy.turns import CONTINUED
 from supervisor.taskdir.events import INTENTS as INTENTS  # re-exported by supervisor.policy
 from supervisor.taskdir.events import Event, last_terminal
 from supervisor.taskdir.events import last_word as last_word  # re-exported by supervisor.policy
-from supervisor.taskdir.folder import NOTIFIED, Manifest, parse_iso
+from supervisor.taskdir.folder import Manifest, parse_iso
 from supervisor.taskdir.states import FailureReason, Status, Verdict
 
 
@@ -111,7 +111,9 @@ def recovered_ending(
         resume_at=None,
     )
     new = logged_ending(new, [last])
-    notified = any(e.get("event") == NOTIFIED and e.get("notified_event") == status for e in events)
+    notified = any(
+        e.get("event") == Event.NOTIFIED and e.get("notified_event") == status for e in events
+    )
     actions = (Action.STOP_AGENT,) if status in (Status.ABANDONED, Status.SUPERSEDED) else ()
     actions += (Action.FINISH, Action.CLEANUP) + (() if notified else (Action.NOTIFY,))
     decision = Decision(

@@ -29,7 +29,7 @@ from typing import Any
 
 from supervisor.diskio import read_regular
 from supervisor.taskdir.events import RUNS, Event, first_of, last_terminal, named
-from supervisor.taskdir.folder import FOLLOWED_UP, MANIFEST, Manifest, TaskDir, utc_iso
+from supervisor.taskdir.folder import MANIFEST, Manifest, TaskDir, utc_iso
 from supervisor.taskdir.states import DAMAGED as DAMAGED  # re-exported: the views' name
 from supervisor.taskdir.states import Status
 from supervisor.waiting import MANIFEST_MAX
@@ -70,7 +70,7 @@ def rebuild(
     queued = first_of(events, Event.QUEUED)
     if queued is None or not queued.get("session_id"):
         return None
-    if any(e.get("event") == FOLLOWED_UP for e in events):
+    if any(e.get("event") == Event.FOLLOWED_UP for e in events):
         return None  # turn 2 or later (supervise continue): left damaged, reported
     end = last_terminal(events)
     launched = named(events, Event.LAUNCHED)
