@@ -20,6 +20,7 @@ import psutil
 from supervisor.diskio import read_regular
 from supervisor.policy import Signals
 from supervisor.taskdir.folder import TaskDir
+from supervisor.taskdir.states import FailureReason
 from supervisor.wrapper import LAUNCH_ERROR
 
 #: Slack in seconds when comparing a process's create_time with our launch time (clock
@@ -104,7 +105,7 @@ def observe(
         agent_alive=None if pid is None else pid_alive(pid, written_at, known_starts),
         output_mtime=task.output_mtime(),
         signal=task.read_int("signal"),
-        failure="launch" if unlaunched else None,
+        failure=FailureReason.LAUNCH if unlaunched else None,
         launch_error=_launch_error(task) if unlaunched else None,
     )
 

@@ -42,7 +42,7 @@ from supervisor.policy.outcomes import (
 from supervisor.policy.tools import tool_in_flight
 from supervisor.policy.turns import continued, failed_turn, keeps_agent, on_failed_turn
 from supervisor.taskdir.events import Event
-from supervisor.taskdir.states import TRANSIENT, AbandonReason, Status, Verdict
+from supervisor.taskdir.states import TRANSIENT, AbandonReason, FailureReason, Status, Verdict
 
 Step = Callable[[TaskState, Signals, MonitorPolicy], Decision | None]
 
@@ -172,7 +172,7 @@ def _layer_done(state: TaskState, signals: Signals, policy: MonitorPolicy) -> De
             reason="done-file with exit code 0; running the acceptance check",
         )
     status = Status.COMPLETED if code == 0 else Status.FAILED
-    failure = None if code == 0 else (signals.failure or "exit_code")
+    failure = None if code == 0 else (signals.failure or FailureReason.EXIT_CODE)
     new = dataclasses.replace(
         state,
         status=status,
@@ -185,9 +185,11 @@ def _layer_done(state: TaskState, signals: Signals, policy: MonitorPolicy) -> De
         verdict=Verdict.PASS if code == 0 else Verdict.FAIL,
         failure_reason=failure,
     )
-    named = failure is not None and failure != "exit_code"
+    named = failure is not None and failure != FailureReason.EXIT_CODE
     why = f"done-file with exit code {code}" + (f"; failure reason: {failure}" if named else "")
-    if failure == "launch" and signals.launch_error:  # the cause, not only output_tail's
+    if (
+        failure == FailureReason.LAUNCH and signals.launch_error
+    ):  # the cause, not only output_tail's
         why += f" ({signals.launch_error})"
     return Decision(
         state=new,
