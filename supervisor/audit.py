@@ -16,6 +16,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from supervisor.taskdir.states import AbandonReason, Status
+
 
 class By(StrEnum):
     """Who ruled on one permission request (the ``by`` of a ``permission`` event)."""
@@ -46,17 +48,17 @@ class By(StrEnum):
 
 #: ``abandon_reason`` of an escalated task's ending -> who denied its waiting request.
 _ENDINGS: dict[str, By] = {
-    "deadline": By.DEADLINE,
-    "stopped": By.STOP,
-    "denied": By.OPERATOR,  # a person denied the paused escalation
-    "budget": By.BUDGET,
+    AbandonReason.DEADLINE: By.DEADLINE,
+    AbandonReason.STOPPED: By.STOP,
+    AbandonReason.DENIED: By.OPERATOR,  # a person denied the paused escalation
+    AbandonReason.BUDGET: By.BUDGET,
 }
 
 
 def ended_by(status: str, abandon_reason: str | None) -> By:
     """Who denied the request an escalated task still held when it ended with ``status``
     (``abandon_reason`` when ``abandoned``); :attr:`By.ENGINE` for any other ending."""
-    if status == "superseded":
+    if status == Status.SUPERSEDED:
         return By.SUPERSEDED
     return _ENDINGS.get(abandon_reason or "", By.ENGINE)
 

@@ -24,13 +24,14 @@ from supervisor.config.argsize import prompt_problems
 from supervisor.errors import SuperviseError
 from supervisor.policy.followups import STOP_FIRST, refusal
 from supervisor.taskdir import control, layout
-from supervisor.taskdir.folder import CONTINUE_REFUSED, FOLLOWED_UP, FOLLOWUP, Manifest, TaskDir
+from supervisor.taskdir.events import Event
+from supervisor.taskdir.folder import FOLLOWUP, Manifest, TaskDir
 from supervisor.taskdir.states import Status
 from supervisor.waiting import read_manifest
 from supervisor.workspace.journal import MERGED
 
 #: Events after which the task's worktree holds nothing to continue in.
-_GONE = (MERGED, "discarded")
+_GONE = (MERGED, Event.DISCARDED)
 #: Seconds between looks at the manifest while waiting.
 POLL = 0.1
 #: Seconds more a follow-up of an escalated task waits: it is stopped first (SIGTERM, then
@@ -193,9 +194,9 @@ def _wait(task: TaskDir, before: Manifest, wait_s: float) -> dict:
 def _refused_line(task: TaskDir) -> str | None:
     """The engine's reason when the last word of the log on this follow-up is a refusal."""
     for event in reversed(task.events()):
-        if event.get("event") == CONTINUE_REFUSED:
+        if event.get("event") == Event.CONTINUE_REFUSED:
             return str(event.get("reason") or "the engine refused the follow-up")
-        if event.get("event") in (FOLLOWED_UP, f"{control.CONTINUE}_requested"):
+        if event.get("event") in (Event.FOLLOWED_UP, Event.CONTINUE_REQUESTED):
             return None
     return None
 

@@ -52,7 +52,9 @@ from supervisor.config import (
 from supervisor.config.cluster import spool_claim_warnings
 from supervisor.diskio import NotRegularFile, fsync_dir, read_regular
 from supervisor.taskdir import layout
+from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import Manifest, TaskDir, atomic_write, utc_iso
+from supervisor.taskdir.states import Status
 from supervisor.taskid import GENERATED
 from supervisor.terminal import escape_controls
 from supervisor.workspace import lifecycle
@@ -474,7 +476,7 @@ def materialize(task: TaskDir, resolved: ResolvedTask, source: str, state_dir: P
     manifest = Manifest(
         task_id=task.task_id,
         task_name=resolved.spec.name,
-        status="queued",
+        status=Status.QUEUED,
         model=resolved.model,
         project_dir=str(resolved.spec.project_dir),
         session_name=task.task_id,
@@ -485,8 +487,8 @@ def materialize(task: TaskDir, resolved: ResolvedTask, source: str, state_dir: P
     )
     task.write_manifest(manifest)
     task.append_event(
-        "queued",
-        status="queued",
+        Event.QUEUED,
+        status=Status.QUEUED,
         source=source,
         session_id=manifest.session_id,
         workspace=workspace.model_dump(mode="json"),

@@ -12,6 +12,7 @@ from supervisor.config import MAX_PROMPT_BYTES
 from supervisor.diskio import read_regular
 from supervisor.taskdir import layout
 from supervisor.taskdir.folder import TURN_PROMPT, Manifest, TaskDir, TurnRecord
+from supervisor.taskdir.states import Status
 
 #: The manifest fields of an ended turn's outcome, cleared when the next turn opens.
 CLEARED = (
@@ -74,7 +75,7 @@ def open_turn(manifest: Manifest, turn: int, task: TaskDir) -> None:
         )
     )
     manifest.turn = turn
-    manifest.status = "queued"
+    manifest.status = Status.QUEUED
     for name in CLEARED:
         setattr(manifest, name, None)
     manifest.retry_count = manifest.limit_waits = manifest.transient_waits = 0

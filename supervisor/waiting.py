@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from supervisor.diskio import read_regular
 from supervisor.errors import SuperviseError
 from supervisor.taskdir import layout
-from supervisor.taskdir.states import TERMINAL, Status
+from supervisor.taskdir.states import TERMINAL, Status, Verdict
 from supervisor.taskid import is_task_id
 from supervisor.taskid import shown as shown_id
 from supervisor.terminal import escape_controls
@@ -344,7 +344,7 @@ class _Look:
         elif pending:
             code = EXIT_TIMEOUT
         else:
-            code = 0 if all(m.get("verdict") == "PASS" for m in shown) else 1
+            code = 0 if all(m.get("verdict") == Verdict.PASS for m in shown) else 1
         return WaitOutcome(shown, tuple(self.needing), tuple(pending), code, timeout)
 
 

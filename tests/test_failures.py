@@ -14,9 +14,8 @@ from hypothesis import strategies as st
 
 from supervisor.agents.claude.failures import classify, classify_hook_error
 from supervisor.config import MonitorPolicy
-from supervisor.failures import TRANSIENT
 from supervisor.policy import Action, Signals, TaskState, backoff, decide
-from supervisor.taskdir.states import TERMINAL, FailureReason
+from supervisor.taskdir.states import TERMINAL, TRANSIENT, FailureReason
 
 T0 = 1_700_000_000.0
 P = MonitorPolicy(base_interval=10, max_interval=300, deadline=3600, grace_period=5)

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from supervisor.config import MonitorPolicy
-from supervisor.failures import TRANSIENT
 from supervisor.policy import Action, Signals, TaskState, backoff, decide
+from supervisor.taskdir.states import TRANSIENT
 
 A = Action
 T0 = 1_700_000_000.0

@@ -44,6 +44,7 @@ from supervisor.cli.common import (
 from supervisor.cluster import DSN_ENV
 from supervisor.errors import ConfigError
 from supervisor.taskdir import layout
+from supervisor.taskdir.states import Status, Verdict
 from supervisor.terminal import escape_controls, escape_json_text
 
 #: Seconds between reads of the fleet's rows in ``wait``.
@@ -238,7 +239,7 @@ def _wait(args: argparse.Namespace, dsn: str) -> int:
 
 
 def _needs_you(row: dict[str, Any]) -> bool:
-    return row["status"] == "escalated"
+    return row["status"] == Status.ESCALATED
 
 
 def _print_waited(args: argparse.Namespace, shown: list[dict[str, Any]]) -> int:
@@ -267,7 +268,7 @@ def _print_waited(args: argparse.Namespace, shown: list[dict[str, Any]]) -> int:
     if still:
         err(f"supervise wait: {len(still)} task(s) still running after {args.timeout:g} s")
         return EXIT_TIMEOUT
-    return 0 if all(row.get("verdict") == "PASS" for row in shown) else 1
+    return 0 if all(row.get("verdict") == Verdict.PASS for row in shown) else 1
 
 
 def register(sub: Any) -> None:

@@ -39,8 +39,9 @@ from supervisor.engine.projection import Applied
 from supervisor.engine.runtime import Outcome, Runtime
 from supervisor.engine.stopping import STOP_TIMEOUT, StopInProgress
 from supervisor.taskdir import layout
+from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import TaskDir, utc_iso
-from supervisor.taskdir.states import TERMINAL
+from supervisor.taskdir.states import TERMINAL, Status
 from supervisor.tmux import Tmux, TmuxError
 
 log = logging.getLogger("supervise.engine")
@@ -119,7 +120,7 @@ class Actions:
             state.exit_code if state.exit_code is not None else task.read_int(layout.EXIT_CODE)
         )
         done_at = task.done_mtime()
-        own_end = done_at is not None and state.status not in ("abandoned", "superseded")
+        own_end = done_at is not None and state.status not in (Status.ABANDONED, Status.SUPERSEDED)
         finished_at = utc_iso(done_at if own_end else now) if finished else None
         tail = task.output_tail() if finished else None
         return Applied(previous, state, finished, exit_code, finished_at, tail)
@@ -267,7 +268,7 @@ class Actions:
     ) -> Outcome:
         """:meth:`_conclude` within its hold."""
         task, state, previous = runtime.task, applied.state, applied.previous
-        ended_escalated = previous.status == "escalated" and state.status in TERMINAL
+        ended_escalated = previous.status == Status.ESCALATED and state.status in TERMINAL
         if runtime.agent is not None and ended_escalated:
             by = ended_by(state.status, state.abandon_reason)
             runtime.agent.answer(approve=False, by=by)  # frees a waiting hook
@@ -326,7 +327,7 @@ class Actions:
             try:
                 workspaces.finish(runtime)  # the agent's work committed before it is judged
                 result = acceptance.run(runtime.task, runtime.workdir, spec)
-                runtime.task.append_event("acceptance", **result)
+                runtime.task.append_event(Event.ACCEPTANCE, **result)
             except Exception:
                 log.exception("%s: acceptance check failed to run", runtime.task.task_id)
             finally:
@@ -345,7 +346,7 @@ class Actions:
             found = processes.task_processes(task.path, [session] if session else [], started)
             if found:
                 ended, killed = processes.reap(found, STOP_TIMEOUT)
-                task.append_event("processes_ended", pids=ended, killed=killed)
+                task.append_event(Event.PROCESSES_ENDED, pids=ended, killed=killed)
                 log.info("%s: ended %d leftover process(es) %s", task.task_id, len(ended), ended)
 
         self.submit_background("sweep", statelock.held_while(task.path, body))
@@ -358,7 +359,7 @@ class Actions:
         if pgid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signum)
-            task.append_event("agent_signalled", pid=pid, signal=signal.Signals(signum).name)
+            task.append_event(Event.AGENT_SIGNALLED, pid=pid, signal=signal.Signals(signum).name)
 
     # ------------------------------------------------------------------ stop and resume
     def _stop_agent(self, runtime: Runtime, then: Callable[[], Outcome]) -> float | None:
@@ -393,7 +394,7 @@ class Actions:
     @staticmethod
     def _record_stop(task: TaskDir, stop: StopInProgress) -> None:
         try:
-            task.append_event("agent_stopped", pid=stop.pid, killed=stop.killed)
+            task.append_event(Event.AGENT_STOPPED, pid=stop.pid, killed=stop.killed)
         except OSError as exc:  # the stop happened; its record is informational
             log.error("%s: cannot record the agent's stop: %s", task.task_id, exc)
 

@@ -4,7 +4,7 @@ new turn, from the prompt the CLI left in its folder (:data:`~supervisor.taskdir
 The prompt file is the request; ``control/<ID>.continue`` only wakes the intake job. Each
 step can be redone after a SIGKILL, so a follow-up is neither lost nor doubled:
 
-1. the :data:`~supervisor.taskdir.folder.FOLLOWED_UP` event (write-ahead; not written again when
+1. the ``followed_up`` event (write-ahead; not written again when
    the log already opened this turn with the same prompt digest);
 2. the manifest: the ended turn appended to ``turns``, ``turn`` + 1, ``queued``, the
    outcome fields cleared, ``retry_count`` 0 (:func:`supervisor.turnlog.open_turn`);
@@ -30,14 +30,13 @@ from supervisor.config import MAX_PROMPT_BYTES
 from supervisor.diskio import read_regular
 from supervisor.policy.followups import STOP_FIRST, refusal
 from supervisor.taskdir import control
+from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import (
-    CONTINUE_REFUSED,
-    FOLLOWED_UP,
     FOLLOWUP,
     TURN_PROMPT,
     TaskDir,
 )
-from supervisor.taskdir.states import TERMINAL
+from supervisor.taskdir.states import TERMINAL, Status
 
 if TYPE_CHECKING:
     from supervisor.engine.scheduler import Engine
@@ -52,12 +51,12 @@ def take(engine: Engine, task_id: str) -> None:
     runtime = engine.live.get(task_id)
     if runtime is not None and runtime.state.status in STOP_FIRST:
         with contextlib.suppress(OSError):
-            task.append_event(f"{control.CONTINUE}_requested", status=runtime.state.status)
+            task.append_event(Event.CONTINUE_REQUESTED, status=runtime.state.status)
         control.request(engine.profile.state_dir, task_id, "stop")  # then after_end
         return
     queued = any(t.task_id == task_id for t in engine.queue)
     if runtime is not None or queued:
-        status = runtime.state.status if runtime is not None else "queued"
+        status = runtime.state.status if runtime is not None else Status.QUEUED
         _refuse(task, f"task {task_id} {refusal(status)}")
         return
     if reopen(task):
@@ -87,7 +86,7 @@ def recover(engine: Engine) -> None:
 def reopen(task: TaskDir) -> bool:
     """Open the next turn of ``task`` from its follow-up prompt (steps 1-3 above); whether
     the task must be queued. A follow-up that cannot be taken is removed with a
-    :data:`~supervisor.taskdir.folder.CONTINUE_REFUSED` event."""
+    :attr:`~supervisor.taskdir.events.Event.CONTINUE_REFUSED` event."""
     try:
         manifest = task.read_manifest()
         raw = read_regular(task.file(FOLLOWUP), MAX_PROMPT_BYTES, follow=False)
@@ -97,7 +96,7 @@ def reopen(task: TaskDir) -> bool:
         _refuse(task, f"task {task.task_id}: cannot read its follow-up: {exc}")
         return False
     sha = turnlog.digest(raw)
-    logged = next((e for e in reversed(task.events()) if e.get("event") == FOLLOWED_UP), None)
+    logged = next((e for e in reversed(task.events()) if e.get("event") == Event.FOLLOWED_UP), None)
     opened = logged is not None and logged.get("prompt_sha256") == sha
     if manifest.status not in TERMINAL:
         if opened and logged is not None and logged.get("turn") == manifest.turn:
@@ -111,7 +110,7 @@ def reopen(task: TaskDir) -> bool:
     if not (opened and logged is not None and logged.get("turn") == turn):
         fields = {"turn": turn, "prompt": turnlog.head(prompt), "prompt_sha256": sha}
         task.append_event(
-            FOLLOWED_UP, status=decision.state.status, reason=decision.reason, **fields
+            Event.FOLLOWED_UP, status=decision.state.status, reason=decision.reason, **fields
         )
     task.update_manifest(lambda m: turnlog.open_turn(m, turn, task))
     os.replace(task.file(FOLLOWUP), task.file(TURN_PROMPT))
@@ -125,4 +124,4 @@ def _refuse(task: TaskDir, why: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         task.file(FOLLOWUP).unlink()
     with contextlib.suppress(OSError):
-        task.append_event(CONTINUE_REFUSED, reason=why)
+        task.append_event(Event.CONTINUE_REFUSED, reason=why)

@@ -25,7 +25,9 @@ from supervisor.engine.actions import Actions
 from supervisor.engine.intake import Intake
 from supervisor.engine.runtime import Outcome, Runtime
 from supervisor.engine.starts import Result, Starts
+from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import TaskDir
+from supervisor.taskdir.states import FailureReason
 from supervisor.tmux import Tmux
 
 log = logging.getLogger("supervise.engine")
@@ -76,7 +78,7 @@ class Launches:
         """A task's worktree was made (then it is launched in turn), or not (``error``:
         it ends as :func:`policy.launch_failed` says, ``failure_reason`` workspace)."""
         if error is not None:
-            self._launch_failed(runtime, runtime.state, clock.now(), error, "workspace")
+            self._launch_failed(runtime, runtime.state, clock.now(), error, FailureReason.WORKSPACE)
         elif "stop" in runtime.requests:  # stopped while its worktree was made
             self._decide_and_apply(runtime)
         else:
@@ -96,7 +98,7 @@ class Launches:
         if isinstance(started, Exception):  # nothing was started: the task ends with why
             log.error("launch of %s failed: %r", task.task_id, started)
             why = " ".join(f"{type(started).__name__}: {started}".split())
-            self._launch_failed(runtime, runtime.state, clock.now(), why, "launch")
+            self._launch_failed(runtime, runtime.state, clock.now(), why, FailureReason.LAUNCH)
             return
         if started.error is not None:
             # tmux refused to create the session: the task ends ``failed`` with the reason
@@ -106,12 +108,12 @@ class Launches:
             runtime.state = started.decision.state
             self.live[task.task_id] = runtime
             state, why = started.decision.state, str(started.error)
-            self._launch_failed(runtime, state, started.now, why, "launch")
+            self._launch_failed(runtime, state, started.now, why, FailureReason.LAUNCH)
             return
         self.stats["launched"] += 1
         self.live[task.task_id] = runtime  # watched from now on, whatever the writes do
         launch.record_launch(runtime, started.decision, started.now)
-        self.source.report(task, runtime.manifest, "launched", ended=False)
+        self.source.report(task, runtime.manifest, Event.LAUNCHED, ended=False)
         self._watch(runtime)
         self._schedule_check(runtime, started.decision.next_check)
         log.info("launched %s in tmux session %s", task.task_id, task.task_id)

@@ -15,7 +15,8 @@ from supervisor.agents.readable import agent_kind, readable_text
 from supervisor.config import MonitorPolicy
 from supervisor.engine import notify
 from supervisor.engine.pools import Submit
-from supervisor.taskdir.folder import NOTIFIED, NOTIFYING, Manifest, TaskDir
+from supervisor.taskdir.events import Event
+from supervisor.taskdir.folder import Manifest, TaskDir
 
 if TYPE_CHECKING:
     from supervisor.engine.recovery import Unsent
@@ -83,7 +84,7 @@ class Notifications:
         found by attack). A full disk skips it: the notification is still sent."""
         for event in events:
             with contextlib.suppress(OSError):
-                task.append_event(NOTIFYING, status=status, notified_event=event, reason=why)
+                task.append_event(Event.NOTIFYING, status=status, notified_event=event, reason=why)
 
     def submit(
         self,
@@ -107,5 +108,5 @@ class Notifications:
         event = notify_payload(manifest, name, why)
         code = notify.run_notifier(monitor.notifier, event, timeout=monitor.notifier_timeout)
         task.append_event(
-            NOTIFIED, status=manifest.status, notified_event=name, notifier_exit_code=code
+            Event.NOTIFIED, status=manifest.status, notified_event=name, notifier_exit_code=code
         )

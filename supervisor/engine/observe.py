@@ -17,6 +17,7 @@ from supervisor.engine.panes import SESSIONS_MAX_AGE, Sessions
 from supervisor.engine.runtime import Runtime
 from supervisor.taskdir import layout
 from supervisor.taskdir.folder import TaskDir
+from supervisor.taskdir.states import Status
 from supervisor.tmux import PaneInfo, Tmux
 from supervisor.wrapper import END_MARK
 
@@ -67,7 +68,7 @@ class Observer:
             acceptance_running=runtime.accepting,
             state_disk_full=disk_full,
         )
-        if runtime.state.status == "verifying" and not runtime.accepting:
+        if runtime.state.status == Status.VERIFYING and not runtime.accepting:
             accepted = acceptance.read(task)
             if accepted is not None:
                 seen = dataclasses.replace(seen, acceptance=bool(accepted.get("passed")))

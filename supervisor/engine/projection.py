@@ -19,6 +19,7 @@ from supervisor.engine import acceptance
 from supervisor.engine.runtime import Runtime
 from supervisor.taskdir import layout
 from supervisor.taskdir.folder import Manifest, utc_iso
+from supervisor.taskdir.states import Status
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ def state_fields(
     ``new_run`` (a launch or a resume: the old run's PID is gone). An ``abandoned`` state
     stamps ``abandoned_at`` with ``now``.
     """
-    starting = m.status == "queued"
+    starting = m.status == Status.QUEUED
     m.status = state.status  # type: ignore[assignment]
     m.retry_count = state.retry_count
     m.last_checked_at = utc_iso(now)
@@ -60,7 +61,7 @@ def state_fields(
         m.launched_at = utc_iso(state.launched_at)
     m.limit_waits = state.limit_waits
     m.transient_waits = state.transient_waits
-    if state.status == "abandoned":
+    if state.status == Status.ABANDONED:
         m.abandoned_at = utc_iso(now)
         m.abandon_reason = state.abandon_reason
 
@@ -91,7 +92,7 @@ def decided(
     summary = None
     if finished:
         result_text = runtime.agent.result_text() if runtime.agent is not None else None
-        why = "" if state.status == "completed" else decision.reason
+        why = "" if state.status == Status.COMPLETED else decision.reason
         summary = acceptance.summary(result_text, accepted, why)
     resumed = policy.Action.RESUME in decision.actions
 

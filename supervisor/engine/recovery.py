@@ -20,8 +20,9 @@ from supervisor.engine import clock
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.runtime import Runtime
 from supervisor.taskdir import control, layout, repair
-from supervisor.taskdir.folder import NOTIFIED, NOTIFYING, Manifest, TaskDir
-from supervisor.taskdir.states import TERMINAL
+from supervisor.taskdir.events import Event, first_of, last_terminal, last_word
+from supervisor.taskdir.folder import Manifest, TaskDir
+from supervisor.taskdir.states import TERMINAL, Status
 from supervisor.tmux import PaneInfo, Tmux
 
 log = logging.getLogger("supervise.engine")
@@ -116,28 +117,28 @@ def _adopt_one(
         log.error("cannot re-adopt %s: %s", task.task_id, exc)
         return None
     events = task.turn_events()  # an earlier turn is no word on this one
-    ended = repair.last_terminal(events) is not None  # the log's last word is final
-    if manifest.status == "queued" and task.task_id not in sessions and not ended:
+    ended = last_terminal(events) is not None  # the log's last word is final
+    if manifest.status == Status.QUEUED and task.task_id not in sessions and not ended:
         return Requeued(task)
     launch_written = None
-    launch_logged = any(e.get("event") == "launched" for e in events)
-    if manifest.status == "queued" and not launch_logged:
+    launch_logged = first_of(events, Event.LAUNCHED) is not None
+    if manifest.status == Status.QUEUED and not launch_logged:
         # launched, but we died before recording it
         launch_written = task.file(layout.LAUNCH).stat().st_mtime
-        task.append_event("launched", status="running", recovered=True)
+        task.append_event(Event.LAUNCHED, status=Status.RUNNING, recovered=True)
     state = policy.adopted(manifest, events, launch_written)
     # The event log runs ahead of the manifest (write-ahead): trust its last word.
-    last = policy.last_word(events)
+    last = last_word(events)
     runtime = runtimes.build(profile, tmux, task, resolved, state, manifest)
     clock.adopted(runtime, profile.state_dir)  # its recorded times on this engine's clock
     state = runtime.state
     _requests_left(profile, runtime)
     with contextlib.suppress(OSError):  # a full disk must not leave the task unwatched
-        task.append_event("adopted", status=state.status, retry_count=state.retry_count)
+        task.append_event(Event.ADOPTED, status=state.status, retry_count=state.retry_count)
     log.info("adopted %s (%s)", task.task_id, state.status)
     if last is not None and last["event"] in TERMINAL:
         return Adopted(runtime, ending=_logged_ending(runtime, last, events), now=clock.now())
-    resume = last is not None and last["event"] == "resumed"
+    resume = last is not None and last["event"] == Event.RESUMED
     return Adopted(runtime, resume=resume and _resume_cut_short(runtime, sessions))
 
 
@@ -146,9 +147,9 @@ def _unsent(profile: LoadedProfile, task: TaskDir, manifest: Manifest) -> Unsent
     pending: dict[str, str] = {}
     for event in task.events():
         name, notified_event = event.get("event"), str(event.get("notified_event"))
-        if name == NOTIFYING:
+        if name == Event.NOTIFYING:
             pending[notified_event] = str(event.get("reason") or "")
-        elif name == NOTIFIED:
+        elif name == Event.NOTIFIED:
             pending.pop(notified_event, None)
     if not pending:
         return None
@@ -170,7 +171,7 @@ def _requests_left(profile: LoadedProfile, runtime: Runtime) -> None:
             continue
         path.unlink(missing_ok=True)
         with contextlib.suppress(OSError):  # a full disk: the request is still applied
-            runtime.task.append_event(f"{verb}_requested", status=runtime.state.status)
+            runtime.task.append_event(Event.requested(verb), status=runtime.state.status)
         runtime.requests.add(verb)
 
 
@@ -197,13 +198,13 @@ def _adopt_damaged(profile: LoadedProfile, task: TaskDir, why: str) -> Found | N
     kept = repair.set_aside(task.file(layout.MANIFEST))
     task.write_manifest(manifest)
     task.append_event(
-        "manifest_repaired",
+        Event.MANIFEST_REPAIRED,
         status=manifest.status,
         damage=why,
         damaged_copy=str(kept) if kept else None,
     )
     log.warning("%s: %s; rebuilt from events.jsonl (%s)", task.task_id, why, manifest.status)
-    return Requeued(task) if manifest.status == "queued" else None
+    return Requeued(task) if manifest.status == Status.QUEUED else None
 
 
 def _resume_cut_short(runtime: Runtime, sessions: dict[str, PaneInfo]) -> bool:
@@ -221,7 +222,9 @@ def _resume_cut_short(runtime: Runtime, sessions: dict[str, PaneInfo]) -> bool:
     started = pid_written is not None and pid_written >= launched - 1.0
     if (pane is not None and not pane.dead) or started or task.done():
         return False
-    task.append_event("resume_redone", status="running", retry_count=runtime.state.retry_count)
+    task.append_event(
+        Event.RESUME_REDONE, status=Status.RUNNING, retry_count=runtime.state.retry_count
+    )
     log.warning("%s: its resume was interrupted; resuming it now", task.task_id)
     return True
 

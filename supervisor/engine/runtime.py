@@ -21,6 +21,7 @@ from supervisor.engine.stopping import StopInProgress
 from supervisor.policy.timebase import Seen
 from supervisor.taskdir import layout
 from supervisor.taskdir.folder import TURN_PROMPT, Manifest, TaskDir
+from supervisor.taskdir.states import Status
 from supervisor.tmux import Tmux
 from supervisor.workspace import lifecycle
 
@@ -126,5 +127,5 @@ def load_queued(profile: LoadedProfile, tmux: Tmux, task: TaskDir) -> Runtime:
         OSError, ValueError, ConfigError: as :func:`reload`, or an unreadable manifest.
     """
     manifest = task.read_manifest()
-    state = policy.TaskState(status="queued")
+    state = policy.TaskState(status=Status.QUEUED)
     return build(profile, tmux, task, reload(profile, task), state, manifest)

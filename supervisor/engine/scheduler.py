@@ -66,6 +66,7 @@ from supervisor.engine.starts import Starts
 from supervisor.engine.watch import Watcher
 from supervisor.statelock import engine_lock
 from supervisor.taskdir import control
+from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import TaskDir
 from supervisor.tmux import Tmux, TmuxError
 
@@ -286,7 +287,7 @@ class Engine(Launches, Kicks):
                 log.warning("ignored '%s' for %s: no such live task", verb, task_id)
                 continue
             with contextlib.suppress(OSError):  # a full disk: the request is still applied
-                runtime.task.append_event(f"{verb}_requested", status=runtime.state.status)
+                runtime.task.append_event(Event.requested(verb), status=runtime.state.status)
             runtime.requests.add(verb)
             if task_id in self.live:
                 self._schedule_check(runtime, delay=0.0)

@@ -21,6 +21,7 @@ from supervisor.diskio import read_regular
 from supervisor.policy import Signals
 from supervisor.taskdir import layout
 from supervisor.taskdir.folder import TaskDir
+from supervisor.taskdir.states import FailureReason
 
 #: Slack in seconds when comparing a process's create_time with our launch time (clock
 #: granularity of /proc start times is 1/CLK_TCK, usually 10 ms).
@@ -104,7 +105,7 @@ def observe(
         agent_alive=None if pid is None else pid_alive(pid, written_at, known_starts),
         output_mtime=task.output_mtime(),
         signal=task.read_int(layout.SIGNAL),
-        failure="launch" if unlaunched else None,
+        failure=FailureReason.LAUNCH if unlaunched else None,
         launch_error=_launch_error(task) if unlaunched else None,
     )
 

@@ -21,7 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from supervisor.engine.runtime import Runtime
+from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import Manifest
+from supervisor.taskdir.states import Status
 from supervisor.workspace import lifecycle
 from supervisor.workspace.git import GitError
 from supervisor.workspace.lifecycle import WorkspaceError
@@ -92,7 +94,7 @@ class Preparer:
         if error is not None:
             log.error("%s: workspace: %s", task.task_id, error)
             with contextlib.suppress(OSError):
-                task.append_event("workspace_failed", status="queued", error=error)
+                task.append_event(Event.WORKSPACE_FAILED, status=Status.QUEUED, error=error)
         self._done.append((runtime, error))
         self.kick()
 
@@ -146,7 +148,7 @@ def finish(runtime: Runtime) -> None:
 
     runtime.manifest = task.update_manifest(change, fallback=manifest)
     task.append_event(
-        "workspace_finished",
+        Event.WORKSPACE_FINISHED,
         status=runtime.state.status,
         head_commit=done.head_commit,
         files_changed=done.files_changed,
@@ -185,7 +187,7 @@ def share(runtime: Runtime, live: dict[str, Runtime]) -> None:
     log.warning("%s: shares its folder %s with live task(s) %s", me, folder, ", ".join(peers))
     with contextlib.suppress(OSError):
         runtime.task.append_event(
-            "shared_workspace", status=runtime.state.status, path=folder, shared_with=peers
+            Event.SHARED_WORKSPACE, status=runtime.state.status, path=folder, shared_with=peers
         )
     _set_shared(runtime, peers)
     for peer in peers:

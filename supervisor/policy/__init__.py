@@ -93,7 +93,7 @@ agent is signalled. Claude Code traps SIGTERM and exits 143 by itself, and exits
 SIGHUP (measured, ``../shared/notes/real-world-facts.md``), so its wrapper then writes a
 done-file: in those states the done-file is the answer to our stop, not a result.
 
-A ``failed`` ending carries a ``failure_reason`` (:mod:`supervisor.failures`): ``auth``,
+A ``failed`` ending carries a ``failure_reason`` (:mod:`~supervisor.taskdir.states`): ``auth``,
 ``billing``, ``invalid_request``, ``agent_error``, ``exit_code`` when the agent said
 nothing more than its exit code, or ``launch`` when tmux refused to create its session.
 Every terminal state carries a ``verdict`` (seed 003): ``PASS`` (completed, acceptance

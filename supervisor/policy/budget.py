@@ -15,10 +15,10 @@ from __future__ import annotations
 from supervisor.config import MonitorPolicy
 from supervisor.policy.model import Action, Decision, Signals, TaskState
 from supervisor.policy.outcomes import abandon
-from supervisor.taskdir.states import AbandonReason
+from supervisor.taskdir.states import AbandonReason, Status
 
 #: Statuses from which the task would be resumed later (a resume is on its way).
-_ON_THE_WAY = frozenset({"crashed", "hung", "waiting"})
+_ON_THE_WAY = frozenset({Status.CRASHED, Status.HUNG, Status.WAITING})
 
 
 def over_budget(signals: Signals, policy: MonitorPolicy) -> bool:

@@ -9,7 +9,7 @@ gets a new deadline (``deadline`` seconds from its own launch) and its retries c
 from __future__ import annotations
 
 from supervisor.policy.model import TERMINAL, Decision, TaskState
-from supervisor.taskdir.folder import FOLLOWED_UP
+from supervisor.taskdir.events import Event
 from supervisor.taskdir.states import Status
 
 #: Where a follow-up waits for a live task: an escalated task is stopped cleanly first
@@ -43,6 +43,6 @@ def continue_turn(state: TaskState, turn: int) -> Decision:
         raise ValueError(f"a follow-up opens turn 2 or later, not {turn}")
     return Decision(
         state=TaskState(status=Status.QUEUED),
-        events=(FOLLOWED_UP,),
+        events=(Event.FOLLOWED_UP,),
         reason=f"turn {turn}: continued with a new prompt after it ended {state.status}",
     )

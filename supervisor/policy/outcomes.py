@@ -22,7 +22,8 @@ from supervisor.policy.model import (
     bounded,
     first_check,
 )
-from supervisor.taskdir.states import AbandonReason
+from supervisor.taskdir.events import Event
+from supervisor.taskdir.states import AbandonReason, Status, Verdict
 
 
 def hold_disk_full(state: TaskState, policy: MonitorPolicy) -> Decision:
@@ -52,7 +53,7 @@ def resume(
     is a retry (``retry_count + 1``); a usage-limit wait is not."""
     new = dataclasses.replace(
         state,
-        status="running",
+        status=Status.RUNNING,
         retry_count=state.retry_count + (1 if counts else 0),
         launched_at=now,
         active_since=None,
@@ -67,7 +68,7 @@ def resume(
     return Decision(
         state=new,
         actions=(Action.STOP_AGENT, Action.RESUME) if stop_first else (Action.RESUME,),
-        events=("resumed",),
+        events=(Event.RESUMED,),
         next_check=bounded(first_check(policy), new, now, policy),
         reason=f"{what}, asked by {by}",
     )
@@ -79,12 +80,12 @@ def verifying(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Deci
         why = "stopped by the operator during the acceptance check"
         return abandon(state, AbandonReason.STOPPED, why)
     if signals.acceptance is not None:
-        verdict = "PASS" if signals.acceptance else "FAIL"
-        new = dataclasses.replace(state, status="completed", verdict=verdict)
+        verdict = Verdict.PASS if signals.acceptance else Verdict.FAIL
+        new = dataclasses.replace(state, status=Status.COMPLETED, verdict=verdict)
         return Decision(
             state=new,
             actions=(Action.FINISH, Action.NOTIFY),
-            events=("completed",),
+            events=(Event.COMPLETED,),
             reason=f"acceptance check {'passed' if signals.acceptance else 'failed'}",
         )
     if signals.acceptance_running:
@@ -134,7 +135,7 @@ def wait_limit(
         resume_at, how = now + wait, f"after a {wait:g} s backoff (no reset time given)"
     new = dataclasses.replace(
         state,
-        status="waiting",
+        status=Status.WAITING,
         resume_at=resume_at,
         limit_waits=state.limit_waits + 1,
         stale_since=None,
@@ -144,10 +145,10 @@ def wait_limit(
     return Decision(
         state=new,
         actions=(Action.NOTIFY,) if keep else (Action.STOP_AGENT, Action.NOTIFY),
-        events=("waiting",),
+        events=(Event.WAITING,),
         next_check=bounded(resume_at - now, new, now, policy),
         reason=f"{signals.limit_reason or 'usage limit'}; resuming {how}",
-        quiet=("waiting",) if same_wait(state, now, policy) else (),
+        quiet=(Event.WAITING,) if same_wait(state, now, policy) else (),
     )
 
 
@@ -178,7 +179,7 @@ def wait_transient(
     wait = backoff(state.transient_waits, policy)
     new = dataclasses.replace(
         state,
-        status="waiting",
+        status=Status.WAITING,
         resume_at=now + wait,
         transient_waits=state.transient_waits + 1,
         stale_since=None,
@@ -188,10 +189,10 @@ def wait_transient(
     return Decision(
         state=new,
         actions=(Action.STOP_AGENT, Action.NOTIFY) if stop else (Action.NOTIFY,),
-        events=("waiting",),
+        events=(Event.WAITING,),
         next_check=bounded(wait, new, now, policy),
         reason=f"{what}; resuming the same session after a {wait:g} s backoff",
-        quiet=("waiting",) if same_wait(state, now, policy) else (),
+        quiet=(Event.WAITING,) if same_wait(state, now, policy) else (),
     )
 
 
@@ -203,7 +204,12 @@ def answered(state: TaskState, signals: Signals, now: float, policy: MonitorPoli
     # The same run goes on: launched_at (and so the PID-reuse guard) stays; only output age
     # counts afresh, since the agent was silent while it waited for the human.
     new = dataclasses.replace(
-        state, status="running", escalation=None, paused=False, active_since=now, stale_since=None
+        state,
+        status=Status.RUNNING,
+        escalation=None,
+        paused=False,
+        active_since=now,
+        stale_since=None,
     )
     if state.paused:
         actions: tuple[Action, ...] = (Action.CONTINUE_AGENT,)
@@ -212,7 +218,7 @@ def answered(state: TaskState, signals: Signals, now: float, policy: MonitorPoli
     return Decision(
         state=new,
         actions=actions,
-        events=("approved" if approve else "denied",),
+        events=(Event.APPROVED if approve else Event.DENIED,),
         next_check=bounded(first_check(policy), new, now, policy),
         reason=f"the operator {'approved' if approve else 'denied'} the escalation",
     )
@@ -223,13 +229,13 @@ def abandon(state: TaskState, reason: str, why: str) -> Decision:
     ``max_retries``, ``tmux_lost``): stop the agent, finish, clean up, notify. The verdict
     is ``ESCALATE`` when it ended waiting for a human (not denied by one), ``TIMEOUT`` at
     the deadline, else ``ABANDONED``."""
-    if state.status == "escalated" and reason != "denied":
-        verdict = "ESCALATE"
+    if state.status == Status.ESCALATED and reason != AbandonReason.DENIED:
+        verdict = Verdict.ESCALATE
     else:
-        verdict = "TIMEOUT" if reason == "deadline" else "ABANDONED"
+        verdict = Verdict.TIMEOUT if reason == AbandonReason.DEADLINE else Verdict.ABANDONED
     new = dataclasses.replace(
         state,
-        status="abandoned",
+        status=Status.ABANDONED,
         abandon_reason=reason,
         resume_at=None,
         stale_since=None,
@@ -238,7 +244,7 @@ def abandon(state: TaskState, reason: str, why: str) -> Decision:
     return Decision(
         state=new,
         actions=(Action.STOP_AGENT, Action.FINISH, Action.CLEANUP, Action.NOTIFY),
-        events=("abandoned",),
+        events=(Event.ABANDONED,),
         reason=why,
     )
 
@@ -258,19 +264,19 @@ def supersede(state: TaskState) -> Decision:
     has no agent: it only finishes."""
     new = dataclasses.replace(
         state,
-        status="superseded",
-        verdict="ABANDONED",
+        status=Status.SUPERSEDED,
+        verdict=Verdict.ABANDONED,
         resume_at=None,
         stale_since=None,
         gone_since=None,
         escalation=None,
         paused=False,
     )
-    if state.status == "queued":
+    if state.status == Status.QUEUED:
         actions: tuple[Action, ...] = (Action.FINISH,)
     else:
         actions = (Action.STOP_AGENT, Action.FINISH, Action.CLEANUP)
-    return Decision(state=new, actions=actions, events=("superseded",), reason=SUPERSEDED_WHY)
+    return Decision(state=new, actions=actions, events=(Event.SUPERSEDED,), reason=SUPERSEDED_WHY)
 
 
 def fail_over(
@@ -286,7 +292,7 @@ def fail_over(
     new = dataclasses.replace(
         state, status=status, resume_at=now + wait, stale_since=None, gone_since=None
     )
-    actions = (Action.STOP_AGENT,) if status == "hung" else ()
+    actions = (Action.STOP_AGENT,) if status == Status.HUNG else ()
     return Decision(
         state=new,
         actions=actions,

@@ -13,7 +13,6 @@ import dataclasses
 from collections.abc import Callable
 
 from supervisor.config import MonitorPolicy
-from supervisor.failures import TRANSIENT
 from supervisor.policy.budget import within_budget
 from supervisor.policy.model import (
     EXIT_SETTLE,
@@ -42,7 +41,8 @@ from supervisor.policy.outcomes import (
 )
 from supervisor.policy.tools import tool_in_flight
 from supervisor.policy.turns import continued, failed_turn, keeps_agent, on_failed_turn
-from supervisor.taskdir.states import AbandonReason
+from supervisor.taskdir.events import Event
+from supervisor.taskdir.states import TRANSIENT, AbandonReason, FailureReason, Status, Verdict
 
 Step = Callable[[TaskState, Signals, MonitorPolicy], Decision | None]
 
@@ -75,9 +75,9 @@ def with_rulings(state: TaskState, signals: Signals, decision: Decision) -> Deci
     and stays ``running`` (or one of the requests escalates it), and the decision neither
     ends nor stops the run. Otherwise the requests stay where they are, for a later check
     (a stop, a limit, a hold while the state filesystem is full)."""
-    if not signals.requests or state.status != "running" or signals.state_disk_full:
+    if not signals.requests or state.status != Status.RUNNING or signals.state_disk_full:
         return decision
-    if decision.state.status not in ("running", "escalated"):
+    if decision.state.status not in (Status.RUNNING, Status.ESCALATED):
         return decision
     if _ENDS_THE_RUN.intersection(decision.actions):
         return decision
@@ -85,15 +85,15 @@ def with_rulings(state: TaskState, signals: Signals, decision: Decision) -> Deci
 
 
 def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decision:
-    if state.status in TERMINAL or (state.status == "queued" and not signals.superseded):
+    if state.status in TERMINAL or (state.status == Status.QUEUED and not signals.superseded):
         return _not_live(state, signals, policy)
     if signals.state_disk_full:
         return hold_disk_full(state, policy)
     if signals.superseded:  # before the done-file: the task is no longer this host's
         return supersede(state)
-    if state.status == "verifying":
+    if state.status == Status.VERIFYING:
         return verifying(state, signals, policy)
-    if state.status == "waiting":
+    if state.status == Status.WAITING:
         return continued(state, signals, policy) or waiting(state, signals, policy)
     steps: tuple[Step, ...] = (_layer_done, _operator, _recovering, _agent_facts, _liveness)
     for step in steps:
@@ -102,7 +102,7 @@ def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisi
             return decision
     if state.gone_since is not None:  # the agent is back (or was never gone for long)
         state = dataclasses.replace(state, gone_since=None)
-    if state.status == "escalated":
+    if state.status == Status.ESCALATED:
         return Decision(
             state=state,
             next_check=bounded(policy.base_interval, state, signals.now, policy),
@@ -114,14 +114,17 @@ def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decisi
 def _not_live(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decision:
     """A queued or terminal task: nothing happens, except that a queued task can be
     stopped before it starts."""
-    if state.status == "queued" and signals.stop_requested:
+    if state.status == Status.QUEUED and signals.stop_requested:
         new = dataclasses.replace(
-            state, status="abandoned", abandon_reason=AbandonReason.STOPPED, verdict="ABANDONED"
+            state,
+            status=Status.ABANDONED,
+            abandon_reason=AbandonReason.STOPPED,
+            verdict=Verdict.ABANDONED,
         )
         return Decision(
             state=new,
             actions=(Action.FINISH,),
-            events=("abandoned",),
+            events=(Event.ABANDONED,),
             reason="stopped by the operator before it started",
         )
     return Decision(state=state, next_check=policy.base_interval, reason="nothing to do")
@@ -130,7 +133,7 @@ def _not_live(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Deci
 def _ended_on_transient(state: TaskState, signals: Signals) -> bool:
     """The run ended with an error the agent classed transient (API or network): a wait."""
     code = signals.exit_code if signals.exit_code is not None else -1
-    return code != 0 and signals.failure == TRANSIENT and state.status == "running"
+    return code != 0 and signals.failure == TRANSIENT and state.status == Status.RUNNING
 
 
 def _layer_done(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decision | None:
@@ -142,18 +145,18 @@ def _layer_done(state: TaskState, signals: Signals, policy: MonitorPolicy) -> De
     code = signals.exit_code if signals.exit_code is not None else -1
     # A turn that failed in the TUI ended the run even when /exit then exits 0 (issue 21).
     turn_failed = failed_turn(signals) or (signals.turn_failure is not None and signals.limit)
-    limited_end = (code != 0 or turn_failed) and signals.limit and state.status == "running"
-    if not signals.done or state.status == "hung" or limited_end:
+    limited_end = (code != 0 or turn_failed) and signals.limit and state.status == Status.RUNNING
+    if not signals.done or state.status == Status.HUNG or limited_end:
         return None
     if _ended_on_transient(state, signals):
         return None
-    if turn_failed and state.status == "running":
+    if turn_failed and state.status == Status.RUNNING:
         # transient: a wait (_agent_facts); permanent: failed with its reason, now
         return None if signals.failure == TRANSIENT else on_failed_turn(state, signals, policy)
     if code == 0 and signals.has_acceptance:
         new = dataclasses.replace(
             state,
-            status="verifying",
+            status=Status.VERIFYING,
             exit_code=0,
             stale_since=None,
             gone_since=None,
@@ -164,12 +167,12 @@ def _layer_done(state: TaskState, signals: Signals, policy: MonitorPolicy) -> De
         return Decision(
             state=new,
             actions=(Action.CLEANUP, Action.ACCEPT),
-            events=("verifying",),
+            events=(Event.VERIFYING,),
             next_check=policy.base_interval,
             reason="done-file with exit code 0; running the acceptance check",
         )
-    status = "completed" if code == 0 else "failed"
-    failure = None if code == 0 else (signals.failure or "exit_code")
+    status = Status.COMPLETED if code == 0 else Status.FAILED
+    failure = None if code == 0 else (signals.failure or FailureReason.EXIT_CODE)
     new = dataclasses.replace(
         state,
         status=status,
@@ -179,12 +182,14 @@ def _layer_done(state: TaskState, signals: Signals, policy: MonitorPolicy) -> De
         resume_at=None,
         escalation=None,
         paused=False,
-        verdict="PASS" if code == 0 else "FAIL",
+        verdict=Verdict.PASS if code == 0 else Verdict.FAIL,
         failure_reason=failure,
     )
-    named = failure is not None and failure != "exit_code"
+    named = failure is not None and failure != FailureReason.EXIT_CODE
     why = f"done-file with exit code {code}" + (f"; failure reason: {failure}" if named else "")
-    if failure == "launch" and signals.launch_error:  # the cause, not only output_tail's
+    if (
+        failure == FailureReason.LAUNCH and signals.launch_error
+    ):  # the cause, not only output_tail's
         why += f" ({signals.launch_error})"
     return Decision(
         state=new,
@@ -202,7 +207,7 @@ def _operator(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Deci
         return abandon(state, AbandonReason.DEADLINE, f"deadline of {policy.deadline:g} s passed")
     if signals.stop_requested:
         return abandon(state, AbandonReason.STOPPED, "stopped by the operator (supervise stop)")
-    if state.status == "escalated" and (signals.approve_requested or signals.deny_requested):
+    if state.status == Status.ESCALATED and (signals.approve_requested or signals.deny_requested):
         return answered(state, signals, now, policy)
     if signals.resume_requested:
         return resume(state, now, policy, stop_first=True, by="the operator (supervise resume)")
@@ -212,7 +217,7 @@ def _operator(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Deci
 def _recovering(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decision | None:
     """A crashed or hung task waits out its backoff, then resumes (or is abandoned when
     ``max_retries`` was lowered below its retries, e.g. on a restart)."""
-    if state.status not in ("crashed", "hung"):
+    if state.status not in (Status.CRASHED, Status.HUNG):
         return None
     now = signals.now
     if state.retry_count >= policy.max_retries:
@@ -231,17 +236,17 @@ def _agent_facts(state: TaskState, signals: Signals, policy: MonitorPolicy) -> D
     """What the agent itself told us: a usage limit, a transient failure that ended the
     run, an escalation (a permission request, the circuit breaker), an ended turn."""
     now = signals.now
-    if state.status == "running" and signals.limit:
+    if state.status == Status.RUNNING and signals.limit:
         return wait_limit(state, signals, policy, keep=keeps_agent(signals))
     if _ended_on_transient(state, signals) and signals.done:
         return wait_transient(state, signals, policy)
     failed = on_failed_turn(state, signals, policy)
     if failed is not None:
         return failed
-    if state.status == "running" and signals.escalate:
+    if state.status == Status.RUNNING and signals.escalate:
         new = dataclasses.replace(
             state,
-            status="escalated",
+            status=Status.ESCALATED,
             escalation=signals.escalate,
             paused=signals.escalate_pause,
             stale_since=None,
@@ -249,11 +254,11 @@ def _agent_facts(state: TaskState, signals: Signals, policy: MonitorPolicy) -> D
         return Decision(
             state=new,
             actions=(Action.PAUSE_AGENT, Action.NOTIFY) if new.paused else (Action.NOTIFY,),
-            events=("escalated",),
+            events=(Event.ESCALATED,),
             next_check=bounded(policy.base_interval, new, now, policy),
             reason=f"needs a human: {signals.escalate}",
         )
-    if state.status == "running" and signals.turn_ended and signals.agent_alive:
+    if state.status == Status.RUNNING and signals.turn_ended and signals.agent_alive:
         return Decision(
             state=state,
             actions=(Action.END_SESSION,),
@@ -291,7 +296,9 @@ def _liveness(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Deci
             why = f"agent killed by signal {signals.signal}"
         else:
             why = f"agent exited with resume exit code {signals.exit_code}"
-        return fail_over(dataclasses.replace(state, lost_session=lost), "crashed", now, policy, why)
+        return fail_over(
+            dataclasses.replace(state, lost_session=lost), Status.CRASHED, now, policy, why
+        )
     if state.gone_since is None:
         new = dataclasses.replace(state, gone_since=now)
         return Decision(
@@ -301,7 +308,9 @@ def _liveness(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Deci
         )
     if now - state.gone_since >= EXIT_SETTLE:
         why = "tmux session lost" if lost else "agent gone without a done-file"
-        return fail_over(dataclasses.replace(state, lost_session=lost), "crashed", now, policy, why)
+        return fail_over(
+            dataclasses.replace(state, lost_session=lost), Status.CRASHED, now, policy, why
+        )
     return Decision(
         state=state,
         next_check=bounded(state.gone_since + EXIT_SETTLE - now, state, now, policy),
@@ -323,7 +332,7 @@ def _staleness(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Dec
             new = dataclasses.replace(state, stale_since=now)
             return Decision(
                 state=new,
-                events=("stale",),
+                events=(Event.STALE,),
                 next_check=bounded(
                     min(policy.base_interval, max(policy.grace_period, MIN_CHECK)), new, now, policy
                 ),
@@ -333,7 +342,7 @@ def _staleness(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Dec
             state = dataclasses.replace(state, lost_session=False)
             return fail_over(
                 state,
-                "hung",
+                Status.HUNG,
                 now,
                 policy,
                 f"output stale for {age:.1f} s, through the {policy.grace_period:g} s grace "
@@ -348,7 +357,7 @@ def _staleness(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Dec
     events: tuple[str, ...] = ()
     if state.stale_since is not None:
         state = dataclasses.replace(state, stale_since=None)
-        events = ("fresh",)
+        events = (Event.FRESH,)
     # Look again no later than the moment the output would turn stale, so a hang is acted
     # on within stale_threshold + grace_period (+ scheduling slack), whatever base_interval.
     until_stale = last_output + policy.stale_after - now + STALE_SLACK

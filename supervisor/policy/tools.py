@@ -20,6 +20,7 @@ import dataclasses
 
 from supervisor.config import MonitorPolicy
 from supervisor.policy.model import STALE_SLACK, Decision, Signals, TaskState, bounded
+from supervisor.taskdir.events import Event
 
 
 def tool_in_flight(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decision | None:
@@ -41,7 +42,7 @@ def tool_in_flight(state: TaskState, signals: Signals, policy: MonitorPolicy) ->
     events: tuple[str, ...] = ()
     if state.stale_since is not None:
         state = dataclasses.replace(state, stale_since=None)
-        events = ("fresh",)
+        events = (Event.FRESH,)
     name = signals.tool_name or "a tool"
     return Decision(
         state=state,

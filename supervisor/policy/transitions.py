@@ -22,10 +22,11 @@ from supervisor.policy.model import (
     with_notify,
 )
 from supervisor.policy.turns import CONTINUED
-from supervisor.taskdir.folder import NOTIFIED, Manifest, parse_iso
-
-#: Events that record why ``supervise`` stopped or left an agent before it acts on it.
-INTENTS = frozenset({"crashed", "hung", "waiting"})
+from supervisor.taskdir.events import INTENTS as INTENTS  # re-exported by supervisor.policy
+from supervisor.taskdir.events import Event, last_terminal
+from supervisor.taskdir.events import last_word as last_word  # re-exported by supervisor.policy
+from supervisor.taskdir.folder import Manifest, parse_iso
+from supervisor.taskdir.states import FailureReason, Status, Verdict
 
 
 def launched(state: TaskState, now: float, policy: MonitorPolicy) -> Decision:
@@ -36,12 +37,12 @@ def launched(state: TaskState, now: float, policy: MonitorPolicy) -> Decision:
         ValueError: ``state`` is not ``queued`` (only a queued task is launched; a live
             one is resumed).
     """
-    if state.status != "queued":
+    if state.status != Status.QUEUED:
         raise ValueError(f"only a queued task is launched, not a {state.status} one")
-    new = TaskState(status="running", started_at=now, launched_at=now)
+    new = TaskState(status=Status.RUNNING, started_at=now, launched_at=now)
     decision = Decision(
         state=new,
-        events=("launched",),
+        events=(Event.LAUNCHED,),
         next_check=bounded(first_check(policy), new, now, policy),
         reason="launched in its tmux session",
     )
@@ -49,7 +50,11 @@ def launched(state: TaskState, now: float, policy: MonitorPolicy) -> Decision:
 
 
 def launch_failed(
-    state: TaskState, now: float, why: str, policy: MonitorPolicy, failure_reason: str = "launch"
+    state: TaskState,
+    now: float,
+    why: str,
+    policy: MonitorPolicy,
+    failure_reason: str = FailureReason.LAUNCH,
 ) -> Decision:
     """A task that could not start: ``failure_reason`` ``launch`` (a task just
     :func:`launched` whose tmux session could not be created; ``why`` is tmux's line) or
@@ -59,9 +64,9 @@ def launch_failed(
     ran, so there is nothing to stop or retry, and no ``launched_at``."""
     new = dataclasses.replace(
         state,
-        status="failed",
+        status=Status.FAILED,
         failure_reason=failure_reason,
-        verdict="FAIL",
+        verdict=Verdict.FAIL,
         exit_code=None,
         launched_at=None,
         stale_since=None,
@@ -69,11 +74,15 @@ def launch_failed(
         resume_at=None,
         started_at=state.started_at if state.started_at is not None else now,
     )
-    what = "tmux could not start the session" if failure_reason == "launch" else failure_reason
+    what = (
+        "tmux could not start the session"
+        if failure_reason == FailureReason.LAUNCH
+        else failure_reason
+    )
     decision = Decision(
         state=new,
         actions=(Action.FINISH, Action.CLEANUP, Action.NOTIFY),
-        events=("failed",),
+        events=(Event.FAILED,),
         reason=" ".join(f"{what}: {why}".split()),
     )
     return with_notify(decision, policy)
@@ -102,8 +111,10 @@ def recovered_ending(
         resume_at=None,
     )
     new = logged_ending(new, [last])
-    notified = any(e.get("event") == NOTIFIED and e.get("notified_event") == status for e in events)
-    actions = (Action.STOP_AGENT,) if status in ("abandoned", "superseded") else ()
+    notified = any(
+        e.get("event") == Event.NOTIFIED and e.get("notified_event") == status for e in events
+    )
+    actions = (Action.STOP_AGENT,) if status in (Status.ABANDONED, Status.SUPERSEDED) else ()
     actions += (Action.FINISH, Action.CLEANUP) + (() if notified else (Action.NOTIFY,))
     decision = Decision(
         state=new,
@@ -116,22 +127,14 @@ def recovered_ending(
     return with_notify(decision, policy)
 
 
-def last_word(events: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The event log's last decision that the manifest may not show yet (the log is
-    written ahead): the last terminal event, intent (:data:`INTENTS`), ``resumed`` or
-    ``continued`` (the agent went on by itself during a wait)."""
-    wanted = {*TERMINAL, *INTENTS, "resumed", CONTINUED}
-    return next((e for e in reversed(events) if e.get("event") in wanted), None)
-
-
 def escalation_state(manifest: Manifest, status: str) -> dict[str, Any]:
     """The policy's escalation fields (``escalation`` reason, ``paused``) from the
     manifest's declared ``escalation`` object, for adoption after a restart."""
-    record = manifest.escalation if status == "escalated" else None
+    record = manifest.escalation if status == Status.ESCALATED else None
     if not record:
         return {"escalation": None, "paused": False}
     return {
-        "escalation": str(record.get("reason") or "escalated"),
+        "escalation": str(record.get("reason") or Status.ESCALATED),
         "paused": bool(record.get("paused")),
     }
 
@@ -153,20 +156,20 @@ def adopted(
       resuming without more backoff (the agent's exit since answers our stop).
     """
     started = parse_iso(manifest.started_at)
-    if manifest.status == "queued":
-        logged = [parse_iso(e["ts"]) for e in events if e.get("event") == "launched"]
+    if manifest.status == Status.QUEUED:
+        logged = [parse_iso(e["ts"]) for e in events if e.get("event") == Event.LAUNCHED]
         started = logged[0] if logged else launch_written
-    status: str = "running" if manifest.status == "queued" else manifest.status
+    status: str = Status.RUNNING if manifest.status == Status.QUEUED else manifest.status
     launched_at = parse_iso(manifest.launched_at) or started
     resume_at = parse_iso(manifest.resume_at)
     last = last_word(events)
-    if last is not None and last["event"] == "resumed":  # died after deciding to resume
-        status, launched_at, resume_at = "running", parse_iso(last["ts"]), None
+    if last is not None and last["event"] == Event.RESUMED:  # died after deciding to resume
+        status, launched_at, resume_at = Status.RUNNING, parse_iso(last["ts"]), None
     elif last is not None and last["event"] == CONTINUED:  # the same run goes on
-        status, resume_at = "running", None
+        status, resume_at = Status.RUNNING, None
     elif last is not None and last["event"] in INTENTS and status != last["event"]:
         status, resume_at = last["event"], None
-    resumes = sum(1 for e in events if e.get("event") == "resumed")
+    resumes = sum(1 for e in events if e.get("event") == Event.RESUMED)
     return TaskState(
         status=status,
         started_at=started,
@@ -183,14 +186,16 @@ def logged_ending(state: TaskState, events: list[dict[str, Any]]) -> TaskState:
     """A terminal ``state`` as the event log already records it: the log's terminal event is
     final (written first, ahead of the manifest), so a decision taken again after a failed
     manifest write never records another reason, exit code or verdict than the event."""
-    last = next((e for e in reversed(events) if e.get("event") in TERMINAL), None)
+    last = last_terminal(events)
     if last is None or state.status not in TERMINAL:
         return state
     status, reason = last["event"], last.get("abandon_reason")
     verdict = last.get("verdict")  # absent in logs written before it was recorded
     if verdict is None:
-        derived = {"completed": "PASS", "failed": "FAIL"}
-        verdict = state.verdict if status == state.status else derived.get(status, "ABANDONED")
+        derived = {Status.COMPLETED: Verdict.PASS, Status.FAILED: Verdict.FAIL}
+        verdict = (
+            state.verdict if status == state.status else derived.get(status, Verdict.ABANDONED)
+        )
     same = status == state.status
     return dataclasses.replace(
         state,

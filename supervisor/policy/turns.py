@@ -5,7 +5,7 @@ Claude Code's TUI reports an API failure that ends its turn through the ``StopFa
 hook, then stays at its prompt with its process alive (CLI 2.1.328, measured; see
 ``../shared/notes/real-world-facts.md``): no done-file comes, and output staleness alone
 would judge it hung and spend retries. The hook (``Signals.turn_failure``, classed in
-``Signals.failure`` with the classes of :mod:`supervisor.failures`) is acted on at once, as
+``Signals.failure`` with the classes of :mod:`~supervisor.taskdir.states`) is acted on at once, as
 the stream's final ``result`` is in headless mode:
 
 * ``transient``: ``waiting`` with a backoff, the agent stopped, then a resume of the same
@@ -31,12 +31,13 @@ from __future__ import annotations
 import dataclasses
 
 from supervisor.config import MonitorPolicy
-from supervisor.failures import TRANSIENT
 from supervisor.policy.model import Action, Decision, Signals, TaskState, bounded, first_check
 from supervisor.policy.outcomes import wait_transient
+from supervisor.taskdir.events import Event
+from supervisor.taskdir.states import TRANSIENT, Status, Verdict
 
 #: The event of a waiting task whose agent continued by itself (no resume was sent).
-CONTINUED = "continued"
+CONTINUED = Event.CONTINUED
 
 
 def failed_turn(signals: Signals) -> bool:
@@ -50,7 +51,7 @@ def on_failed_turn(state: TaskState, signals: Signals, policy: MonitorPolicy) ->
     """A ``running`` task whose interactive turn ended on a classed API failure: a
     transient class waits (the agent stopped, unless it already ended), a permanent one
     ends ``failed`` (:func:`fail_turn`); ``None`` otherwise."""
-    if state.status != "running" or not failed_turn(signals):
+    if state.status != Status.RUNNING or not failed_turn(signals):
         return None
     why = f"the agent's turn ended on an API failure ({signals.turn_failure}: {signals.failure})"
     if signals.failure == TRANSIENT:
@@ -64,21 +65,21 @@ def fail_turn(state: TaskState, signals: Signals, why: str) -> Decision:
     up, notify. ``exit_code`` is the wrapper's when the agent already ended, else unknown."""
     new = dataclasses.replace(
         state,
-        status="failed",
+        status=Status.FAILED,
         exit_code=signals.exit_code if signals.done else None,
         stale_since=None,
         gone_since=None,
         resume_at=None,
         escalation=None,
         paused=False,
-        verdict="FAIL",
+        verdict=Verdict.FAIL,
         failure_reason=signals.failure,
         agent_kept=False,
     )
     return Decision(
         state=new,
         actions=(Action.STOP_AGENT, Action.FINISH, Action.CLEANUP, Action.NOTIFY),
-        events=("failed",),
+        events=(Event.FAILED,),
         reason=f"{why}; failure reason: {signals.failure}",
     )
 
@@ -93,14 +94,14 @@ def continued(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Deci
     """A wait that kept the agent sees it work again (it continued by itself after the
     limit reset): ``running`` in the same run, no resume, no retry; output age counts
     from now. ``None`` when that is not the case."""
-    if state.status != "waiting" or not state.agent_kept:
+    if state.status != Status.WAITING or not state.agent_kept:
         return None
     if signals.agent_alive is not True or not signals.agent_working:
         return None
     now = signals.now
     new = dataclasses.replace(
         state,
-        status="running",
+        status=Status.RUNNING,
         resume_at=None,
         agent_kept=False,
         active_since=now,

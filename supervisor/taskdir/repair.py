@@ -29,13 +29,12 @@ from typing import Any
 
 from supervisor.diskio import read_regular
 from supervisor.taskdir import layout
-from supervisor.taskdir.folder import FOLLOWED_UP, MANIFEST, Manifest, TaskDir, utc_iso
-from supervisor.taskdir.states import TERMINAL, Status
+from supervisor.taskdir.events import RUNS, Event, first_of, last_terminal, named
+from supervisor.taskdir.folder import MANIFEST, Manifest, TaskDir, utc_iso
+from supervisor.taskdir.states import DAMAGED as DAMAGED  # re-exported: the views' name
+from supervisor.taskdir.states import Status
 from supervisor.waiting import MANIFEST_MAX
 from supervisor.workspace import lifecycle
-
-#: Status shown by ``supervise status`` for a folder whose manifest is missing or unreadable.
-DAMAGED = "damaged"
 
 
 def damage(task: TaskDir) -> str | None:
@@ -56,11 +55,6 @@ def damage(task: TaskDir) -> str | None:
         return f"{path} is not a valid manifest ({first})"
 
 
-def last_terminal(events: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The log's final word: the last ``completed``/``failed``/``abandoned`` event, if any."""
-    return next((e for e in reversed(events) if e.get("event") in TERMINAL), None)
-
-
 def rebuild(
     task: TaskDir, events: list[dict[str, Any]], name: str, model: str, project_dir: str
 ) -> Manifest | None:
@@ -74,13 +68,13 @@ def rebuild(
         name, model, project_dir: from ``spec.json`` (the task as validated at claim time,
             the model resolved the way the engine resolves it).
     """
-    queued = next((e for e in events if e.get("event") == "queued"), None)
+    queued = first_of(events, Event.QUEUED)
     if queued is None or not queued.get("session_id"):
         return None
-    if any(e.get("event") == FOLLOWED_UP for e in events):
+    if any(e.get("event") == Event.FOLLOWED_UP for e in events):
         return None  # turn 2 or later (supervise continue): left damaged, reported
     end = last_terminal(events)
-    launched = [e for e in events if e.get("event") == "launched"]
+    launched = named(events, Event.LAUNCHED)
     if end is None and launched:
         return None  # a run in progress: its state is not in the log alone
     manifest = Manifest(
@@ -96,7 +90,7 @@ def rebuild(
     )
     if end is None:
         return manifest  # queued, never launched
-    runs = [e for e in events if e.get("event") in ("launched", "resumed")]
+    runs = named(events, *RUNS)
     manifest.status = Status(end["event"])
     manifest.started_at = launched[0]["ts"] if launched else None
     manifest.launched_at = runs[-1]["ts"] if runs else None

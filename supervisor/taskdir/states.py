@@ -1,4 +1,4 @@
-"""The one definition of a task's statuses, verdicts and failure reasons.
+"""The one definition of a task's statuses, verdicts, failure and abandon reasons.
 
 Every module that names a status or a verdict imports it from here: the policy, the task
 directory, the manifest model (so ``schemas/manifest.schema.json`` lists exactly these
@@ -50,6 +50,12 @@ TERMINAL: frozenset[Status] = frozenset(
 #: Statuses of a task that has been launched and has not ended: it holds one of the
 #: profile's ``max_concurrent`` slots (supervisord's RUNNING/BACKOFF/STOPPING, together).
 LIVE: frozenset[Status] = frozenset(Status) - TERMINAL - {Status.QUEUED}
+#: Status shown by ``supervise status`` for a folder whose manifest is missing or unreadable
+#: (:mod:`supervisor.taskdir.repair`); no manifest holds it, so it is not a :class:`Status`.
+DAMAGED = "damaged"
+#: Statuses the views show for a task nothing more happens to: :data:`TERMINAL` and a
+#: ``damaged`` folder (never run again: :func:`supervisor.taskdir.repair.damage`).
+ENDED: frozenset[str] = frozenset({*TERMINAL, DAMAGED})
 #: A fleet-only state (issue 15): the task's host stopped beating for its ``host_timeout``
 #: while the task ran (:mod:`supervisor.cluster.sweeper`). Only the fleet's database holds
 #: it (``supervise_tasks.state``); a host never writes it to a manifest, so it is not a
@@ -93,7 +99,7 @@ class AbandonReason(StrEnum):
 
 
 class FailureReason(StrEnum):
-    """Why a ``failed`` task failed (``failure_reason``; see :mod:`supervisor.failures`).
+    """Why a ``failed`` task failed (``failure_reason``; the failure classes: :data:`TRANSIENT`).
 
     ``auth``, ``billing``, ``invalid_request``, ``agent_error``: what the agent itself
     reported (Claude Code's ``result`` line or ``StopFailure`` hook). ``exit_code``: a
@@ -151,3 +157,20 @@ FINAL: frozenset[FleetState] = frozenset(
 #: launched (``claimed``, then the manifest's ``queued`` until the launch). The sweeper
 #: requeues such a task of a dead host.
 UNCLAIMED: frozenset[FleetState] = frozenset({FleetState.QUEUED, FleetState.CLAIMED})
+#: The failure class of an agent run that ended in an error that passes (the policy's own
+#: vocabulary, pure): an agent adapter classifies the facts of the run that just ended
+#: (Claude Code's classifier: :mod:`supervisor.agents.claude.failures`) as ``transient`` or a
+#: permanent :class:`FailureReason`, and the policy turns the class into a transition:
+#:
+#: * ``transient``: the API or the network failed in a way that passes (HTTP 5xx and 529, a
+#:   request timeout, connection refused or reset, a DNS failure). The run goes to ``waiting``
+#:   with a backoff and resumes the same session by id; it never counts against
+#:   ``max_retries`` and is bounded by the deadline.
+#: * a permanent class ends the task ``failed`` with that ``failure_reason``: ``auth`` (no
+#:   login, invalid key, 401/403), ``billing`` (credit balance, billing errors),
+#:   ``invalid_request`` (a 400/404/413/422 the request itself caused), ``agent_error`` (the
+#:   agent reported an error of another kind).
+#:
+#: ``exit_code`` (the run exited non-zero and said nothing more) is the fallback reason the
+#: policy uses when no class is known. (Was ``supervisor.failures``, merged here: issue 23.)
+TRANSIENT = "transient"

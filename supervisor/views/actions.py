@@ -17,8 +17,6 @@ from supervisor.taskdir import control, layout
 from supervisor.terminal import escape_controls
 from supervisor.views.model import Task, read_json
 
-_ENDED = frozenset({"completed", "failed", "abandoned", "superseded"})
-
 
 @dataclass(frozen=True)
 class Outcome:
@@ -42,11 +40,9 @@ def ask(state_dir: Path, task_id: str, verb: str, engine_running: bool) -> Outco
     manifest = read_json(state_dir / layout.TASKS / task_id / layout.MANIFEST)
     if manifest is None or not isinstance(manifest.get("status"), str):
         return Outcome(False, f"task {task_id}: cannot read its manifest; see 'supervise status'")
-    status = manifest["status"]
-    if status in _ENDED:
-        return Outcome(False, f"task {task_id} already ended: {status}")
-    if verb in ("approve", "deny") and status != "escalated":
-        return Outcome(False, f"task {task_id} is {status}, not escalated: nothing to {verb}")
+    why = control.refusal(task_id, manifest["status"], verb)
+    if why is not None:
+        return Outcome(False, why)
     path = control.request(state_dir, task_id, verb)
     if engine_running:
         return Outcome(True, f"requested '{verb}' for {task_id}", path)

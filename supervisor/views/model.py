@@ -43,7 +43,7 @@ from typing import Any
 from supervisor.agents import kinds
 from supervisor.diskio import read_end
 from supervisor.taskdir import layout
-from supervisor.taskdir.states import HOST_LOST
+from supervisor.taskdir.states import DAMAGED, ENDED, HOST_LOST, Status
 from supervisor.views.sources import (
     HEARTBEAT,
     STALE_AFTER,
@@ -102,23 +102,24 @@ GROUPS: dict[str, str] = {
 }
 #: Status → group (see the module docstring).
 GROUP_OF: dict[str, str] = {
-    "escalated": "needs_you",
-    "waiting": "waiting",
-    "running": "running",
-    "verifying": "running",
-    "crashed": "recovering",
-    "hung": "recovering",
-    "failed": "failed",
-    "abandoned": "failed",
-    "damaged": "failed",
-    "queued": "queued",
-    "completed": "done",
-    "superseded": "done",  # the task lives on in the fleet; nothing here needs anyone
+    Status.ESCALATED: "needs_you",
+    Status.WAITING: "waiting",
+    Status.RUNNING: "running",
+    Status.VERIFYING: "running",
+    Status.CRASHED: "recovering",
+    Status.HUNG: "recovering",
+    Status.FAILED: "failed",
+    Status.ABANDONED: "failed",
+    DAMAGED: "failed",
+    Status.QUEUED: "queued",
+    Status.COMPLETED: "done",
+    Status.SUPERSEDED: "done",  # the task lives on in the fleet; nothing here needs anyone
 }
 #: The group of each state that only the fleet's database holds (``status --cluster``).
 FLEET_GROUP_OF: dict[str, str] = {"claimed": "queued", "rejected": "failed", HOST_LOST: "failed"}
-_ENDED = frozenset({"completed", "failed", "abandoned", "superseded", "damaged"})
-_FROM_EVENTS = frozenset({"waiting", "crashed", "hung", "verifying", "escalated"})
+_FROM_EVENTS = frozenset(
+    {Status.WAITING, Status.CRASHED, Status.HUNG, Status.VERIFYING, Status.ESCALATED}
+)
 #: Sort keys of :func:`sort_tasks` (``supervise status --sort``).
 SORTS = ("group", "name", "age", "status", "cost")
 
@@ -256,14 +257,14 @@ def status_since(events_path: str, status: str) -> float | None:
 
 
 def _since(m: dict[str, Any], status: str, folder: str) -> float | None:
-    if status == "queued":
+    if status == Status.QUEUED:
         return epoch(m.get("created_at"))
-    if status in _ENDED:
+    if status in ENDED:
         return epoch(m.get("finished_at")) or epoch(m.get("abandoned_at"))
     started = epoch(m.get("launched_at")) or epoch(m.get("started_at"))
-    if status == "running":
+    if status == Status.RUNNING:
         return started
-    if status == "escalated":
+    if status == Status.ESCALATED:
         record = m.get("escalation")
         found = epoch(record.get("since")) if isinstance(record, dict) else None
         if found is not None:
@@ -280,7 +281,7 @@ def task_from_manifest(m: dict[str, Any], folder: str, has_output: bool) -> Task
     status = m["status"]
     columns = kinds.columns(m)  # the agent kind's values: cost_usd, tokens, its own
     ws = m.get("workspace") if isinstance(m.get("workspace"), dict) else {}
-    record = m.get("escalation") if status == "escalated" else None
+    record = m.get("escalation") if status == Status.ESCALATED else None
     escalation = None
     if isinstance(record, dict):
         escalation = {k: _text(record.get(k)) for k in ("reason", "tool", "subject")}
@@ -296,7 +297,7 @@ def task_from_manifest(m: dict[str, Any], folder: str, has_output: bool) -> Task
         damaged=_text(m.get("damaged")),
         group=GROUP_OF.get(status, "failed"),
         since=_since(m, status, folder),
-        resume_at=epoch(m.get("resume_at")) if status not in _ENDED else None,
+        resume_at=epoch(m.get("resume_at")) if status not in ENDED else None,
         last_line=readable_last_line(folder, m) if has_output else None,
         cost_usd=_number(columns.pop("cost_usd", None)),
         tokens=_count(columns.pop("tokens", None)),
@@ -328,7 +329,7 @@ def finish(
     if task.resume_at is not None:
         out.resume_in_s = round(max(0.0, task.resume_at - now), 1)
     out.requests = requests
-    if "stop" in requests and task.status not in _ENDED:
+    if "stop" in requests and task.status not in ENDED:
         out.group = "recovering"  # a stop in progress
     return out
 

@@ -20,6 +20,7 @@ import sys
 import time
 from typing import Any
 
+from supervisor.taskdir.states import Status
 from supervisor.terminal import escape_controls
 from supervisor.views import model
 
@@ -94,7 +95,7 @@ def table_row(task: model.Task) -> dict[str, Any]:
     outcome = task.verdict or ""
     if task.reason or task.damaged:
         outcome = f"{outcome} {task.reason or task.damaged}".strip()
-    waiting = task.resume_in_s is not None and task.status not in ("running", "verifying")
+    waiting = task.resume_in_s is not None and task.status not in (Status.RUNNING, Status.VERIFYING)
     state = model.duration(task.state_s) + (
         f" (resume in {model.duration(task.resume_in_s)})" if waiting else ""
     )

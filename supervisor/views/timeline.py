@@ -24,6 +24,7 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
+from supervisor.taskdir.events import Event
 from supervisor.taskdir.states import TERMINAL
 from supervisor.terminal import escape_controls
 from supervisor.views.sources import duration, epoch
@@ -35,7 +36,9 @@ MAX_BANDS = 300
 LABEL_MAX = 64
 DETAIL_MAX = 300
 #: Events drawn as marks over the bands (their names come from the policy's decisions).
-MARKED = frozenset({"resumed", "escalated", "approved", "denied", "continued", "stale"})
+MARKED = frozenset(
+    {Event.RESUMED, Event.ESCALATED, Event.APPROVED, Event.DENIED, Event.CONTINUED, Event.STALE}
+)
 #: Width of the drawing in SVG user units (the page scales it to its own width), the
 #: least width of a band, and the height of the band row.
 WIDTH = 1000.0

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from supervisor.diskio import atomic_write
+from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import TaskDir
 from supervisor.workspace import checkout as co
 from supervisor.workspace.gitops import ReviewError, commit_of, is_ancestor, review_git
@@ -26,7 +27,7 @@ from supervisor.workspace.gitops import ReviewError, commit_of, is_ancestor, rev
 #: File name of the journal in the git common dir.
 JOURNAL = "supervise-merge.json"
 #: The event a merge logs in the task's events.jsonl (prune reads it back).
-MERGED = "merged"
+MERGED = Event.MERGED
 
 
 @dataclass(frozen=True)

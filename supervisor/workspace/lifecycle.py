@@ -40,7 +40,9 @@ from supervisor import children
 from supervisor.config.workspace import WorkspaceSpec
 from supervisor.errors import SuperviseError
 from supervisor.taskdir import layout
+from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import TaskDir
+from supervisor.taskdir.states import Status
 from supervisor.workspace import git
 from supervisor.workspace.git import GitError
 from supervisor.workspace.model import WorkspaceReport
@@ -48,11 +50,11 @@ from supervisor.workspace.model import WorkspaceReport
 log = logging.getLogger(__name__)
 
 #: Events of :func:`prepare` (``events.jsonl``): before ``git worktree add``, when done.
-PREPARING, READY = "workspace_preparing", "workspace_ready"
+PREPARING, READY = Event.WORKSPACE_PREPARING, Event.WORKSPACE_READY
 #: Event at claim of a task that runs in place because its repository has no commit yet,
 #: or does not track ``project_dir`` (:func:`note_in_place`); its ``message`` is the
 #: report's ``warning``.
-IN_PLACE = "workspace_in_place"
+IN_PLACE = Event.WORKSPACE_IN_PLACE
 #: Bytes of a ``setup``'s output written to ``output.log``; the rest is read and dropped
 #: (one line says so), so a flooding ``setup`` cannot fill the state filesystem.
 SETUP_LOG_BYTES = 16 * 1024 * 1024
@@ -155,7 +157,7 @@ def note_in_place(task: TaskDir, report: WorkspaceReport) -> None:
     if report.warning is None:
         return
     log.warning("%s: %s", task.task_id, report.warning)
-    task.append_event(IN_PLACE, status="queued", message=report.warning)
+    task.append_event(IN_PLACE, status=Status.QUEUED, message=report.warning)
 
 
 def agent_dir(report: WorkspaceReport | None, project_dir: Path | str) -> Path:
@@ -256,7 +258,7 @@ def prepare(
         remove(repo, path, branch if created else None)
         raise WorkspaceError(_one_line(exc)) from None
     task.append_event(
-        READY, status="queued", path=str(path), branch=branch, base_commit=report.base_commit
+        READY, status=Status.QUEUED, path=str(path), branch=branch, base_commit=report.base_commit
     )
     return report
 
@@ -294,7 +296,11 @@ def _add_worktree(task: TaskDir, report: WorkspaceReport, spec: WorkspaceSpec, o
             raise WorkspaceError(f"worktree path {path} already exists; remove it first")
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     task.append_event(
-        PREPARING, status="queued", path=str(path), branch=branch, base_commit=report.base_commit
+        PREPARING,
+        status=Status.QUEUED,
+        path=str(path),
+        branch=branch,
+        base_commit=report.base_commit,
     )
     if ours:  # a half-made worktree of ours: start it again
         if real in known or path.exists():
@@ -463,11 +469,11 @@ def report_from_events(events: list[dict[str, Any]]) -> WorkspaceReport | None:
     :func:`supervisor.taskdir.repair.rebuild`): the report the ``queued`` event recorded at claim,
     with the result of the last ``workspace_finished`` event; ``None`` for a task claimed
     before workspaces existed."""
-    queued = next((e for e in events if e.get("event") == "queued"), None)
+    queued = next((e for e in events if e.get("event") == Event.QUEUED), None)
     if queued is None or not isinstance(queued.get("workspace"), dict):
         return None
     report = WorkspaceReport.model_validate(queued["workspace"])
-    finished = [e for e in events if e.get("event") == "workspace_finished"]
+    finished = [e for e in events if e.get("event") == Event.WORKSPACE_FINISHED]
     for key in RESULT_FIELDS if finished else ():
         setattr(report, key, finished[-1].get(key))
     return report

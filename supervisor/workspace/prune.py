@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import MANIFEST, TaskDir, parse_iso
 from supervisor.taskdir.states import TERMINAL, FailureReason
 from supervisor.terminal import counted
@@ -315,7 +316,7 @@ def _remove(item: PruneItem, tasks_dir: Path) -> None:
         review_git(["branch", "-D", item.branch], repo)
     task = TaskDir(tasks_dir / item.task_id)
     task.append_event(
-        "pruned",
+        Event.PRUNED,
         path=item.path,
         branch=item.branch,
         branch_deleted=item.delete_branch,

@@ -38,6 +38,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
+from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import MANIFEST, Manifest, TaskDir
 from supervisor.taskdir.states import TERMINAL, FailureReason
 from supervisor.terminal import counted
@@ -449,7 +450,7 @@ def discard(ws: TaskWorkspace, plan: DiscardPlan) -> None:
     if plan.branch_commit is not None:
         review_git(["branch", "-D", ws.branch], repo)
     ws.task.append_event(
-        "discarded",
+        Event.DISCARDED,
         branch=ws.branch,
         commit=plan.branch_commit,
         path=ws.report.path,

@@ -56,8 +56,10 @@ from supervisor.audit import By
 from supervisor.config import AgentSpec
 from supervisor.policy import approval
 from supervisor.streamcopy import LAUNCH_MARK
+from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import TURN_PROMPT, Manifest, utc_iso
 from supervisor.taskdir.layout import EXIT_CODE, PROMPT
+from supervisor.taskdir.states import Status
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +117,7 @@ class ClaudeAdapter(AgentAdapter):
         self.escalation: dict[str, Any] | None = None
         self.transcript_path: str | None = None
         self.turn_ended = False
-        #: The class of the current run's error ending (:mod:`supervisor.failures`).
+        #: The class of the current run's error ending (:mod:`~supervisor.taskdir.states`).
         self.failure: str | None = None
         self.limit: tuple[float | None, str] | None = None
         #: When the TUI last showed progress (:mod:`.evidence`).
@@ -266,7 +268,7 @@ class ClaudeAdapter(AgentAdapter):
                 self.denials += 1
                 if (
                     self.denials >= policy.max_denials
-                    and status == "running"
+                    and status == Status.RUNNING
                     and self.pending_answer is None
                     and not escalate
                 ):
@@ -295,7 +297,7 @@ class ClaudeAdapter(AgentAdapter):
         return escalate, pause
 
     def _record(self, signal: hooks.HookSignal) -> None:
-        self.task.append_event("hook", at=signal.at, **hooks.summary(signal.data))
+        self.task.append_event(Event.HOOK, at=signal.at, **hooks.summary(signal.data))
         hooks.archive(signal)
 
     def _decide(self, tool: str, tool_input: Any, denials: int) -> approval.Ruling:

@@ -1,7 +1,7 @@
 """Claude Code's failure classifier: why a run ended in error, read from what the CLI said.
 
 Pure (no I/O). The adapter feeds the facts of the run that just ended; the classes are those of
-:mod:`supervisor.failures` (the policy turns a class into a transition).
+:mod:`~supervisor.taskdir.states` (the policy turns a class into a transition).
 Server errors, overload and network failures are ``transient``; 401/403 and login texts
 ``auth``; credit texts ``billing``; 400/404/413/422 ``invalid_request``; any other error
 ``agent_error``.
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from supervisor.failures import TRANSIENT
+from supervisor.taskdir.states import TRANSIENT, FailureReason
 
 #: HTTP statuses that pass by themselves: server errors and overload (Anthropic API errors
 #: reference: 500 api_error, 529 overloaded_error; 502-504 from proxies on the way).
@@ -51,9 +51,9 @@ HOOK_ERRORS: dict[str, str] = {
     "server_error": TRANSIENT,
     "overloaded": TRANSIENT,
     "network_error": TRANSIENT,
-    "authentication_failed": "auth",
-    "billing_error": "billing",
-    "invalid_request": "invalid_request",
+    "authentication_failed": FailureReason.AUTH,
+    "billing_error": FailureReason.BILLING,
+    "invalid_request": FailureReason.INVALID_REQUEST,
 }
 
 
@@ -75,17 +75,17 @@ def classify(status: int | None, text: str | None, is_error: bool | None) -> str
     if status is None and not is_error and not body:
         return None
     if _BILLING_TEXT.search(body):
-        return "billing"
+        return FailureReason.BILLING
     if status in AUTH_STATUSES or (is_error and _AUTH_TEXT.search(body)):
-        return "auth"
+        return FailureReason.AUTH
     if status in TRANSIENT_STATUSES or (status is None and _TRANSIENT_TEXT.search(body)):
         return TRANSIENT
     if status in INVALID_STATUSES or (is_error and _INVALID_TEXT.search(body)):
-        return "invalid_request"
+        return FailureReason.INVALID_REQUEST
     if status is not None and 500 <= status <= 599:
         return TRANSIENT
     if is_error or status is not None:
-        return "agent_error"
+        return FailureReason.AGENT_ERROR
     return None
 
 

@@ -25,6 +25,7 @@ from supervisor.agents import Keys
 from supervisor.agents.claude import hooks, screen
 from supervisor.audit import By
 from supervisor.policy import approval
+from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import TaskDir, utc_iso
 
 #: The audit subject kept per request, in characters.
@@ -108,10 +109,10 @@ def perform(
     """
     ruling, signal, prompt = proposal.ruling, proposal.signal, proposal.prompt
     if signal is not None:
-        task.append_event("hook", at=signal.at, **hooks.summary(signal.data))
+        task.append_event(Event.HOOK, at=signal.at, **hooks.summary(signal.data))
     extra = {"source": "screen"} if prompt is not None else {}
     task.append_event(
-        "permission",
+        Event.PERMISSION,
         tool=proposal.tool,
         subject=proposal.subject[:SUBJECT_CHARS],
         decision=ruling.action,
@@ -164,7 +165,7 @@ def answer_pending(
     if prompt is not None:
         send_keys(Keys(tuple(prompt.approve_keys() if approve else prompt.deny_keys())))
         task.append_event(
-            "permission",
+            Event.PERMISSION,
             tool=prompt.tool,
             subject=prompt.detail[:SUBJECT_CHARS],
             decision=action,
@@ -178,7 +179,7 @@ def answer_pending(
         hooks.answer(signal, approval.hook_answer(action, message))
         hooks.archive(signal)
         task.append_event(
-            "permission",
+            Event.PERMISSION,
             tool=(escalation or {}).get("tool"),
             subject=(escalation or {}).get("subject"),
             decision=action,

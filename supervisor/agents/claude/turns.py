@@ -26,6 +26,7 @@ from typing import Any
 
 from supervisor.audit import By
 from supervisor.policy import approval
+from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import TaskDir
 
 #: Hooks that show the agent working: a prompt submitted (by a person or by the CLI's own
@@ -99,7 +100,7 @@ def record_denial(task: TaskDir, data: dict[str, Any], at: float) -> None:
     tool = str(data.get("tool_name") or "")
     reason = data.get("reason") or data.get("permission_decision_reason") or ""
     task.append_event(
-        "permission",
+        Event.PERMISSION,
         at=at,
         tool=tool,
         subject=approval.subject(tool, data.get("tool_input"))[:_CHARS],
