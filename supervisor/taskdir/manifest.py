@@ -57,7 +57,7 @@ class Manifest(*kinds.manifest_models(), BaseModel):  # type: ignore[misc]
     ``resume_at`` (when a crashed, hung or waiting task is due to resume), ``verdict`` and
     ``summary`` (set at the end: seed 003's verdict and one paragraph on the outcome),
     ``failure_reason`` (with status ``failed``: ``auth``, ``billing``, ``invalid_request``,
-    ``agent_error``, ``exit_code`` or ``launch``; see :mod:`supervisor.failures`) and
+    ``agent_error``, ``exit_code`` or ``launch``; see :mod:`supervisor.taskdir.states`) and
     ``transient_waits`` (waits after transient API or network failures, never retries).
     Claude Code tasks also carry ``claude`` (session id, final result text, is_error,
     num_turns, total_cost_usd, api_retries, api_errors, transcript_path), ``denials``
