@@ -14,7 +14,8 @@ import pytest
 from conftest import Setup, wait_for
 
 from supervisor import engine_probe
-from supervisor.taskdir.folder import FOLLOWED_UP, FOLLOWUP, TaskDir
+from supervisor.taskdir.events import Event
+from supervisor.taskdir.folder import FOLLOWUP, TaskDir
 
 PATIENCE = 60
 
@@ -65,9 +66,9 @@ def test_a_completed_task_continues_as_a_second_turn(setup: Setup) -> None:
     assert argv[argv.index("--resume") + 1] == first["session_id"]
     assert "second turn" in second["output_tail"]
     names = [e["event"] for e in setup.events(task_id)]
-    assert names.count(FOLLOWED_UP) == 1
+    assert names.count(Event.FOLLOWED_UP) == 1
     assert names.count("completed") == 2 and names.count("launched") == 2
-    assert names.index(FOLLOWED_UP) < len(names) - names[::-1].index("launched") - 1
+    assert names.index(Event.FOLLOWED_UP) < len(names) - names[::-1].index("launched") - 1
 
 
 def test_continue_on_a_running_engine_is_applied(setup: Setup) -> None:
@@ -156,7 +157,7 @@ def test_two_continues_at_once_start_exactly_one_turn(setup: Setup) -> None:
     _, manifest = _only_task(setup)
     assert manifest["turn"] == 2 and len(manifest["turns"]) == 1
     names = [e["event"] for e in setup.events(task_id)]
-    assert names.count(FOLLOWED_UP) == 1
+    assert names.count(Event.FOLLOWED_UP) == 1
 
 
 def test_an_engine_killed_after_the_turn_event_neither_loses_nor_doubles_it(
@@ -169,7 +170,7 @@ def test_an_engine_killed_after_the_turn_event_neither_loses_nor_doubles_it(
     prompt = b"print: after a crash\n"
     (folder / FOLLOWUP).write_bytes(prompt)
     TaskDir(folder).append_event(
-        FOLLOWED_UP,
+        Event.FOLLOWED_UP,
         status="queued",
         turn=2,
         prompt="print: after a crash",
@@ -179,7 +180,7 @@ def test_an_engine_killed_after_the_turn_event_neither_loses_nor_doubles_it(
     assert done.returncode == 0, done.stderr[-3000:]
     _, manifest = _only_task(setup)
     assert manifest["turn"] == 2 and manifest["status"] == "completed", manifest
-    assert [e["event"] for e in setup.events(task_id)].count(FOLLOWED_UP) == 1
+    assert [e["event"] for e in setup.events(task_id)].count(Event.FOLLOWED_UP) == 1
     assert (setup.project / "received_prompt.bin").read_bytes() == prompt
 
 
@@ -225,7 +226,6 @@ def test_a_fifo_in_place_of_the_follow_up_is_refused_without_a_hang(setup: Setup
     import os
 
     from supervisor.taskdir import control
-    from supervisor.taskdir.folder import CONTINUE_REFUSED
 
     task_id, _ = _first_turn(setup)
     os.mkfifo(setup.state / "tasks" / task_id / FOLLOWUP)
@@ -234,7 +234,7 @@ def test_a_fifo_in_place_of_the_follow_up_is_refused_without_a_hang(setup: Setup
     assert done.returncode == 0, done.stderr[-3000:]
     _, manifest = _only_task(setup)
     assert manifest["turn"] == 1 and manifest["status"] == "completed"
-    refused = [e for e in setup.events(task_id) if e["event"] == CONTINUE_REFUSED]
+    refused = [e for e in setup.events(task_id) if e["event"] == Event.CONTINUE_REFUSED]
     assert refused and "cannot read its follow-up" in refused[0]["reason"]
     assert not (setup.state / "tasks" / task_id / FOLLOWUP).exists()
 
@@ -249,7 +249,7 @@ def test_an_engine_killed_before_the_prompt_was_moved_runs_the_turn_once(setup: 
     prompt = b"print: cut short\n"
     folder.file(FOLLOWUP).write_bytes(prompt)
     folder.append_event(
-        FOLLOWED_UP, status="queued", turn=2, prompt_sha256=hashlib.sha256(prompt).hexdigest()
+        Event.FOLLOWED_UP, status="queued", turn=2, prompt_sha256=hashlib.sha256(prompt).hexdigest()
     )
     folder.update_manifest(lambda m: turnlog.open_turn(m, 2, folder))
     done = setup.run(timeout=PATIENCE)
@@ -316,7 +316,7 @@ def test_a_damaged_manifest_of_a_later_turn_is_never_rebuilt_as_the_first(setup:
     (the task is left ``damaged``, reported), never marked ended by turn 1's outcome."""
     task_id, _ = _first_turn(setup)
     folder = TaskDir(setup.state / "tasks" / task_id)
-    folder.append_event(FOLLOWED_UP, status="queued", turn=2, prompt_sha256="0" * 64)
+    folder.append_event(Event.FOLLOWED_UP, status="queued", turn=2, prompt_sha256="0" * 64)
     folder.append_event("launched", status="running", session_name=task_id)
     folder.file("manifest.json").write_text("{not json")
     done = setup.run(timeout=PATIENCE)
@@ -376,7 +376,7 @@ def test_two_continues_at_once_on_a_live_engine_start_one_turn(setup: Setup) -> 
         engine.wait(timeout=PATIENCE)
     _, manifest = _only_task(setup)
     assert manifest["turn"] == 2 and len(manifest["turns"]) == 1
-    assert [e["event"] for e in setup.events(task_id)].count(FOLLOWED_UP) == 1
+    assert [e["event"] for e in setup.events(task_id)].count(Event.FOLLOWED_UP) == 1
 
 
 def test_a_claude_task_without_a_session_and_a_fleet_profile_are_refused(setup: Setup) -> None:

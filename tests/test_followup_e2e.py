@@ -9,7 +9,7 @@ import json
 import pytest
 from test_claude_agent import harness  # noqa: F401  (the fixture)
 
-from supervisor.taskdir.folder import FOLLOWED_UP
+from supervisor.taskdir.events import Event
 
 pytestmark = pytest.mark.e2e
 
@@ -43,7 +43,7 @@ def test_a_headless_claude_task_continues_its_session(harness) -> None:  # noqa:
         if r.offers_tools and FOLLOW_UP in json.dumps(r.messages[-1:])
     ]
     assert later, info
-    assert [e["event"] for e in h.events("chat")].count(FOLLOWED_UP) == 1
+    assert [e["event"] for e in h.events("chat")].count(Event.FOLLOWED_UP) == 1
 
 
 def test_an_escalated_claude_task_is_stopped_then_continued(harness) -> None:  # noqa: F811

@@ -11,7 +11,7 @@ from test_policy import P, task_states
 
 from supervisor.policy import TERMINAL, Action, TaskState, continue_turn, launched
 from supervisor.policy.followups import STOP_FIRST, refusal
-from supervisor.taskdir.folder import FOLLOWED_UP
+from supervisor.taskdir.events import Event
 from supervisor.taskdir.states import Status
 
 turns = st.integers(2, 10**6)
@@ -22,7 +22,7 @@ turns = st.integers(2, 10**6)
 def test_an_ended_task_opens_a_queued_turn_with_nothing_left_of_the_last(state, turn):
     decision = continue_turn(state, turn)
     assert decision.state == TaskState(status="queued")  # retries 0, no deadline, no verdict
-    assert decision.events == (FOLLOWED_UP,)
+    assert decision.events == (Event.FOLLOWED_UP,)
     assert Action.RESUME not in decision.actions and Action.STOP_AGENT not in decision.actions
     assert f"turn {turn}" in decision.reason
     assert refusal(state.status) is None

@@ -31,6 +31,7 @@ from supervisor.diskio import (  # noqa: F401  (also imported from here with Tas
     utc_iso,
 )
 from supervisor.logrotate import shift_backups
+from supervisor.taskdir.events import Event
 from supervisor.taskdir.layout import (  # noqa: F401  (also imported from here)
     DAMAGED,
     DONE,
@@ -46,18 +47,7 @@ from supervisor.taskdir.layout import (  # noqa: F401  (also imported from here)
 )
 from supervisor.taskdir.manifest import Manifest, TurnRecord  # noqa: F401  (also from here)
 
-#: The event written before the notifier runs for one of a task's events (write-ahead), and
-#: the one written after it: a ``notifying`` with no ``notified`` after it is a notification
-#: a killed engine left unsent (:mod:`supervisor.engine.recovery` sends it again).
-NOTIFYING = "notifying"
-NOTIFIED = "notified"
 TAIL_LINES = 100
-#: The event that opens a new turn of an ended (or escalated, then stopped) task: the
-#: events after the last one of these are the current turn's (:meth:`TaskDir.turn_events`).
-FOLLOWED_UP = "followed_up"
-#: The event of a follow-up the engine could not take (the task was live, or its prompt
-#: could not be read): the prompt file is removed and ``supervise continue`` shows why.
-CONTINUE_REFUSED = "continue_refused"
 
 
 #: Serializes appends to event logs within the engine, so a short write can be truncated
@@ -193,10 +183,10 @@ class TaskDir:
         return out
 
     def turn_events(self) -> list[dict[str, Any]]:
-        """The current turn's events: those after the last :data:`FOLLOWED_UP` (all of
-        them in the first turn). An earlier turn's ending is no word on this one."""
+        """The current turn's events: those after the last :attr:`Event.FOLLOWED_UP` (all
+        of them in the first turn). An earlier turn's ending is no word on this one."""
         events = self.events()
-        starts = [i for i, e in enumerate(events) if e.get("event") == FOLLOWED_UP]
+        starts = [i for i, e in enumerate(events) if e.get("event") == Event.FOLLOWED_UP]
         return events[starts[-1] :] if starts else events
 
     # -- wrapper files ------------------------------------------------------------
