@@ -232,7 +232,7 @@ def test_a_fifo_in_place_of_a_log_or_the_events_never_hangs(setup: Setup) -> Non
 
 
 def test_an_endless_event_line_is_reported_not_held(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from supervisor import eventview
+    from supervisor.cli import eventview
 
     monkeypatch.setattr(eventview, "MAX_LINE", 100)
     splitter = eventview.Splitter()
@@ -273,7 +273,7 @@ def test_a_record_the_file_log_cannot_write_prints_no_traceback(
 ) -> None:
     import logging
 
-    from supervisor.enginelog import QuietFileHandler
+    from supervisor.cli.enginelog import QuietFileHandler
 
     handler = QuietFileHandler(tmp_path / "engine.log", maxBytes=1000, backupCount=1)
     handler.stream.close()
@@ -290,7 +290,7 @@ def test_a_record_the_file_log_cannot_write_prints_no_traceback(
 
 
 def test_hostile_event_stamps_show_as_they_are() -> None:
-    from supervisor.eventview import Renderer
+    from supervisor.cli.eventview import Renderer
 
     for relative in (False, True):
         renderer = Renderer(relative=relative)

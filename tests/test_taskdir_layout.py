@@ -34,7 +34,7 @@ WORDS = {
 #: ``(module, name)`` pairs that join a word above for another folder's file.
 ELSEWHERE = {
     # the profile folder's example task files (``supervise init``), not state_dir/tasks
-    ("starter_claude.py", layout.TASKS),
+    ("cli/starter_claude.py", layout.TASKS),
     ("cli/setup.py", layout.TASKS),
 }
 

@@ -131,7 +131,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if profile.spec.cluster is not None and (refused := _cluster_preflight(profile)):
         err(f"supervise run: {refused}")
         return 1
-    from supervisor import enginelog  # the file 'supervise logs' reads
+    from supervisor.cli import enginelog  # the file 'supervise logs' reads
 
     if warning := enginelog.attach(
         profile.state_dir, args.log_file, args.log_max_bytes, args.log_backups

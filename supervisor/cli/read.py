@@ -33,8 +33,8 @@ from supervisor.taskid import is_task_id
 from supervisor.terminal import escape_controls
 
 if TYPE_CHECKING:
+    from supervisor.cli.eventview import Parsed
     from supervisor.config import LoadedProfile
-    from supervisor.eventview import Parsed
 
 #: Seconds between looks at a followed file (``logs -f``, ``events -f``).
 FOLLOW_EVERY = 0.25
@@ -83,7 +83,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_logs(args: argparse.Namespace) -> int:
     """``supervise logs``: the last ``-n`` lines of the engine log, then (``-f``) what is
     appended, across rotations, until interrupted."""
-    from supervisor import enginelog
+    from supervisor.cli import enginelog
 
     profile = load_profile(args.config)
     path = enginelog.located(profile.state_dir)
@@ -124,7 +124,7 @@ class _Shown:
     def __init__(self, args: argparse.Namespace, where: str) -> None:
         from collections import deque
 
-        from supervisor.eventview import Renderer
+        from supervisor.cli.eventview import Renderer
 
         self.json, self.where = args.json, where
         self.renderer = Renderer(relative=args.relative)
@@ -152,7 +152,8 @@ class _Shown:
 
 def cmd_events(args: argparse.Namespace) -> int:
     """``supervise events``: the task's events, readable or as stored (``--json``)."""
-    from supervisor import eventview, taskwhere
+    from supervisor import taskwhere
+    from supervisor.cli import eventview
     from supervisor.diskio import open_regular
     from supervisor.taskdir.folder import EVENTS
 
@@ -183,7 +184,7 @@ def cmd_events(args: argparse.Namespace) -> int:
 def _events_live(handle: BinaryIO, folder: Path, args: argparse.Namespace) -> int:
     """Print the events in ``handle``; with ``-f`` go on printing whole new lines until
     the task's manifest says it ended (then one last read: events are written first)."""
-    from supervisor.eventview import Splitter
+    from supervisor.cli.eventview import Splitter
 
     splitter, shown = Splitter(), _Shown(args, str(folder / layout.EVENTS))
     if args.lines is not None:  # -n N: start at the last N lines, never read the rest
@@ -211,7 +212,7 @@ def _from_the_end(handle: BinaryIO, count: int, shown: _Shown) -> None:
     Damaged lines before that point are not read, so not reported."""
     import os
 
-    from supervisor.eventview import status_before, tail_offset
+    from supervisor.cli.eventview import status_before, tail_offset
 
     fd = handle.fileno()
     offset = tail_offset(lambda at, n: os.pread(fd, n, at), os.fstat(fd).st_size, count)

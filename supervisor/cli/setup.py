@@ -114,7 +114,7 @@ def starter_profile(folder: Path) -> str:
     data = tomllib.loads(bundled.read_text("profiles", "demo.toml"))
     data["paths"] = {"spool_dir": "spool", "state_dir": "state"}
     data.pop("tmux", None)
-    from supervisor.starter_claude import shown
+    from supervisor.cli.starter_claude import shown
 
     header = INIT_HEADER.format(
         profile=shown(folder / "profile.toml"), tasks=shown(folder / "tasks")
@@ -124,11 +124,12 @@ def starter_profile(folder: Path) -> str:
 
 def cmd_init(args: argparse.Namespace) -> int:
     """Write a starter into ``DIR``: the demo (:func:`_write_starter`) or, with
-    ``--claude``, a Claude Code profile and a sample task (:mod:`supervisor.starter_claude`).
+    ``--claude``, a Claude Code profile and a sample task (:mod:`supervisor.cli.starter_claude`).
     Refuses, in one line, to overwrite a file it would write unless ``--force``. Two inits
     into one folder at once: one writes, the other waits for it (a lock on ``DIR``,
     :mod:`supervisor.statelock`) and then refuses, as for any existing file."""
-    from supervisor import starter_claude, statelock
+    from supervisor import statelock
+    from supervisor.cli import starter_claude
 
     folder = Path(args.dir)
     names = starter_claude.FILES if args.claude else ("profile.toml",)
@@ -165,8 +166,8 @@ def _write_starter(folder: Path) -> None:
     ``spool/`` and ``state/``, ``project/``, the demo's task files in ``tasks/`` and a copy
     of each in the spool. Raises OSError."""
     from supervisor import bundled
+    from supervisor.cli.starter_claude import shown
     from supervisor.diskio import atomic_write
-    from supervisor.starter_claude import shown
 
     private_folders(folder)
     (folder / "project").mkdir(exist_ok=True)
@@ -300,7 +301,7 @@ def cmd_completion(args: argparse.Namespace, whole: Parser) -> int:
     :func:`register`: this module never imports the parser's)."""
     import shtab
 
-    from supervisor.completion import mark_ids
+    from supervisor.cli.completion import mark_ids
 
     parser = whole()
     _mark_paths(parser, shtab.FILE, shtab.DIRECTORY)
