@@ -35,7 +35,7 @@ from tabulate import tabulate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from hostile_support import ISSUE_BATCH, Entry, LiveEngine, batches
+from support.hostile_support import ISSUE_BATCH, Entry, LiveEngine, batches
 from hypothesis import HealthCheck, Phase, example, given, settings
 
 

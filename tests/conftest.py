@@ -19,7 +19,7 @@ import pytest
 import tomli_w
 
 TESTS = Path(__file__).resolve().parent
-FAKE_AGENT = TESTS / "fake_agent.py"
+FAKE_AGENT = TESTS / "support" / "fake_agent.py"
 
 
 def _tmux_socket_path(name: str) -> Path:

@@ -1,5 +1,5 @@
 """Issue 4 end to end: the ``claude`` adapter drives the real Claude Code CLI (pinned, see
-docs/claude-code-e2e.md) in tmux against the mock Messages API (tests/mock_anthropic.py).
+docs/claude-code-e2e.md) in tmux against the mock Messages API (tests/support/mock_anthropic.py).
 
 Each test runs ``supervise run PROFILE --exit-when-idle`` in the background with a profile of
 ``[agent] kind = "claude"``; the mock's prompt directives (``[[bash: ...]]``,
@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import tomli_w
-from claude_support import (
+from support.claude_support import (
     agent_env,
     claude_version,
     kill_tmux_server,
@@ -32,7 +32,7 @@ from claude_support import (
     start_mock,
     stop_mock,
 )
-from mock_anthropic import MockAnthropic, gateway_token
+from support.mock_anthropic import MockAnthropic, gateway_token
 
 pytestmark = pytest.mark.e2e
 

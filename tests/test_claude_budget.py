@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from claude_support import start_mock, stop_mock
+from support.claude_support import start_mock, stop_mock
 from test_claude_agent import Harness
 
 from supervisor.agents.claude.stream import CARRY, StreamState

@@ -1,5 +1,5 @@
 """Issue 10's recovery matrix with the real Claude Code CLI (pinned 2.1.328, see
-docs/claude-code-e2e.md) in tmux, against the mock Messages API (tests/mock_anthropic.py).
+docs/claude-code-e2e.md) in tmux, against the mock Messages API (tests/support/mock_anthropic.py).
 
 Each case scripts one real-world failure with a mock directive (``[[stall_stream: N]]``,
 ``[[server_error: N]]``, ``[[overloaded: N]]``, ``[[billing]]``, ``[[auth: N]]``) or with the
@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from claude_support import start_mock, stop_mock
-from mock_anthropic import MockAnthropic, gateway_token
+from support.claude_support import start_mock, stop_mock
+from support.mock_anthropic import MockAnthropic, gateway_token
 from test_claude_agent import Harness
 
 pytestmark = pytest.mark.e2e

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from claude_support import REPO_ROOT, agent_env, stop_mock
-from mock_anthropic import MockAnthropic
-from mock_drip import DripMock
+from support.claude_support import REPO_ROOT, agent_env, stop_mock
+from support.mock_anthropic import MockAnthropic
+from support.mock_drip import DripMock
 from test_claude_agent import Harness
 from test_claude_recovery import assert_resumed_by_id, kinds, outcome, report
 

@@ -1,7 +1,7 @@
 """Issue 21, streaming content: in headless mode a content block that streams is progress, a
 stream of pings only is not (the real Claude Code CLI 2.1.328 in tmux, against the mock
 Messages API; ``[[slow_write: NAME S]]`` and ``[[ping_stall: N]]`` are in
-tests/mock_streaming.py).
+tests/support/mock_streaming.py).
 
 With ``--include-partial-messages`` the CLI prints a ``stream_event`` line per content delta
 as it arrives (tests/fixtures/claude/headless/partial-slow-write.jsonl), where it used to be
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mock_streaming import slow_content
+from support.mock_streaming import slow_content
 from test_claude_agent import Harness
 from test_claude_recovery import (  # noqa: F401 - matrix is a fixture
     FINISH_TIMEOUT,

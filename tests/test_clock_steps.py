@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Setup, wait_for
-from tests.faketime_support import require_libfaketime
+from support.faketime_support import require_libfaketime
 
 SLEEP_SHIM = (
     "import threading, time\n"

@@ -2,7 +2,7 @@
 (``supervise cluster init|check``), submission into PostgreSQL, and dispatch through
 procrastinate to engines that each start a task exactly once and never exceed their
 ``max_concurrent``. Every test runs against a real PostgreSQL server
-(``tests/cluster_support.py``) and real ``supervise`` processes.
+(``tests/support/cluster_support.py``) and real ``supervise`` processes.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import tomli_w
-from cluster_support import fresh_database, postgres_server
+from support.cluster_support import fresh_database, postgres_server
 from conftest import Setup, wait_for
 
 psycopg = pytest.importorskip("psycopg")
@@ -496,7 +496,7 @@ def test_database_down_transitions_kept_in_the_outbox(tmp_path: Path) -> None:
     """PostgreSQL stops while tasks run: the engine keeps supervising them (they end as
     their prompts say), keeps their transitions in its outbox file when stopped meanwhile,
     and its next start writes them in order, each event once."""
-    from cluster_support import postgres_executor, wait_ready
+    from support.cluster_support import postgres_executor, wait_ready
 
     from supervisor.cluster.submit import submit
     from supervisor.config import load_profile, load_task

@@ -1,6 +1,6 @@
 """Operating the fleet from any machine (issue 15): ``stop|resume|approve|deny``, ``show``
 and ``wait`` for a task that runs on another host, from a process that has only the DSN
-(no profile, no state dir). Real PostgreSQL (``tests/cluster_support.py``), real engines
+(no profile, no state dir). Real PostgreSQL (``tests/support/cluster_support.py``), real engines
 (``supervise run`` subprocesses, as in ``tests/test_cluster.py``), the fake agent.
 """
 
@@ -171,7 +171,7 @@ def test_approve_from_a_machine_with_only_the_dsn(
     import subprocess
     import sys
 
-    from claude_support import scrubbed_environ
+    from support.claude_support import scrubbed_environ
     from test_cluster import stop_engines
 
     from supervisor.cluster.submit import submit

@@ -2,8 +2,8 @@
 when only an engine dies (its tmux server and agents live on), and a returning host checks
 ownership before it records an ending, notifies or runs acceptance.
 
-Real PostgreSQL (``tests/cluster_support.py``), real engines, real tmux, the fake agent's
-brain; each agent run stamps its start and end (``stamp:`` cue of ``tests/fake_agent.py``).
+Real PostgreSQL (``tests/support/cluster_support.py``), real engines, real tmux, the fake agent's
+brain; each agent run stamps its start and end (``stamp:`` cue of ``tests/support/fake_agent.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 import test_cluster
 import test_cluster_sweep
 from conftest import wait_for
-from faketime_support import require_libfaketime
+from support.faketime_support import require_libfaketime
 from test_cluster import rows, start_engine
 from test_cluster_sweep import HOST_TIMEOUT, cleanup, host, state_of, submit
 
@@ -316,7 +316,7 @@ def test_fleet_chaos_no_task_runs_twice_at_once_and_none_is_lost(tmp_path: Path)
     it dead. Every agent run stamps its start, end and host: no two runs of a task
     overlap, every task completes, and no orphan of h0 ran longer after its engine died
     than README's bound."""
-    from cluster_support import postgres_executor, wait_ready
+    from support.cluster_support import postgres_executor, wait_ready
     from test_cluster import supervise
 
     with postgres_executor() as (url, server):

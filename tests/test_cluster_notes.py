@@ -3,7 +3,7 @@
 in the spool folder of a cluster host (run locally, not in the database, said once in the
 log), and the prompt size limit for tasks stored in the database (refused at submit, and
 rejected at the claim when a row was written around ``supervise submit``). Real engines,
-real PostgreSQL (tests/cluster_support.py).
+real PostgreSQL (tests/support/cluster_support.py).
 """
 
 from __future__ import annotations

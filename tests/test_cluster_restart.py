@@ -1,6 +1,6 @@
 """Issue 15: PostgreSQL stopped and started again under a running fleet, and a worker
 whose connections the server drops or whose LISTEN connection goes deaf. Real server
-(tests/cluster_support.py), real engines (tests/test_cluster.py's ``engines``).
+(tests/support/cluster_support.py), real engines (tests/test_cluster.py's ``engines``).
 
 Every engine here runs with procrastinate's fetch polling interval at
 :data:`POLL` seconds (``SUPERVISE_CLUSTER_FETCH_POLL``, see
@@ -74,7 +74,7 @@ def test_postgres_restart_mid_run(tmp_path: Path) -> None:
     every outbox is flushed (file gone, events written), each row's state matches the
     manifest of the host that ran it, and every procrastinate job ended normally (none
     aborted, failed or left ``doing``)."""
-    from cluster_support import postgres_executor
+    from support.cluster_support import postgres_executor
 
     with postgres_executor() as (dsn, server), engines(tmp_path, dsn, count=3) as hosts:
         ids = [_submit(dsn, hosts["h0"], f"long{i}", "sleep: 16\nexit: 0") for i in range(3)]
@@ -142,7 +142,7 @@ def test_worker_connections_terminated(tmp_path: Path) -> None:
     its tasks run: the tasks go on (each starts once, ends completed), their jobs end
     normally (none left ``doing``), and a task submitted afterwards starts within about
     1 s: the worker listens again."""
-    from cluster_support import postgres_server
+    from support.cluster_support import postgres_server
 
     with postgres_server() as dsn, engines(tmp_path, dsn, count=1) as hosts:
         setup = hosts["h0"]
@@ -170,7 +170,7 @@ def test_deaf_listener_is_replaced(tmp_path: Path) -> None:
     stopped with SIGSTOP: what a half-open TCP connection looks like): the periodic
     self-NOTIFY check finds it deaf and listens again on a new connection, so a task
     submitted meanwhile starts within seconds, not after the 120 s polling interval."""
-    from cluster_support import postgres_server
+    from support.cluster_support import postgres_server
 
     from supervisor.cluster.health import CHECK_EVERY, ECHO_TIMEOUT
 
@@ -193,7 +193,7 @@ def test_engine_started_while_the_database_is_down(tmp_path: Path) -> None:
     connect every second (psycopg_pool's own backoff, 1, 2, 4, 8, 16 s, would try next
     about 15 s after the return), so a task submitted once the server is back starts
     within 3 s."""
-    from cluster_support import postgres_executor, wait_ready
+    from support.cluster_support import postgres_executor, wait_ready
     from test_cluster import cluster_profile, start_engine, stop_engines, supervise
 
     with postgres_executor() as (dsn, server):

@@ -1,7 +1,7 @@
 """The fleet's roles (issue 15, "Trust"): ``supervise cluster roles`` prints and applies
 ``supervisor/cluster/roles.sql``; a login role in ``supervise_submit`` can submit and read
 but not change a task; a login role in ``supervise_engine`` runs a real engine that claims
-and completes a task. Real PostgreSQL (tests/cluster_support.py), real engine and CLI.
+and completes a task. Real PostgreSQL (tests/support/cluster_support.py), real engine and CLI.
 """
 
 from __future__ import annotations

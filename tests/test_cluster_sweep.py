@@ -3,7 +3,7 @@
 ``host_timeout`` is declared dead; its unlaunched tasks go back to the queue, its running
 ones become ``host_lost`` (and run again elsewhere with ``on_host_lost = "restart"``); a
 cleanly stopped host is ``stopped``, never dead. Real PostgreSQL
-(``tests/cluster_support.py``), real engines, the fake agent; the rules themselves also as
+(``tests/support/cluster_support.py``), real engines, the fake agent; the rules themselves also as
 pure functions (hypothesis).
 """
 
@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import test_cluster
 import tomli_w
-from cluster_support import fresh_database
+from support.cluster_support import fresh_database
 from conftest import Setup, wait_for
 from hypothesis import given
 from hypothesis import strategies as st
@@ -343,7 +343,7 @@ def test_database_down_longer_than_host_timeout_declares_no_host_dead(tmp_path: 
     """The server is stopped for twice the hosts' host_timeout while a task runs: on its
     return every heartbeat is stale for a moment, and no sweep may take that for a loss:
     both hosts stay alive, the task is never host_lost or restarted, and completes once."""
-    from cluster_support import postgres_executor
+    from support.cluster_support import postgres_executor
 
     with postgres_executor() as (url, server):
         assert supervise("cluster", "init", env={"SUPERVISE_CLUSTER_DSN": url}).returncode == 0

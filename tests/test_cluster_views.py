@@ -1,7 +1,7 @@
 """The fleet as an operator sees it (issue 20): ``supervise wait`` through a PostgreSQL
 restart, ``hosts``' ``last_error`` cleared by the next good heartbeat, and ``status
 --cluster`` with ``--status``, ``--sort`` and ``--snapshot``. Real server
-(tests/cluster_support.py), real engines and the real CLI."""
+(tests/support/cluster_support.py), real engines and the real CLI."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 import test_cluster
 import test_cluster_sweep
 import tomli_w
-from cluster_support import postgres_executor
+from support.cluster_support import postgres_executor
 from conftest import Setup, wait_for
 from test_cluster import cluster_profile, engines, rows, supervise
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-from cluster_support import fresh_database, postgres_server
+from support.cluster_support import fresh_database, postgres_server
 from conftest import Setup
 from test_archive import archived_sizes, ended_tasks, places
 

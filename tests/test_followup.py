@@ -1,5 +1,5 @@
 """``supervise continue`` (issue 22): an ended task's conversation goes on as a new turn,
-under supervision, with the fake agent (tests/fake_agent.py prints ``resumed session ID``
+under supervision, with the fake agent (tests/support/fake_agent.py prints ``resumed session ID``
 when resumed and keeps the prompt it got in ``received_prompt.bin``)."""
 
 from __future__ import annotations

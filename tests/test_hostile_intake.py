@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from hostile_support import ISSUE_BATCH, Entry, LiveEngine, batches
+from support.hostile_support import ISSUE_BATCH, Entry, LiveEngine, batches
 from hypothesis import HealthCheck, Phase, example, given, settings
 
 #: Batches of entries per run (CI budget) and entries per batch.

@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from cluster_support import fresh_database, postgres_server
+from support.cluster_support import fresh_database, postgres_server
 from conftest import Setup
 from test_cluster import cluster_profile, rows, supervise
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from claude_support import (
+from support.claude_support import (
     agent_env,
     make_home,
     require_claude,
@@ -26,7 +26,7 @@ from claude_support import (
     stop_mock,
 )
 from conftest import Setup
-from mock_tool_calls import last_tool_result_text
+from support.mock_tool_calls import last_tool_result_text
 from test_claude_agent import Harness
 from test_ops import engine
 

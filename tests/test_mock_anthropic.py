@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 # tests/ is on sys.path (pytest's rootdir-relative import mode, like conftest).
-from mock_anthropic import MockAnthropic, first_user_text, gateway_token, parse_directives
+from support.mock_anthropic import MockAnthropic, first_user_text, gateway_token, parse_directives
 
 CWD = "/tmp/mock-project"
 TOOLS = [{"name": name, "input_schema": {}} for name in ("Bash", "Write", "Read")]

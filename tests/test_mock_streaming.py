@@ -11,10 +11,10 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
-import mock_streaming
+from support import mock_streaming
 import pytest
-from mock_anthropic import MockAnthropic
-from mock_streaming import (
+from support.mock_anthropic import MockAnthropic
+from support.mock_streaming import (
     DEFAULT_SLOW_SECONDS,
     FRAGMENT_EVERY,
     MAX_SLOW_SECONDS,

@@ -3,7 +3,7 @@ cannot is refused up front or named as the cause of the failed launch.
 
 Linux caps one argv or environment string at 128 KiB (``MAX_ARG_STRLEN``): the kernel's
 ``execve`` fails with ``E2BIG`` ("Argument list too long"). These tests use the real kernel,
-real tmux panes, the real wrapper and the fake agent (tests/fake_agent.py), which takes its
+real tmux panes, the real wrapper and the fake agent (tests/support/fake_agent.py), which takes its
 prompt as Claude Code 2.1.328 does (stdin for ``-p``, a bracketed paste in ``--tui`` mode).
 The real CLI's side is in tests/test_prompt_e2e.py.
 """

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from claude_support import scrubbed_environ
+from support.claude_support import scrubbed_environ
 from test_claude_agent import RUN_TIMEOUT, Harness, harness, supervise  # noqa: F401
 
 pytestmark = pytest.mark.e2e

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import views_fixture as vf
+from support import views_fixture as vf
 from test_tui import make_app
 from textual.widgets import DataTable, Input, Static
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import views_fixture as vf
+from support import views_fixture as vf
 from conftest import wait_for
 from textual.widgets import DataTable, Log, Static
 

@@ -1,5 +1,5 @@
 """``supervise serve`` with ``[cluster]`` (issue 15, item 4): the fleet grouped by host,
-read from a real PostgreSQL (tests/cluster_support.py) beside a real engine, shown in
+read from a real PostgreSQL (tests/support/cluster_support.py) beside a real engine, shown in
 Debian's chromium through Playwright (tests/test_web.py's fixtures); and the fleet model
 (:mod:`supervisor.views.fleet`) without a server.
 """
@@ -24,7 +24,7 @@ from test_cluster import (
     supervise,
 )
 from test_web import EVIL, browser, fixture, serve
-from views_fixture import Fixture
+from support.views_fixture import Fixture
 
 from supervisor.views.fleet import Fleet, FleetCache, group_by_host
 

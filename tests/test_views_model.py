@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import views_fixture as vf
+from support import views_fixture as vf
 from conftest import Setup, wait_for
 
 from supervisor.taskdir import control

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import views_fixture as vf
+from support import views_fixture as vf
 from pydantic import TypeAdapter
 
 from supervisor.views.model import GROUPS, Snapshot

@@ -1,6 +1,6 @@
 """Issue 22 item 2 in the fleet: ``supervise wait`` with only the DSN returns on an
 ``escalated`` row with exit 10 (``needs`` names its host) and ``--terminal-only`` waits on.
-Real PostgreSQL (``tests/cluster_support.py``); the row's state is set as a host's writer
+Real PostgreSQL (``tests/support/cluster_support.py``); the row's state is set as a host's writer
 would set it, since ``wait`` reads only the rows."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 extra the browser tests skip, unless ``SUPERVISE_REQUIRE_BROWSER=1`` (``.ci/run`` sets it):
 then they fail.
 
-The state dir is tests/views_fixture.py's (every group, two spool files). With
+The state dir is tests/support/views_fixture.py's (every group, two spool files). With
 ``SUPERVISE_UPDATE_SCREENSHOTS=1`` the approve test writes ``docs/serve.png`` (the board
 with its buttons).
 """
@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 from test_claude_agent import harness  # noqa: F401 (the real CLI's fixture, for the e2e test)
-from views_fixture import TASKS, Fixture, build, write_profile
+from support.views_fixture import TASKS, Fixture, build, write_profile
 
 from supervisor.taskdir.folder import Manifest, TaskDir, utc_iso
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from conftest import Setup
 from test_web import browser, fixture, serve  # noqa: F401 (pytest fixtures)
-from views_fixture import Fixture
+from support.views_fixture import Fixture
 
 from supervisor.views import timeline
 
