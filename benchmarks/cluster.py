@@ -48,9 +48,9 @@ sys.path.insert(0, str(REPO / "tests"))
 
 import psutil  # noqa: E402
 import tomli_w  # noqa: E402
-from support.cluster_support import postgres_server  # noqa: E402
 from conftest import Setup, wait_for  # noqa: E402
 from run import machine_info  # noqa: E402
+from support.cluster_support import postgres_server  # noqa: E402
 from test_cluster import (  # noqa: E402
     _epoch,
     cluster_profile,

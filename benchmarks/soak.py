@@ -529,7 +529,10 @@ def main(argv: list[str] | None = None) -> int:
         "--agent",
         choices=("fake", "sh"),
         default="fake",
-        help="fake: tests/support/fake_agent.py (Python); sh: the same cues read by /bin/sh (SH_AGENT)",
+        help=(
+            "fake: tests/support/fake_agent.py (Python); "
+            "sh: the same cues read by /bin/sh (SH_AGENT)"
+        ),
     )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir for inspection")
     args = parser.parse_args(argv)

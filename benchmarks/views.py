@@ -144,8 +144,8 @@ def top_figures(state: Path, spool: Path, seconds: float, churn_n: int) -> dict[
 
 def engine_figures(tasks: int, agents: int, seconds: float, keep: bool) -> dict[str, Any]:
     import run
-    from support import views_fixture as vf
     from profile_load import cpu_s
+    from support import views_fixture as vf
 
     with run.Scenario("views", keep) as sc:
         sc.write_profile(max_concurrent=agents, base_interval=1, stale_threshold=90)

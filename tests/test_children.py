@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import alive, wait_for
-from test_workspace import make_repo, new_task
+from support.repos import make_repo, new_task
 
 from supervisor import children
 from supervisor.config import AcceptanceSpec

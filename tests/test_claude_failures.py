@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import test_claude_recovery
+from support import claude_matrix
+from support.claude_matrix import FINISH_TIMEOUT, assert_resumed_by_id, kinds, outcome, report
 from support.mock_anthropic import gateway_token
-from test_claude_recovery import FINISH_TIMEOUT, assert_resumed_by_id, kinds, outcome, report
 
 pytestmark = pytest.mark.e2e
 
-matrix = test_claude_recovery.matrix  # the fixture: a Harness whose CLI retries once
+matrix = claude_matrix.matrix  # the fixture: a Harness whose CLI retries once
 
 SHORT = {"stale_threshold": 15, "grace_period": 5, "max_retries": 3}
 """The CI thresholds (seconds): a false hang would show within about 20 s."""

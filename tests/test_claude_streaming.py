@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.mock_streaming import slow_content
-from test_claude_agent import Harness
-from test_claude_recovery import (  # noqa: F401 - matrix is a fixture
+from support.claude_harness import Harness
+from support.claude_matrix import (  # noqa: F401 - matrix is a fixture
     FINISH_TIMEOUT,
     assert_resumed_by_id,
     kinds,
@@ -29,6 +28,7 @@ from test_claude_recovery import (  # noqa: F401 - matrix is a fixture
     outcome,
     report,
 )
+from support.mock_streaming import slow_content
 
 from supervisor.config import MonitorPolicy
 from supervisor.streamcopy import FOLD, FOLD_EVERY

@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 import tomli_w
+from support.claude_harness import Harness
 from support.claude_support import REPO_ROOT, start_mock, stop_mock
-from test_claude_agent import Harness
 
 pytestmark = pytest.mark.e2e
 

@@ -18,18 +18,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import test_cluster
-import test_cluster_sweep
 from conftest import wait_for
+from support import cluster_engines, cluster_hosts
+from support.cluster_engines import rows, start_engine
+from support.cluster_hosts import HOST_TIMEOUT, cleanup, host, state_of, submit
 from support.faketime_support import require_libfaketime
-from test_cluster import rows, start_engine
-from test_cluster_sweep import HOST_TIMEOUT, cleanup, host, state_of, submit
 
 from supervisor.cluster.lease import fence_of
 
 psycopg = pytest.importorskip("psycopg")
 
-server, dsn = test_cluster.server, test_cluster_sweep.dsn
+server, dsn = cluster_engines.server, cluster_hosts.dsn
 
 
 def runs(stamps: Path) -> list[dict[str, Any]]:
@@ -274,7 +273,7 @@ def _lose_whole_host(setup: Any, engine: Any) -> float:
     """A machine lost: its agents, engine and tmux server SIGKILLed by PID, agents first (a
     pane's hangup would let an agent stamp an end no lost machine writes). Returns the
     time of the loss (epoch s)."""
-    from test_cluster_sweep import kill_pid
+    from support.cluster_hosts import kill_pid
 
     server_pid = setup.tmux("display-message", "-p", "#{pid}").stdout.strip()
     at = time.time()
@@ -316,8 +315,8 @@ def test_fleet_chaos_no_task_runs_twice_at_once_and_none_is_lost(tmp_path: Path)
     it dead. Every agent run stamps its start, end and host: no two runs of a task
     overlap, every task completes, and no orphan of h0 ran longer after its engine died
     than README's bound."""
+    from support.cluster_engines import supervise
     from support.cluster_support import postgres_executor, wait_ready
-    from test_cluster import supervise
 
     with postgres_executor() as (url, server):
         assert supervise("cluster", "init", env={"SUPERVISE_CLUSTER_DSN": url}).returncode == 0
@@ -385,7 +384,7 @@ def test_fleet_chaos_no_task_runs_twice_at_once_and_none_is_lost(tmp_path: Path)
 def test_a_heartbeat_that_would_spin_the_lease_is_one_line(setup: Any) -> None:
     """``heartbeat = 1e-9`` would rewrite the lease (and beat) without pause: refused in one
     line naming the file and the key, with the floor."""
-    from test_cluster import supervise
+    from support.cluster_engines import supervise
 
     profile = setup.write_profile(extra={"cluster": {"heartbeat": 1e-9, "host_timeout": 1}})
     result = supervise("validate", str(profile))
@@ -397,7 +396,7 @@ def test_a_heartbeat_that_would_spin_the_lease_is_one_line(setup: Any) -> None:
 def test_a_host_timeout_too_close_to_the_heartbeat_is_one_line(setup: Any) -> None:
     """The fence needs a gap between heartbeat and host_timeout (it renews every eighth of
     it): 0.15 s against 0.1 s is refused in one line."""
-    from test_cluster import supervise
+    from support.cluster_engines import supervise
 
     profile = setup.write_profile(extra={"cluster": {"heartbeat": 0.1, "host_timeout": 0.15}})
     result = supervise("validate", str(profile))

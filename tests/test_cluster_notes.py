@@ -14,7 +14,15 @@ from pathlib import Path
 import pytest
 import tomli_w
 from conftest import Setup, wait_for
-from test_cluster import cluster_profile, dsn, rows, server, start_engine, stop_engines, supervise
+from support.cluster_engines import (
+    cluster_profile,
+    dsn,
+    rows,
+    server,
+    start_engine,
+    stop_engines,
+    supervise,
+)
 
 from supervisor.config import MAX_PROMPT_BYTES
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 from conftest import Setup, wait_for
-from test_cluster import DOING, TERMINAL, _host_runs, _max_overlap, engines, rows
+from support.cluster_engines import DOING, TERMINAL, _host_runs, _max_overlap, engines, rows
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -193,8 +193,8 @@ def test_engine_started_while_the_database_is_down(tmp_path: Path) -> None:
     connect every second (psycopg_pool's own backoff, 1, 2, 4, 8, 16 s, would try next
     about 15 s after the return), so a task submitted once the server is back starts
     within 3 s."""
+    from support.cluster_engines import cluster_profile, start_engine, stop_engines, supervise
     from support.cluster_support import postgres_executor, wait_ready
-    from test_cluster import cluster_profile, start_engine, stop_engines, supervise
 
     with postgres_executor() as (dsn, server):
         assert supervise("cluster", "init", env={"SUPERVISE_CLUSTER_DSN": dsn}).returncode == 0

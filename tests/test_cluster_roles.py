@@ -13,7 +13,15 @@ from collections.abc import Iterator
 import pytest
 import tomli_w
 from conftest import Setup, wait_for
-from test_cluster import cluster_profile, dsn, rows, server, start_engine, stop_engines, supervise
+from support.cluster_engines import (
+    cluster_profile,
+    dsn,
+    rows,
+    server,
+    start_engine,
+    stop_engines,
+    supervise,
+)
 
 psycopg = pytest.importorskip("psycopg")
 __all__ = ["dsn", "server"]  # the fixtures, imported for this module

@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
-import test_cluster
 import tomli_w
 from conftest import Setup, wait_for
-from test_cluster import DOING, ENGINES, engines, rows, start_engine, stop_engines
+from support import cluster_engines
+from support.cluster_engines import DOING, ENGINES, engines, rows, start_engine, stop_engines
 
 from supervisor.config import load_profile, load_task
 
@@ -24,7 +24,7 @@ psycopg = pytest.importorskip("psycopg")
 
 
 # The fixtures of tests/test_cluster.py: a server per module, a fresh database per test.
-server, dsn = test_cluster.server, test_cluster.dsn
+server, dsn = cluster_engines.server, cluster_engines.dsn
 
 
 EVENTS = "SELECT generation, event FROM supervise_events WHERE task_id = %s ORDER BY id"

@@ -9,29 +9,31 @@ pure functions (hypothesis).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
 import threading
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import test_cluster
-import tomli_w
-from support.cluster_support import fresh_database
 from conftest import Setup, wait_for
 from hypothesis import given
 from hypothesis import strategies as st
-from test_cluster import rows, start_engine, stop_engines, supervise
-from test_workspace import make_repo
+from support import cluster_hosts
+from support.cluster_engines import rows, start_engine, stop_engines, supervise
+from support.cluster_hosts import (
+    HOST_TIMEOUT,
+    cleanup,
+    host,
+    kill_pid,
+    state_of,
+    submit,
+)
+from support.repos import make_repo
 
 from supervisor.cluster.sweeper import (
     UNLAUNCHED,
@@ -44,51 +46,14 @@ from supervisor.cluster.sweeper import (
 )
 from supervisor.taskdir.states import HOST_LOST, LIVE, TERMINAL
 
-psycopg = pytest.importorskip("psycopg")
+server, dsn = (
+    cluster_hosts.server,
+    cluster_hosts.dsn,
+)  # pytest fixtures, found by name in this module
 
-#: Seconds: small, so a loss is seen within seconds (heartbeat 0.5 s).
-HOST_TIMEOUT = 4.0
+psycopg = pytest.importorskip("psycopg")
 RUN_JOBS = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'doing' " \
            "AND task_name = 'supervise.run_task'"  # fmt: skip
-
-
-server = test_cluster.server  # one throwaway PostgreSQL per module
-
-
-@pytest.fixture
-def dsn(server: str) -> Iterator[str]:
-    """A fresh database with our schema, for one test."""
-    with fresh_database(server) as url:
-        assert supervise("cluster", "init", env={"SUPERVISE_CLUSTER_DSN": url}).returncode == 0
-        yield url
-
-
-def host(tmp_path: Path, dsn: str, host_id: str, max_concurrent: int = 2,
-         extra: dict[str, Any] | None = None, **cluster: Any) -> Setup:  # fmt: skip
-    """A host's folder and profile (own state dir, tmux socket, host id)."""
-    (tmp_path / host_id).mkdir()
-    setup = Setup(tmp_path / host_id, f"sv-test-{uuid.uuid4().hex[:10]}")
-    table = {"host_id": host_id, "dsn": dsn, "heartbeat": 0.5, "host_timeout": HOST_TIMEOUT,
-             **cluster}  # fmt: skip
-    setup.write_profile(max_concurrent=max_concurrent, extra={"cluster": table, **(extra or {})},
-                        max_retries=0)  # fmt: skip
-    return setup
-
-
-def submit(dsn: str, setup: Setup, name: str, prompt: str, project: Path | None = None,
-           **extra: Any) -> str:  # fmt: skip
-    from supervisor.cluster.submit import submit as submit_task
-    from supervisor.config import load_profile, load_task
-
-    profile = load_profile(setup.profile)
-    file = setup.root / f"{name}.toml"
-    file.write_text(tomli_w.dumps(setup.task(name, prompt, project, **extra)))
-    return submit_task(dsn, profile, load_task(file, profile)).task_id
-
-
-def state_of(dsn: str, task_id: str) -> tuple:
-    return rows(dsn, "SELECT state, owner_host, generation FROM supervise_tasks WHERE id = %s",
-                task_id)[0]  # fmt: skip
 
 
 def local_launches(setup: Setup) -> dict[str, int]:
@@ -98,11 +63,6 @@ def local_launches(setup: Setup) -> dict[str, int]:
         events = [json.loads(line) for line in log.read_text().splitlines()]
         found[log.parent.name] = sum(e["event"] == "launched" for e in events)
     return found
-
-
-def kill_pid(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
 
 
 def lose_machine(setup: Setup, engine: Any, pid_files: list[Path]) -> float:
@@ -122,13 +82,6 @@ def lose_machine(setup: Setup, engine: Any, pid_files: list[Path]) -> float:
 
 def epoch(value: Any) -> float:
     return value.timestamp()
-
-
-def cleanup(hosts: list[Setup], engines: list[Any]) -> None:
-    stop_engines([e for e in engines if e is not None])
-    for setup in hosts:
-        setup.tmux("kill-server")
-        Path(f"/tmp/tmux-{os.getuid()}/{setup.socket_name}").unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------- a machine lost

@@ -14,18 +14,17 @@ import time
 from pathlib import Path
 
 import pytest
-import test_cluster
-import test_cluster_sweep
 import tomli_w
-from support.cluster_support import postgres_executor
 from conftest import Setup, wait_for
-from test_cluster import cluster_profile, engines, rows, supervise
+from support import cluster_engines, cluster_hosts
+from support.cluster_engines import cluster_profile, engines, rows, supervise
+from support.cluster_support import postgres_executor
 
 psycopg = pytest.importorskip("psycopg")
 
 
-server = test_cluster.server  # one throwaway PostgreSQL per module
-dsn = test_cluster_sweep.dsn  # a fresh database with our schema, per test
+server = cluster_engines.server  # one throwaway PostgreSQL per module
+dsn = cluster_hosts.dsn  # a fresh database with our schema, per test
 
 
 def _submit(dsn: str, setup: Setup, name: str, prompt: str) -> str:

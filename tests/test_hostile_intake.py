@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from support.hostile_support import ISSUE_BATCH, Entry, LiveEngine, batches
 from hypothesis import HealthCheck, Phase, example, given, settings
+from support.hostile_support import ISSUE_BATCH, Entry, LiveEngine, batches
 
 #: Batches of entries per run (CI budget) and entries per batch.
 BATCHES = int(os.environ.get("SUPERVISE_HOSTILE_BATCHES", "12"))

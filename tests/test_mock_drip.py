@@ -1,4 +1,5 @@
-"""The ``[[drip: SECONDS]]`` mock (tests/support/mock_drip.py): a reply streamed in many small deltas."""
+"""The ``[[drip: SECONDS]]`` mock (tests/support/mock_drip.py): a reply streamed
+in many small deltas."""
 
 from __future__ import annotations
 

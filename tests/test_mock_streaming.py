@@ -11,8 +11,8 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
-from support import mock_streaming
 import pytest
+from support import mock_streaming
 from support.mock_anthropic import MockAnthropic
 from support.mock_streaming import (
     DEFAULT_SLOW_SECONDS,

@@ -1,5 +1,6 @@
-"""The ``[[tool: NAME | JSON]]`` directive of the mock Messages API (tests/support/mock_tool_calls.py):
-any offered tool, JSON input, and ``{{task_id}}`` / ``{{last_result}}`` from the step before."""
+"""The ``[[tool: NAME | JSON]]`` directive of the mock Messages API
+(tests/support/mock_tool_calls.py): any offered tool, JSON input, and
+``{{task_id}}`` / ``{{last_result}}`` from the step before."""
 
 from __future__ import annotations
 

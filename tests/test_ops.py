@@ -9,33 +9,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from conftest import Setup, wait_for
+from support.ops_engine import engine
 
 from supervisor.taskdir.folder import atomic_write
-
-
-@contextmanager
-def engine(setup: Setup, *extra: str) -> Iterator[subprocess.Popen[str]]:
-    """``supervise run PROFILE`` in the background until the block ends (SIGTERM by PID)."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile), *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    try:
-        wait_for(lambda: (setup.state / "engine-stats.json").exists(), timeout=20)
-        yield process
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
 
 
 def _submit(setup: Setup, tmp_path: Path, name: str, prompt: str) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Setup
-from test_waiting import PERMISSION, _task, _wait
+from support.waiting_tasks import PERMISSION, _task, _wait
 
 from supervisor.agents.readable import Follower, readable_tail
 

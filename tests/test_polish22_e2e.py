@@ -5,7 +5,7 @@ line, between turn 1's result and turn 2's, and no JSON."""
 from __future__ import annotations
 
 import pytest
-from test_claude_agent import harness  # noqa: F401  (the fixture)
+from support.claude_harness import harness  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.e2e
 

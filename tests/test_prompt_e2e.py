@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.claude_harness import Harness
 from support.claude_support import start_mock, stop_mock
 from support.mock_anthropic import MockAnthropic, first_user_text
-from test_claude_agent import Harness
 
 pytestmark = pytest.mark.e2e
 

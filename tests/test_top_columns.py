@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from support import views_fixture as vf
-from test_tui import make_app
+from support.tui_app import make_app
 from textual.widgets import DataTable, Input, Static
 
 from supervisor.views import model

@@ -21,14 +21,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import views_fixture as vf
 from conftest import wait_for
+from support import tui_app
+from support import views_fixture as vf
+from support.tui_app import make_app
 from textual.widgets import DataTable, Log, Static
 
 from supervisor.taskdir.folder import utc_iso
 from supervisor.views import actions
 from supervisor.views.tui import TopApp
 from supervisor.views.tui_screens import ConfirmScreen, TailScreen, TextScreen
+
+fixture = tui_app.fixture  # pytest fixtures, found by name in this module
 
 REPO = Path(__file__).resolve().parent.parent
 SIZE = (80, 24)
@@ -40,11 +44,6 @@ def _colour(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NO_COLOR", raising=False)
 
 
-@pytest.fixture
-def fixture(tmp_path: Path) -> vf.Fixture:
-    return vf.build(tmp_path)
-
-
 def sync(test: Callable[..., Any]) -> Callable[..., Any]:
     """Run an ``async def`` test (the pilot is async) on a fresh event loop."""
 
@@ -53,12 +52,6 @@ def sync(test: Callable[..., Any]) -> Callable[..., Any]:
         return asyncio.run(test(*args, **kwargs))
 
     return run
-
-
-def make_app(fixture: vf.Fixture, refresh_every: float | None = None, **kw: Any) -> TopApp:
-    return TopApp(fixture.state_dir, fixture.spool_dir, "sv-views-fixture",
-                  title="profile.toml", clock=lambda: vf.NOW, refresh_every=refresh_every,
-                  **kw)  # fmt: skip
 
 
 def text_of(widget: Static) -> str:

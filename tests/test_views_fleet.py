@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import tomli_w
 from conftest import Setup, wait_for
-from test_cluster import (
+from support.cluster_engines import (
     cluster_profile,
     dsn,
     rows,
@@ -23,8 +23,8 @@ from test_cluster import (
     stop_engines,
     supervise,
 )
-from test_web import EVIL, browser, fixture, serve
 from support.views_fixture import Fixture
+from support.web_serve import EVIL, browser, fixture, serve
 
 from supervisor.views.fleet import Fleet, FleetCache, group_by_host
 

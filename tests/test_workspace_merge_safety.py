@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_workspace_review import Repo, _no_git_identity, git
+from support.review_repo import Repo, _no_git_identity, git
 
 _REAL_GIT = shutil.which("git") or "/usr/bin/git"
 

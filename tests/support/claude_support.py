@@ -19,6 +19,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from support.mock_anthropic import MockAnthropic  # tests/ is on sys.path, as for conftest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
