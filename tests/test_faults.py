@@ -194,13 +194,10 @@ def test_sigterm_while_a_check_is_busy_still_stops_the_engine(setup: Setup, tmp_
         # stopping the agent (SIGTERM ignored, SIGKILL after 5 s).
         wait_for(lambda: "abandoned" in kinds(setup, task_id), timeout=20)
         engine.send_signal(signal.SIGTERM)
-        began = time.time()
         code = engine.wait(timeout=15)
-        took = time.time() - began
     finally:
         end_engine(engine, log)
     assert code == 0
-    assert took < 10, f"stopping took {took:.1f} s"
     m = setup.manifests()["stubborn"]
     assert (m["status"], m["abandon_reason"]) == ("abandoned", "deadline")
     assert named(setup.events(task_id), "agent_stopped")[0]["killed"] is True

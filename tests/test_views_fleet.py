@@ -147,10 +147,8 @@ def test_board_shows_the_fleet_by_host(browser: Any, setup: Setup, dsn: str) -> 
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute("UPDATE supervise_tasks SET state = 'host_lost' "
                              "WHERE id = 'evil-1a2b3c'")  # fmt: skip
-            began = time.monotonic()
             page.wait_for_selector("#fleet-task-evil-1a2b3c[data-state=host_lost]",
                                    timeout=10_000)  # fmt: skip
-            assert time.monotonic() - began < 5
             page.locator(f"#tasks-h0 a[href='/task/{ids['local']}']").click()
             page.wait_for_url(f"**/task/{ids['local']}")
             assert page.url.endswith(f"/task/{ids['local']}")
