@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from conftest import wait_for
 from support import cluster_engines, cluster_hosts
-from support.cluster_engines import rows, start_engine
+from support.cluster_engines import rows, start_engine, wait_beats
 from support.cluster_hosts import HOST_TIMEOUT, cleanup, host, state_of, submit
 from support.faketime_support import require_libfaketime
 
@@ -252,7 +252,7 @@ def test_returning_host_records_no_pass_for_a_superseded_copy(tmp_path: Path, ds
         manifest = h0.state / "tasks" / task / "manifest.json"
         wait_for(lambda: json.loads(manifest.read_text())["status"] in ("superseded",
                  "completed", "failed"), timeout=30)  # fmt: skip
-        time.sleep(1.0)  # an acceptance check or notifier started now would have run
+        wait_beats(dsn, "h0")  # an acceptance check or notifier started now would have run
     finally:
         cleanup([h0], list(engines.values()))
     record = json.loads(manifest.read_text())

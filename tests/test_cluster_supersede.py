@@ -16,7 +16,15 @@ import pytest
 import tomli_w
 from conftest import Setup, wait_for
 from support import cluster_engines
-from support.cluster_engines import DOING, ENGINES, engines, rows, start_engine, stop_engines
+from support.cluster_engines import (
+    DOING,
+    ENGINES,
+    engines,
+    rows,
+    start_engine,
+    stop_engines,
+    wait_beats,
+)
 
 from supervisor.config import load_profile, load_task
 
@@ -103,7 +111,7 @@ def test_restarted_engine_stops_a_copy_the_sweeper_took_away(tmp_path: Path, dsn
         _assert_copy_stopped(setup, lost, pid)
         wait_for(lambda: _status(setup, kept) == "completed", timeout=30)
         wait_for(lambda: rows(dsn, ROW, kept)[0][0] == "completed", timeout=10)
-        time.sleep(1.5)  # a few heartbeats: nothing more is written for the lost task
+        wait_beats(dsn, "h0")  # a few heartbeats: nothing more is written for the lost task
         assert rows(dsn, ROW, lost) == swept
     assert rows(dsn, "SELECT generation, owner_host FROM supervise_tasks WHERE id = %s",
                 kept) == [(1, "h0")]  # fmt: skip
@@ -132,7 +140,7 @@ def test_running_engine_stops_its_copy_within_seconds(tmp_path: Path, dsn: str) 
         _assert_copy_stopped(setup, task_id, pid)
         print(f"copy stopped and superseded {noticed:.2f} s after its row moved")
         wait_for(lambda: rows(dsn, DOING) == [(0,)], timeout=10)
-        time.sleep(1.5)
+        wait_beats(dsn, "h0")  # a few heartbeats: nothing more is written for it
         assert rows(dsn, ROW, task_id) == taken
         assert rows(dsn, "SELECT running FROM supervise_hosts") == [(0,)]
 
@@ -154,7 +162,7 @@ def test_adopted_tasks_hold_their_worker_slots(tmp_path: Path, dsn: str) -> None
         workers = "SELECT count(*) FROM procrastinate_workers"
         wait_for(lambda: rows(dsn, workers) == [(2,)], timeout=30)
         later = [_submit(h0, dsn, f"b{i}", "sleep: 1\nexit: 0") for i in range(2)]
-        time.sleep(2.0)  # h0's worker is listening: without holds it would take both now
+        wait_beats(dsn, "h0", 4)  # h0's worker listens: without holds it would take both now
         states = "SELECT state, owner_host FROM supervise_tasks WHERE id = ANY(%s)"
         assert rows(dsn, states, later) == [("queued", None)] * 2
         holds = "SELECT count(*) FROM procrastinate_jobs WHERE task_name = 'supervise.hold' " \

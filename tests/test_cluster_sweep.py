@@ -24,7 +24,7 @@ from conftest import Setup, wait_for
 from hypothesis import given
 from hypothesis import strategies as st
 from support import cluster_hosts
-from support.cluster_engines import rows, start_engine, stop_engines, supervise
+from support.cluster_engines import rows, start_engine, stop_engines, supervise, wait_beats
 from support.cluster_hosts import (
     HOST_TIMEOUT,
     cleanup,
@@ -202,7 +202,7 @@ def test_report_mode_loss_is_host_lost_only_and_the_host_may_return(tmp_path: Pa
         wait_for(lambda: len(rows(dsn, "SELECT 1 FROM supervise_hosts")) == 2, timeout=30)
         lose_machine(h0, engines.pop("h0"), [h0.project / "agent_pid"])
         wait_for(lambda: state_of(dsn, task) == (HOST_LOST, "h0", 2), timeout=HOST_TIMEOUT + 5)
-        time.sleep(2)  # h1 has every chance to take it: it must not
+        wait_beats(dsn, "h1", 4)  # h1 has every chance to take it: it must not
         assert state_of(dsn, task) == (HOST_LOST, "h0", 2)
         assert local_launches(h1) == {}
         assert rows(dsn, "SELECT restarted_from FROM supervise_tasks") == [([],)]
@@ -315,7 +315,8 @@ def test_database_down_longer_than_host_timeout_declares_no_host_dead(tmp_path: 
             assert sweep_once(url).dead == ()
             hosts = "SELECT host_id, state FROM supervise_hosts ORDER BY host_id"
             wait_for(lambda: rows(url, hosts) == [("h0", "alive"), ("h1", "alive")], 15)
-            time.sleep(HOST_TIMEOUT)  # every host beats again; sweeps ran meanwhile
+            for host_id in ("h0", "h1"):  # every host beats again; sweeps run meanwhile
+                wait_beats(url, host_id)
             assert rows(url, hosts) == [("h0", "alive"), ("h1", "alive")]
             wait_for(lambda: state_of(url, task)[0] == "completed", timeout=40)
         finally:
@@ -399,7 +400,11 @@ def test_cleanly_stopped_host_is_stopped_not_dead(tmp_path: Path, dsn: str) -> N
         [(state, stopped_at)] = rows(dsn, "SELECT state, stopped_at FROM supervise_hosts "
                                           "WHERE host_id = 'h0'")  # fmt: skip
         assert state == "stopped" and stopped_at is not None
-        time.sleep(HOST_TIMEOUT + 2)  # the sweeper (h1's) ran several times meanwhile
+        # h1 (whose sweeper runs) beats past h0's stop + host_timeout + 2 s, database time.
+        past = "SELECT (SELECT heartbeat_at FROM supervise_hosts WHERE host_id = 'h1') > " \
+               "(SELECT stopped_at FROM supervise_hosts WHERE host_id = 'h0') + " \
+               "make_interval(secs => %s)"  # fmt: skip
+        wait_for(lambda: rows(dsn, past, HOST_TIMEOUT + 2) == [(True,)], timeout=60)
         assert rows(dsn, "SELECT state, lost_at FROM supervise_hosts WHERE host_id = 'h0'") == [
             ("stopped", None)]  # fmt: skip
         assert state_of(dsn, task) == ("running", "h0", 1)
@@ -476,7 +481,8 @@ def test_two_sweeps_at_once_act_once(dsn: str) -> None:
         one = sweeper._sweep(first, math.inf)
         thread = threading.Thread(target=lambda: results.append(sweeper._sweep(second, math.inf)))
         thread.start()
-        time.sleep(0.5)  # the second waits for the first's row locks
+        locked = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        wait_for(lambda: rows(dsn, locked) == [(1,)], timeout=10)  # the second waits on them
         first.commit()
         thread.join(30)
         second.commit()

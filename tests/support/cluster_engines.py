@@ -140,3 +140,23 @@ def stop_engines(processes: list[subprocess.Popen]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def wait_beats(dsn: str, host_id: str, count: int = 3, timeout: float = 30) -> None:
+    """Wait until ``host_id`` has written ``count`` more heartbeats (``heartbeat_at`` moved
+    that often): its engine went round that many times, so whatever it would write or start
+    by then, it has. The wait of a "nothing happened" check, in place of a sleep.
+
+    Raises:
+        AssertionError: fewer beats within ``timeout`` seconds.
+    """
+    sql = "SELECT heartbeat_at FROM supervise_hosts WHERE host_id = %s"
+    seen: list[Any] = []
+
+    def moved() -> bool:
+        beat = rows(dsn, sql, host_id)
+        if beat and (not seen or seen[-1] != beat[0][0]):
+            seen.append(beat[0][0])
+        return len(seen) > count
+
+    wait_for(moved, timeout=timeout, every=0.05)
