@@ -377,6 +377,8 @@ def test_circuit_breaker_pauses_after_failed_tool_calls_until_approved(harness) 
     m = h.manifests()["breaker"]
     assert m["escalation"]["paused"] is True, m
     assert m["escalation"]["reason"].startswith("circuit breaker: 2 consecutive"), m
+    # Nothing to wait on: a paused (SIGSTOPped) agent shows nothing; a second in which the
+    # third step would have run if the pause did not hold.
     time.sleep(1.0)
     assert not (project / "ok.txt").exists()  # paused: the third step has not run
     done = h.cli("approve", "-c", str(h.profile), m["task_id"])

@@ -92,7 +92,7 @@ def test_wrapper_stops_its_agent_when_the_lease_is_not_renewed(tmp_path: Path) -
     try:
         for n in range(1, 61):  # 3 s of renewals: twice the expiry
             lease.write_bytes(f"held 1 {n}".encode())
-            time.sleep(0.05)
+            time.sleep(0.05)  # the renewal cadence under test (expiry 1.5 s)
         assert "term" not in log.read_text()
         stopped = time.monotonic()
         assert wrapper.wait(timeout=10) == 143
@@ -139,7 +139,7 @@ def test_wrapper_fence_ignores_wall_clock_steps(tmp_path: Path) -> None:
         for n, offset in enumerate(["+1h", "+1h", "-1h", "-1h", "+0"] * 12, 1):
             step.write_text(offset)
             lease.write_bytes(f"held 1 {n}".encode())
-            time.sleep(0.06)
+            time.sleep(0.06)  # the cadence of renewals and clock steps under test
         assert "term" not in log.read_text() and wrapper.poll() is None
         assert wrapper.wait(timeout=10) == 143
     finally:
@@ -348,7 +348,7 @@ def test_fleet_chaos_no_task_runs_twice_at_once_and_none_is_lost(tmp_path: Path)
             engines.pop("h0").kill()
             killed_h1 = _lose_whole_host(hosts[1], engines.pop("h1"))
             server.stop()
-            time.sleep(1.0)
+            time.sleep(1.0)  # the database outage under test
             server.start()
             wait_ready(url)
             dead = "SELECT 1 FROM supervise_hosts WHERE host_id = 'h0' AND state = 'dead'"

@@ -87,6 +87,7 @@ def test_postgres_restart_mid_run(tmp_path: Path) -> None:
         outboxes = [setup.state / "cluster-outbox.jsonl" for setup in hosts.values()]
         # The short tasks end meanwhile: their transitions wait in their hosts' outboxes.
         wait_for(lambda: sum(o.exists() for o in outboxes) >= 1, timeout=15)
+        # The outage under test lasts 10 s (nothing may start meanwhile).
         time.sleep(max(0.0, 10 - (time.monotonic() - down)))
         assert sum(_launched(hosts).values()) == 6  # dispatch paused
         statuses = [m["status"] for s in hosts.values() for m in s.manifests().values()]
@@ -204,6 +205,8 @@ def test_engine_started_while_the_database_is_down(tmp_path: Path) -> None:
         server.stop()
         engine = start_engine(setup)
         try:
+            # The outage under test: 16 s of failed connects would grow psycopg_pool's backoff
+            # (1, 2, 4, 8, 16 s); the worker's pool must keep trying every second.
             time.sleep(16)
             server.start()
             wait_ready(dsn)

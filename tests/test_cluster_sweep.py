@@ -308,7 +308,7 @@ def test_database_down_longer_than_host_timeout_declares_no_host_dead(tmp_path: 
             task = submit(url, h0, "long", "print: long\nsleep: 16\nexit: 0")
             wait_for(lambda: state_of(url, task)[0] == "running", timeout=30)
             server.stop()
-            time.sleep(2 * HOST_TIMEOUT)
+            time.sleep(2 * HOST_TIMEOUT)  # the outage under test: longer than host_timeout
             server.start()
             # A sweep at once, before any writer got through (they retry every second):
             # every heartbeat is older than host_timeout now.

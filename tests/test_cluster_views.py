@@ -52,9 +52,9 @@ def test_wait_rides_out_a_database_restart(tmp_path: Path) -> None:
             env={**env, "SUPERVISE_CLUSTER_DSN": dsn},
         )  # fmt: skip
         try:
-            time.sleep(1)
+            time.sleep(1)  # the waiter is past its start-up (nothing to wait on: it is quiet)
             server.stop()
-            time.sleep(3)
+            time.sleep(3)  # the database outage under test; the waiter must outlast it
             assert waiting.poll() is None, waiting.communicate()  # still waiting
             server.start()
             out, err = waiting.communicate(timeout=90)

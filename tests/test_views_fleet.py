@@ -74,7 +74,7 @@ def test_cache_reads_off_the_caller_and_keeps_the_last_error() -> None:
 
     def slow() -> Fleet:
         calls.append(time.monotonic())
-        time.sleep(0.5)
+        time.sleep(0.5)  # the slow reader under test (get() must not wait for it)
         return group_by_host("h0", [_host("h0")], [], 0)
 
     cache = FleetCache("h0", slow, every=0.2)

@@ -176,7 +176,7 @@ def test_live_update_within_one_second(browser: Any, fixture: Fixture) -> None:
         assert page.locator("#group-queued #task-later-4a5b6c").count() == 1
         shown = []
         for status, group, pause in steps:
-            time.sleep(pause)
+            time.sleep(pause)  # the pace of the changes under test (the live page follows)
             manifest = task.read_manifest()
             manifest.status = status  # type: ignore[assignment]
             started = time.monotonic()
