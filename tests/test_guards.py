@@ -202,7 +202,7 @@ def test_no_test_asserts_a_wall_clock_bound() -> None:
     found = [
         f"{_rel(path)}:{line}"
         for path in modules_of_tests()
-        for line in wall_clock_bounds(ast.parse(path.read_text(encoding="utf-8")))
+        for line in sorted(set(wall_clock_bounds(ast.parse(path.read_text(encoding="utf-8")))))
     ]
     assert found == [], found
 
