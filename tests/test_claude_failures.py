@@ -1,6 +1,6 @@
 """Issue 21: a failing interactive agent is never left to hang, and the audit names who
 ruled. The real Claude Code CLI (pinned 2.1.328) in tmux against the mock Messages API
-(tests/support/mock_anthropic.py), through the matrix fixture of tests/test_claude_recovery.py (the
+(tests/support/mock_anthropic.py), through the matrix fixture of tests/support/claude_matrix.py (the
 CLI's own API retries bounded to one).
 
 Measured with the real CLI (``../shared/notes/real-world-facts.md``): after an API failure

@@ -1,6 +1,6 @@
 """Issue 15: PostgreSQL stopped and started again under a running fleet, and a worker
 whose connections the server drops or whose LISTEN connection goes deaf. Real server
-(tests/support/cluster_support.py), real engines (tests/test_cluster.py's ``engines``).
+(tests/support/cluster_support.py), real engines (``support.cluster_engines.engines``).
 
 Every engine here runs with procrastinate's fetch polling interval at
 :data:`POLL` seconds (``SUPERVISE_CLUSTER_FETCH_POLL``, see
