@@ -4,8 +4,9 @@ whose connections the server drops or whose LISTEN connection goes deaf. Real se
 
 Every engine here runs with procrastinate's fetch polling interval at
 :data:`POLL` seconds (``SUPERVISE_CLUSTER_FETCH_POLL``, see
-:mod:`supervisor.cluster.health`): a task that starts within about a second was dispatched
-through LISTEN/NOTIFY, never by polling.
+:mod:`supervisor.cluster.health`): a task that starts before half of it has passed was
+dispatched through LISTEN/NOTIFY, never by polling. That is what is asserted (an order a loaded
+machine cannot turn around); the seconds it took are printed, not bounded.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ psycopg = pytest.importorskip("psycopg")
 
 #: The workers' polling interval in these tests (seconds): far beyond every bound asserted.
 POLL = "120"
+BEFORE_POLL = float(POLL) / 2
+"""Seconds: a task launched within this was not fetched by the poll (see the docstring)."""
 
 
 @pytest.fixture(autouse=True)
@@ -55,11 +58,12 @@ def _launched(hosts: dict[str, Setup]) -> dict[str, int]:
     return counts
 
 
-def _started_within(dsn: str, hosts: dict[str, Setup], name: str, bound: float) -> float:
-    """Submit a short task; seconds until a host launches it (fails beyond ``bound``)."""
+def _started_before_the_poll(dsn: str, hosts: dict[str, Setup], name: str) -> float:
+    """Submit a short task; seconds until a host launches it (fails if not launched before
+    :data:`BEFORE_POLL`, when only the poll could have fetched it)."""
     begin = time.monotonic()
     task_id = _submit(dsn, hosts["h0"], name, "exit: 0")
-    wait_for(lambda: _launched(hosts).get(task_id), timeout=bound, every=0.02)
+    wait_for(lambda: _launched(hosts).get(task_id), timeout=BEFORE_POLL, every=0.02)
     return time.monotonic() - begin
 
 
@@ -94,9 +98,9 @@ def test_postgres_restart_mid_run(tmp_path: Path) -> None:
         assert statuses.count("completed") == 3 and statuses.count("running") == 3
         server.start()
         back = time.monotonic()
-        wait_for(lambda: sum(_launched(hosts).values()) == 8, timeout=5, every=0.02)
+        wait_for(lambda: sum(_launched(hosts).values()) == 8, timeout=BEFORE_POLL, every=0.02)
         resumed = time.monotonic() - back
-        late = _started_within(dsn, hosts, "late", bound=1.5)
+        late = _started_before_the_poll(dsn, hosts, "late")
         print(f"queued tasks started {resumed:.2f} s after the return; a new one in {late:.2f} s")
         ids.append(rows(dsn, "SELECT id FROM supervise_tasks WHERE name = 'late'")[0][0])
         done = "SELECT count(*) FROM supervise_tasks WHERE state = ANY(%s)"
@@ -158,7 +162,7 @@ def test_worker_connections_terminated(tmp_path: Path) -> None:
                  and not set(killed) & set(_worker_backends(dsn, "h0")), timeout=10)  # fmt: skip
         done = "SELECT count(*) FROM supervise_tasks WHERE state = 'completed'"
         wait_for(lambda: rows(dsn, done) == [(2,)], timeout=30)
-        late = _started_within(dsn, hosts, "late", bound=1.5)
+        late = _started_before_the_poll(dsn, hosts, "late")
         print(f"a task submitted after the kill started in {late:.2f} s")
         wait_for(lambda: rows(dsn, done) == [(3,)], timeout=30)
         wait_for(lambda: rows(dsn, DOING) == [(0,)], timeout=10)
@@ -173,14 +177,11 @@ def test_deaf_listener_is_replaced(tmp_path: Path) -> None:
     submitted meanwhile starts within seconds, not after the 120 s polling interval."""
     from support.cluster_support import postgres_server
 
-    from supervisor.cluster.health import CHECK_EVERY, ECHO_TIMEOUT
-
     with postgres_server() as dsn, engines(tmp_path, dsn, count=1) as hosts:
         [deaf] = wait_for(lambda: _worker_backends(dsn, "h0", listening=True), timeout=10)
         os.kill(deaf, signal.SIGSTOP)
         try:
-            bound = CHECK_EVERY + ECHO_TIMEOUT + 4.0
-            late = _started_within(dsn, hosts, "late", bound=bound)
+            late = _started_before_the_poll(dsn, hosts, "late")
             print(f"a task submitted to a deaf listener started in {late:.2f} s")
             assert set(_worker_backends(dsn, "h0", listening=True)) - {deaf}
         finally:
@@ -212,7 +213,8 @@ def test_engine_started_while_the_database_is_down(tmp_path: Path) -> None:
             wait_ready(dsn)
             back = time.monotonic()
             task_id = _submit(dsn, setup, "late", "exit: 0")
-            wait_for(lambda: _launched({"h0": setup}).get(task_id), timeout=3, every=0.05)
+            # Before the pool's backed-off next try (about 15 s after the return), not a speed.
+            wait_for(lambda: _launched({"h0": setup}).get(task_id), timeout=10, every=0.05)
             print(f"started {time.monotonic() - back:.2f} s after the database's return")
         finally:
             stop_engines([engine])
