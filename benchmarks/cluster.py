@@ -3,10 +3,10 @@
     .venv/bin/python benchmarks/cluster.py [--engines 3] [--slots 4] [--latency 40]
         [--tasks 150] [--host-timeout 3] [--out FILE]
 
-A throwaway PostgreSQL server (``tests/cluster_support.py``), ``supervise cluster init``,
+A throwaway PostgreSQL server (``tests/support/cluster_support.py``), ``supervise cluster init``,
 then ``--engines`` real engines (``supervise run``: own state dir, tmux socket, host id
 ``h0``...; ``heartbeat`` 0.5 s, ``host_timeout`` ``--host-timeout`` s) running the fake
-agent (``tests/fake_agent.py``). Three phases:
+agent (``tests/support/fake_agent.py``). Three phases:
 
 1. **submit -> running**, with a free slot: ``--latency`` tasks (``exit: 0``) submitted one
    by one (``supervisor.cluster.submit.submit``, as ``supervise submit`` does), each after the
@@ -48,9 +48,9 @@ sys.path.insert(0, str(REPO / "tests"))
 
 import psutil  # noqa: E402
 import tomli_w  # noqa: E402
-from cluster_support import postgres_server  # noqa: E402
 from conftest import Setup, wait_for  # noqa: E402
 from run import machine_info  # noqa: E402
+from support.cluster_support import postgres_server  # noqa: E402
 from test_cluster import (  # noqa: E402
     _epoch,
     cluster_profile,

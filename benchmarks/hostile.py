@@ -35,8 +35,8 @@ from tabulate import tabulate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from hostile_support import ISSUE_BATCH, Entry, LiveEngine, batches
 from hypothesis import HealthCheck, Phase, example, given, settings
+from support.hostile_support import ISSUE_BATCH, Entry, LiveEngine, batches
 
 
 def _percentile(values: list[float], share: float) -> float:

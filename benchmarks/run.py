@@ -64,7 +64,7 @@ import psutil
 import tomli_w
 
 REPO = Path(__file__).resolve().parent.parent
-FAKE_AGENT = REPO / "tests" / "fake_agent.py"
+FAKE_AGENT = REPO / "tests" / "support" / "fake_agent.py"
 LONG_PROFILE = REPO / "profiles" / "long.toml"
 SCENARIOS = ("detect", "pickup", "burst", "cli", "load", "peer")
 LOAD_CONFIGS = ((10, 30.0), (50, 30.0), (200, 30.0), (200, 1.0))  # (agents, base_interval)
@@ -175,7 +175,7 @@ def read_pid_start(path: Path) -> tuple[int, float] | None:
 
 
 def is_our_agent(pid: int, root: Path) -> bool:
-    """The process runs tests/fake_agent.py with its working directory inside ``root``."""
+    """The process runs tests/support/fake_agent.py with its working directory inside ``root``."""
     try:
         proc = psutil.Process(pid)
         return str(FAKE_AGENT) in " ".join(proc.cmdline()) and proc.cwd().startswith(str(root))

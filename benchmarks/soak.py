@@ -6,7 +6,7 @@ What it does, all inside a fresh temp dir (removed at the end unless ``--keep``)
 
 1. writes a profile (a private tmux socket unique to this run, ``max_concurrent`` =
    ``--concurrency``, ``intake_interval`` 0.2 s, ``base_interval`` 0.5 s) whose agent is
-   ``tests/fake_agent.py --prompt-file {prompt_file}``;
+   ``tests/support/fake_agent.py --prompt-file {prompt_file}``;
 2. starts ``supervise run PROFILE`` as a subprocess (stderr to ``engine.log`` there), waits
    for its ``engine.lock`` and for one warm-up task (``--warmup N``: N of them) to complete,
    then samples the engine's open file descriptors (``/proc/PID/fd``) and RSS as the
@@ -55,7 +55,7 @@ import tomli_w
 from supervisor.taskdir.states import TERMINAL
 
 REPO = Path(__file__).resolve().parent.parent
-FAKE_AGENT = REPO / "tests" / "fake_agent.py"
+FAKE_AGENT = REPO / "tests" / "support" / "fake_agent.py"
 FD_TOLERANCE = 2
 RSS_LIMIT_PCT = 10.0
 WARMUP_PREFIX = "soak-warmup-"
@@ -529,7 +529,10 @@ def main(argv: list[str] | None = None) -> int:
         "--agent",
         choices=("fake", "sh"),
         default="fake",
-        help="fake: tests/fake_agent.py (Python); sh: the same cues read by /bin/sh (SH_AGENT)",
+        help=(
+            "fake: tests/support/fake_agent.py (Python); "
+            "sh: the same cues read by /bin/sh (SH_AGENT)"
+        ),
     )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir for inspection")
     args = parser.parse_args(argv)

@@ -4,7 +4,7 @@
         [--churn 10] [--out FILE] [--keep]
 
 1. **Model and status** (no engine): a state dir of ``--tasks`` tasks in every group
-   (``tests/views_fixture.many``). CPU ms of one snapshot read cold (a new
+   (``tests/support/views_fixture.many``). CPU ms of one snapshot read cold (a new
    :class:`~supervisor.views.model.Reader`), warm with nothing changed, and warm with
    ``--churn`` manifests rewritten (medians of 20); ``supervise status`` as a command (CPU
    and wall, of the child process).
@@ -144,8 +144,8 @@ def top_figures(state: Path, spool: Path, seconds: float, churn_n: int) -> dict[
 
 def engine_figures(tasks: int, agents: int, seconds: float, keep: bool) -> dict[str, Any]:
     import run
-    import views_fixture as vf
     from profile_load import cpu_s
+    from support import views_fixture as vf
 
     with run.Scenario("views", keep) as sc:
         sc.write_profile(max_concurrent=agents, base_interval=1, stale_threshold=90)
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.top_child:
         top_child(args.top_child[0], args.top_child[1], float(args.top_child[2]))
         return 0
-    import views_fixture as vf
+    from support import views_fixture as vf
 
     machine = {"cpus": os.cpu_count(), "load_before": os.getloadavg()}
     result: dict[str, Any] = {"tasks": args.tasks, "churn_per_tick": args.churn,

@@ -8,7 +8,7 @@ Needs the ``web`` extra. Everything happens in a fresh temp dir (removed at the 
 only processes ended are the ones started here, by PID.
 
 Phase 1, the view's cost: a state dir of ``--tasks`` tasks in every group
-(``tests/views_fixture.many``) and a real ``supervise serve`` on a free loopback port with
+(``tests/support/views_fixture.many``) and a real ``supervise serve`` on a free loopback port with
 one SSE client reading ``/stream`` (as a browser tab would). ``--updates`` times, one
 manifest is replaced (as the engine does, atomically) and the time until the client has
 the new board is taken; the serve process's CPU (user + system, psutil) over the whole
@@ -44,7 +44,7 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from views_fixture import many, write_profile  # noqa: E402
+from support.views_fixture import many, write_profile  # noqa: E402
 
 from supervisor.taskdir.folder import TaskDir  # noqa: E402
 

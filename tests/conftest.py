@@ -18,8 +18,12 @@ import psutil
 import pytest
 import tomli_w
 
+# The shared helpers in tests/support/ assert too: pytest rewrites their asserts as it does a
+# test module's, so a failing helper shows its values.
+pytest.register_assert_rewrite("support")
+
 TESTS = Path(__file__).resolve().parent
-FAKE_AGENT = TESTS / "fake_agent.py"
+FAKE_AGENT = TESTS / "support" / "fake_agent.py"
 
 
 def _tmux_socket_path(name: str) -> Path:

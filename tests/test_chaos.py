@@ -207,7 +207,7 @@ def test_chaos_sigkill_restarts_never_launch_twice(setup: Setup, tmp_path: Path)
                         setup.drop(filename, task)
             engine = engines.start()
             engines.wait_ready(engine)
-            time.sleep(delay)
+            time.sleep(delay)  # the schedule under test: the engine runs this long, then dies
             engines.kill(engine)
         chaos_took = time.time() - began
 

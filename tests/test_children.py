@@ -12,13 +12,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import alive, wait_for
-from test_workspace import make_repo, new_task
+from support.repos import make_repo, new_task
 
 from supervisor import children
 from supervisor.config import AcceptanceSpec
@@ -75,12 +74,11 @@ def test_runner_returns_when_an_escaped_grandchild_holds_the_pipe(pidfile: Path)
     """A grandchild that left the group (``setsid``) is out of reach of the group signal;
     the runner stops reading its output soon after the group ended instead of waiting."""
     script = 'setsid sleep 300 & echo $! > "$1"; sleep 0.5; echo done'  # setsid ran by then
-    started = time.monotonic()
     done = children.run(
         ["sh", "-c", script, "sh", str(pidfile)], timeout=30, stdout=children.Capture()
     )
     assert done.returncode == 0 and done.stdout == b"done\n"
-    assert time.monotonic() - started < 20  # DRAIN_AFTER_END (1 s) plus a loaded machine
+    assert not done.timed_out  # it returned on its own, not at its 30 s timeout
     assert alive(grandchild(pidfile))  # the documented limit; the fixture ends it
 
 
@@ -97,7 +95,8 @@ def test_acceptance_that_leaves_a_background_child_ends_it(tmp_path: Path, pidfi
     spec = AcceptanceSpec(command=["sh", "-c", LEAVE_CHILD, "sh", str(pidfile)], timeout=20)
     result = acceptance.run(task, tmp_path, spec)
     assert result["passed"] and result["exit_code"] == 0
-    assert result["duration_s"] < 15  # the grandchild holding the pipe is not waited for
+    # Passed: it returned before its 20 s timeout; the grandchild holding the pipe was not
+    # waited for.
     assert "ended the background process(es)" in result["output_tail"]
     assert not alive(grandchild(pidfile))
 
@@ -210,10 +209,8 @@ def test_setup_output_in_the_log_is_capped(tmp_path: Path) -> None:
 
 def test_git_that_leaves_a_background_child_ends_it(tmp_path: Path, pidfile: Path) -> None:
     repo = make_repo(tmp_path / "repo")
-    started = time.monotonic()
     # git appends "$@" to a shell alias given arguments: the path is in the alias itself
     alias = f"alias.bg=!sleep 300 & echo $! > '{pidfile}'"
     done = git.run_git(["-c", alias, "bg"], repo, timeout=20)
-    assert done.returncode == 0
-    assert time.monotonic() - started < 15  # not held until the timeout by the open pipe
+    assert done.returncode == 0  # not held until the timeout (no exit code) by the open pipe
     assert not alive(grandchild(pidfile))

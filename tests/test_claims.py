@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from conftest import Setup, wait_for
-from test_faults import _run_engine_in_process
+from support.engine_in_process import _run_engine_in_process
 
 from supervisor import spool
 from supervisor.engine.scheduler import Engine

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from claude_support import start_mock, stop_mock
-from test_claude_agent import Harness
+from support.claude_harness import Harness
+from support.claude_support import start_mock, stop_mock
 
 from supervisor.agents.claude.stream import CARRY, StreamState
 

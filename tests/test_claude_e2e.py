@@ -21,7 +21,7 @@ import pytest
 import tomli_w
 
 # tests/ is on sys.path (pytest's rootdir-relative import mode, like conftest).
-from claude_support import (
+from support.claude_support import (
     agent_env,
     kill_tmux_server,
     make_home,
@@ -30,7 +30,7 @@ from claude_support import (
     start_mock,
     stop_mock,
 )
-from mock_anthropic import MockAnthropic
+from support.mock_anthropic import MockAnthropic
 
 pytestmark = pytest.mark.e2e
 

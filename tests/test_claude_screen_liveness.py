@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from claude_support import REPO_ROOT, agent_env, stop_mock
-from mock_anthropic import MockAnthropic
-from mock_drip import DripMock
-from test_claude_agent import Harness
-from test_claude_recovery import assert_resumed_by_id, kinds, outcome, report
+from support.claude_harness import Harness
+from support.claude_matrix import assert_resumed_by_id, kinds, outcome, report
+from support.claude_support import REPO_ROOT, agent_env, stop_mock
+from support.mock_anthropic import MockAnthropic
+from support.mock_drip import DripMock
 
 pytestmark = pytest.mark.e2e
 

@@ -426,7 +426,7 @@ def test_a_restart_reads_the_stream_again_and_keeps_the_running_call(tmp_path: P
 def test_a_live_headless_run_without_hooks_is_kept_healthy_by_its_tool(
     setup, tmp_path: Path, budget: int | None, retries: int
 ) -> None:
-    """The engine, tmux and a fake Claude Code (tests/fake_agent.py ``--claude``) that runs
+    """The engine, tmux and a fake Claude Code (tests/support/fake_agent.py ``--claude``) that runs
     one tool for 9 s printing only a heartbeat every 4 s, with ``hooks = false``, stale 2 /
     grace 1: the stream's ``tool_use`` without its ``tool_result`` keeps the run healthy
     (``completed``, no retry). With ``tool_budget = 0`` the same run is hung and resumed."""

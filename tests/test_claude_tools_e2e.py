@@ -1,5 +1,5 @@
 """Issue 21, Must show: a tool in flight is evidence of work, with the real Claude Code CLI
-(pinned 2.1.328) against the mock Messages API (tests/mock_anthropic.py).
+(pinned 2.1.328) against the mock Messages API (tests/support/mock_anthropic.py).
 
 A Bash call runs longer than ``stale_threshold + grace_period`` while the agent prints
 nothing (interactive TUI: its elapsed timer does not count) or only a ``tool_progress``
@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 import tomli_w
-from claude_support import REPO_ROOT, start_mock, stop_mock
-from test_claude_agent import Harness
+from support.claude_harness import Harness
+from support.claude_support import REPO_ROOT, start_mock, stop_mock
 
 pytestmark = pytest.mark.e2e
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_agents import _adapter, _agent
+from support.agent_adapters import _adapter, _agent
 
 from supervisor.agents.claude import hooks
 from supervisor.audit import By, ended_by

@@ -29,9 +29,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.faketime_support import require_libfaketime
 
 from tests.conftest import Setup, wait_for
-from tests.faketime_support import require_libfaketime
 
 SLEEP_SHIM = (
     "import threading, time\n"

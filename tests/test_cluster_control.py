@@ -1,6 +1,6 @@
 """Operating the fleet from any machine (issue 15): ``stop|resume|approve|deny``, ``show``
 and ``wait`` for a task that runs on another host, from a process that has only the DSN
-(no profile, no state dir). Real PostgreSQL (``tests/cluster_support.py``), real engines
+(no profile, no state dir). Real PostgreSQL (``tests/support/cluster_support.py``), real engines
 (``supervise run`` subprocesses, as in ``tests/test_cluster.py``), the fake agent.
 """
 
@@ -14,16 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import test_claude_agent
-import test_cluster
 import tomli_w
 from conftest import wait_for
-from test_cluster import engines, rows, supervise
+from support import claude_harness, cluster_engines
+from support.cluster_engines import engines, rows, supervise
 
 psycopg = pytest.importorskip("psycopg")
 # The fixtures of those modules: a server per module, a fresh database per test, the
 # Claude Code harness (a mock API, a throwaway HOME).
-server, dsn, harness = test_cluster.server, test_cluster.dsn, test_claude_agent.harness
+server, dsn, harness = cluster_engines.server, cluster_engines.dsn, claude_harness.harness
 
 CONTROLS = "SELECT task_id, host_id, verb, done_at IS NOT NULL, ok, result FROM supervise_controls"
 
@@ -112,7 +111,7 @@ def test_request_to_a_host_not_alive_is_one_line_and_leaves_no_row(
     with engines(tmp_path, dsn, count=1) as hosts:
         task = _submit(hosts, tmp_path, dsn, "long", "print: working\nsleep: 60\n", "h0")
         wait_for(lambda: _state(dsn, task) == ("running", "h0"), timeout=30)
-        engine = test_cluster.ENGINES[hosts["h0"].root]
+        engine = cluster_engines.ENGINES[hosts["h0"].root]
         os.kill(engine.pid, signal.SIGSTOP)  # silent, as a host the sweeper found dead
         try:
             with psycopg.connect(dsn, autocommit=True) as conn:
@@ -171,8 +170,8 @@ def test_approve_from_a_machine_with_only_the_dsn(
     import subprocess
     import sys
 
-    from claude_support import scrubbed_environ
-    from test_cluster import stop_engines
+    from support.claude_support import scrubbed_environ
+    from support.cluster_engines import stop_engines
 
     from supervisor.cluster.submit import submit
     from supervisor.config import load_profile, load_task

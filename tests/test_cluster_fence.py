@@ -2,8 +2,8 @@
 when only an engine dies (its tmux server and agents live on), and a returning host checks
 ownership before it records an ending, notifies or runs acceptance.
 
-Real PostgreSQL (``tests/cluster_support.py``), real engines, real tmux, the fake agent's
-brain; each agent run stamps its start and end (``stamp:`` cue of ``tests/fake_agent.py``).
+Real PostgreSQL (``tests/support/cluster_support.py``), real engines, real tmux, the fake agent's
+brain; each agent run stamps its start and end (``stamp:`` cue of ``tests/support/fake_agent.py``).
 """
 
 from __future__ import annotations
@@ -18,18 +18,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import test_cluster
-import test_cluster_sweep
 from conftest import wait_for
-from faketime_support import require_libfaketime
-from test_cluster import rows, start_engine
-from test_cluster_sweep import HOST_TIMEOUT, cleanup, host, state_of, submit
+from support import cluster_engines, cluster_hosts
+from support.cluster_engines import rows, start_engine, wait_beats
+from support.cluster_hosts import HOST_TIMEOUT, cleanup, host, state_of, submit
+from support.faketime_support import require_libfaketime
 
 from supervisor.cluster.lease import fence_of
 
 psycopg = pytest.importorskip("psycopg")
 
-server, dsn = test_cluster.server, test_cluster_sweep.dsn
+server, dsn = cluster_engines.server, cluster_hosts.dsn
 
 
 def runs(stamps: Path) -> list[dict[str, Any]]:
@@ -93,7 +92,7 @@ def test_wrapper_stops_its_agent_when_the_lease_is_not_renewed(tmp_path: Path) -
     try:
         for n in range(1, 61):  # 3 s of renewals: twice the expiry
             lease.write_bytes(f"held 1 {n}".encode())
-            time.sleep(0.05)
+            time.sleep(0.05)  # the renewal cadence under test (expiry 1.5 s)
         assert "term" not in log.read_text()
         stopped = time.monotonic()
         assert wrapper.wait(timeout=10) == 143
@@ -140,7 +139,7 @@ def test_wrapper_fence_ignores_wall_clock_steps(tmp_path: Path) -> None:
         for n, offset in enumerate(["+1h", "+1h", "-1h", "-1h", "+0"] * 12, 1):
             step.write_text(offset)
             lease.write_bytes(f"held 1 {n}".encode())
-            time.sleep(0.06)
+            time.sleep(0.06)  # the cadence of renewals and clock steps under test
         assert "term" not in log.read_text() and wrapper.poll() is None
         assert wrapper.wait(timeout=10) == 143
     finally:
@@ -253,7 +252,7 @@ def test_returning_host_records_no_pass_for_a_superseded_copy(tmp_path: Path, ds
         manifest = h0.state / "tasks" / task / "manifest.json"
         wait_for(lambda: json.loads(manifest.read_text())["status"] in ("superseded",
                  "completed", "failed"), timeout=30)  # fmt: skip
-        time.sleep(1.0)  # an acceptance check or notifier started now would have run
+        wait_beats(dsn, "h0")  # an acceptance check or notifier started now would have run
     finally:
         cleanup([h0], list(engines.values()))
     record = json.loads(manifest.read_text())
@@ -274,7 +273,7 @@ def _lose_whole_host(setup: Any, engine: Any) -> float:
     """A machine lost: its agents, engine and tmux server SIGKILLed by PID, agents first (a
     pane's hangup would let an agent stamp an end no lost machine writes). Returns the
     time of the loss (epoch s)."""
-    from test_cluster_sweep import kill_pid
+    from support.cluster_hosts import kill_pid
 
     server_pid = setup.tmux("display-message", "-p", "#{pid}").stdout.strip()
     at = time.time()
@@ -316,8 +315,8 @@ def test_fleet_chaos_no_task_runs_twice_at_once_and_none_is_lost(tmp_path: Path)
     it dead. Every agent run stamps its start, end and host: no two runs of a task
     overlap, every task completes, and no orphan of h0 ran longer after its engine died
     than README's bound."""
-    from cluster_support import postgres_executor, wait_ready
-    from test_cluster import supervise
+    from support.cluster_engines import supervise
+    from support.cluster_support import postgres_executor, wait_ready
 
     with postgres_executor() as (url, server):
         assert supervise("cluster", "init", env={"SUPERVISE_CLUSTER_DSN": url}).returncode == 0
@@ -349,7 +348,7 @@ def test_fleet_chaos_no_task_runs_twice_at_once_and_none_is_lost(tmp_path: Path)
             engines.pop("h0").kill()
             killed_h1 = _lose_whole_host(hosts[1], engines.pop("h1"))
             server.stop()
-            time.sleep(1.0)
+            time.sleep(1.0)  # the database outage under test
             server.start()
             wait_ready(url)
             dead = "SELECT 1 FROM supervise_hosts WHERE host_id = 'h0' AND state = 'dead'"
@@ -385,7 +384,7 @@ def test_fleet_chaos_no_task_runs_twice_at_once_and_none_is_lost(tmp_path: Path)
 def test_a_heartbeat_that_would_spin_the_lease_is_one_line(setup: Any) -> None:
     """``heartbeat = 1e-9`` would rewrite the lease (and beat) without pause: refused in one
     line naming the file and the key, with the floor."""
-    from test_cluster import supervise
+    from support.cluster_engines import supervise
 
     profile = setup.write_profile(extra={"cluster": {"heartbeat": 1e-9, "host_timeout": 1}})
     result = supervise("validate", str(profile))
@@ -397,7 +396,7 @@ def test_a_heartbeat_that_would_spin_the_lease_is_one_line(setup: Any) -> None:
 def test_a_host_timeout_too_close_to_the_heartbeat_is_one_line(setup: Any) -> None:
     """The fence needs a gap between heartbeat and host_timeout (it renews every eighth of
     it): 0.15 s against 0.1 s is refused in one line."""
-    from test_cluster import supervise
+    from support.cluster_engines import supervise
 
     profile = setup.write_profile(extra={"cluster": {"heartbeat": 0.1, "host_timeout": 0.15}})
     result = supervise("validate", str(profile))

@@ -3,7 +3,7 @@
 in the spool folder of a cluster host (run locally, not in the database, said once in the
 log), and the prompt size limit for tasks stored in the database (refused at submit, and
 rejected at the claim when a row was written around ``supervise submit``). Real engines,
-real PostgreSQL (tests/cluster_support.py).
+real PostgreSQL (tests/support/cluster_support.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,15 @@ from pathlib import Path
 import pytest
 import tomli_w
 from conftest import Setup, wait_for
-from test_cluster import cluster_profile, dsn, rows, server, start_engine, stop_engines, supervise
+from support.cluster_engines import (
+    cluster_profile,
+    dsn,
+    rows,
+    server,
+    start_engine,
+    stop_engines,
+    supervise,
+)
 
 from supervisor.config import MAX_PROMPT_BYTES
 

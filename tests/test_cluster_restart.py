@@ -1,11 +1,12 @@
 """Issue 15: PostgreSQL stopped and started again under a running fleet, and a worker
 whose connections the server drops or whose LISTEN connection goes deaf. Real server
-(tests/cluster_support.py), real engines (tests/test_cluster.py's ``engines``).
+(tests/support/cluster_support.py), real engines (``support.cluster_engines.engines``).
 
 Every engine here runs with procrastinate's fetch polling interval at
 :data:`POLL` seconds (``SUPERVISE_CLUSTER_FETCH_POLL``, see
-:mod:`supervisor.cluster.health`): a task that starts within about a second was dispatched
-through LISTEN/NOTIFY, never by polling.
+:mod:`supervisor.cluster.health`): a task that starts before half of it has passed was
+dispatched through LISTEN/NOTIFY, never by polling. That is what is asserted (an order a loaded
+machine cannot turn around); the seconds it took are printed, not bounded.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from pathlib import Path
 import pytest
 import tomli_w
 from conftest import Setup, wait_for
-from test_cluster import DOING, TERMINAL, _host_runs, _max_overlap, engines, rows
+from support.cluster_engines import DOING, TERMINAL, _host_runs, _max_overlap, engines, rows
 
 psycopg = pytest.importorskip("psycopg")
 
 #: The workers' polling interval in these tests (seconds): far beyond every bound asserted.
 POLL = "120"
+BEFORE_POLL = float(POLL) / 2
+"""Seconds: a task launched within this was not fetched by the poll (see the docstring)."""
 
 
 @pytest.fixture(autouse=True)
@@ -55,11 +58,12 @@ def _launched(hosts: dict[str, Setup]) -> dict[str, int]:
     return counts
 
 
-def _started_within(dsn: str, hosts: dict[str, Setup], name: str, bound: float) -> float:
-    """Submit a short task; seconds until a host launches it (fails beyond ``bound``)."""
+def _started_before_the_poll(dsn: str, hosts: dict[str, Setup], name: str) -> float:
+    """Submit a short task; seconds until a host launches it (fails if not launched before
+    :data:`BEFORE_POLL`, when only the poll could have fetched it)."""
     begin = time.monotonic()
     task_id = _submit(dsn, hosts["h0"], name, "exit: 0")
-    wait_for(lambda: _launched(hosts).get(task_id), timeout=bound, every=0.02)
+    wait_for(lambda: _launched(hosts).get(task_id), timeout=BEFORE_POLL, every=0.02)
     return time.monotonic() - begin
 
 
@@ -74,7 +78,7 @@ def test_postgres_restart_mid_run(tmp_path: Path) -> None:
     every outbox is flushed (file gone, events written), each row's state matches the
     manifest of the host that ran it, and every procrastinate job ended normally (none
     aborted, failed or left ``doing``)."""
-    from cluster_support import postgres_executor
+    from support.cluster_support import postgres_executor
 
     with postgres_executor() as (dsn, server), engines(tmp_path, dsn, count=3) as hosts:
         ids = [_submit(dsn, hosts["h0"], f"long{i}", "sleep: 16\nexit: 0") for i in range(3)]
@@ -87,15 +91,16 @@ def test_postgres_restart_mid_run(tmp_path: Path) -> None:
         outboxes = [setup.state / "cluster-outbox.jsonl" for setup in hosts.values()]
         # The short tasks end meanwhile: their transitions wait in their hosts' outboxes.
         wait_for(lambda: sum(o.exists() for o in outboxes) >= 1, timeout=15)
+        # The outage under test lasts 10 s (nothing may start meanwhile).
         time.sleep(max(0.0, 10 - (time.monotonic() - down)))
         assert sum(_launched(hosts).values()) == 6  # dispatch paused
         statuses = [m["status"] for s in hosts.values() for m in s.manifests().values()]
         assert statuses.count("completed") == 3 and statuses.count("running") == 3
         server.start()
         back = time.monotonic()
-        wait_for(lambda: sum(_launched(hosts).values()) == 8, timeout=5, every=0.02)
+        wait_for(lambda: sum(_launched(hosts).values()) == 8, timeout=BEFORE_POLL, every=0.02)
         resumed = time.monotonic() - back
-        late = _started_within(dsn, hosts, "late", bound=1.5)
+        late = _started_before_the_poll(dsn, hosts, "late")
         print(f"queued tasks started {resumed:.2f} s after the return; a new one in {late:.2f} s")
         ids.append(rows(dsn, "SELECT id FROM supervise_tasks WHERE name = 'late'")[0][0])
         done = "SELECT count(*) FROM supervise_tasks WHERE state = ANY(%s)"
@@ -142,7 +147,7 @@ def test_worker_connections_terminated(tmp_path: Path) -> None:
     its tasks run: the tasks go on (each starts once, ends completed), their jobs end
     normally (none left ``doing``), and a task submitted afterwards starts within about
     1 s: the worker listens again."""
-    from cluster_support import postgres_server
+    from support.cluster_support import postgres_server
 
     with postgres_server() as dsn, engines(tmp_path, dsn, count=1) as hosts:
         setup = hosts["h0"]
@@ -157,7 +162,7 @@ def test_worker_connections_terminated(tmp_path: Path) -> None:
                  and not set(killed) & set(_worker_backends(dsn, "h0")), timeout=10)  # fmt: skip
         done = "SELECT count(*) FROM supervise_tasks WHERE state = 'completed'"
         wait_for(lambda: rows(dsn, done) == [(2,)], timeout=30)
-        late = _started_within(dsn, hosts, "late", bound=1.5)
+        late = _started_before_the_poll(dsn, hosts, "late")
         print(f"a task submitted after the kill started in {late:.2f} s")
         wait_for(lambda: rows(dsn, done) == [(3,)], timeout=30)
         wait_for(lambda: rows(dsn, DOING) == [(0,)], timeout=10)
@@ -170,16 +175,13 @@ def test_deaf_listener_is_replaced(tmp_path: Path) -> None:
     stopped with SIGSTOP: what a half-open TCP connection looks like): the periodic
     self-NOTIFY check finds it deaf and listens again on a new connection, so a task
     submitted meanwhile starts within seconds, not after the 120 s polling interval."""
-    from cluster_support import postgres_server
-
-    from supervisor.cluster.health import CHECK_EVERY, ECHO_TIMEOUT
+    from support.cluster_support import postgres_server
 
     with postgres_server() as dsn, engines(tmp_path, dsn, count=1) as hosts:
         [deaf] = wait_for(lambda: _worker_backends(dsn, "h0", listening=True), timeout=10)
         os.kill(deaf, signal.SIGSTOP)
         try:
-            bound = CHECK_EVERY + ECHO_TIMEOUT + 4.0
-            late = _started_within(dsn, hosts, "late", bound=bound)
+            late = _started_before_the_poll(dsn, hosts, "late")
             print(f"a task submitted to a deaf listener started in {late:.2f} s")
             assert set(_worker_backends(dsn, "h0", listening=True)) - {deaf}
         finally:
@@ -193,8 +195,8 @@ def test_engine_started_while_the_database_is_down(tmp_path: Path) -> None:
     connect every second (psycopg_pool's own backoff, 1, 2, 4, 8, 16 s, would try next
     about 15 s after the return), so a task submitted once the server is back starts
     within 3 s."""
-    from cluster_support import postgres_executor, wait_ready
-    from test_cluster import cluster_profile, start_engine, stop_engines, supervise
+    from support.cluster_engines import cluster_profile, start_engine, stop_engines, supervise
+    from support.cluster_support import postgres_executor, wait_ready
 
     with postgres_executor() as (dsn, server):
         assert supervise("cluster", "init", env={"SUPERVISE_CLUSTER_DSN": dsn}).returncode == 0
@@ -204,12 +206,15 @@ def test_engine_started_while_the_database_is_down(tmp_path: Path) -> None:
         server.stop()
         engine = start_engine(setup)
         try:
+            # The outage under test: 16 s of failed connects would grow psycopg_pool's backoff
+            # (1, 2, 4, 8, 16 s); the worker's pool must keep trying every second.
             time.sleep(16)
             server.start()
             wait_ready(dsn)
             back = time.monotonic()
             task_id = _submit(dsn, setup, "late", "exit: 0")
-            wait_for(lambda: _launched({"h0": setup}).get(task_id), timeout=3, every=0.05)
+            # Before the pool's backed-off next try (about 15 s after the return), not a speed.
+            wait_for(lambda: _launched({"h0": setup}).get(task_id), timeout=10, every=0.05)
             print(f"started {time.monotonic() - back:.2f} s after the database's return")
         finally:
             stop_engines([engine])

@@ -1,7 +1,7 @@
 """The fleet's roles (issue 15, "Trust"): ``supervise cluster roles`` prints and applies
 ``supervisor/cluster/roles.sql``; a login role in ``supervise_submit`` can submit and read
 but not change a task; a login role in ``supervise_engine`` runs a real engine that claims
-and completes a task. Real PostgreSQL (tests/cluster_support.py), real engine and CLI.
+and completes a task. Real PostgreSQL (tests/support/cluster_support.py), real engine and CLI.
 """
 
 from __future__ import annotations
@@ -13,7 +13,15 @@ from collections.abc import Iterator
 import pytest
 import tomli_w
 from conftest import Setup, wait_for
-from test_cluster import cluster_profile, dsn, rows, server, start_engine, stop_engines, supervise
+from support.cluster_engines import (
+    cluster_profile,
+    dsn,
+    rows,
+    server,
+    start_engine,
+    stop_engines,
+    supervise,
+)
 
 psycopg = pytest.importorskip("psycopg")
 __all__ = ["dsn", "server"]  # the fixtures, imported for this module

@@ -3,35 +3,37 @@
 ``host_timeout`` is declared dead; its unlaunched tasks go back to the queue, its running
 ones become ``host_lost`` (and run again elsewhere with ``on_host_lost = "restart"``); a
 cleanly stopped host is ``stopped``, never dead. Real PostgreSQL
-(``tests/cluster_support.py``), real engines, the fake agent; the rules themselves also as
+(``tests/support/cluster_support.py``), real engines, the fake agent; the rules themselves also as
 pure functions (hypothesis).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
 import threading
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import test_cluster
-import tomli_w
-from cluster_support import fresh_database
 from conftest import Setup, wait_for
 from hypothesis import given
 from hypothesis import strategies as st
-from test_cluster import rows, start_engine, stop_engines, supervise
-from test_workspace import make_repo
+from support import cluster_hosts
+from support.cluster_engines import rows, start_engine, stop_engines, supervise, wait_beats
+from support.cluster_hosts import (
+    HOST_TIMEOUT,
+    cleanup,
+    host,
+    kill_pid,
+    state_of,
+    submit,
+)
+from support.repos import make_repo
 
 from supervisor.cluster.sweeper import (
     HostRow,
@@ -44,51 +46,14 @@ from supervisor.cluster.sweeper import (
 from supervisor.taskdir.states import HOST_LOST, LIVE, TERMINAL
 from supervisor.taskdir.states import UNCLAIMED as UNLAUNCHED  # one set (issue 23)
 
-psycopg = pytest.importorskip("psycopg")
+server, dsn = (
+    cluster_hosts.server,
+    cluster_hosts.dsn,
+)  # pytest fixtures, found by name in this module
 
-#: Seconds: small, so a loss is seen within seconds (heartbeat 0.5 s).
-HOST_TIMEOUT = 4.0
+psycopg = pytest.importorskip("psycopg")
 RUN_JOBS = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'doing' " \
            "AND task_name = 'supervise.run_task'"  # fmt: skip
-
-
-server = test_cluster.server  # one throwaway PostgreSQL per module
-
-
-@pytest.fixture
-def dsn(server: str) -> Iterator[str]:
-    """A fresh database with our schema, for one test."""
-    with fresh_database(server) as url:
-        assert supervise("cluster", "init", env={"SUPERVISE_CLUSTER_DSN": url}).returncode == 0
-        yield url
-
-
-def host(tmp_path: Path, dsn: str, host_id: str, max_concurrent: int = 2,
-         extra: dict[str, Any] | None = None, **cluster: Any) -> Setup:  # fmt: skip
-    """A host's folder and profile (own state dir, tmux socket, host id)."""
-    (tmp_path / host_id).mkdir()
-    setup = Setup(tmp_path / host_id, f"sv-test-{uuid.uuid4().hex[:10]}")
-    table = {"host_id": host_id, "dsn": dsn, "heartbeat": 0.5, "host_timeout": HOST_TIMEOUT,
-             **cluster}  # fmt: skip
-    setup.write_profile(max_concurrent=max_concurrent, extra={"cluster": table, **(extra or {})},
-                        max_retries=0)  # fmt: skip
-    return setup
-
-
-def submit(dsn: str, setup: Setup, name: str, prompt: str, project: Path | None = None,
-           **extra: Any) -> str:  # fmt: skip
-    from supervisor.cluster.submit import submit as submit_task
-    from supervisor.config import load_profile, load_task
-
-    profile = load_profile(setup.profile)
-    file = setup.root / f"{name}.toml"
-    file.write_text(tomli_w.dumps(setup.task(name, prompt, project, **extra)))
-    return submit_task(dsn, profile, load_task(file, profile)).task_id
-
-
-def state_of(dsn: str, task_id: str) -> tuple:
-    return rows(dsn, "SELECT state, owner_host, generation FROM supervise_tasks WHERE id = %s",
-                task_id)[0]  # fmt: skip
 
 
 def local_launches(setup: Setup) -> dict[str, int]:
@@ -98,11 +63,6 @@ def local_launches(setup: Setup) -> dict[str, int]:
         events = [json.loads(line) for line in log.read_text().splitlines()]
         found[log.parent.name] = sum(e["event"] == "launched" for e in events)
     return found
-
-
-def kill_pid(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
 
 
 def lose_machine(setup: Setup, engine: Any, pid_files: list[Path]) -> float:
@@ -122,13 +82,6 @@ def lose_machine(setup: Setup, engine: Any, pid_files: list[Path]) -> float:
 
 def epoch(value: Any) -> float:
     return value.timestamp()
-
-
-def cleanup(hosts: list[Setup], engines: list[Any]) -> None:
-    stop_engines([e for e in engines if e is not None])
-    for setup in hosts:
-        setup.tmux("kill-server")
-        Path(f"/tmp/tmux-{os.getuid()}/{setup.socket_name}").unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------- a machine lost
@@ -197,9 +150,10 @@ def test_machine_loss_requeues_loses_and_restarts(tmp_path: Path, dsn: str) -> N
     print(f"kill -> dead {dead:.2f} s; -> host_lost {max(lost):.2f} s; unlaunched started "
           f"elsewhere {slow_start[0]:.2f} s; running restarted elsewhere {restarted[0]:.2f} s "
           f"(host_timeout {HOST_TIMEOUT} s, heartbeat 0.5 s)")  # fmt: skip
-    assert dead <= HOST_TIMEOUT + 5
-    assert len(lost) == 2 and max(lost) <= HOST_TIMEOUT + 5
-    assert len(slow_start) == 1 and slow_start[0] < 10
+    # Order, not speed (the figures are printed above): dead, then lost, after the kill.
+    assert dead > 0 and min(lost) > 0, (dead, lost)
+    assert len(lost) == 2
+    assert len(slow_start) == 1
     assert len(restarted) == 1
     # Each task started exactly once per generation, on one host, in the database...
     launches: dict[tuple[str, int], list[str]] = {}
@@ -246,10 +200,9 @@ def test_report_mode_loss_is_host_lost_only_and_the_host_may_return(tmp_path: Pa
         wait_for(lambda: state_of(dsn, task)[:2] == ("running", "h0"), timeout=30)
         engines["h1"] = start_engine(h1)
         wait_for(lambda: len(rows(dsn, "SELECT 1 FROM supervise_hosts")) == 2, timeout=30)
-        killed = lose_machine(h0, engines.pop("h0"), [h0.project / "agent_pid"])
+        lose_machine(h0, engines.pop("h0"), [h0.project / "agent_pid"])
         wait_for(lambda: state_of(dsn, task) == (HOST_LOST, "h0", 2), timeout=HOST_TIMEOUT + 5)
-        assert time.time() - killed <= HOST_TIMEOUT + 5
-        time.sleep(2)  # h1 has every chance to take it: it must not
+        wait_beats(dsn, "h1", 4)  # h1 has every chance to take it: it must not
         assert state_of(dsn, task) == (HOST_LOST, "h0", 2)
         assert local_launches(h1) == {}
         assert rows(dsn, "SELECT restarted_from FROM supervise_tasks") == [([],)]
@@ -343,7 +296,7 @@ def test_database_down_longer_than_host_timeout_declares_no_host_dead(tmp_path: 
     """The server is stopped for twice the hosts' host_timeout while a task runs: on its
     return every heartbeat is stale for a moment, and no sweep may take that for a loss:
     both hosts stay alive, the task is never host_lost or restarted, and completes once."""
-    from cluster_support import postgres_executor
+    from support.cluster_support import postgres_executor
 
     with postgres_executor() as (url, server):
         assert supervise("cluster", "init", env={"SUPERVISE_CLUSTER_DSN": url}).returncode == 0
@@ -355,14 +308,15 @@ def test_database_down_longer_than_host_timeout_declares_no_host_dead(tmp_path: 
             task = submit(url, h0, "long", "print: long\nsleep: 16\nexit: 0")
             wait_for(lambda: state_of(url, task)[0] == "running", timeout=30)
             server.stop()
-            time.sleep(2 * HOST_TIMEOUT)
+            time.sleep(2 * HOST_TIMEOUT)  # the outage under test: longer than host_timeout
             server.start()
             # A sweep at once, before any writer got through (they retry every second):
             # every heartbeat is older than host_timeout now.
             assert sweep_once(url).dead == ()
             hosts = "SELECT host_id, state FROM supervise_hosts ORDER BY host_id"
             wait_for(lambda: rows(url, hosts) == [("h0", "alive"), ("h1", "alive")], 15)
-            time.sleep(HOST_TIMEOUT)  # every host beats again; sweeps ran meanwhile
+            for host_id in ("h0", "h1"):  # every host beats again; sweeps run meanwhile
+                wait_beats(url, host_id)
             assert rows(url, hosts) == [("h0", "alive"), ("h1", "alive")]
             wait_for(lambda: state_of(url, task)[0] == "completed", timeout=40)
         finally:
@@ -446,7 +400,11 @@ def test_cleanly_stopped_host_is_stopped_not_dead(tmp_path: Path, dsn: str) -> N
         [(state, stopped_at)] = rows(dsn, "SELECT state, stopped_at FROM supervise_hosts "
                                           "WHERE host_id = 'h0'")  # fmt: skip
         assert state == "stopped" and stopped_at is not None
-        time.sleep(HOST_TIMEOUT + 2)  # the sweeper (h1's) ran several times meanwhile
+        # h1 (whose sweeper runs) beats past h0's stop + host_timeout + 2 s, database time.
+        past = "SELECT (SELECT heartbeat_at FROM supervise_hosts WHERE host_id = 'h1') > " \
+               "(SELECT stopped_at FROM supervise_hosts WHERE host_id = 'h0') + " \
+               "make_interval(secs => %s)"  # fmt: skip
+        wait_for(lambda: rows(dsn, past, HOST_TIMEOUT + 2) == [(True,)], timeout=60)
         assert rows(dsn, "SELECT state, lost_at FROM supervise_hosts WHERE host_id = 'h0'") == [
             ("stopped", None)]  # fmt: skip
         assert state_of(dsn, task) == ("running", "h0", 1)
@@ -523,7 +481,8 @@ def test_two_sweeps_at_once_act_once(dsn: str) -> None:
         one = sweeper._sweep(first, math.inf)
         thread = threading.Thread(target=lambda: results.append(sweeper._sweep(second, math.inf)))
         thread.start()
-        time.sleep(0.5)  # the second waits for the first's row locks
+        locked = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        wait_for(lambda: rows(dsn, locked) == [(1,)], timeout=10)  # the second waits on them
         first.commit()
         thread.join(30)
         second.commit()

@@ -1,7 +1,7 @@
 """The fleet as an operator sees it (issue 20): ``supervise wait`` through a PostgreSQL
 restart, ``hosts``' ``last_error`` cleared by the next good heartbeat, and ``status
 --cluster`` with ``--status``, ``--sort`` and ``--snapshot``. Real server
-(tests/cluster_support.py), real engines and the real CLI."""
+(tests/support/cluster_support.py), real engines and the real CLI."""
 
 from __future__ import annotations
 
@@ -14,18 +14,17 @@ import time
 from pathlib import Path
 
 import pytest
-import test_cluster
-import test_cluster_sweep
 import tomli_w
-from cluster_support import postgres_executor
 from conftest import Setup, wait_for
-from test_cluster import cluster_profile, engines, rows, supervise
+from support import cluster_engines, cluster_hosts
+from support.cluster_engines import cluster_profile, engines, rows, supervise
+from support.cluster_support import postgres_executor
 
 psycopg = pytest.importorskip("psycopg")
 
 
-server = test_cluster.server  # one throwaway PostgreSQL per module
-dsn = test_cluster_sweep.dsn  # a fresh database with our schema, per test
+server = cluster_engines.server  # one throwaway PostgreSQL per module
+dsn = cluster_hosts.dsn  # a fresh database with our schema, per test
 
 
 def _submit(dsn: str, setup: Setup, name: str, prompt: str) -> str:
@@ -53,9 +52,9 @@ def test_wait_rides_out_a_database_restart(tmp_path: Path) -> None:
             env={**env, "SUPERVISE_CLUSTER_DSN": dsn},
         )  # fmt: skip
         try:
-            time.sleep(1)
+            time.sleep(1)  # the waiter is past its start-up (nothing to wait on: it is quiet)
             server.stop()
-            time.sleep(3)
+            time.sleep(3)  # the database outage under test; the waiter must outlast it
             assert waiting.poll() is None, waiting.communicate()  # still waiting
             server.start()
             out, err = waiting.communicate(timeout=90)

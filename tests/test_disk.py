@@ -17,18 +17,26 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import Setup, wait_for
-from test_faults import END_LINE, _run_engine_in_process, end_engine, kinds, start_engine
+from support import small_fs as small_fs_module
+from support.engine_in_process import (
+    END_LINE,
+    _run_engine_in_process,
+    end_engine,
+    kinds,
+    start_engine,
+)
 
 from supervisor.config import MonitorPolicy
 from supervisor.engine import launch as engine_launch
 from supervisor.policy import Signals, TaskState, decide, logged_ending
 from supervisor.taskdir.folder import TaskDir, parse_iso
+
+small_fs = small_fs_module.small_fs  # pytest fixtures, found by name in this module
 
 T0 = 1_700_000_000.0
 P = MonitorPolicy(base_interval=10.0, max_interval=80.0, deadline=10_000.0, grace_period=20.0,
@@ -261,26 +269,6 @@ def _captures(state: Path) -> set[str]:
     return found
 
 
-@pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A real 4 MiB tmpfs mounted for this test (root only), unmounted afterwards."""
-    mount_bin, umount_bin = shutil.which("mount"), shutil.which("umount")
-    if os.geteuid() != 0 or not mount_bin or not umount_bin:
-        pytest.skip("mounting a tmpfs needs root (and mount(8)); the ENOSPC test is skipped")
-    mount = tmp_path / "fs"
-    mount.mkdir()
-    result = subprocess.run(
-        [mount_bin, "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(mount)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({result.stderr.strip()}); ENOSPC test skipped")
-    try:
-        yield mount
-    finally:
-        subprocess.run([umount_bin, "-l", str(mount)], capture_output=True, check=False)
-
-
 @pytest.mark.parametrize("capture", ["stdbuf sed", "sed -u"])
 def test_full_state_disk_never_turns_a_success_into_a_crash(
     setup: Setup, small_fs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capture: str
@@ -409,7 +397,7 @@ def test_abandon_reason_is_the_same_in_the_event_and_the_manifest(
     """The agent is killed with no retries left: ``abandoned`` (max_retries) is logged and
     the session cleaned up, but the manifest write fails (ENOSPC). The next check finds the
     session gone, which alone would read ``tmux_lost``; the logged ending is final."""
-    from test_faults import _failing_manifest_writes
+    from support.engine_in_process import _failing_manifest_writes
 
     setup.write_profile(base_interval=0.3, max_retries=0, stale_threshold=30)
     setup.drop("k.toml", setup.task("killed", "tick: 0.2\nsleep: 1\ncrash"))

@@ -81,7 +81,7 @@ def test_a_second_sigterm_stops_at_once(setup: Setup) -> None:
     second Ctrl-C)."""
     with _stuck_engine(setup, 600) as engine:
         engine.send_signal(signal.SIGTERM)
-        time.sleep(0.5)
+        time.sleep(0.5)  # the operator's second Ctrl-C comes a moment after the first
         engine.send_signal(signal.SIGTERM)
         _, err = engine.communicate(timeout=PATIENCE)
     assert "second signal" in err, err[-3000:]

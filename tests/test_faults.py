@@ -22,55 +22,27 @@ from typing import Any
 import psutil
 import pytest
 from conftest import Setup, alive, wait_for
+from support.engine_in_process import (
+    END_LINE,
+    _failing_manifest_writes,
+    _run_engine_in_process,
+    _text,
+    end_engine,
+    kinds,
+    start_engine,
+)
 
-from supervisor.config import load_profile
 from supervisor.engine.scheduler import Engine
-from supervisor.taskdir import folder as taskdir
 from supervisor.taskdir.folder import atomic_write
 from supervisor.wrapper import END_MARK
-
-END_LINE = f"{END_MARK} agent exited with code 0"
 
 
 def ts(value: str) -> float:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
-def kinds(setup: Setup, task_id: str) -> list[str]:
-    return [e["event"] for e in setup.events(task_id)]
-
-
 def named(events: list[dict], name: str) -> list[dict]:
     return [e for e in events if e["event"] == name]
-
-
-#: ``supervise`` run through its CLI entry point, with faulthandler on SIGUSR1 so a hung
-#: engine can be made to print every thread's stack into its log before it is killed.
-ENGINE_CODE = (
-    "import faulthandler, signal, sys; "
-    "faulthandler.register(signal.SIGUSR1, all_threads=True); "
-    "from supervisor.cli import main; sys.exit(main(sys.argv[1:]))"
-)
-
-
-def start_engine(setup: Setup, log: Path, *extra: str) -> subprocess.Popen:
-    """``supervise run PROFILE`` as a real process; its log goes to ``log``."""
-    with open(log, "wb") as handle:
-        return subprocess.Popen(
-            [sys.executable, "-c", ENGINE_CODE, "run", str(setup.profile), *extra],
-            stdout=handle, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-
-
-def end_engine(engine: subprocess.Popen, log: Path) -> None:
-    """Kill (by PID) an engine a failed test left running, after it printed its threads'
-    stacks (shown with the failure)."""
-    if engine.poll() is None:
-        engine.send_signal(signal.SIGUSR1)
-        time.sleep(0.5)
-        engine.kill()
-        engine.wait(timeout=10)
-        print(f"engine still running; its log ends with:\n{_text(log)[-6000:]}")
 
 
 def server_pid(setup: Setup) -> int | None:
@@ -80,13 +52,6 @@ def server_pid(setup: Setup) -> int | None:
 
 def has_session(setup: Setup, task_id: str) -> bool:
     return setup.tmux("has-session", "-t", f"={task_id}").returncode == 0
-
-
-def _text(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except FileNotFoundError:
-        return ""
 
 
 def assert_clean_log(text: str) -> None:
@@ -229,71 +194,16 @@ def test_sigterm_while_a_check_is_busy_still_stops_the_engine(setup: Setup, tmp_
         # stopping the agent (SIGTERM ignored, SIGKILL after 5 s).
         wait_for(lambda: "abandoned" in kinds(setup, task_id), timeout=20)
         engine.send_signal(signal.SIGTERM)
-        began = time.time()
         code = engine.wait(timeout=15)
-        took = time.time() - began
     finally:
         end_engine(engine, log)
     assert code == 0
-    assert took < 10, f"stopping took {took:.1f} s"
     m = setup.manifests()["stubborn"]
     assert (m["status"], m["abandon_reason"]) == ("abandoned", "deadline")
     assert named(setup.events(task_id), "agent_stopped")[0]["killed"] is True
     assert not alive(int((setup.project / "agent_pid").read_text()))
     assert "engine stopped" in _text(log)
     assert_clean_log(_text(log))
-
-
-# --------------------------------------------------------------------------- failed writes
-
-
-def _failing_manifest_writes(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, list]:
-    """Make ``TaskDir``'s manifest writes fail with ENOSPC while the returned event is set
-    (only for a manifest that exists already: the disk fills up after the claim)."""
-    failing = threading.Event()
-    attempts: list[float] = []
-    real = taskdir.atomic_write
-
-    def atomic_write_or_enospc(path: Path, data: bytes, *args: Any, **kwargs: Any) -> None:
-        if failing.is_set() and path.name == "manifest.json" and path.exists():
-            attempts.append(time.time())
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        real(path, data, *args, **kwargs)
-
-    monkeypatch.setattr(taskdir, "atomic_write", atomic_write_or_enospc)
-    return failing, attempts
-
-
-def _run_engine_in_process(setup: Setup, helper: Any, limit: float = 40) -> None:
-    """Run an :class:`Engine` (exit_when_idle) in this thread while ``helper(engine)`` runs
-    in another; a watchdog stops the engine after ``limit`` seconds."""
-    engine = Engine(load_profile(setup.profile), exit_when_idle=True)
-    errors: list[BaseException] = []
-
-    def guarded() -> None:
-        try:
-            helper(engine)
-        except BaseException as exc:  # reported in the test's thread
-            errors.append(exc)
-
-    fired = threading.Event()
-
-    def stop() -> None:
-        fired.set()
-        engine.stopping.set()
-
-    thread = threading.Thread(target=guarded, daemon=True)
-    watchdog = threading.Timer(limit, stop)
-    thread.start()
-    watchdog.start()
-    try:
-        assert engine.run() == 0
-    finally:
-        watchdog.cancel()
-        thread.join(timeout=10)
-    if errors:
-        raise errors[0]
-    assert not fired.is_set(), f"the engine was not idle after {limit} s: {list(engine.live)}"
 
 
 def test_manifest_write_fails_with_enospc_then_recovers(
@@ -367,8 +277,7 @@ def test_manifest_write_fails_at_launch_then_recovers(
     def helper(engine: Engine) -> None:
         path = wait_for(lambda: next(setup.state.glob("tasks/*/manifest.json"), None))
         wait_for(lambda: (path.parent / "pid").exists(), timeout=20)
-        wait_for(lambda: attempts, timeout=5)
-        time.sleep(1.0)
+        wait_for(lambda: len(attempts) >= 3, timeout=10)  # it tried again, and again
         assert json.loads(path.read_bytes())["status"] == "queued"  # old manifest intact
         failing.clear()
 

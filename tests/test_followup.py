@@ -1,5 +1,5 @@
 """``supervise continue`` (issue 22): an ended task's conversation goes on as a new turn,
-under supervision, with the fake agent (tests/fake_agent.py prints ``resumed session ID``
+under supervision, with the fake agent (tests/support/fake_agent.py prints ``resumed session ID``
 when resumed and keeps the prompt it got in ``received_prompt.bin``)."""
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ def test_claude_follow_up_resumes_the_session_with_the_turn_prompt(tmp_path: Pat
     """Headless: ``--resume`` with the turn's prompt on stdin (no prompt in argv, never the
     profile's resume_prompt); the TUI: ``--resume`` with the prompt as its argument, or
     pasted when too long for argv."""
-    from test_prompt_delivery import _claude
+    from support.prompt_claude import _claude
 
     from supervisor.agents.claude import delivery
     from supervisor.config.argsize import ARGV_PROMPT_MAX

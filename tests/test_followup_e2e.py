@@ -1,5 +1,5 @@
 """``supervise continue`` with the real Claude Code CLI (issue 22): a headless task completes
-against tests/mock_anthropic.py, then a follow-up resumes the SAME session with the new
+against tests/support/mock_anthropic.py, then a follow-up resumes the SAME session with the new
 prompt on stdin (``--resume``), and the second turn completes."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_claude_agent import harness  # noqa: F401  (the fixture)
+from support.claude_harness import harness  # noqa: F401  (the fixture)
 
 from supervisor.taskdir.events import Event
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from hostile_support import ISSUE_BATCH, Entry, LiveEngine, batches
 from hypothesis import HealthCheck, Phase, example, given, settings
+from support.hostile_support import ISSUE_BATCH, Entry, LiveEngine, batches
 
 #: Batches of entries per run (CI budget) and entries per batch.
 BATCHES = int(os.environ.get("SUPERVISE_HOSTILE_BATCHES", "12"))
@@ -45,9 +45,8 @@ def test_hostile_batches_never_stall_one_live_engine(tmp_path: Path, socket_name
 
         one_batch()
         engine.settle()
-        seconds = engine.stop(STOP_PATIENCE)
+        engine.stop(STOP_PATIENCE)  # fails if SIGTERM did not stop it within the patience
         assert engine.process is not None and engine.process.returncode is not None
-        assert seconds < STOP_PATIENCE
         assert "Traceback" not in engine.tail(10**7), engine.tail()
     finally:
         engine.close()

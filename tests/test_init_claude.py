@@ -3,7 +3,7 @@ paths stay inside DIR, and a copied ``profiles/long.toml`` keeps its state besid
 
 The e2e test runs the written profile with the real Claude Code CLI (pinned) against the
 mock Messages API, changing only what points at them: ``[agent] binary`` and ``[agent.env]``
-(tests/claude_support.py)."""
+(tests/support/claude_support.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-from claude_support import (
+from support.claude_support import (
     agent_env,
     kill_tmux_server,
     make_home,

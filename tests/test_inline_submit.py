@@ -12,7 +12,7 @@ import tomllib
 from pathlib import Path
 
 from conftest import Setup
-from test_ops import engine
+from support.ops_engine import engine
 
 from supervisor.config import MAX_TASK_FILE_BYTES, load_profile
 from supervisor.errors import ConfigError

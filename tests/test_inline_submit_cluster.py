@@ -7,9 +7,9 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from cluster_support import fresh_database, postgres_server
 from conftest import Setup
-from test_cluster import cluster_profile, rows, supervise
+from support.cluster_engines import cluster_profile, rows, supervise
+from support.cluster_support import fresh_database, postgres_server
 
 from supervisor.config import load_profile
 from supervisor.errors import ConfigError

@@ -249,12 +249,12 @@ def test_settle_time_counts_from_the_first_look_for_a_future_mtime(tmp_path: Pat
     os.utime(path, (ahead, ahead))
     seen: dict[str, Any] = {}
     assert spool.pending(tmp_path, seen=seen) == []
-    time.sleep(spool.SETTLE + 0.05)
+    time.sleep(spool.SETTLE + 0.05)  # the settle time under test
     assert spool.pending(tmp_path, seen=seen) == [path]
     path.write_text("ab")
     os.utime(path, (ahead + 1, ahead + 1))
     assert spool.pending(tmp_path, seen=seen) == []
-    time.sleep(spool.SETTLE + 0.05)
+    time.sleep(spool.SETTLE + 0.05)  # the settle time under test
     assert spool.pending(tmp_path, seen=seen) == [path]
     path.unlink()
     assert spool.pending(tmp_path, seen=seen) == [] and seen == {}

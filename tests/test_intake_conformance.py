@@ -251,14 +251,11 @@ def test_huge_spool_file_is_rejected_without_reading_it(setup: Setup) -> None:
         handle.truncate(200 * 1024 * 1024)
     os.utime(path, (time.time() - 10, time.time() - 10))
     peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    started = time.monotonic()
     claimed = spool.claim(path, profile)
-    took = time.monotonic() - started
     grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before
     assert grew < 50 * 1024, f"peak RSS grew by {grew} KiB: the file was read"
     assert claimed is not None and claimed.error is not None
     assert f"at most {MAX_TASK_FILE_BYTES} bytes" in claimed.error and "shorten" in claimed.error
-    assert took < 2, f"took {took:.2f} s"
     assert (setup.spool / "rejected" / "huge.toml").stat().st_size == 200 * 1024 * 1024
     validated = setup.supervise(
         "validate", "-c", str(setup.profile), str(setup.spool / "rejected" / "huge.toml")

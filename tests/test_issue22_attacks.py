@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import tomli_w
 from conftest import wait_for
-from test_claude_agent import harness  # noqa: F401 (fixture)
-from test_other_user import base, other_user  # noqa: F401 (fixtures)
+from support.claude_harness import harness  # noqa: F401 (fixture)
+from support.other_user import base, other_user  # noqa: F401 (fixtures)
 
 from supervisor.cli import app as cli
 from supervisor.cli import read as cli_read

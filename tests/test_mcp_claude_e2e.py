@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from claude_support import (
+from conftest import Setup
+from support.claude_harness import Harness
+from support.claude_support import (
     agent_env,
     make_home,
     require_claude,
@@ -25,10 +27,8 @@ from claude_support import (
     start_mock,
     stop_mock,
 )
-from conftest import Setup
-from mock_tool_calls import last_tool_result_text
-from test_claude_agent import Harness
-from test_ops import engine
+from support.mock_tool_calls import last_tool_result_text
+from support.ops_engine import engine
 
 pytest.importorskip("mcp")
 

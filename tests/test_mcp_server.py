@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import pytest
 from conftest import Setup
-from test_ops import engine
+from support.ops_engine import engine
 
 pytest.importorskip("mcp")
 

@@ -18,9 +18,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from conftest import wait_for
 
 # tests/ is on sys.path (pytest's rootdir-relative import mode, like conftest).
-from mock_anthropic import MockAnthropic, first_user_text, gateway_token, parse_directives
+from support.mock_anthropic import MockAnthropic, first_user_text, gateway_token, parse_directives
 
 CWD = "/tmp/mock-project"
 TOOLS = [{"name": name, "input_schema": {}} for name in ("Bash", "Write", "Read")]
@@ -273,6 +274,12 @@ def test_overloaded_after_ratelimit(mock: MockAnthropic) -> None:
     ]
 
 
+def _turn_quietly(mock: MockAnthropic, messages: list[dict[str, Any]], session: str) -> None:
+    """One turn whose end (the mock stopping mid-stall) is no concern of the test."""
+    with contextlib.suppress(Exception):
+        post(mock, messages, session)
+
+
 def test_stall_final_once(mock: MockAnthropic) -> None:
     history = [first_user("[[stall_final_once: 0.8]]")]
     reply = turn(mock, history)  # the tool_use turn is not stalled
@@ -281,9 +288,14 @@ def test_stall_final_once(mock: MockAnthropic) -> None:
     start = time.monotonic()
     assert final_text(turn(mock, history)) == "DONE default"
     assert time.monotonic() - start >= 0.75
-    start = time.monotonic()
-    turn(mock, history)
-    assert time.monotonic() - start < 0.5
+    # Once per session, shown by order, not speed: while a third session's first final turn
+    # stalls (60 s, or until the mock stops), this session's next one comes back.
+    long = [first_user("[[stall_final_once: 60]]"), *history[1:]]
+    stalled = threading.Thread(target=_turn_quietly, args=(mock, long, "sess-third"), daemon=True)
+    stalled.start()
+    wait_for(lambda: len(mock.message_requests("sess-third")) == 1)
+    assert final_text(turn(mock, history)) == "DONE default"
+    assert stalled.is_alive(), "the third session's stall ended first"
     # Another session stalls on its own.
     start = time.monotonic()
     turn(mock, history, session="sess-other")
@@ -309,10 +321,8 @@ def test_stop_ends_a_stall() -> None:
     deadline = time.monotonic() + 10
     while not server.message_requests() and time.monotonic() < deadline:
         time.sleep(0.02)
-    start = time.monotonic()
     server.stop()
     assert done.wait(10)
-    assert time.monotonic() - start < 8
 
 
 def test_server_error_billing_auth_in_order_then_success(mock: MockAnthropic) -> None:
@@ -389,7 +399,6 @@ def test_stall_stream_starts_then_goes_silent_until_released(mock: MockAnthropic
 def test_stop_ends_a_stalled_stream() -> None:
     server = MockAnthropic().start()
     response = _stream_request(server, [first_user("[[stall_stream: 1]]")])
-    start = time.monotonic()
     server.stop()
     try:
         assert b"message_stop" not in response.read()
@@ -397,7 +406,6 @@ def test_stop_ends_a_stalled_stream() -> None:
         pass  # the connection closed mid-body: also a fine end
     finally:
         response.close()
-    assert time.monotonic() - start < 8
 
 
 def test_offline_refuses_connections_then_online_on_the_same_port(mock: MockAnthropic) -> None:

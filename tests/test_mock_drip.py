@@ -1,11 +1,12 @@
-"""The ``[[drip: SECONDS]]`` mock (tests/mock_drip.py): a reply streamed in many small deltas."""
+"""The ``[[drip: SECONDS]]`` mock (tests/support/mock_drip.py): a reply streamed
+in many small deltas."""
 
 from __future__ import annotations
 
 import json
 import urllib.request
 
-from mock_drip import DripMock, parse_drip, split_delta
+from support.mock_drip import DripMock, parse_drip, split_delta
 
 
 def _post(mock: DripMock, prompt: str, session: str) -> list[dict]:

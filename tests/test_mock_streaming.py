@@ -11,10 +11,11 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
-import mock_streaming
 import pytest
-from mock_anthropic import MockAnthropic
-from mock_streaming import (
+from conftest import wait_for
+from support import mock_streaming
+from support.mock_anthropic import MockAnthropic
+from support.mock_streaming import (
     DEFAULT_SLOW_SECONDS,
     FRAGMENT_EVERY,
     MAX_SLOW_SECONDS,
@@ -118,9 +119,7 @@ def test_ping_stall_sends_only_pings_until_released(mock: MockAnthropic, monkeyp
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    deadline = time.monotonic() + 10
-    while seen.count("ping") < 4 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: seen.count("ping") >= 4, timeout=10)
     assert seen[0] == "message_start" and set(seen[1:]) == {"ping"}, seen
     mock.release_stalls()
     reader.join(timeout=10)

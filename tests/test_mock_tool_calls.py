@@ -1,11 +1,12 @@
-"""The ``[[tool: NAME | JSON]]`` directive of the mock Messages API (tests/mock_tool_calls.py):
-any offered tool, JSON input, and ``{{task_id}}`` / ``{{last_result}}`` from the step before."""
+"""The ``[[tool: NAME | JSON]]`` directive of the mock Messages API
+(tests/support/mock_tool_calls.py): any offered tool, JSON input, and
+``{{task_id}}`` / ``{{last_result}}`` from the step before."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from mock_anthropic import MockAnthropic
+from support.mock_anthropic import MockAnthropic
 
 SUBMIT = "mcp__supervise__submit"
 WAIT = "mcp__supervise__wait"

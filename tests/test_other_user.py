@@ -17,18 +17,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import tomli_w
 from conftest import Setup
-from test_web import _web_extra, serve
+from support import other_user as other_user_module
+from support.web_serve import _web_extra, serve
+
+base, other_user = (
+    other_user_module.base,
+    other_user_module.other_user,
+)  # pytest fixtures, found by name in this module
 
 SECRET = "the-secret-prompt-7f3a"
 
@@ -76,35 +77,6 @@ print(json.dumps(out))
 """
 
 
-def _need_root() -> None:
-    missing = [tool for tool in ("useradd", "userdel", "runuser") if shutil.which(tool) is None]
-    why = None
-    if os.geteuid() != 0:
-        why = "needs root to create a second user (useradd)"
-    elif missing:
-        why = f"{', '.join(missing)} not installed (package passwd / util-linux)"
-    if why and os.environ.get("CI"):
-        pytest.fail(f"{why}; CI must run this test")
-    if why:
-        pytest.skip(why)
-
-
-@pytest.fixture
-def other_user() -> Iterator[str]:
-    """A new local user with no home and no login shell, deleted at the end."""
-    _need_root()
-    name = f"svother{uuid.uuid4().hex[:8]}"
-    made = subprocess.run(
-        ["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert made.returncode == 0, made.stderr
-    try:
-        yield name
-    finally:
-        subprocess.run(["userdel", name], capture_output=True, timeout=60, check=False)
-
-
 def _as_user(user: str, todo: dict[str, list[str]]) -> dict[str, object]:
     done = subprocess.run(
         ["runuser", "-u", user, "--", "/usr/bin/python3", "-I", "-c", PROBE, json.dumps(todo)],
@@ -112,17 +84,6 @@ def _as_user(user: str, todo: dict[str, list[str]]) -> dict[str, object]:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
-
-
-@pytest.fixture
-def base() -> Iterator[Path]:
-    """A folder every user may enter and list (unlike pytest's 0700 tmp_path)."""
-    folder = Path(tempfile.mkdtemp(prefix="sv-other-user-", dir="/tmp"))
-    os.chmod(folder, 0o755)
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_another_user_cannot_read_the_board_or_the_state(

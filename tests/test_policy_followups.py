@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_policy import P, task_states
+from support.policy_states import P, task_states
 
 from supervisor.policy import TERMINAL, Action, TaskState, continue_turn, launched
 from supervisor.policy.followups import STOP_FIRST, refusal

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-from test_policy_agent import policies, signal_sets, task_states
+from support.policy_agent_states import policies, signal_sets, task_states
 
 from supervisor.config import MonitorPolicy
 from supervisor.policy import Action, Signals, TaskState, decide

@@ -9,7 +9,7 @@ import dataclasses
 
 from hypothesis import given
 from hypothesis import strategies as st
-from test_policy_agent import policies, signal_sets, task_states
+from support.policy_agent_states import policies, signal_sets, task_states
 
 from supervisor.config import MonitorPolicy
 from supervisor.policy import TERMINAL, Action, Signals, TaskState, decide, recovered_ending

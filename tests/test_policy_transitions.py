@@ -13,7 +13,8 @@ import dataclasses
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_policy import LIVE, STATUSES, T0, P, check_common, policies, task_states
+from support.policy_events import event, manifest
+from support.policy_states import LIVE, STATUSES, T0, P, check_common, policies, task_states
 
 from supervisor.policy import (
     INTENTS,
@@ -33,7 +34,6 @@ from supervisor.policy import (
     logged_ending,
     recovered_ending,
 )
-from supervisor.taskdir.folder import Manifest, utc_iso
 
 A = Action
 queued_states = task_states(("queued",)).map(
@@ -146,31 +146,6 @@ def test_a_logged_ending_is_completed_as_logged(state, last, notified, policy):
 def test_a_recovered_ending_needs_a_terminal_event(event):
     with pytest.raises(ValueError, match="not a terminal event"):
         recovered_ending(TaskState("running"), {"event": event}, [], P)
-
-
-# ============================================================================ adoption
-
-
-def manifest(**fields) -> Manifest:
-    """A manifest as the engine writes it (times as ISO strings, epoch seconds in)."""
-    base = {
-        "task_id": "t-1",
-        "task_name": "t",
-        "model": "m",
-        "project_dir": "/p",
-        "session_name": "t-1",
-        "session_id": "s",
-        "tmpdir": "/tmp/t-1",
-        "created_at": utc_iso(T0 - 10),
-    }
-    for key in ("started_at", "launched_at", "resume_at"):
-        if fields.get(key) is not None:
-            fields[key] = utc_iso(fields[key])
-    return Manifest(**{**base, **fields})
-
-
-def event(name: str, at: float, **fields) -> dict:
-    return {"ts": utc_iso(at), "event": name, **fields}
 
 
 def test_a_running_task_is_adopted_as_its_manifest_says():

@@ -207,7 +207,7 @@ def test_a_failed_turn_never_completes_nor_spends_a_retry(
 def test_a_logged_continue_is_adopted_as_the_same_run_going_on() -> None:
     """The engine died after logging ``continued``, before the manifest said ``running``:
     the restarted engine must not resume the run a second time."""
-    from test_policy_transitions import event, manifest
+    from support.policy_events import event, manifest
 
     from supervisor.policy import adopted
 

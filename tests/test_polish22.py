@@ -1,7 +1,7 @@
 """Issue 22, polish found by the Brain's trial (/work/notes/brain-trial.md): a turn's start
 marked in the rendered output, the ``init --claude`` next steps, one prefix for every
 refusal of the operator verbs, ``wait --json --brief``, and ``needs.rule`` apart from
-``needs.reason``. The fake agent (tests/fake_agent.py) stands in for the agent's brain."""
+``needs.reason``. The fake agent (tests/support/fake_agent.py) stands in for the agent's brain."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Setup
-from test_waiting import PERMISSION, _task, _wait
+from support.waiting_tasks import PERMISSION, _task, _wait
 
 from supervisor.agents.readable import Follower, readable_tail
 

@@ -1,11 +1,11 @@
-"""Issue 22 polish with the real Claude Code CLI against tests/mock_anthropic.py: after
+"""Issue 22 polish with the real Claude Code CLI against tests/support/mock_anthropic.py: after
 ``supervise continue`` the rendered ``tail`` shows where turn 2 starts and its prompt's first
 line, between turn 1's result and turn 2's, and no JSON."""
 
 from __future__ import annotations
 
 import pytest
-from test_claude_agent import harness  # noqa: F401  (the fixture)
+from support.claude_harness import harness  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.e2e
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from conftest import Setup, wait_for
-from test_workspace import make_repo
+from support.repos import make_repo
 
 from supervisor.engine.pools import POOL_SIZE
 

@@ -3,7 +3,7 @@ cannot is refused up front or named as the cause of the failed launch.
 
 Linux caps one argv or environment string at 128 KiB (``MAX_ARG_STRLEN``): the kernel's
 ``execve`` fails with ``E2BIG`` ("Argument list too long"). These tests use the real kernel,
-real tmux panes, the real wrapper and the fake agent (tests/fake_agent.py), which takes its
+real tmux panes, the real wrapper and the fake agent (tests/support/fake_agent.py), which takes its
 prompt as Claude Code 2.1.328 does (stdin for ``-p``, a bracketed paste in ``--tui`` mode).
 The real CLI's side is in tests/test_prompt_e2e.py.
 """
@@ -20,14 +20,14 @@ import pytest
 from conftest import FAKE_AGENT, Setup
 from hypothesis import given
 from hypothesis import strategies as st
+from support.prompt_claude import _claude
 
 from supervisor import policy
-from supervisor.agents import adapter_for
 from supervisor.agents.claude import delivery
-from supervisor.config import AgentSpec, MonitorPolicy, ResolvedTask, TaskSpec
+from supervisor.config import MonitorPolicy
 from supervisor.config.argsize import ARGV_PROMPT_MAX
 from supervisor.engine import signals
-from supervisor.taskdir.folder import Manifest, TaskDir, utc_iso
+from supervisor.taskdir.folder import TaskDir
 from supervisor.wrapper import ARG_STRLEN_MAX
 
 WRAPPER = Path(__file__).resolve().parents[1] / "supervisor" / "wrapper.py"
@@ -41,21 +41,6 @@ def big_prompt(head: str = "print: got the big prompt") -> str:
         f"line {i:06d} of a long task description, padding it out\n" for i in range(6000)
     )
     return (head + "\n" + body)[: BIG - 12] + "\nEND-OF-IT\n"
-
-
-def _claude(tmp_path: Path, prompt: str, **agent: object):
-    folder = tmp_path / "task"
-    folder.mkdir(exist_ok=True)
-    (folder / "prompt").write_text(prompt, encoding="utf-8")
-    spec = TaskSpec(name="t", prompt=prompt, project_dir=tmp_path)
-    resolved = ResolvedTask(spec, prompt, "claude-sonnet-4-6", MonitorPolicy(deadline=120.0))
-    manifest = Manifest(
-        task_id="t1", task_name="t", model="m", project_dir=str(tmp_path), session_name="t1",
-        session_id="00000000-0000-4000-8000-000000000000", tmpdir=str(folder),
-        created_at=utc_iso(),
-    )  # fmt: skip
-    spec_agent = AgentSpec(kind="claude", **agent)  # type: ignore[arg-type]
-    return adapter_for(spec_agent, TaskDir(folder), resolved, manifest, "denied", lambda k: None)
 
 
 # ---------------------------------------------------------------- the adapter's choice

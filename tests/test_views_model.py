@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import views_fixture as vf
 from conftest import Setup, wait_for
+from support import views_fixture as vf
 
 from supervisor.taskdir import control
 from supervisor.taskdir.folder import utc_iso

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import views_fixture as vf
 from pydantic import TypeAdapter
+from support import views_fixture as vf
 
 from supervisor.views.model import GROUPS, Snapshot
 

@@ -13,46 +13,18 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from conftest import Setup, wait_for
+from support.waiting_tasks import PERMISSION, _task, _wait
 
-from supervisor.taskdir.folder import atomic_write
 from supervisor.waiting import EXIT_NEEDS_YOU, UnknownTasks, needs_of, wait_tasks
 
-PERMISSION = {
-    "reason": "rule 2 (Bash ~ /^rm/)",
-    "tool": "Bash",
-    "subject": "rm -rf x",
-    "since": "2026-11-26T03:00:00Z",
-    "answer": "/state/tasks/t-esc/hooks/req.answer",
-}
 BREAKER = {
     "reason": "circuit breaker: 3 consecutive denials or failed tool calls",
     "since": "2026-11-26T03:00:00Z",
     "paused": True,
 }
-
-
-def _task(setup: Setup, task_id: str, status: str, **fields: Any) -> dict[str, Any]:
-    """Write ``task_id``'s manifest as the engine does (replaced by rename)."""
-    folder = setup.state / "tasks" / task_id
-    folder.mkdir(parents=True, exist_ok=True)
-    manifest = {
-        "task_id": task_id,
-        "task_name": task_id,
-        "status": status,
-        "verdict": None,
-        "retry_count": 0,
-        **fields,
-    }
-    atomic_write(folder / "manifest.json", json.dumps(manifest).encode())
-    return manifest
-
-
-def _wait(setup: Setup, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return setup.supervise("wait", "-c", str(setup.profile), *args, timeout=timeout)
 
 
 def _background(setup: Setup, *args: str) -> subprocess.Popen[str]:

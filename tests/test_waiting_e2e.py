@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_claude_agent import harness  # noqa: F401 (the fixture)
+from support.claude_harness import harness  # noqa: F401 (the fixture)
 
 from supervisor.waiting import EXIT_NEEDS_YOU
 

@@ -1,6 +1,6 @@
 """Issue 22 item 2 in the fleet: ``supervise wait`` with only the DSN returns on an
 ``escalated`` row with exit 10 (``needs`` names its host) and ``--terminal-only`` waits on.
-Real PostgreSQL (``tests/cluster_support.py``); the row's state is set as a host's writer
+Real PostgreSQL (``tests/support/cluster_support.py``); the row's state is set as a host's writer
 would set it, since ``wait`` reads only the rows."""
 
 from __future__ import annotations
@@ -8,15 +8,15 @@ from __future__ import annotations
 import json
 
 import pytest
-import test_cluster
 import tomli_w
 from conftest import Setup
-from test_cluster import cluster_profile, supervise
+from support import cluster_engines
+from support.cluster_engines import cluster_profile, supervise
 
 from supervisor.waiting import EXIT_NEEDS_YOU
 
 psycopg = pytest.importorskip("psycopg")
-server, dsn = test_cluster.server, test_cluster.dsn
+server, dsn = cluster_engines.server, cluster_engines.dsn
 
 
 def test_fleet_wait_returns_on_an_escalated_row(setup: Setup, dsn: str) -> None:

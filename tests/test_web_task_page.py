@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from conftest import Setup
-from test_web import browser, fixture, serve  # noqa: F401 (pytest fixtures)
-from views_fixture import Fixture
+from support.views_fixture import Fixture
+from support.web_serve import browser, fixture, serve  # noqa: F401 (pytest fixtures)
 
 from supervisor.views import timeline
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_workspace_review import Repo, _no_git_identity, git
+from support.review_repo import Repo, _no_git_identity, git
 
 _REAL_GIT = shutil.which("git") or "/usr/bin/git"
 
@@ -164,7 +164,7 @@ def _release_later(mark: Path, lock: Path, after_s: float) -> threading.Thread:
         deadline = time.monotonic() + 60
         while not mark.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
-        time.sleep(after_s)
+        time.sleep(after_s)  # how long the editor's git holds the lock: the case under test
         lock.unlink(missing_ok=True)
 
     thread = threading.Thread(target=run, daemon=True)

@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Any
 
-from mock_anthropic import (
+from support.mock_anthropic import (
     MockAnthropic,
     RecordedRequest,
     Reply,

@@ -111,8 +111,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import mock_streaming
-import mock_tool_calls
+from support import mock_streaming, mock_tool_calls
 
 SESSION_HEADER = "x-claude-code-session-id"
 """Header (lower-cased) in which Claude Code sends its session id."""

@@ -1,4 +1,4 @@
-"""Helpers for tests that drive the real Claude Code CLI against :mod:`tests.mock_anthropic`.
+"""Helpers for tests that drive the real Claude Code CLI against :mod:`support.mock_anthropic`.
 
 * :func:`find_claude` / :func:`require_claude` locate the ``claude`` binary.
 * :func:`make_home` builds a throwaway ``HOME`` that skips the first-run dialogs.
@@ -19,9 +19,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from mock_anthropic import MockAnthropic  # tests/ is on sys.path, as for conftest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from support.mock_anthropic import MockAnthropic  # tests/ is on sys.path, as for conftest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 """The repository root (the folder holding ``tests/``)."""
 
 PINNED_VERSION = "2.1.328"
