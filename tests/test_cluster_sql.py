@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster_support import fresh_database, postgres_server
+from support.cluster_support import fresh_database, postgres_server
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER = REPO / "supervisor" / "cluster"

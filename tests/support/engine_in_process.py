@@ -17,7 +17,7 @@ import pytest
 from conftest import Setup
 
 from supervisor.config import load_profile
-from supervisor.engine import Engine
+from supervisor.engine.scheduler import Engine
 from supervisor.taskdir import folder as taskdir
 from supervisor.wrapper import END_MARK
 
