@@ -50,8 +50,7 @@ import psutil  # noqa: E402
 import tomli_w  # noqa: E402
 from conftest import Setup, wait_for  # noqa: E402
 from run import machine_info  # noqa: E402
-from support.cluster_support import postgres_server  # noqa: E402
-from test_cluster import (  # noqa: E402
+from support.cluster_engines import (  # noqa: E402
     _epoch,
     cluster_profile,
     rows,
@@ -59,6 +58,7 @@ from test_cluster import (  # noqa: E402
     stop_engines,
     supervise,
 )
+from support.cluster_support import postgres_server  # noqa: E402
 
 from supervisor.cluster.submit import submit  # noqa: E402
 from supervisor.config import load_profile, load_task  # noqa: E402

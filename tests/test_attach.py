@@ -84,7 +84,7 @@ def test_top_attach_to_a_stopped_server_notifies_and_stays(
     tmp_path: Path, tmux_server: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("textual")
-    import views_fixture as vf
+    from support import views_fixture as vf
 
     from supervisor.views import tui
 

@@ -455,8 +455,15 @@ def test_a_ctrl_c_during_the_merge_step_lets_it_finish_and_be_recorded(env: Repo
     finish first, then the command exits 130."""
     env.task("t1", {"a.txt": "a\n"})
     argv = [sys.executable, "-m", "supervisor.cli", "merge", "-c", str(env.profile), "t1"]
-    proc = subprocess.Popen(argv, env=wrap_git(env.root, "merge", "slow", 1.5),
-                            stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    # SIGINT as a terminal's Ctrl-C finds it: a runner (pytest-xdist's workers) may ignore
+    # SIGINT, and an ignored SIGINT is inherited and kept by Python at start.
+    proc = subprocess.Popen(
+        argv,
+        env=wrap_git(env.root, "merge", "slow", 1.5),
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     _await_mark(env, proc)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
