@@ -2,7 +2,8 @@
 rules, each read from the source with :mod:`ast`, no process started.
 
 - Product (``supervisor/``): no module over 500 lines, no function over 80 lines, no
-  ``# fmt: skip`` (the size guide is met by structure, not by packing lines).
+  ``# fmt: skip`` (the size guide is met by structure, not by packing lines), and no
+  circle of module-level imports.
 - Tests: no test module imports another (shared helpers live in ``tests/support/``), and no
   test asserts an upper bound on wall-clock time (a loaded machine can miss any such bound;
   the figures belong in ``benchmarks/``; a test may assert order, or a lower bound).
@@ -216,3 +217,60 @@ def test_the_wall_clock_guard_sees_the_patterns() -> None:
     ]
     assert [len(list(wall_clock_bounds(ast.parse(code)))) for code in bad] == [1, 1, 1, 1]
     assert [len(list(wall_clock_bounds(ast.parse(code)))) for code in good] == [0, 0, 0]
+
+
+def _module_name(path: Path) -> str:
+    name = ".".join(path.relative_to(REPO).with_suffix("").parts)
+    return name.removesuffix(".__init__")
+
+
+def _top_level_imports(path: Path, known: set[str]) -> set[str]:
+    """The ``supervisor`` modules ``path`` imports when it is loaded: its module-level
+    imports, not those under ``if TYPE_CHECKING:`` or inside a function (a lazy import)."""
+    found: set[str] = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                child = f"{node.module}.{alias.name}"
+                found.add(child if child in known else node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {name for name in found if name in known}
+
+
+def import_circles() -> list[list[str]]:
+    """Circles among the modules of ``supervisor/`` through module-level imports: each
+    strongly connected set of more than one module (Tarjan's algorithm), sorted."""
+    paths = {_module_name(p): p for p in product_modules()}
+    graph = {name: _top_level_imports(path, set(paths)) for name, path in paths.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(name: str) -> None:
+        index[name] = low[name] = len(index)
+        stack.append(name)
+        for other in graph[name]:
+            if other not in index:
+                visit(other)
+                low[name] = min(low[name], low[other])
+            elif other in stack:
+                low[name] = min(low[name], index[other])
+        if low[name] == index[name]:
+            members = stack[stack.index(name) :]
+            del stack[stack.index(name) :]
+            if len(members) > 1:
+                circles.append(sorted(members))
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return sorted(circles)
+
+
+def test_no_import_circle_among_product_modules() -> None:
+    """No two modules of ``supervisor/`` import each other, directly or around a circle,
+    when loaded (issue 23: the CLI's 10-file circle and engine ↔ cluster are gone; a lazy
+    import inside a function is outside this rule)."""
+    assert import_circles() == []
