@@ -12,7 +12,7 @@ fleet's database answers (:mod:`supervisor.cluster.control`):
 * ``show`` prints the fleet's record (the manifest's summary fields, owner, generation,
   restarted_from, events) as JSON;
 * ``wait`` polls every :data:`WAIT_POLL` seconds until each row's state is final
-  (:data:`supervisor.cluster.control.FINAL`) or, unless ``--terminal-only``, one is
+  (:data:`supervisor.taskdir.states.FINAL`) or, unless ``--terminal-only``, one is
   ``escalated`` (exit 10, ``needs`` naming its host), and prints and exits as the local ``wait``
   (0 every task PASS, 1 otherwise, 2 unknown id, 124 timeout). It rides out a database
   that stops answering (a PostgreSQL restart, a failover): one line on stderr, then it
@@ -207,7 +207,7 @@ class _Reader:
 
 
 def _wait(args: argparse.Namespace, dsn: str) -> int:
-    from supervisor.cluster.control import FINAL
+    from supervisor.taskdir.states import FINAL
 
     ids = list(dict.fromkeys(args.task_ids))
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
@@ -246,7 +246,7 @@ def _print_waited(args: argparse.Namespace, shown: list[dict[str, Any]]) -> int:
     """Print the rows ``wait`` ends with; its exit code (0 all PASS, 1 not, 10 one or more
     need you, 124 timeout: :mod:`supervisor.waiting`'s). The fleet's row has no escalation
     record: ``needs`` names the host, where ``supervise show`` or ``-c`` there reads it."""
-    from supervisor.cluster.control import FINAL
+    from supervisor.taskdir.states import FINAL
     from supervisor.waiting import OTHER
 
     needing = [] if args.terminal_only else [row for row in shown if _needs_you(row)]

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from supervisor.taskdir.states import FINAL
+
 if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
 
@@ -34,8 +36,9 @@ log = logging.getLogger(__name__)
 FLEET_S = 1.0
 #: Task rows read at most (live ones first); the board says how many were left out.
 TASK_LIMIT = 500
-#: Task states that are final (``rejected``, ``host_lost`` and ``superseded`` included).
-ENDED = ("completed", "failed", "abandoned", "rejected", "host_lost", "superseded")
+#: Task states that are final (``rejected``, ``host_lost`` and ``superseded`` included),
+#: as the database's query parameter.
+ENDED = sorted(str(state) for state in FINAL)
 
 _HOSTS = """
 SELECT host_id, state, round(extract(epoch FROM now() - heartbeat_at)::numeric, 1)::float
