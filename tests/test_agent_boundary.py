@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import io
+import json
 import os
 import tokenize
 from pathlib import Path
@@ -64,3 +65,20 @@ def test_the_guard_sees_code_and_skips_prose(tmp_path: Path) -> None:
         "    return claude_thing\n"
     )
     assert naming(tmp_path) == [f"{tmp_path.name}/m.py:3", f"{tmp_path.name}/m.py:6"]
+
+
+def test_manifest_keys_keep_their_order_with_the_kinds_fields(tmp_path: Path) -> None:
+    """The kinds own their manifest fields now; ``manifest.json`` still lists the core
+    fields up to ``summary`` first, then ``claude``, then the rest, as before issue 23
+    (a person or a script reading ``wait --json`` sees ``task_id`` and ``status`` first;
+    found by the review of issue 23: ``claude`` had become the first key)."""
+    from supervisor.taskdir.folder import TaskDir
+    from supervisor.taskdir.manifest import Manifest
+
+    fields = {"task_id": "t1", "task_name": "t", "model": "m", "project_dir": str(tmp_path)}
+    fields |= {"session_name": "t1", "session_id": "s", "tmpdir": str(tmp_path)}
+    manifest = Manifest(**fields, created_at="2026-11-26T00:00:00Z", claude={"result": "x"})
+    TaskDir(tmp_path).write_manifest(manifest)
+    keys = list(json.loads((tmp_path / "manifest.json").read_text()))
+    assert keys[:3] == ["task_id", "task_name", "status"]
+    assert keys.index("summary") + 1 == keys.index("claude") == keys.index("escalation") - 1

@@ -9,6 +9,9 @@ import importlib
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+from conftest import Setup
+
 from supervisor.errors import SuperviseError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -188,3 +191,16 @@ def test_one_error_line_and_each_exit_code_defined_once() -> None:
 
     assert (common.EXIT_USAGE, common.EXIT_QUEUED, common.EXIT_NOT_APPLIED) == (2, 3, 4)
     assert (common.EXIT_NEEDS_YOU, common.EXIT_TIMEOUT) == (10, 124)
+
+
+def test_an_engine_of_a_cluster_profile_needs_the_fleets_intake(setup: Setup) -> None:
+    """The engine no longer picks its intake (the CLI hands it over): built for a
+    ``[cluster]`` profile without one, it refuses at once rather than run on the spool and
+    never claim a fleet task (found by the review of issue 23)."""
+    from supervisor.config import load_profile
+    from supervisor.engine.scheduler import Engine
+
+    cluster = {"host_id": "h1", "heartbeat": 0.5, "dsn": "postgresql://127.0.0.1:1/none"}
+    profile = load_profile(setup.write_profile(extra={"cluster": cluster}))
+    with pytest.raises(ValueError, match="needs the fleet's intake"):
+        Engine(profile)

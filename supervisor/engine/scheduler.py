@@ -88,15 +88,24 @@ class Engine(Launches, Kicks):
         exit_when_idle: return from :meth:`run` once the spool is empty and no task is
             queued or live.
         intake: builds the source of tasks (:data:`~supervisor.engine.intake.IntakeFactory`;
-            ``supervise run`` hands the fleet's with ``[cluster]``).
+            ``supervise run`` hands the fleet's with ``[cluster]``); by default the
+            spool's, which a ``[cluster]`` profile may not run on.
+
+    Raises:
+        ValueError: a ``[cluster]`` profile without an intake (it would never claim a
+            fleet task).
     """
 
     def __init__(
         self,
         profile: LoadedProfile,
         exit_when_idle: bool = False,
-        intake: IntakeFactory = spool_intake,
+        intake: IntakeFactory | None = None,
     ) -> None:
+        if intake is None and profile.spec.cluster is not None:
+            raise ValueError(
+                f"{profile.path}: a [cluster] profile's engine needs the fleet's intake"
+            )
         self.profile = profile
         self.exit_when_idle = exit_when_idle
         # The server is born outside the login's scope where systemd is (supervisor/systemd.py).
@@ -107,7 +116,7 @@ class Engine(Launches, Kicks):
         self.stopping = threading.Event()
         self.sessions = Sessions(self.tmux)
         self.disk = statefs.StateDisk(profile.state_dir, log)
-        self.source = intake(profile, self.disk, lambda: self._kick("intake"))
+        self.source = (intake or spool_intake)(profile, self.disk, lambda: self._kick("intake"))
         self.observer = Observer(self.tmux, self.sessions)
         self.stats = stats.new_counters()
         self.pools = Pools(self.stats, profile.state_dir)  # one pool per kind (pools.py)

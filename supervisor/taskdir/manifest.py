@@ -45,7 +45,55 @@ class TurnRecord(BaseModel):
     summary: str | None = None
 
 
-class Manifest(*kinds.manifest_models(), BaseModel):  # type: ignore[misc]
+class _ManifestHead(BaseModel):
+    """The manifest's core fields up to ``summary``, in the order ``manifest.json`` lists
+    them (:class:`Manifest`)."""
+
+    task_id: str
+    task_name: str
+    status: Annotated[Status, _inline_enum(Status)] = Field(Status.QUEUED, title="Status")
+    model: str
+    project_dir: str
+    session_name: str
+    session_id: str
+    tmpdir: str
+    pid: int | None = None
+    created_at: str
+    started_at: str | None = None
+    finished_at: str | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    output_tail: str | None = None
+    retry_count: int = 0
+    last_checked_at: str | None = None
+    abandoned_at: str | None = None
+    abandon_reason: str | None = None
+    launched_at: str | None = None
+    resume_at: str | None = None
+    verdict: Annotated[Verdict, _inline_enum(Verdict)] | None = Field(None, title="Verdict")
+    summary: str | None = None
+
+
+class _ManifestTail(BaseModel):
+    """The manifest's core fields after the agent kinds' own (:class:`Manifest`)."""
+
+    escalation: dict[str, Any] | None = None
+    denials: int = 0
+    limit_waits: int = 0
+    transient_waits: int = 0
+    failure_reason: Annotated[FailureReason, _inline_enum(FailureReason)] | None = Field(
+        None, title="Failure Reason"
+    )
+    acceptance: dict[str, Any] | None = None
+    workspace: WorkspaceReport | None = None
+    turn: int = 1
+    turns: list[TurnRecord] = Field(default_factory=list)
+
+
+# The keys of manifest.json keep their order: pydantic lists a base's fields before a
+# subclass's, so the core fields up to ``summary`` come first, then each agent kind's
+# (``claude``), then the rest, as they stood before the kinds owned their fields.
+class Manifest(_ManifestTail, *kinds.manifest_models(), _ManifestHead):  # type: ignore[misc]
     """``manifest.json``: what the orchestrator reads.
 
     Seed fields: ``task_name``, ``model`` (the resolved id), ``project_dir``,
@@ -72,38 +120,3 @@ class Manifest(*kinds.manifest_models(), BaseModel):  # type: ignore[misc]
     # validate_assignment: the engine assigns statuses as plain strings (the policy's);
     # they become the enum members the schema declares, and a wrong one raises at once.
     model_config = ConfigDict(extra="allow", validate_assignment=True)
-
-    task_id: str
-    task_name: str
-    status: Annotated[Status, _inline_enum(Status)] = Field(Status.QUEUED, title="Status")
-    model: str
-    project_dir: str
-    session_name: str
-    session_id: str
-    tmpdir: str
-    pid: int | None = None
-    created_at: str
-    started_at: str | None = None
-    finished_at: str | None = None
-    exit_code: int | None = None
-    signal: int | None = None
-    output_tail: str | None = None
-    retry_count: int = 0
-    last_checked_at: str | None = None
-    abandoned_at: str | None = None
-    abandon_reason: str | None = None
-    launched_at: str | None = None
-    resume_at: str | None = None
-    verdict: Annotated[Verdict, _inline_enum(Verdict)] | None = Field(None, title="Verdict")
-    summary: str | None = None
-    escalation: dict[str, Any] | None = None
-    denials: int = 0
-    limit_waits: int = 0
-    transient_waits: int = 0
-    failure_reason: Annotated[FailureReason, _inline_enum(FailureReason)] | None = Field(
-        None, title="Failure Reason"
-    )
-    acceptance: dict[str, Any] | None = None
-    workspace: WorkspaceReport | None = None
-    turn: int = 1
-    turns: list[TurnRecord] = Field(default_factory=list)
