@@ -19,9 +19,10 @@ timer counts, the token counter stays (``✶ Whirlpooling… (17s · ↓ 6 token
 tokens)``, ``evidence_stall_*.txt``), and after about 45 s the line becomes ``✻ Waiting for
 API response · will retry in 3m 59s`` with no counter at all. So a stall stays stale.
 
-All of it measured with CLI 2.1.328 in tmux against the mock API (``tests/mock_anthropic.py``
-and ``tests/mock_drip.py``), captured every 3 s; the fixtures and the measurement are in
-``tests/fixtures/claude/screens/README.md`` ("Evidence of work") and docs/claude-screen.md.
+All of it measured with CLI 2.1.328 in tmux against the mock API
+(``tests/support/mock_anthropic.py`` and ``tests/support/mock_drip.py``), captured every
+3 s; the fixtures and the measurement are in ``tests/fixtures/claude/screens/README.md``
+("Evidence of work") and docs/claude-screen.md.
 
 A tool's timer counts only up to ``tool_limit`` seconds: a tool that hangs must not keep a
 session alive for ever (Claude Code bounds its own Bash tool at 10 minutes at most; other
