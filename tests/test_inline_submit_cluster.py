@@ -4,12 +4,11 @@ profile (issue 22 item 4): the task goes into the fleet's database as a file sub
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 from conftest import Setup
+from support import cluster_engines
 from support.cluster_engines import cluster_profile, rows, supervise
-from support.cluster_support import fresh_database, postgres_server
 
 from supervisor.config import load_profile
 from supervisor.errors import ConfigError
@@ -18,16 +17,7 @@ from supervisor.inline_submit import submit_fields
 psycopg = pytest.importorskip("psycopg")
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    with postgres_server() as dsn:
-        yield dsn
-
-
-@pytest.fixture
-def dsn(server: str) -> Iterator[str]:
-    with fresh_database(server) as url:
-        yield url
+server, dsn = cluster_engines.server, cluster_engines.dsn
 
 
 def test_inline_submit_to_the_fleet_is_a_queued_row(setup: Setup, dsn: str) -> None:

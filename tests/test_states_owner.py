@@ -214,3 +214,15 @@ def test_the_views_refuse_as_the_cli_does(tmp_path: Path) -> None:
         assert not out.ok
         assert out.message == control.refusal("t1", status, verb)
     assert not (tmp_path / "control").exists()
+
+
+def test_every_status_is_an_event_and_a_fleet_state() -> None:
+    """``Event`` and ``FleetState`` spell each :class:`Status` again (an enum cannot extend
+    one with members); each status recorded in a log or the fleet's table must be one of
+    theirs, with the same name and value."""
+    from supervisor.taskdir.events import Event
+    from supervisor.taskdir.states import FleetState, Status
+
+    for status in Status:
+        assert Event[status.name] == status.value
+        assert FleetState[status.name] == status.value
