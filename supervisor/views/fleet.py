@@ -40,22 +40,13 @@ TASK_LIMIT = 500
 #: as the database's query parameter.
 ENDED = sorted(str(state) for state in FINAL)
 
-_HOSTS = """
-SELECT host_id, state, round(extract(epoch FROM now() - heartbeat_at)::numeric, 1)::float
-    AS age_s, capacity, running, version, last_error
-FROM supervise_hosts ORDER BY host_id"""
-_TASKS = """
-SELECT id, name, state, owner_host, host, generation, exit_code, failure_reason, error,
-    round(extract(epoch FROM now() - updated_at)::numeric, 1)::float AS age_s
-FROM supervise_tasks ORDER BY state = ANY(%s), updated_at DESC, id LIMIT %s"""
-
 
 @dataclass(slots=True)
 class FleetHost:
     """One host: its ``supervise_hosts`` row (``state`` ``alive``/``stopped``/``dead``, or
     ``unknown`` for an owner with no row; ``age_s``: seconds since its heartbeat), whether
     it is ``local`` (this profile's ``host_id``), and its ``tasks`` (dicts of
-    :data:`_TASKS`'s columns), newest first."""
+    the ``board_tasks`` query's columns (``cluster/sql/queries.sql``)), newest first."""
 
     host_id: str
     state: str = "unknown"
@@ -87,9 +78,9 @@ class Fleet:
 def group_by_host(
     local_host: str, host_rows: list[dict[str, Any]], task_rows: list[dict[str, Any]], total: int
 ) -> Fleet:
-    """The fleet from the rows of :data:`_HOSTS` and :data:`_TASKS` (no I/O): each task
-    under its ``owner_host`` (a host without a row is added as ``unknown``), the local host
-    first, then by host id; tasks without an owner in ``unclaimed``."""
+    """The fleet from the rows of the ``board_hosts`` and ``board_tasks`` queries (no I/O):
+    each task under its ``owner_host`` (a host without a row is added as ``unknown``), the
+    local host first, then by host id; tasks without an owner in ``unclaimed``."""
     hosts = {
         r["host_id"]: FleetHost(
             **{
@@ -128,14 +119,15 @@ def read(dsn: str, local_host: str) -> Fleet:
         from psycopg.rows import dict_row
 
         from supervisor.cluster.db import ClusterError, connect, one_line
+        from supervisor.cluster.sqlfiles import query
     except ImportError as exc:
         return Fleet(local_host, error=f"the fleet needs the 'cluster' extra ({exc.name})")
     try:
         with connect(dsn) as conn:
             cur = conn.cursor(row_factory=dict_row)
-            host_rows = cur.execute(_HOSTS).fetchall()
-            task_rows = cur.execute(_TASKS, (list(ENDED), TASK_LIMIT)).fetchall()
-            total = conn.execute("SELECT count(*) FROM supervise_tasks").fetchone()
+            host_rows = cur.execute(query("board_hosts")).fetchall()
+            task_rows = cur.execute(query("board_tasks"), (ENDED, TASK_LIMIT)).fetchall()
+            total = conn.execute(query("board_task_count")).fetchone()
     except ClusterError as exc:
         return Fleet(local_host, error=str(exc))
     except psycopg.errors.UndefinedTable:

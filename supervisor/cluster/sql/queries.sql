@@ -261,3 +261,18 @@ SELECT procrastinate_finish_job_v1(%s, 'failed', false);
 SELECT procrastinate_defer_jobs_v1(ARRAY[ROW(queue, %s, 0, NULL, id, %s::jsonb,
     NULL::timestamptz)::procrastinate_job_to_defer_v1])
 FROM supervise_tasks WHERE id = %s;
+
+-- board_hosts --
+-- The board's hosts (supervise serve with [cluster]): age_s in seconds since the heartbeat.
+SELECT host_id, state, round(extract(epoch FROM now() - heartbeat_at)::numeric, 1)::float
+    AS age_s, capacity, running, version, last_error
+FROM supervise_hosts ORDER BY host_id;
+
+-- board_tasks --
+-- The board's task rows, live ones first. Parameters: the final states, the row limit.
+SELECT id, name, state, owner_host, host, generation, exit_code, failure_reason, error,
+    round(extract(epoch FROM now() - updated_at)::numeric, 1)::float AS age_s
+FROM supervise_tasks ORDER BY state = ANY(%s), updated_at DESC, id LIMIT %s;
+
+-- board_task_count --
+SELECT count(*) FROM supervise_tasks;
