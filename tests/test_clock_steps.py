@@ -130,15 +130,20 @@ def test_a_running_task_survives_a_step_and_completes(
     setup.write_profile(deadline=60, stale_threshold=20)
     setup.drop("work.toml", setup.task("work", "tick: 0.5\nsleep: 5\nexit: 0"))
     engine = _engine(setup, env)
+    ended = False
     try:
         _running(setup, "work")
         offset.write_text(f"{step}\n")
         wait_for(
             lambda: setup.manifests()["work"]["status"] not in ("queued", "running"), timeout=45
         )
+        ended = True
+    except AssertionError:
+        pass  # said below, with what the engine logged
     finally:
         log = _stop(engine)
     m = setup.manifests()["work"]
+    assert ended, f"no end within 45 s of the step: {m}\nengine log:\n{log[-4000:]}"
     assert m["status"] == "completed", (m, log)
     assert "clock stepped" in log
     assert "abandoned" not in _event_names(setup, "work")

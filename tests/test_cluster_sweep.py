@@ -310,6 +310,9 @@ def test_database_down_longer_than_host_timeout_declares_no_host_dead(tmp_path: 
             server.stop()
             time.sleep(2 * HOST_TIMEOUT)  # the outage under test: longer than host_timeout
             server.start()
+            # pg_ctl -w may return while the server still says "starting up" on a loaded
+            # machine: the sweep comes as soon as it accepts a connection.
+            wait_for(lambda: _accepts(url), timeout=60)
             # A sweep at once, before any writer got through (they retry every second):
             # every heartbeat is older than host_timeout now.
             assert sweep_once(url).dead == ()
@@ -549,3 +552,12 @@ def test_heartbeat_not_shorter_than_host_timeout_is_one_line(setup: Setup) -> No
     [line] = result.stderr.strip().splitlines()
     assert str(profile) in line and "'cluster'" in line
     assert "heartbeat (10 s) must be shorter than host_timeout (5 s)" in line
+
+
+def _accepts(url: str) -> bool:
+    """Whether the server at ``url`` accepts a connection now."""
+    try:
+        psycopg.connect(url, connect_timeout=5).close()
+    except psycopg.OperationalError:
+        return False
+    return True
