@@ -11,8 +11,7 @@ from supervisor.policy import (
     TaskState,
 )
 from supervisor.taskdir.states import Status
-
-T0 = 1_700_000_000.0  # a realistic epoch; every test time is T0 + offset
+from support.policy_states import T0  # the same epoch as the other policy tests
 
 #: The small policy of tests/test_policy.py: backoff 10, 20, 40 -> capped at 80; the
 #: notifier also runs for ``waiting`` (opt-in since issue 14).
