@@ -1,5 +1,5 @@
-"""The engine's APScheduler: one background scheduler with one worker, and a stop that is
-quiet.
+"""The engine's APScheduler: one background scheduler with a few job threads, and a stop
+that is quiet.
 
 APScheduler 3.11's ``shutdown`` marks the scheduler stopped *before* it takes the job-store
 lock. A one-shot job (the engine's ``startup``) that the scheduler thread is processing at
@@ -32,10 +32,12 @@ class EngineScheduler(BackgroundScheduler):
 
 
 def engine_scheduler() -> EngineScheduler:
-    """The engine's scheduler: one worker thread (jobs run one at a time), missed runs
-    coalesced and never dropped as too late, times in UTC."""
+    """The engine's scheduler: a few job threads (startup, intake, the check tick), missed
+    runs coalesced and never dropped as too late, times in UTC."""
     return EngineScheduler(
-        executors={"default": ThreadPoolExecutor(max_workers=1)},
+        # startup, intake and the dispatcher's tick each get a thread (checks run on the
+        # dispatcher's own pool); intake and startup serialise on the engine's shared lock
+        executors={"default": ThreadPoolExecutor(max_workers=4)},
         job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
         timezone=UTC,
     )

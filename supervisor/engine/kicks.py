@@ -1,7 +1,7 @@
 """The engine's events: inotify and pidfd callbacks (from the watcher's thread) turned
-into kicks of APScheduler jobs (:class:`Kicks`, a part of
-:class:`supervisor.engine.scheduler.Engine`). A kick only moves a job's next run time;
-the job runs on the worker, and polling stays the safety net.
+into kicks (:class:`Kicks`, a part of :class:`supervisor.engine.scheduler.Engine`). A task's
+kick hands its check to the check pool at once (:mod:`supervisor.engine.dispatch`); the
+intake's moves its APScheduler job to now. Due times stay the safety net.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from supervisor.config import LoadedProfile
 from supervisor.engine import acceptance
+from supervisor.engine.dispatch import Dispatcher
 from supervisor.engine.intake import Intake
 from supervisor.engine.runtime import Runtime
 from supervisor.engine.watch import Watcher
@@ -34,6 +35,7 @@ class Kicks:
     source: Intake
     watcher: Watcher | None
     _kicked: set[str]
+    dispatch: Dispatcher
 
     # ------------------------------------------------------------------ events
     def _kick(self, job_id: str) -> None:
@@ -45,8 +47,10 @@ class Kicks:
 
     def _wake(self, task_id: str) -> None:
         """Check ``task_id`` now, and again right after a check already running."""
+        if self.stopping.is_set():
+            return
         self._kicked.add(task_id)
-        self._kick(f"check:{task_id}")
+        self.dispatch.schedule(task_id, 0.0)
 
     def _on_spool(self, name: str) -> None:
         if self.source.notice(name):

@@ -50,6 +50,7 @@ class Launches:
     _settle: Callable[[Runtime, Outcome], None]
     _decide_and_apply: Callable[[Runtime], None]
     _schedule_check: Callable[[Runtime, float], None]
+    _count: Callable[[str], None]
 
     def _fill_slots(self) -> None:
         """Record the worktrees and launches made off the worker, then start queued tasks,
@@ -80,26 +81,39 @@ class Launches:
         if error is not None:
             self._launch_failed(runtime, runtime.state, clock.now(), error, FailureReason.WORKSPACE)
         elif "stop" in runtime.requests:  # stopped while its worktree was made
-            self._decide_and_apply(runtime)
+            self._schedule_check(runtime, 0.0)  # on the check pool, one check at a time
         else:
             self.live.pop(runtime.task.task_id, None)
             self.queue.appendleft(runtime.task)
 
     def _launched(self, runtime: Runtime, started: Result) -> None:
-        """Record a launch made off the worker (:class:`Starts`) and watch the task from then
-        on. A launch that could not write its ``launch.json`` on a full disk started nothing:
-        the task waits in the queue again."""
+        """Record a launch made off the check pool (:class:`Starts`), then let its checks
+        run: ``launching`` stays set until the record is written, so no check of the task
+        interleaves with it."""
+        next_check = None
+        try:
+            next_check = self._record_launch(runtime, started)
+        finally:
+            runtime.launching = False
+        if next_check is not None and runtime.task.task_id in self.live:
+            self._schedule_check(runtime, next_check)
+
+    def _record_launch(self, runtime: Runtime, started: Result) -> float | None:
+        """Record a launch, and watch the task from then on; returns when to check it first
+        (seconds; ``None``: the launch failed and the task ended or waits again). A launch
+        that could not write its ``launch.json`` on a full disk started nothing: the task
+        waits in the queue again."""
         task = runtime.task
         if isinstance(started, OSError) and started.errno in (errno.ENOSPC, errno.EDQUOT):
             log.error("%s: cannot launch: %s; it stays queued", task.task_id, started)
             self.live.pop(task.task_id, None)
             self.queue.appendleft(task)
-            return
+            return None
         if isinstance(started, Exception):  # nothing was started: the task ends with why
             log.error("launch of %s failed: %r", task.task_id, started)
             why = " ".join(f"{type(started).__name__}: {started}".split())
             self._launch_failed(runtime, runtime.state, clock.now(), why, FailureReason.LAUNCH)
-            return
+            return None
         if started.error is not None:
             # tmux refused to create the session: the task ends ``failed`` with the reason
             # (policy.launch_failed). It counts as launched until then, so a failed event
@@ -109,15 +123,15 @@ class Launches:
             self.live[task.task_id] = runtime
             state, why = started.decision.state, str(started.error)
             self._launch_failed(runtime, state, started.now, why, FailureReason.LAUNCH)
-            return
-        self.stats["launched"] += 1
+            return None
+        self._count("launched")
         self.live[task.task_id] = runtime  # watched from now on, whatever the writes do
         launch.record_launch(runtime, started.decision, started.now)
         self.source.report(task, runtime.manifest, Event.LAUNCHED, ended=False)
         self._watch(runtime)
-        self._schedule_check(runtime, started.decision.next_check)
         log.info("launched %s in tmux session %s", task.task_id, task.task_id)
         workspaces.share(runtime, self.live)
+        return started.decision.next_check
 
     def _launch_failed(
         self, runtime: Runtime, state: policy.TaskState, now: float, why: str, reason: str

@@ -1,23 +1,24 @@
 """The engine: APScheduler 3.11 jobs that take tasks from the intake and run the policy.
 
-Jobs (all state changes run on one worker thread, so the engine needs no locks of its own;
-notifiers, acceptance runs, worktrees and sweeps run on a pool per kind, ``pools``, so a
-slow one never delays a check or another kind):
+Jobs (no serial worker: checks of different tasks run side by side, at most one per task,
+:mod:`supervisor.engine.dispatch`; notifiers, acceptance runs, worktrees and sweeps run on a
+pool per kind, ``pools``, so a slow one never delays a check or another kind):
 
 - ``intake``: every ``intake_interval`` seconds (and at once when a claim batch holds
   work), queues what the claim thread took (:class:`~supervisor.engine.intake.Claims`),
   starts its next batch, records the launches the launch thread made
   (:class:`~supervisor.engine.starts.Starts`) and starts more while fewer than
   ``max_concurrent`` are live.
-- ``check:<task_id>``: one interval job per live task (``base_interval`` seconds); each run
-  observes the task (:mod:`supervisor.engine.observe`), asks
-  :func:`supervisor.policy.decide`, and performs the returned actions
-  (:mod:`supervisor.engine.actions`). The policy also says when to look next (grace
-  periods, backoff, deadline), which moves the job's ``next_run_time``.
+- ``tick``: the one clock of every due check (:class:`~supervisor.engine.dispatch.Dispatcher`);
+  each check (:mod:`supervisor.engine.checks`) observes the task
+  (:mod:`supervisor.engine.observe`), asks :func:`supervisor.policy.decide`, and performs the
+  returned actions (:mod:`supervisor.engine.actions`). The policy also says when to look next
+  (grace periods, backoff, deadline), which sets the task's due time.
 
-This module is the only one of the package that calls the others (with its two parts, the
-:class:`~supervisor.engine.kicks.Kicks` mixin for the watcher's events and the
-:class:`~supervisor.engine.launches.Launches` mixin for filling slots and recording launches);
+This module is the only one of the package that calls the others (with its three parts, the
+:class:`~supervisor.engine.kicks.Kicks` mixin for the watcher's events, the
+:class:`~supervisor.engine.launches.Launches` mixin for filling slots and recording launches,
+and the :class:`~supervisor.engine.checks.Checks` mixin for one task's check);
 they return what they did (launched or not, what a decision changed, what adoption found) and
 the scheduler acts on it.
 
@@ -38,9 +39,7 @@ from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from apscheduler.jobstores.base import JobLookupError
-
-from supervisor import children, policy, systemd
+from supervisor import children, systemd
 from supervisor.config import LoadedProfile, ResolvedTask
 from supervisor.engine import (
     clock,
@@ -55,13 +54,15 @@ from supervisor.engine import (
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.actions import Actions
 from supervisor.engine.background import engine_scheduler
+from supervisor.engine.checks import Checks
+from supervisor.engine.dispatch import Dispatcher, Gate
 from supervisor.engine.intake import Claims, IntakeFactory, check_spool_permissions, spool_intake
 from supervisor.engine.kicks import Kicks
 from supervisor.engine.launches import Launches
-from supervisor.engine.observe import Observer, tail_pending
+from supervisor.engine.observe import Observer
 from supervisor.engine.panes import Sessions
 from supervisor.engine.pools import Pools
-from supervisor.engine.runtime import Outcome, Runtime
+from supervisor.engine.runtime import Runtime
 from supervisor.engine.starts import Starts
 from supervisor.engine.watch import Watcher
 from supervisor.statelock import engine_lock
@@ -76,11 +77,9 @@ ADOPT_RETRY = 5.0
 
 #: Seconds between writes of ``state_dir/engine-stats.json``.
 STATS_EVERY = 5.0
-#: Seconds between looks for the wrapper's end line in output.log.
-TAIL_POLL = 0.05
 
 
-class Engine(Launches, Kicks):
+class Engine(Checks, Launches, Kicks):
     """Runs one profile: ``Engine(profile).run()``.
 
     Args:
@@ -130,10 +129,13 @@ class Engine(Launches, Kicks):
         )
         self.starts = Starts(profile, self.tmux, self.sessions, self._watch_folder, kick_intake)
         self._kicked: set[str] = set()  # task ids with an event since their last check
-        # Held by every job body. Stopping takes it once before shutting the scheduler down,
-        # so no job is inside a scheduler call then (shutdown(wait=True) holds APScheduler's
-        # job-store lock while it waits: a job calling modify_job at that moment deadlocks).
-        self._job_lock = threading.Lock()
+        self.shared = threading.RLock()  # live and queue change under it (engine/checks.py)
+        self.leaf = threading.Lock()  # the counters and the inbox (nothing called under it)
+        self.inbox: dict[str, set[str]] = {}  # operator requests for a live task's next check
+        # Every job body runs through it; stopping closes it before shutting the scheduler
+        # down, so no body is inside a scheduler call then (dispatch.Gate).
+        self.gate = Gate(self.stopping)
+        self.dispatch = Dispatcher(self._check_job, lambda: self._count("jobs_failed"))
         self._stats_written = 0.0
         self._started = time.time()
         self.claims = Claims(self.source, lambda: self._kick("intake"))
@@ -181,14 +183,16 @@ class Engine(Launches, Kicks):
         self.watcher.start()
         try:
             self.scheduler.start()
+            self.dispatch.start(self.scheduler)
             self.scheduler.add_job(self._startup, id="startup")
             while not self.stopping.wait(0.1):
                 clock.watch(self.scheduler, self.profile.state_dir)  # steps of the wall clock
         finally:
             guard.arm()
-            with self._job_lock:  # let the job in progress finish; later ones return at once
-                self._finish_stops()
+            self.gate.close()  # let the bodies in progress finish; later ones return at once
+            self._finish_stops()
             self.scheduler.shutdown(wait=True)
+            self.dispatch.shutdown()
             self.claims.shutdown()
             self.starts.shutdown()
             self.source.close()
@@ -199,10 +203,13 @@ class Engine(Launches, Kicks):
         return 0
 
     def _guarded(self, body: Callable[..., None], *args: str) -> None:
-        """Run a job body under the job lock, unless the engine is stopping."""
-        with self._job_lock:
-            if not self.stopping.is_set():
-                body(*args)
+        """Run an intake or startup job body through the gate, under the ``shared`` lock
+        (they change ``live`` and ``queue``), unless the engine is stopping."""
+        self.gate.run(self._shared_body, body, *args)
+
+    def _shared_body(self, body: Callable[..., None], *args: str) -> None:
+        with self.shared:
+            body(*args)
 
     def _startup(self) -> None:
         self._guarded(self._startup_body)
@@ -262,8 +269,9 @@ class Engine(Launches, Kicks):
         requests, start queued tasks, detect idleness."""
         taken = self.claims.collect()
         if taken is not None:
-            self.stats["claimed"] += taken.claimed
-            self.stats["rejected"] += taken.rejected
+            with self.leaf:
+                self.stats["claimed"] += taken.claimed
+                self.stats["rejected"] += taken.rejected
             for task, resolved in taken.tasks:
                 self._enqueue(task, resolved)
         if time.monotonic() - self._stats_written >= STATS_EVERY:
@@ -297,11 +305,16 @@ class Engine(Launches, Kicks):
                 continue
             with contextlib.suppress(OSError):  # a full disk: the request is still applied
                 runtime.task.append_event(Event.requested(verb), status=runtime.state.status)
-            runtime.requests.add(verb)
-            if task_id in self.live:
-                self._schedule_check(runtime, delay=0.0)
-            else:
+            if task_id not in self.live:  # a queued task: no check of it can run
+                runtime.requests.add(verb)
                 self._decide_and_apply(runtime)
+                continue
+            if runtime.launching or runtime.preparing:  # its checks wait for that work
+                runtime.requests.add(verb)  # (read by the work: a stop cancels a worktree)
+            else:  # a check may be running: it takes the request at its next start
+                with self.leaf:
+                    self.inbox.setdefault(task_id, set()).add(verb)
+            self._schedule_check(runtime, delay=0.0)
 
     def _enqueue(self, task: TaskDir, resolved: ResolvedTask) -> None:
         self.queue.append(task)
@@ -338,115 +351,6 @@ class Engine(Launches, Kicks):
             launch.respawn(self.profile, self.tmux, self.sessions, runtime)
         self._watch(runtime)
         self._schedule_check(runtime, delay=0.0)
-
-    # ------------------------------------------------------------------ checks
-    def _schedule_check(self, runtime: Runtime, delay: float) -> None:
-        job_id = f"check:{runtime.task.task_id}"
-        if runtime.task.task_id in self._kicked:  # an event arrived during this check
-            delay = 0.0
-        when = datetime.fromtimestamp(time.time() + max(delay, 0.0), UTC)
-        job = self.scheduler.get_job(job_id)
-        if job is None:
-            self.scheduler.add_job(
-                self._guarded,
-                clock.Interval(runtime.policy.base_interval),  # a step forward: no hang
-                args=[self.check, runtime.task.task_id],
-                id=job_id,
-                next_run_time=when,
-                max_instances=2,  # a kick during a running check runs right after it
-                # (not one base_interval later); see the intake job
-            )
-        elif job.next_run_time is None or abs((job.next_run_time - when).total_seconds()) > 0.1:
-            # An interval job is due again base_interval after its run anyway: moving it by a
-            # few ms only wakes the scheduler thread once more (18 % of the engine's CPU at
-            # 200 agents with 1 s checks; benchmarks/README.md).
-            self.scheduler.modify_job(job_id, next_run_time=when)
-
-    def check(self, task_id: str) -> None:
-        """One monitor check of one task: observe, decide, act. While the last decision is
-        not carried out (its agent being stopped, or tmux not answering), the check carries
-        it on instead: one task's decisions never interleave. tmux not answering is a
-        logged fault: the task is looked at again ``base_interval`` seconds later."""
-        runtime = self.live.get(task_id)
-        if runtime is None or runtime.launching or runtime.preparing or runtime.finishing:
-            return  # the background work wakes it when done
-        if runtime.stopping is not None:
-            self._kicked.discard(task_id)
-            self._settle(runtime, self.actions.advance_stop(runtime))
-            return
-        if runtime.pending is not None:  # the last decision is not carried out yet
-            pending, runtime.pending = runtime.pending, None
-            self._kicked.discard(task_id)
-            self._settle(runtime, pending())
-            return
-        try:
-            self._decide_and_apply(runtime)
-        except TmuxError as exc:
-            log.error(
-                "%s: check cut short: %s; looked at again in %g s",
-                task_id,
-                exc,
-                runtime.policy.base_interval,
-            )
-            if task_id in self.live and runtime.stopping is None:
-                self._schedule_check(runtime, runtime.policy.base_interval)
-
-    def _decide_and_apply(self, runtime: Runtime) -> None:
-        """Observe (:class:`Observer`), decide (:func:`policy.decide`), act (:class:`Actions`)."""
-        task = runtime.task
-        self.stats["checks"] += 1
-        self._kicked.discard(task.task_id)
-        disk_full = self.disk.full()
-        if self.disk.take_cleared():
-            self.observer.repipe_live(self.live)
-        signals = self.observer.signals(runtime, disk_full)
-        if not disk_full:  # a held decision keeps the operator's requests for later
-            runtime.requests.clear()
-        decision = policy.decide(runtime.state, signals, runtime.policy)
-        if policy.Action.FINISH in decision.actions and tail_pending(task, signals.now):
-            # The agent's last lines are still on their way through tmux and sed: look
-            # again in a moment instead of blocking the engine's one worker thread.
-            self._schedule_check(runtime, TAIL_POLL)
-            return
-        self._settle(runtime, self.actions.apply(runtime, decision, signals.now))
-        recheck = runtime.agent.recheck_in() if runtime.agent is not None else None
-        if recheck is not None and task.task_id in self.live and runtime.stopping is None:
-            self._schedule_check(runtime, recheck)  # e.g. a dialog seen once
-
-    def _settle(self, runtime: Runtime, outcome: Outcome) -> None:
-        """Act on what performing a decision changed: count a resume, retire the task, or
-        schedule its next check."""
-        self.source.report(runtime.task, runtime.manifest, runtime.state.status, outcome.retired)
-        if outcome.resumed:
-            self.stats["resumed"] += 1
-        if outcome.retired:
-            self._retire(runtime)
-        elif outcome.next_check is not None:
-            self._schedule_check(runtime, outcome.next_check)
-
-    def _retire(self, runtime: Runtime) -> None:
-        task_id = runtime.task.task_id
-        self.live.pop(task_id, None)
-        workspaces.unshare(runtime, self.live)
-        self.stats["finished"] += 1
-        self._kicked.discard(task_id)
-        if self.watcher is not None:
-            self.watcher.forget_task(task_id)
-        with contextlib.suppress(JobLookupError):
-            self.scheduler.remove_job(f"check:{task_id}")
-        followups.after_end(self, runtime.task)  # an escalated task a follow-up stopped
-        self._fill_slots()
-
-    def _finish_stops(self) -> None:
-        """At shutdown: see every stop in progress through (up to 2 x STOP_TIMEOUT s), so no
-        agent is left half-stopped and each decision's manifest is written."""
-        for runtime in list(self.live.values()):
-            while runtime.stopping is not None:
-                if runtime.stopping.advance():
-                    self._kicked.discard(runtime.task.task_id)
-                    self._settle(runtime, self.actions.advance_stop(runtime))
-                else:
-                    time.sleep(runtime.stopping.next_look())
 
 
 def run_profile(profile: LoadedProfile, exit_when_idle: bool, intake: IntakeFactory) -> int:

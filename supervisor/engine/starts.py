@@ -54,7 +54,7 @@ class Starts:
         self._done: deque[tuple[Runtime, Result]] = deque()
 
     def start(self, runtime: Runtime) -> None:
-        """Start launching ``runtime`` (``launching`` is set until :meth:`take` hands it back)."""
+        """Start launching ``runtime`` (``launching`` is set until the engine records it)."""
         runtime.launching = True
         self._pool.submit(self._launch, runtime)
 
@@ -68,12 +68,11 @@ class Starts:
         self.kick()
 
     def take(self) -> list[tuple[Runtime, Result]]:
-        """The launches finished since the last call (``launching`` cleared), oldest first."""
+        """The launches finished since the last call, oldest first (``launching`` stays set:
+        the engine clears it once the launch is recorded, ``Launches._launched``)."""
         done = []
         while self._done:
-            runtime, result = self._done.popleft()
-            runtime.launching = False
-            done.append((runtime, result))
+            done.append(self._done.popleft())
         return done
 
     def shutdown(self) -> None:

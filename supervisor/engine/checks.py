@@ -1,0 +1,179 @@
+"""The engine's checks: one task observed, decided and acted on (:class:`Checks`, a part of
+:class:`supervisor.engine.scheduler.Engine`, like :class:`~supervisor.engine.kicks.Kicks`).
+
+Checks of different tasks run side by side on the dispatcher's pool
+(:mod:`supervisor.engine.dispatch`), at most one per task. What they share is guarded by the
+engine's ``shared`` lock (an ``RLock``) where ``live`` and ``queue`` change: the intake and
+startup jobs hold it, and a check takes it only to retire its task and give the slot away.
+The counters and the operator's requests taken by the intake (``inbox``) have a leaf lock of
+their own (``leaf``), so a check never waits for the intake's launches to record it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+from supervisor import policy
+from supervisor.config import LoadedProfile
+from supervisor.engine import followups, workspaces
+from supervisor.engine.actions import Actions
+from supervisor.engine.dispatch import Dispatcher, Gate
+from supervisor.engine.intake import Intake
+from supervisor.engine.observe import Observer, tail_pending
+from supervisor.engine.runtime import Outcome, Runtime
+from supervisor.engine.statefs import StateDisk
+from supervisor.engine.watch import Watcher
+from supervisor.taskdir.folder import TaskDir
+from supervisor.tmux import TmuxError
+
+log = logging.getLogger("supervise.engine")
+
+#: Seconds between looks for the wrapper's end line in output.log.
+TAIL_POLL = 0.05
+
+
+class Checks:
+    """Checks and their outcomes; the attributes are the engine's own."""
+
+    profile: LoadedProfile
+    live: dict[str, Runtime]
+    queue: deque[TaskDir]
+    stopping: threading.Event
+    shared: threading.RLock
+    leaf: threading.Lock
+    inbox: dict[str, set[str]]
+    gate: Gate
+    dispatch: Dispatcher
+    disk: StateDisk
+    observer: Observer
+    actions: Actions
+    source: Intake
+    watcher: Watcher | None
+    stats: dict[str, int]
+    _kicked: set[str]
+    _fill_slots: Callable[[], None]
+
+    def _count(self, counter: str) -> None:
+        """Add one to an engine counter (from any thread)."""
+        with self.leaf:
+            self.stats[counter] += 1
+
+    def _schedule_check(self, runtime: Runtime, delay: float) -> None:
+        """Check ``runtime`` in ``delay`` seconds (at once if an event arrived meanwhile)."""
+        task_id = runtime.task.task_id
+        if task_id in self._kicked:  # an event arrived during this check
+            delay = 0.0
+        self.dispatch.schedule(task_id, max(delay, 0.0))
+
+    def _check_job(self, task_id: str) -> None:
+        """The dispatcher's body: one check, then the safety net: a live task whose check
+        set no next look is looked at again ``base_interval`` seconds later."""
+        self.gate.run(self.check, task_id)
+        runtime = self.live.get(task_id)
+        idle = runtime is not None and not self.dispatch.is_due(task_id)
+        if idle and runtime is not None and not self.stopping.is_set():
+            self.dispatch.schedule(task_id, runtime.policy.base_interval)
+
+    def check(self, task_id: str) -> None:
+        """One monitor check of one task: observe, decide, act. While the last decision is
+        not carried out (its agent being stopped, or tmux not answering), the check carries
+        it on instead: one task's decisions never interleave. tmux not answering is a
+        logged fault: the task is looked at again ``base_interval`` seconds later."""
+        runtime = self.live.get(task_id)
+        if runtime is None or runtime.launching or runtime.preparing or runtime.finishing:
+            return  # the background work wakes it when done
+        if runtime.stopping is not None:
+            self._kicked.discard(task_id)
+            self._settle(runtime, self.actions.advance_stop(runtime))
+            return
+        if runtime.pending is not None:  # the last decision is not carried out yet
+            pending, runtime.pending = runtime.pending, None
+            self._kicked.discard(task_id)
+            self._settle(runtime, pending())
+            return
+        try:
+            self._decide_and_apply(runtime)
+        except TmuxError as exc:
+            log.error(
+                "%s: check cut short: %s; looked at again in %g s",
+                task_id,
+                exc,
+                runtime.policy.base_interval,
+            )
+            if task_id in self.live and runtime.stopping is None:
+                self._schedule_check(runtime, runtime.policy.base_interval)
+
+    def _take_inbox(self, runtime: Runtime) -> None:
+        """Move the operator's requests the intake took for ``runtime`` into its own set."""
+        with self.leaf:
+            taken = self.inbox.pop(runtime.task.task_id, None)
+        if taken:
+            runtime.requests |= taken
+
+    def _decide_and_apply(self, runtime: Runtime) -> None:
+        """Observe (:class:`Observer`), decide (:func:`policy.decide`), act (:class:`Actions`)."""
+        task = runtime.task
+        self._count("checks")
+        self._kicked.discard(task.task_id)
+        self._take_inbox(runtime)
+        disk_full = self.disk.full()
+        if self.disk.take_cleared():
+            with self.shared:
+                live = dict(self.live)
+            self.observer.repipe_live(live)
+        signals = self.observer.signals(runtime, disk_full)
+        if not disk_full:  # a held decision keeps the operator's requests for later
+            runtime.requests.clear()
+        decision = policy.decide(runtime.state, signals, runtime.policy)
+        if policy.Action.FINISH in decision.actions and tail_pending(task, signals.now):
+            # The agent's last lines are still on their way through tmux and sed: look
+            # again in a moment instead of holding a check thread.
+            self._schedule_check(runtime, TAIL_POLL)
+            return
+        self._settle(runtime, self.actions.apply(runtime, decision, signals.now))
+        recheck = runtime.agent.recheck_in() if runtime.agent is not None else None
+        if recheck is not None and task.task_id in self.live and runtime.stopping is None:
+            self._schedule_check(runtime, recheck)  # e.g. a dialog seen once
+
+    def _settle(self, runtime: Runtime, outcome: Outcome) -> None:
+        """Act on what performing a decision changed: count a resume, retire the task, or
+        schedule its next check."""
+        self.source.report(runtime.task, runtime.manifest, runtime.state.status, outcome.retired)
+        if outcome.resumed:
+            self._count("resumed")
+        if outcome.retired:
+            self._retire(runtime)
+        elif outcome.next_check is not None:
+            self._schedule_check(runtime, outcome.next_check)
+
+    def _retire(self, runtime: Runtime) -> None:
+        """Take an ended task out of the engine and give its slot to a queued one."""
+        task_id = runtime.task.task_id
+        self.dispatch.cancel(task_id)
+        with self.leaf:
+            self.inbox.pop(task_id, None)
+        with self.shared:
+            self.live.pop(task_id, None)
+            workspaces.unshare(runtime, self.live)
+            self._count("finished")
+            self._kicked.discard(task_id)
+            if self.watcher is not None:
+                self.watcher.forget_task(task_id)
+            followups.after_end(self, runtime.task)  # an escalated task a follow-up stopped
+            self._fill_slots()
+
+    def _finish_stops(self) -> None:
+        """At shutdown, once no check runs: see every stop in progress through (up to 2 x
+        STOP_TIMEOUT s), so no agent is left half-stopped and each decision's manifest is
+        written."""
+        for runtime in list(self.live.values()):
+            while runtime.stopping is not None:
+                if runtime.stopping.advance():
+                    self._kicked.discard(runtime.task.task_id)
+                    self._settle(runtime, self.actions.advance_stop(runtime))
+                else:
+                    time.sleep(runtime.stopping.next_look())
