@@ -96,6 +96,7 @@ class Launches:
         finally:
             runtime.launching = False
         if next_check is not None and runtime.task.task_id in self.live:
+            workspaces.share(runtime, self.live)  # (a task still launching shares nothing)
             self._schedule_check(runtime, next_check)
 
     def _record_launch(self, runtime: Runtime, started: Result) -> float | None:
@@ -130,7 +131,6 @@ class Launches:
         self.source.report(task, runtime.manifest, Event.LAUNCHED, ended=False)
         self._watch(runtime)
         log.info("launched %s in tmux session %s", task.task_id, task.task_id)
-        workspaces.share(runtime, self.live)
         return started.decision.next_check
 
     def _launch_failed(
