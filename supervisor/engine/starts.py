@@ -1,17 +1,21 @@
-"""Launches off the check worker: ``launch.json``, the run files and ``tmux new-session``
-of a queued task run on a thread of their own; the worker records the result.
+"""Launches off the check pool: ``launch.json``, the run files and ``tmux new-session``
+of a queued task run on launch threads of their own; the intake job records the result.
 
-Under load a launch was the largest share of the check worker's time (``tmux new-session``
-and its client process: 39 % of the worker's wall time during a 1,000-file burst beside 200
-live agents, ``benchmarks/README.md``), so the other tasks' done-files waited behind it.
-One thread, so launches keep the queue's order and no two ``tmux`` clients race to start
-the server. While its launch runs a task holds its ``max_concurrent`` slot and its checks
-are skipped (``Runtime.launching``): one task's launch and checks never interleave.
+Under load a launch was the largest share of the old serial worker's time (``tmux
+new-session`` and its client process: 39 % of its wall time during a 1,000-file burst beside
+200 live agents, ``benchmarks/README.md``), so the other tasks' done-files waited behind it.
+Launches of different tasks run side by side (:data:`LAUNCH_WORKERS`, taken in queue order),
+except while no launch has succeeded yet: the first one runs alone, so that only one
+``tmux`` client starts the server (in its systemd scope; tmux itself serialises racing
+starts with a lock file beside the socket, but only one should pay for ``systemd-run``).
+While its launch runs a task holds its ``max_concurrent`` slot and its checks are skipped
+(``Runtime.launching``): one task's launch and checks never interleave.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent import futures
@@ -24,18 +28,21 @@ from supervisor.tmux import Tmux
 
 log = logging.getLogger("supervise.engine")
 
+#: Launch threads once the server runs: each waits mostly on tmux and on its file writes.
+LAUNCH_WORKERS = 4
+
 #: What a launch gave: :class:`launch.Started`, or the exception it raised (an ``OSError``
 #: writing ``launch.json``: nothing was started).
 Result = launch.Started | Exception
 
 
 class Starts:
-    """Runs :func:`launch.start` for queued tasks on a thread of its own.
+    """Runs :func:`launch.start` for queued tasks on launch threads of its own.
 
     Args:
         profile, tmux, sessions: as for :func:`launch.start`.
         watch: called with the runtime before its agent starts (so no file event is missed).
-        kick: asks for an intake run now (it collects :meth:`take` on the worker).
+        kick: asks for an intake run now (it collects :meth:`take`).
     """
 
     def __init__(
@@ -48,7 +55,11 @@ class Starts:
     ) -> None:
         self.profile, self.tmux, self.sessions = profile, tmux, sessions
         self.watch, self.kick = watch, kick
-        self._pool = futures.ThreadPoolExecutor(1, thread_name_prefix="supervise-launch")
+        self._pool = futures.ThreadPoolExecutor(
+            LAUNCH_WORKERS, thread_name_prefix="supervise-launch"
+        )
+        self._first = threading.Lock()  # held by launches until one has succeeded
+        self._started_one = False
         # (runtime, result) of finished launches; appended on the launch thread, taken on the
         # worker (deque appends and pops are atomic)
         self._done: deque[tuple[Runtime, Result]] = deque()
@@ -60,12 +71,21 @@ class Starts:
 
     def _launch(self, runtime: Runtime) -> None:
         result: Result
-        try:
-            result = launch.start(self.profile, self.tmux, self.sessions, runtime, self.watch)
-        except Exception as exc:  # handed to the worker, which keeps or ends the task
-            result = exc
+        if self._started_one:
+            result = self._start(runtime)
+        else:
+            with self._first:
+                result = self._start(runtime)
+                if isinstance(result, launch.Started) and result.error is None:
+                    self._started_one = True
         self._done.append((runtime, result))
         self.kick()
+
+    def _start(self, runtime: Runtime) -> Result:
+        try:
+            return launch.start(self.profile, self.tmux, self.sessions, runtime, self.watch)
+        except Exception as exc:  # handed to the intake job, which keeps or ends the task
+            return exc
 
     def take(self) -> list[tuple[Runtime, Result]]:
         """The launches finished since the last call, oldest first (``launching`` stays set:
