@@ -104,13 +104,16 @@ def test_engine_logs_a_hung_tmux_and_goes_on(setup: Setup, tmp_path: Path) -> No
 def test_cleanup_waits_for_tmux_and_the_ending_is_recorded_once(
     setup: Setup, tmp_path: Path
 ) -> None:
-    """tmux hangs on the cleanup's query (``display-message``) after a task ended: the
-    ending's event is written once, the rest of the decision (cleanup, manifest) is tried
-    again at later checks, and carried out once tmux answers; no new decision meanwhile."""
+    """tmux hangs on the cleanup's query (``display-message`` of the owner mark) after a
+    task ended: the ending's event is written once, the rest of the decision (cleanup,
+    manifest) is tried again at later checks, and carried out once tmux answers; no new
+    decision meanwhile. (The check's own look at the pane, ``Tmux.pane``, asks for
+    ``pane_dead``: it answers.)"""
     hang = tmp_path / "hang"
     fake = _fake_tmux(
         tmp_path,
-        f'if [ -e {hang} ] && [ "$3" = display-message ]; then exec sleep 60; fi\n'
+        f'if [ -e {hang} ] && [ "$3" = display-message ]; then\n'
+        f'  case "$7" in *pane_dead*) ;; *) exec sleep 60 ;; esac\nfi\n'
         f'exec {REAL_TMUX} "$@"',
     )
     setup.write_profile(base_interval=0.3)
