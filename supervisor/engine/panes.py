@@ -68,4 +68,3 @@ class Sessions:
         with self._lock:
             self._generation += 1
             self._cache = None
-
