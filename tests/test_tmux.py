@@ -16,7 +16,7 @@ import psutil
 import pytest
 from conftest import Setup, wait_for
 
-from supervisor.tmux import TMUX_TIMEOUT, Tmux, TmuxTimeout
+from supervisor.tmux import CONTROL_ENV, TMUX_TIMEOUT, Tmux, TmuxTimeout
 
 REAL_TMUX = shutil.which("tmux") or "/usr/bin/tmux"
 
@@ -70,6 +70,8 @@ def test_engine_logs_a_hung_tmux_and_goes_on(setup: Setup, tmp_path: Path) -> No
     log = tmp_path / "engine.log"
     env = {**os.environ, "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}"}
     env.pop("SUPERVISE_TMUX", None)
+    # The fake hangs client processes; a hung control client: tests/test_tmux_control.py.
+    env[CONTROL_ENV] = "0"
     with open(log, "wb") as handle:
         engine = subprocess.Popen(
             [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile),
@@ -121,6 +123,8 @@ def test_cleanup_waits_for_tmux_and_the_ending_is_recorded_once(
     log = tmp_path / "engine.log"
     env = {**os.environ, "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}"}
     env.pop("SUPERVISE_TMUX", None)
+    # The fake hangs client processes; a hung control client: tests/test_tmux_control.py.
+    env[CONTROL_ENV] = "0"
     hang.touch()
     with open(log, "wb") as handle:
         engine = subprocess.Popen(

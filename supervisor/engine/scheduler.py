@@ -110,7 +110,9 @@ class Engine(Launches, Kicks):
         self.exit_when_idle = exit_when_idle
         # The server is born outside the login's scope where systemd is (supervisor/systemd.py).
         scope = systemd.scope_prefix()
-        self.tmux = Tmux(profile.socket_name, owner=str(profile.state_dir), scope=scope)
+        self.tmux = Tmux(
+            profile.socket_name, owner=str(profile.state_dir), scope=scope, control=True
+        )
         self.live: dict[str, Runtime] = {}
         self.queue: deque[TaskDir] = deque()  # queued tasks, oldest first; loaded at launch
         self.stopping = threading.Event()

@@ -380,7 +380,9 @@ class Tmux:
         result = self.cmd("display-message", "-p", "-t", f"={session}:", _PANE_FORMAT)
         if result.returncode != 0 or len(result.stdout) != 1:
             return None
-        return self._pane_row(result.stdout[0], everyone=False)
+        info = self._pane_row(result.stdout[0], everyone=False)
+        # tmux 3.3a prints the format with empty fields, exit 0, for a missing target.
+        return info if info is not None and info.session == session else None
 
     def _pane_row(self, row: str, everyone: bool) -> PaneInfo | None:
         """One :data:`_PANE_FORMAT` row, or ``None`` when malformed, a control client's

@@ -4,9 +4,11 @@ reconnects with backoff after the client died, and tells subscribers."""
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
+import weakref
 
 from supervisor.tmux.basics import TmuxError
 from supervisor.tmux.control import (
@@ -24,6 +26,9 @@ from supervisor.tmux.control import (
 from supervisor.tmux.protocol import Notification
 
 log = logging.getLogger("supervisor.tmux")
+#: Every link that connected, shut down at interpreter exit: its client leaves cleanly and
+#: its session is gone before the process is (a caller that forgot :meth:`shutdown`).
+_LINKS: weakref.WeakSet[ControlLink] = weakref.WeakSet()
 
 
 class ControlLink:
@@ -93,6 +98,7 @@ class ControlLink:
             return None
         self._backoff = RETRY_FIRST
         self._client = client
+        _LINKS.add(self)
         if self._was_connected:
             log.info("tmux control client on %s reconnected", self.socket_name)
         self._emit(ControlEvent(RECONNECTED if self._was_connected else CONNECTED))
@@ -129,3 +135,9 @@ class ControlLink:
         client = self._client
         if client is not None:
             client.close("shut down", graceful=True)
+
+
+@atexit.register
+def _shut_all() -> None:
+    for link in list(_LINKS):
+        link.shutdown()
