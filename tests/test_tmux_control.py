@@ -6,6 +6,7 @@ out and recovers, the client's own session is never a task and never outlives it
 
 from __future__ import annotations
 
+import ast
 import os
 import signal
 import subprocess
@@ -270,3 +271,25 @@ def test_a_pane_that_died_is_seen_fresh(
     _tmux(socket_name, "send-keys", "-t", "=d:", "Enter")
     pane = wait_for(lambda: (found := tmux.pane("d")) is not None and found.dead and found)
     assert pane.session == "d" and tmux.pane("nope") is None
+
+
+SUPERVISOR = Path(__file__).resolve().parent.parent / "supervisor"
+#: Who may list every pane (``Tmux.panes``, ``list-panes -a``): the session list's refresh
+#: after a notification, adoption at start, and a launch that tmux refused (is the
+#: session there already?). The check path asks for one session (``Tmux.pane``).
+LISTERS = {"engine/panes.py", "engine/recovery.py", "engine/launch.py"}
+
+
+def test_only_the_snapshot_refresh_lists_panes() -> None:
+    """``list-panes`` is sent by ``Tmux.panes`` alone, which only the session list's
+    refresh, adoption and a refused launch call: no check polls it."""
+    sends, calls = set(), set()
+    for path in sorted(SUPERVISOR.rglob("*.py")):
+        name = path.relative_to(SUPERVISOR).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value == "list-panes":
+                sends.add(name)
+            if isinstance(node, ast.Attribute) and node.attr == "panes":
+                calls.add(name)
+    assert sends == {"tmux/client.py"}
+    assert calls - {"tmux/client.py"} <= LISTERS, calls
