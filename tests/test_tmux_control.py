@@ -293,3 +293,22 @@ def test_only_the_snapshot_refresh_lists_panes() -> None:
                 calls.add(name)
     assert sends == {"tmux/client.py"}
     assert calls - {"tmux/client.py"} <= LISTERS, calls
+
+
+def test_both_paths_return_the_same_bytes(
+    live: tuple[Tmux, list[ControlEvent]], socket_name: str
+) -> None:
+    """A pane holding UTF-8, colour escapes, a C1 control, bytes that are not UTF-8 and a
+    guard line reads the same through the control client as through a client process;
+    an argument of 200 KB travels as one line and back."""
+    tmux, _ = live
+    script = r"printf 'caf\303\251 \033[31mred\033[0m \302\233x \377\376 bad\n%%end 1 2 1\n'"
+    assert (
+        _tmux(socket_name, "new-session", "-d", "-s", "u", f"{script}; sleep 600").returncode == 0
+    )
+    wait_for(lambda: "%end" in tmux.capture("u"))
+    assert tmux.capture("u") == Tmux(socket_name).capture("u")
+    assert tmux.capture("u").startswith("café red")
+    big = "x" * 200_000
+    assert tmux.cmd("set-buffer", "-b", "big", "--", big).returncode == 0
+    assert tmux.cmd("show-buffer", "-b", "big").stdout == [big] and tmux.control_live
