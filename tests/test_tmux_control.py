@@ -312,3 +312,29 @@ def test_both_paths_return_the_same_bytes(
     big = "x" * 200_000
     assert tmux.cmd("set-buffer", "-b", "big", "--", big).returncode == 0
     assert tmux.cmd("show-buffer", "-b", "big").stdout == [big] and tmux.control_live
+
+
+def test_the_control_session_lives_on_a_path_without_sleep(
+    socket_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server and the engine run with a ``PATH`` holding only tmux (found by
+    ``test_disk``'s ``sed -u`` run): the control session's pane must still wait, not end
+    at once and take the session, and the control client, with it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "tmux").symlink_to(TMUX)
+    env = {**os.environ, "PATH": str(bin_dir)}
+    started = subprocess.run(
+        ["tmux", "-L", socket_name, "new-session", "-d", "-s", "a", "read line"], env=env
+    )
+    assert started.returncode == 0
+    monkeypatch.setenv("PATH", str(bin_dir))
+    tmux = Tmux(socket_name, control=True)
+    try:
+        assert tmux.cmd("display-message", "-p", "x").stdout == ["x"] and tmux.control_live
+        rows = _tmux(socket_name, "list-panes", "-a", "-F", "#{session_name} #{pane_pid}")
+        pid = next(int(r.split()[1]) for r in rows.stdout.splitlines() if not r.startswith("a "))
+        assert "wait-for" in psutil.Process(pid).cmdline()
+        assert tmux.cmd("display-message", "-p", "y").stdout == ["y"] and tmux.control_live
+    finally:
+        tmux.shutdown()

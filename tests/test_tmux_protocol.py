@@ -4,6 +4,8 @@ parses back in real tmux to the same argv."""
 
 from __future__ import annotations
 
+import os
+import secrets
 import shutil
 import subprocess
 from pathlib import Path
@@ -90,12 +92,14 @@ ARGUMENT = st.text(
 @pytest.fixture(scope="module")
 def probe_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """A tmux server with a control client reading lines on its stdin."""
-    socket = f"supervise-protocol-{tmp_path_factory.getbasetemp().name}"
+    socket = f"supervise-protocol-{secrets.token_hex(6)}"  # private to this module's run
     subprocess.run([TMUX, "-L", socket, "new-session", "-d", "-s", "p", "sleep 600"], check=True)
     try:
         yield socket, tmp_path_factory.mktemp("buffers")
     finally:
         subprocess.run([TMUX, "-L", socket, "kill-server"], capture_output=True)
+        tmpdir = Path(os.environ.get("TMUX_TMPDIR", "/tmp")) / f"tmux-{os.getuid()}"
+        (tmpdir / socket).unlink(missing_ok=True)
 
 
 @settings(

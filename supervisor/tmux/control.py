@@ -30,6 +30,8 @@ import itertools
 import logging
 import os
 import secrets
+import shlex
+import shutil
 import subprocess
 import threading
 import time
@@ -58,8 +60,8 @@ RETRY_FIRST = 0.25
 RETRY_MAX = 8.0
 #: Blocks the connecting command line answers with: new-session and two set-options.
 _HANDSHAKE_BLOCKS = 3
-#: The command the control session's one pane runs: it waits, printing nothing.
-_IDLE_COMMAND = "exec sleep 2147483647"
+#: The channel the control session's one pane waits on (never signalled).
+_IDLE_CHANNEL = "supervise-ctl-idle"
 #: Seconds :meth:`ControlClient.close` waits for a client it asked to leave.
 _CLOSE_WAIT = 1.0
 
@@ -97,6 +99,14 @@ def is_control(session: str, mark: str) -> bool:
     """Whether a session is a control client's (its :data:`CONTROL_OPTION` value ``mark``
     is set, or it has the name prefix while the option is being set)."""
     return bool(mark) or session.startswith(CONTROL_PREFIX)
+
+
+def idle_command(binary: str, socket_name: str) -> str:
+    """The control session's pane command: it waits, printing nothing, for as long as the
+    session lives. A tmux client waiting on a channel nobody signals, by absolute path: an
+    engine's ``PATH`` may hold no ``sleep`` (the pane would end, and its session with it)."""
+    tmux = shutil.which(binary) or binary
+    return "exec " + shlex.join([tmux, "-L", socket_name, "wait-for", _IDLE_CHANNEL])
 
 
 @dataclass
@@ -151,7 +161,7 @@ class ControlClient:
         self.socket_name = socket_name
         self.session = session
         self._argv = [binary, "-N", "-L", socket_name, "-C", "new-session", "-s", session]
-        self._argv += ["-x", "80", "-y", "24", _IDLE_COMMAND]
+        self._argv += ["-x", "80", "-y", "24", idle_command(binary, socket_name)]
         for option, value in (("destroy-unattached", "on"), (CONTROL_OPTION, "1")):
             self._argv += [";", "set-option", "-t", f"={session}:", option, value]
         self._on_note, self._on_end = on_note, on_end
