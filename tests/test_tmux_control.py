@@ -19,7 +19,15 @@ import pytest
 from conftest import wait_for
 
 from supervisor.engine.panes import Sessions
-from supervisor.tmux import CONTROL_ENV, ControlEvent, Tmux, TmuxError, TmuxTimeout, tmux_binary
+from supervisor.tmux import (
+    CONTROL_ENV,
+    ControlEvent,
+    Tmux,
+    TmuxError,
+    TmuxResult,
+    TmuxTimeout,
+    tmux_binary,
+)
 
 TMUX = tmux_binary()
 
@@ -338,3 +346,16 @@ def test_the_control_session_lives_on_a_path_without_sleep(
         assert tmux.cmd("display-message", "-p", "y").stdout == ["y"] and tmux.control_live
     finally:
         tmux.shutdown()
+
+
+def test_a_failed_look_at_one_pane_is_no_verdict(
+    socket_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Tmux.pane`` reads "no server"/"can't find" as a session that is gone, and any
+    other failure as an error: a dead agent's session read as lost would be resumed."""
+    tmux = Tmux(socket_name)
+    assert tmux.pane("a") is None  # no server at all
+    answer = TmuxResult(1, [], ["client is exiting"])
+    monkeypatch.setattr(tmux, "cmd", lambda *args: answer)
+    with pytest.raises(TmuxError, match="client is exiting"):
+        tmux.pane("a")

@@ -18,6 +18,7 @@ Which tmux runs is :func:`tmux_binary`, for every caller. The pipe-pane filter t
 from __future__ import annotations
 
 import logging
+import re
 import shlex
 import subprocess
 import sys
@@ -68,6 +69,8 @@ _PANE_FORMAT = "\t".join(
     ]
 )
 _PANE_FIELDS = 5 + len(RECORDED_FILES)
+#: tmux's messages for a target that is not there (tmux 3.3a, client.c and cmd-find.c).
+_GONE = re.compile(r"no server running|error connecting|can't find|no such")
 
 
 @dataclass(frozen=True)
@@ -376,8 +379,15 @@ class Tmux:
         """A fresh look at one session's pane (one ``display-message -t =SESSION:``, not a
         list of every pane): ``None`` when it does not exist or is not ours (``owner``).
         For the facts no notification announces: a pane that died (``remain-on-exit``),
-        the run files a full disk sent to pane options."""
+        the run files a full disk sent to pane options.
+
+        Raises:
+            TmuxError: tmux failed otherwise than "no server", "can't find" (never read as
+                a session that is gone: that verdict resumes the task).
+        """
         result = self.cmd("display-message", "-p", "-t", f"={session}:", _PANE_FORMAT)
+        if result.returncode != 0 and not _GONE.search(" ".join(result.stderr)):
+            raise TmuxError(f"tmux display-message failed: {' '.join(result.stderr).strip()}")
         if result.returncode != 0 or len(result.stdout) != 1:
             return None
         info = self._pane_row(result.stdout[0], everyone=False)

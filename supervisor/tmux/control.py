@@ -264,6 +264,9 @@ class ControlClient:
                     self._reply(item)
                 elif isinstance(item, Notification):
                     self._on_note(item)
+                    if item.name == "exit":  # tmux lets the client go: send it nothing more
+                        self.close("tmux sent %exit (its session or server ended)")
+                        return
         except (OSError, ValueError):
             pass
         self.close("its output ended (tmux server gone, or the client exited)")
