@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import wait_for
+from conftest import Setup, wait_for
 
 from supervisor.engine.panes import Sessions
 from supervisor.tmux import (
@@ -359,3 +359,27 @@ def test_a_failed_look_at_one_pane_is_no_verdict(
     monkeypatch.setattr(tmux, "cmd", lambda *args: answer)
     with pytest.raises(TmuxError, match="client is exiting"):
         tmux.pane("a")
+
+
+def test_the_engine_talks_through_one_control_client(setup: Setup) -> None:
+    """``supervise run``: while a task runs, the server holds the engine's control session
+    beside the task's; once the engine has ended, neither it nor the server is left."""
+    setup.write_profile(base_interval=0.3)
+    setup.drop("a.toml", setup.task("a", "tick: 0.2\nsleep: 3\nexit: 0"))
+    argv = [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile), "--exit-when-idle"]
+    engine = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+
+        def names() -> list[str]:
+            listed = setup.tmux("list-sessions", "-F", "#{session_name}")
+            return listed.stdout.split() if listed.returncode == 0 else []
+
+        seen = wait_for(lambda: [n for n in names() if n.startswith("supervise_ctl-")], timeout=30)
+        assert len(seen) == 1
+        assert engine.wait(timeout=60) == 0
+        wait_for(lambda: setup.tmux("list-sessions").returncode != 0, timeout=10)
+        assert setup.manifests()["a"]["status"] == "completed"
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+            engine.wait(timeout=10)
