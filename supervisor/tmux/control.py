@@ -20,7 +20,10 @@ its own (:func:`control_session`), marked with :data:`CONTROL_OPTION` so no sess
 counts it as a task, with ``destroy-unattached on`` so it vanishes with its client (the
 engine SIGKILLed: the client reads EOF and exits, the session goes, and the server exits
 when nothing else lives). ``tmux -N`` keeps the control client from ever starting a server:
-the first ``new-session`` goes through a client process (and its systemd scope).
+the first ``new-session`` goes through a client process (and its systemd scope). ``-N``
+came with tmux 3.2: an older tmux refuses it, the connection fails, and every call keeps
+using client processes (a retry every :data:`RETRY_MAX` seconds costs one process).
+Tested on tmux 3.3a.
 """
 
 from __future__ import annotations
