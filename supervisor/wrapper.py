@@ -33,9 +33,10 @@ named as the seed skill named them (the constants below copy
    time in epoch seconds, as the done-file's mtime would), through the tmux server the
    pane runs in (``$TMUX``/``$TMUX_PANE``, the same client the gate uses), bounded by
    :data:`TMUX_TIMEOUT`. Once one file of the end went to tmux, the later ones do too, so
-   ``done`` is never on disk without ``exit_code``. The engine reads these options with
-   its one ``list-panes -a`` and writes the files itself when the disk has room again. If
-   tmux refuses too, the writes are retried for :data:`RETRY_FOR` seconds.
+   ``done`` is never on disk without ``exit_code``. The engine reads these options when
+   it looks at the pane of an agent that ended (``Tmux.pane``) and writes the files
+   itself when the disk has room again. If tmux refuses too, the writes are retried for
+   :data:`RETRY_FOR` seconds.
 6. Fencing (a fleet's task only; issue 20, :mod:`supervisor.cluster.lease`): with
    ``"lease": {"path", "expiry", "poll", "grace"}`` in ``launch.json``, a thread reads the
    lease file's record (:data:`LEASE_RECORD` bytes, opened ``O_NONBLOCK``) every ``poll``

@@ -26,6 +26,8 @@ from supervisor import tmux as tmux_module
 from supervisor.views import attach
 
 SUPERVISOR = Path(__file__).resolve().parent.parent / "supervisor"
+#: The modules that may look tmux up: the one owner, and the in-pane wrapper.
+LOOKUPS = ("tmux/basics.py", "wrapper.py")
 
 
 @contextmanager
@@ -122,7 +124,7 @@ def test_top_attach_to_a_stopped_server_notifies_and_stays(
 
 
 def test_the_tmux_binary_has_one_owner() -> None:
-    """Only ``supervisor/tmux.py`` looks tmux up (``$SUPERVISE_TMUX``, else PATH); the
+    """Only ``supervisor/tmux/basics.py`` looks tmux up (``$SUPERVISE_TMUX``, else PATH); the
     in-pane wrapper (standard library only, run with ``-I -S``) reads the variable the
     engine sets for it."""
     lookup = re.compile(r"""which\(\s*["']tmux["']|["']SUPERVISE_TMUX["']""")
@@ -130,6 +132,6 @@ def test_the_tmux_binary_has_one_owner() -> None:
         f"{path.relative_to(SUPERVISOR)}:{n}"
         for path in sorted(SUPERVISOR.rglob("*.py"))
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-        if lookup.search(line) and path.name not in ("tmux.py", "wrapper.py")
+        if lookup.search(line) and path.relative_to(SUPERVISOR).as_posix() not in LOOKUPS
     ]
     assert found == []

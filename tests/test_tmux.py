@@ -16,7 +16,7 @@ import psutil
 import pytest
 from conftest import Setup, wait_for
 
-from supervisor.tmux import TMUX_TIMEOUT, Tmux, TmuxTimeout
+from supervisor.tmux import CONTROL_ENV, TMUX_TIMEOUT, Tmux, TmuxTimeout
 
 REAL_TMUX = shutil.which("tmux") or "/usr/bin/tmux"
 
@@ -70,6 +70,8 @@ def test_engine_logs_a_hung_tmux_and_goes_on(setup: Setup, tmp_path: Path) -> No
     log = tmp_path / "engine.log"
     env = {**os.environ, "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}"}
     env.pop("SUPERVISE_TMUX", None)
+    # The fake hangs client processes; a hung control client: tests/test_tmux_control.py.
+    env[CONTROL_ENV] = "0"
     with open(log, "wb") as handle:
         engine = subprocess.Popen(
             [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile),
@@ -104,13 +106,16 @@ def test_engine_logs_a_hung_tmux_and_goes_on(setup: Setup, tmp_path: Path) -> No
 def test_cleanup_waits_for_tmux_and_the_ending_is_recorded_once(
     setup: Setup, tmp_path: Path
 ) -> None:
-    """tmux hangs on the cleanup's query (``display-message``) after a task ended: the
-    ending's event is written once, the rest of the decision (cleanup, manifest) is tried
-    again at later checks, and carried out once tmux answers; no new decision meanwhile."""
+    """tmux hangs on the cleanup's query (``display-message`` of the owner mark) after a
+    task ended: the ending's event is written once, the rest of the decision (cleanup,
+    manifest) is tried again at later checks, and carried out once tmux answers; no new
+    decision meanwhile. (The check's own look at the pane, ``Tmux.pane``, asks for
+    ``pane_dead``: it answers.)"""
     hang = tmp_path / "hang"
     fake = _fake_tmux(
         tmp_path,
-        f'if [ -e {hang} ] && [ "$3" = display-message ]; then exec sleep 60; fi\n'
+        f'if [ -e {hang} ] && [ "$3" = display-message ]; then\n'
+        f'  case "$7" in *pane_dead*) ;; *) exec sleep 60 ;; esac\nfi\n'
         f'exec {REAL_TMUX} "$@"',
     )
     setup.write_profile(base_interval=0.3)
@@ -118,6 +123,8 @@ def test_cleanup_waits_for_tmux_and_the_ending_is_recorded_once(
     log = tmp_path / "engine.log"
     env = {**os.environ, "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}"}
     env.pop("SUPERVISE_TMUX", None)
+    # The fake hangs client processes; a hung control client: tests/test_tmux_control.py.
+    env[CONTROL_ENV] = "0"
     hang.touch()
     with open(log, "wb") as handle:
         engine = subprocess.Popen(

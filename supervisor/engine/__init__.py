@@ -13,7 +13,7 @@
   writes the manifest, whose content is :mod:`~supervisor.engine.projection`'s (the one
   TaskState -> Manifest projection, also a launch's);
 - :mod:`~supervisor.engine.runtime` and :mod:`~supervisor.engine.panes`: the per-task state
-  and the shared ``list-panes`` snapshot (leaves).
+  and the shared session list, kept by tmux's notifications (leaves).
 
 Layering: the scheduler (with its parts) is the only module that imports ``intake``,
 ``recovery``, ``observe`` and ``actions``; ``actions`` uses ``launch`` to respawn an agent;

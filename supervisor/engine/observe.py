@@ -13,7 +13,7 @@ import logging
 
 from supervisor import policy
 from supervisor.engine import acceptance, clock, signals, statefs
-from supervisor.engine.panes import SESSIONS_MAX_AGE, Sessions
+from supervisor.engine.panes import Sessions
 from supervisor.engine.runtime import Runtime
 from supervisor.taskdir import layout
 from supervisor.taskdir.folder import TaskDir
@@ -32,7 +32,7 @@ class Observer:
 
     Args:
         tmux: the profile's tmux server (pane captures, ``pipe-pane`` after a rotation).
-        sessions: the shared ``list-panes`` snapshot.
+        sessions: the shared session list (valid until tmux says it changed).
     """
 
     def __init__(self, tmux: Tmux, sessions: Sessions) -> None:
@@ -52,8 +52,8 @@ class Observer:
         if rotated and task.task_id in self.sessions.get():
             self.tmux.repipe(task.task_id, task.path)
         seen = signals.observe(task, now, runtime.agent_starts, max(runtime.restart_step, 0.0))
-        panes = self.sessions.get(max_age=SESSIONS_MAX_AGE if seen.agent_alive else 0.0)
-        if not disk_full and not seen.done and self._restore_run_files(task, panes):
+        pane = self._pane(task.task_id, fresh=not seen.agent_alive)
+        if not disk_full and not seen.done and self._restore_run_files(task, pane):
             seen = signals.observe(task, now, runtime.agent_starts, max(runtime.restart_step, 0.0))
         seen = dataclasses.replace(
             seen,
@@ -62,8 +62,7 @@ class Observer:
             approve_requested="approve" in runtime.requests,
             deny_requested="deny" in runtime.requests,
             superseded="supersede" in runtime.requests,
-            # A dead agent's verdict (crash, or tmux lost) needs a fresh look at tmux.
-            session_alive=task.task_id in panes,
+            session_alive=pane is not None,
             has_acceptance=runtime.resolved.acceptance is not None,
             acceptance_running=runtime.accepting,
             state_disk_full=disk_full,
@@ -106,11 +105,20 @@ class Observer:
             tool_name=view.tool_name,
         )
 
+    def _pane(self, session: str, fresh: bool) -> PaneInfo | None:
+        """The task's pane: from the shared session list while its agent lives; ``fresh``
+        (a dead agent's verdict, crash or tmux lost, and the run files a full disk kept in
+        pane options) from tmux, asked about this one session (:meth:`Tmux.pane`): no
+        notification says that a pane died or that its options changed."""
+        if fresh:
+            return self.tmux.pane(session)
+        return self.sessions.get().get(session)
+
     @staticmethod
-    def _restore_run_files(task: TaskDir, panes: dict[str, PaneInfo]) -> bool:
+    def _restore_run_files(task: TaskDir, pane: PaneInfo | None) -> bool:
         """Write the wrapper files a full disk sent to tmux (:func:`statefs.restore_run_files`)."""
         try:
-            return statefs.restore_run_files(task, panes.get(task.task_id))
+            return statefs.restore_run_files(task, pane)
         except OSError as exc:
             log.warning("%s: cannot write the run files kept in tmux yet: %s", task.task_id, exc)
             return False

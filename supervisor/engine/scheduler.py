@@ -109,7 +109,9 @@ class Engine(Checks, Launches, Kicks):
         self.exit_when_idle = exit_when_idle
         # The server is born outside the login's scope where systemd is (supervisor/systemd.py).
         scope = systemd.scope_prefix()
-        self.tmux = Tmux(profile.socket_name, owner=str(profile.state_dir), scope=scope)
+        self.tmux = Tmux(
+            profile.socket_name, owner=str(profile.state_dir), scope=scope, control=True
+        )
         self.live: dict[str, Runtime] = {}
         self.queue: deque[TaskDir] = deque()  # queued tasks, oldest first; loaded at launch
         self.stopping = threading.Event()
@@ -198,6 +200,7 @@ class Engine(Checks, Launches, Kicks):
             self.source.close()
             self.pools.shutdown()  # each job is bounded by its own timeout
             self.watcher.stop()
+            self.tmux.shutdown()  # the control client and its session
             self.write_stats()
         log.info("engine stopped; %d task(s) left running in tmux", len(self.live))
         return 0

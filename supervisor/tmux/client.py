@@ -1,7 +1,9 @@
 """The engine's tmux calls, on the profile's private socket (``tmux -L NAME``).
 
-Every call forks one ``tmux`` client (measured 2.5–17 ms here, see DESIGN.md), so related
-commands are chained with tmux's ``;`` separator into one invocation. Each client runs under
+With ``control=True`` (the engine) a call is a line to one persistent control-mode client
+(:mod:`supervisor.tmux.control`); otherwise, and whenever that client is not connected,
+each call forks one ``tmux`` client (measured 2.5–17 ms here, see DESIGN.md), so related
+commands are chained with tmux's ``;`` separator into one invocation. Each call runs under
 a timeout (:data:`TMUX_TIMEOUT`): a tmux server that does not answer (stopped, wedged on a
 full pipe, swapped out) raises :class:`TmuxTimeout`, which the engine logs as a fault and
 looks at again later, instead of waiting for ever in ``communicate()`` as libtmux's
@@ -16,9 +18,8 @@ Which tmux runs is :func:`tmux_binary`, for every caller. The pipe-pane filter t
 from __future__ import annotations
 
 import logging
-import os
+import re
 import shlex
-import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -27,9 +28,20 @@ from pathlib import Path
 
 from supervisor import wrapper
 from supervisor.capture import pipe_command
-from supervisor.errors import ConfigError, SuperviseError
 from supervisor.rlimits import raise_nofile
 from supervisor.taskdir import layout
+from supervisor.tmux.basics import (
+    TMUX_ENV,
+    TMUX_TIMEOUT,
+    TmuxError,
+    TmuxResult,
+    TmuxTimeout,
+    decode_lines,
+    tmux_binary,
+)
+from supervisor.tmux.control import CONTROL_OPTION, Listener, control_enabled, is_control
+from supervisor.tmux.link import ControlLink
+from supervisor.tmux.protocol import command_line
 
 PANE_WIDTH = 220
 PANE_HEIGHT = 50
@@ -39,79 +51,26 @@ PANE_HEIGHT = 50
 OWNER_OPTION = "@supervise_state_dir"
 
 
-#: Seconds one tmux client may take before it is killed and :class:`TmuxTimeout` raised.
-#: A healthy client answers in 2.5–17 ms here (DESIGN.md), ``new-session`` with its chained
-#: commands in under 100 ms on a loaded 2-core machine; 5 s leaves room for a machine under
-#: heavy swap while bounding how long one check can wait on tmux.
-TMUX_TIMEOUT = 5.0
-
-log = logging.getLogger(__name__)
-
-
-class TmuxError(SuperviseError, RuntimeError):
-    """A tmux command failed; the message carries tmux's stderr."""
-
-
-class TmuxTimeout(TmuxError):
-    """A tmux client did not answer within its timeout (:data:`TMUX_TIMEOUT`) and was
-    killed. Whether the command took effect is unknown: callers look again later."""
-
-
-@dataclass(frozen=True)
-class TmuxResult:
-    """What one tmux client returned: exit status and output lines (trailing empty lines
-    dropped; bytes that are not UTF-8 shown as backslash escapes)."""
-
-    returncode: int
-    stdout: list[str]
-    stderr: list[str]
-
-
-#: The environment variable naming the tmux executable (the wrapper reads it too).
-TMUX_ENV = "SUPERVISE_TMUX"
-
-
-def tmux_binary() -> str:
-    """The tmux executable: ``$SUPERVISE_TMUX`` when set (the wrapper reads the same
-    variable), else ``tmux`` found on ``PATH``."""
-    return os.environ.get(TMUX_ENV) or shutil.which("tmux") or "tmux"
-
-
-def missing_tmux() -> str | None:
-    """One line saying why no tmux can be run (``$SUPERVISE_TMUX`` names no executable
-    file, or none is on ``PATH``) with the fix, or ``None`` when it can. Read by
-    ``supervise run`` before it starts (else the engine would retry adoption for ever) and
-    by ``supervise validate`` for a profile."""
-    named = os.environ.get(TMUX_ENV)
-    if named:
-        if shutil.which(named) is None:
-            return (
-                f"{TMUX_ENV}={named} is not an executable file; set it to tmux's path "
-                f"(e.g. {shutil.which('tmux') or '/usr/bin/tmux'}) or unset it"
-            )
-        return None
-    if shutil.which("tmux") is None:
-        return (
-            f"tmux is not found on PATH ({os.environ.get('PATH', '')}); supervise runs every "
-            f"agent in tmux. Fix: install tmux (apt install tmux, brew install tmux), or set "
-            f"{TMUX_ENV} to its path"
-        )
-    return None
-
-
-def require_tmux(profile_path: Path) -> None:
-    """``supervise validate``'s check of a profile: tmux can be run here.
-
-    Raises:
-        ConfigError: one problem line, ``PROFILE: <why>`` (:func:`missing_tmux`).
-    """
-    problem = missing_tmux()
-    if problem is not None:
-        raise ConfigError([f"{profile_path}: {problem}"])
+log = logging.getLogger("supervisor.tmux")
 
 
 #: Wrapper files that a full disk may send to pane options instead (wrapper.py, step 5).
 RECORDED_FILES = layout.RUN_FILES
+#: The fields of one pane row: session, pane PID, dead flag, control mark, the recorded
+#: run files, then the owner mark (last: a path may hold a tab).
+_PANE_FORMAT = "\t".join(
+    [
+        "#{session_name}",
+        "#{pane_pid}",
+        "#{pane_dead}",
+        f"#{{{CONTROL_OPTION}}}",
+        *(f"#{{{wrapper.PANE_OPTION_PREFIX}{name}}}" for name in RECORDED_FILES),
+        f"#{{{OWNER_OPTION}}}",
+    ]
+)
+_PANE_FIELDS = 5 + len(RECORDED_FILES)
+#: tmux's messages for a target that is not there (tmux 3.3a, client.c and cmd-find.c).
+_GONE = re.compile(r"no server running|error connecting|can't find|no such")
 
 
 @dataclass(frozen=True)
@@ -158,6 +117,10 @@ class Tmux:
         scope: argv prefix for the client that starts the server, when :meth:`launch`
             finds none running (:func:`supervisor.systemd.scope_prefix`: ``systemd-run
             --user --scope``, so the server lives outside the login's scope); ``()``: none.
+        control: send commands through one control-mode client (the engine's many calls;
+            off when ``$SUPERVISE_TMUX_CONTROL`` is ``0``). It connects once a server runs
+            (it never starts one), reconnects after it died, and calls use client processes
+            meanwhile. Call :meth:`shutdown` when done.
 
     Every method may raise :class:`TmuxTimeout` (even those that otherwise ignore tmux's
     errors): an unanswered query must never read as "no such session".
@@ -169,6 +132,7 @@ class Tmux:
         owner: str | None = None,
         timeout: float = TMUX_TIMEOUT,
         scope: Sequence[str] = (),
+        control: bool = False,
     ) -> None:
         self.socket_name = socket_name
         self.owner = owner
@@ -176,15 +140,33 @@ class Tmux:
         self.scope = list(scope)
         self.binary = tmux_binary()
         self._limits_of = 0  # the server PID whose open-file limit was raised
+        self._link = (
+            ControlLink(self.binary, socket_name, owner or socket_name, timeout)
+            if control and control_enabled()
+            else None
+        )
 
     def cmd(self, *args: str, prefix: Sequence[str] = ()) -> TmuxResult:
-        """Run one tmux client ``tmux -L socket_name ARGS...`` with the timeout, behind
+        """Run ``tmux -L socket_name ARGS...`` with the timeout: a line to the control
+        client when one is connected and the argv fits one line
+        (:func:`~supervisor.tmux.protocol.command_line`), else one client process, behind
         ``prefix`` when given (``systemd-run ... --``; the timeout covers both).
 
         Raises:
-            TmuxTimeout: no answer within ``timeout`` seconds (the client is killed).
-            TmuxError: the tmux executable cannot be run.
+            TmuxTimeout: no answer within ``timeout`` seconds (a client process is killed;
+                the control client is closed).
+            TmuxError: the tmux executable cannot be run, or the control client ended
+                before the reply.
         """
+        if self._link is not None and not prefix:
+            line = command_line(args)
+            client = self._link.client() if line is not None else None
+            if client is not None and line is not None:
+                return client.run(line, self.timeout, args[0])
+        return self._process(args, prefix)
+
+    def _process(self, args: Sequence[str], prefix: Sequence[str]) -> TmuxResult:
+        """One tmux client process (see :meth:`cmd`)."""
         argv = [*prefix, self.binary, "-L", self.socket_name, *args]
         try:
             done = subprocess.run(
@@ -197,10 +179,11 @@ class Tmux:
             ) from None
         except OSError as exc:
             raise TmuxError(f"cannot run {self.binary}: {exc.strerror}") from None
-        stdout = _lines(done.stdout)
+        stdout = decode_lines(done.stdout)
         while stdout and stdout[-1] == "":
             stdout.pop()
-        return TmuxResult(done.returncode, stdout, [line for line in _lines(done.stderr) if line])
+        stderr = [line for line in decode_lines(done.stderr) if line]
+        return TmuxResult(done.returncode, stdout, stderr)
 
     def _run(self, *args: str, check: bool = True) -> list[str]:
         result = self.cmd(*args)
@@ -380,25 +363,70 @@ class Tmux:
     def panes(self, everyone: bool = False) -> dict[str, PaneInfo]:
         """Panes of the server in one query, keyed by session name ({} if no server).
 
-        Only the sessions this engine owns (see ``owner``), unless ``everyone``. Each row
+        Only the sessions this engine owns (see ``owner``), unless ``everyone``; never a
+        control client's session (:func:`~supervisor.tmux.control.is_control`). Each row
         also carries the wrapper files a full disk sent to pane options (``recorded``).
         """
-        options = "".join(f"#{{{wrapper.PANE_OPTION_PREFIX}{name}}}\t" for name in RECORDED_FILES)
-        fmt = f"#{{session_name}}\t#{{pane_pid}}\t#{{pane_dead}}\t{options}#{{{OWNER_OPTION}}}"
-        rows = self._run("list-panes", "-a", "-F", fmt, check=False)
+        rows = self._run("list-panes", "-a", "-F", _PANE_FORMAT, check=False)
         out: dict[str, PaneInfo] = {}
-        fields = 4 + len(RECORDED_FILES)
         for row in rows:
-            parts = row.split("\t", fields - 1)  # the mark (a path) comes last: it may hold a tab
-            if len(parts) != fields:
-                continue
-            pid = int(parts[1]) if parts[1].isdigit() else None
-            values = parts[3 : 3 + len(RECORDED_FILES)]
-            recorded = {n: v for n, v in zip(RECORDED_FILES, values, strict=True) if v}
-            info = PaneInfo(parts[0], pid, parts[2] == "1", parts[-1], recorded)
-            if everyone or self.owner is None or info.owner == self.owner:
-                out.setdefault(parts[0], info)
+            info = self._pane_row(row, everyone)
+            if info is not None:
+                out.setdefault(info.session, info)
         return out
+
+    def pane(self, session: str) -> PaneInfo | None:
+        """A fresh look at one session's pane (one ``display-message -t =SESSION:``, not a
+        list of every pane): ``None`` when it does not exist or is not ours (``owner``).
+        For the facts no notification announces: a pane that died (``remain-on-exit``),
+        the run files a full disk sent to pane options.
+
+        Raises:
+            TmuxError: tmux failed otherwise than "no server", "can't find" (never read as
+                a session that is gone: that verdict resumes the task).
+        """
+        result = self.cmd("display-message", "-p", "-t", f"={session}:", _PANE_FORMAT)
+        if result.returncode != 0 and not _GONE.search(" ".join(result.stderr)):
+            raise TmuxError(f"tmux display-message failed: {' '.join(result.stderr).strip()}")
+        if result.returncode != 0 or len(result.stdout) != 1:
+            return None
+        info = self._pane_row(result.stdout[0], everyone=False)
+        # tmux 3.3a prints the format with empty fields, exit 0, for a missing target.
+        return info if info is not None and info.session == session else None
+
+    def _pane_row(self, row: str, everyone: bool) -> PaneInfo | None:
+        """One :data:`_PANE_FORMAT` row, or ``None`` when malformed, a control client's
+        session, or not ours (unless ``everyone``)."""
+        parts = row.split("\t", _PANE_FIELDS - 1)  # the mark (a path) comes last: tabs ok
+        if len(parts) != _PANE_FIELDS or is_control(parts[0], parts[3]):
+            return None
+        pid = int(parts[1]) if parts[1].isdigit() else None
+        values = parts[4 : 4 + len(RECORDED_FILES)]
+        recorded = {n: v for n, v in zip(RECORDED_FILES, values, strict=True) if v}
+        info = PaneInfo(parts[0], pid, parts[2] == "1", parts[-1], recorded)
+        if everyone or self.owner is None or info.owner == self.owner:
+            return info
+        return None
+
+    def subscribe(self, listener: Listener) -> None:
+        """Call ``listener`` with each :class:`~supervisor.tmux.control.ControlEvent` of the
+        control client: the notifications ``sessions-changed``, ``window-close``,
+        ``unlinked-window-close``, ``exit``, and ``connected``/``reconnected``/
+        ``disconnected``. Nothing is ever called without ``control``. Listeners run on
+        the client's reader thread: quick, and no tmux calls."""
+        if self._link is not None:
+            self._link.subscribe(listener)
+
+    @property
+    def control_live(self) -> bool:
+        """Whether a control client is connected now (its notifications are arriving)."""
+        return self._link is not None and self._link.live
+
+    def shutdown(self) -> None:
+        """Close the control client cleanly (its session goes with it); later calls use
+        client processes. Nothing to do without ``control``."""
+        if self._link is not None:
+            self._link.shutdown()
 
     def owns(self, session: str) -> bool:
         """Whether ``session`` carries this engine's owner mark (always true without an
@@ -451,7 +479,3 @@ class Tmux:
     def tmux_bin(self) -> str:
         """Path of the tmux executable this object runs (passed on to the wrapper)."""
         return self.binary
-
-
-def _lines(data: bytes) -> list[str]:
-    return data.decode("utf-8", "backslashreplace").split("\n")

@@ -1,0 +1,84 @@
+"""What every tmux path shares: the executable (:func:`tmux_binary`, its one lookup), the
+errors, the per-call timeout and the shape of a reply (:class:`TmuxResult`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from supervisor.errors import ConfigError, SuperviseError
+
+#: Seconds one tmux call may take before :class:`TmuxTimeout` is raised (a client process
+#: is killed; a control-mode call gives up and closes the control client). A healthy client
+#: process answers in 2.5–17 ms here (DESIGN.md), ``new-session`` with its chained commands
+#: in under 100 ms on a loaded 2-core machine; 5 s leaves room for a machine under heavy
+#: swap while bounding how long one check can wait on tmux.
+TMUX_TIMEOUT = 5.0
+
+#: The environment variable naming the tmux executable (the wrapper reads it too).
+TMUX_ENV = "SUPERVISE_TMUX"
+
+
+class TmuxError(SuperviseError, RuntimeError):
+    """A tmux command failed; the message carries tmux's stderr."""
+
+
+class TmuxTimeout(TmuxError):
+    """A tmux call did not answer within its timeout (:data:`TMUX_TIMEOUT`). Whether the
+    command took effect is unknown: callers look again later."""
+
+
+@dataclass(frozen=True)
+class TmuxResult:
+    """What one tmux command returned: exit status and output lines (trailing empty lines
+    dropped; bytes that are not UTF-8 shown as backslash escapes)."""
+
+    returncode: int
+    stdout: list[str]
+    stderr: list[str]
+
+
+def tmux_binary() -> str:
+    """The tmux executable: ``$SUPERVISE_TMUX`` when set (the wrapper reads the same
+    variable), else ``tmux`` found on ``PATH``."""
+    return os.environ.get(TMUX_ENV) or shutil.which("tmux") or "tmux"
+
+
+def missing_tmux() -> str | None:
+    """One line saying why no tmux can be run (``$SUPERVISE_TMUX`` names no executable
+    file, or none is on ``PATH``) with the fix, or ``None`` when it can. Read by
+    ``supervise run`` before it starts (else the engine would retry adoption for ever) and
+    by ``supervise validate`` for a profile."""
+    named = os.environ.get(TMUX_ENV)
+    if named:
+        if shutil.which(named) is None:
+            return (
+                f"{TMUX_ENV}={named} is not an executable file; set it to tmux's path "
+                f"(e.g. {shutil.which('tmux') or '/usr/bin/tmux'}) or unset it"
+            )
+        return None
+    if shutil.which("tmux") is None:
+        return (
+            f"tmux is not found on PATH ({os.environ.get('PATH', '')}); supervise runs every "
+            f"agent in tmux. Fix: install tmux (apt install tmux, brew install tmux), or set "
+            f"{TMUX_ENV} to its path"
+        )
+    return None
+
+
+def require_tmux(profile_path: Path) -> None:
+    """``supervise validate``'s check of a profile: tmux can be run here.
+
+    Raises:
+        ConfigError: one problem line, ``PROFILE: <why>`` (:func:`missing_tmux`).
+    """
+    problem = missing_tmux()
+    if problem is not None:
+        raise ConfigError([f"{profile_path}: {problem}"])
+
+
+def decode_lines(data: bytes) -> list[str]:
+    """``data`` split at newlines, decoded as UTF-8 (other bytes as backslash escapes)."""
+    return data.decode("utf-8", "backslashreplace").split("\n")
