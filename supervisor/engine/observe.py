@@ -51,10 +51,11 @@ class Observer:
         rotated = task.rotate_output(pol.max_log_bytes, pol.log_backups)
         if rotated and task.task_id in self.sessions.get():
             self.tmux.repipe(task.task_id, task.path)
-        seen = signals.observe(task, now, runtime.agent_starts, max(runtime.restart_step, 0.0))
+        seen = signals.observe(task, now, runtime.run, max(runtime.restart_step, 0.0))
         panes = self.sessions.get(max_age=SESSIONS_MAX_AGE if seen.agent_alive else 0.0)
         if not disk_full and not seen.done and self._restore_run_files(task, panes):
-            seen = signals.observe(task, now, runtime.agent_starts, max(runtime.restart_step, 0.0))
+            runtime.run.force = True  # written by us just now: read them, event or not
+            seen = signals.observe(task, now, runtime.run, max(runtime.restart_step, 0.0))
         seen = dataclasses.replace(
             seen,
             stop_requested="stop" in runtime.requests,
