@@ -227,3 +227,41 @@ def test_a_restored_run_file_is_read_in_the_same_check(
     _write(task, "done", "")  # as statefs.restore_run_files does
     run.force = True  # what Observer does after a restore
     assert observe(task, run=run).done is True
+
+
+def test_adoption_reads_each_manifest_once(
+    tmp_path: Path, socket_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Adoption validated every manifest twice (``repair.damage``, then ``read_manifest``):
+    now once, and ``repair.damage`` only for one that does not validate. 12 folders, 13
+    validations (23 before); the damaged one is still found damaged."""
+    from support import views_fixture
+
+    from supervisor.config import load_profile
+    from supervisor.engine import recovery
+    from supervisor.taskdir.folder import Manifest
+    from supervisor.tmux import Tmux
+
+    fixture = views_fixture.build(tmp_path)
+    views_fixture.write_profile(tmp_path, socket_name)
+    profile = load_profile(fixture.profile)
+    broken = profile.tasks_dir / "broken-000000"
+    broken.mkdir()
+    (broken / "manifest.json").write_text("{not json")
+    (broken / "events.jsonl").write_text("")
+    validated: list[int] = []
+    real = Manifest.model_validate_json
+
+    def counting(data: bytes | str) -> Manifest:
+        validated.append(1)
+        return real(data)
+
+    monkeypatch.setattr(Manifest, "model_validate_json", counting)
+    damaged: list[str] = []
+    monkeypatch.setattr(
+        recovery, "_adopt_damaged", lambda _p, task, _why: damaged.append(task.task_id)
+    )
+    list(recovery.adopt(profile, Tmux(socket_name, owner=str(profile.state_dir))))
+    folders = len(list(profile.tasks_dir.iterdir()))
+    assert damaged == ["broken-000000"]
+    assert len(validated) == folders + 1  # the broken one: once here, once in repair.damage
