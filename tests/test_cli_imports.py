@@ -96,3 +96,23 @@ def _state(pid: int) -> bytes:
     data = Path(f"/proc/{pid}/stat").read_bytes()
     end = data.rfind(b")")
     return data[end + 2 : end + 3]
+
+
+def test_a_status_row_is_what_asdict_gives(tmp_path: Path) -> None:
+    """``Task.row`` (``status --json``) copies the fields one level instead of
+    ``dataclasses.asdict``'s deep copy: the same dicts, and a row's lists and dicts are
+    its own."""
+    import dataclasses
+    import time
+
+    from supervisor.views import model
+
+    fixture = views_fixture.build(tmp_path)
+    snap = model.Reader(fixture.state_dir, fixture.spool_dir).snapshot(time.time())
+    assert snap.tasks
+    for task in snap.tasks:
+        row = task.row()
+        assert row == dataclasses.asdict(task)
+        assert list(row) == [f.name for f in dataclasses.fields(task)]
+        row["requests"].append("x")
+        assert "x" not in task.requests
