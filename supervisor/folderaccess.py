@@ -18,9 +18,18 @@ import grp
 import os
 import stat
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from supervisor.config import LoadedProfile
-from supervisor.spool import is_private_group
+if TYPE_CHECKING:
+    from supervisor.config import LoadedProfile
+
+
+def _private_group(gid: int) -> bool:
+    """:func:`supervisor.spool.is_private_group`, imported only for a group-readable folder
+    (the spool module loads the manifest model: ``validate`` would pay for it every run)."""
+    from supervisor.spool import is_private_group
+
+    return is_private_group(gid)
 
 
 def readable_by_others(folder: Path, role: str) -> str | None:
@@ -44,7 +53,7 @@ def readable_by_others(folder: Path, role: str) -> str | None:
         who = f"its owner uid {info.st_uid}"
     elif mode & 0o005:
         who = "every user"
-    elif mode & 0o050 and not is_private_group(info.st_gid):
+    elif mode & 0o050 and not _private_group(info.st_gid):
         who = f"the members of group {_group_name(info.st_gid)!r}"
     else:
         return None

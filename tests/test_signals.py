@@ -14,7 +14,7 @@ import psutil
 import pytest
 from conftest import wait_for
 
-from supervisor.engine.signals import CREATE_TIME_SLACK, observe, pid_alive
+from supervisor.engine.signals import CREATE_TIME_SLACK, RunView, observe, pid_alive
 from supervisor.taskdir.folder import TaskDir
 
 
@@ -70,16 +70,20 @@ def test_a_clock_step_does_not_make_our_agent_a_reused_pid(
     its start ticks since boot, which no step changes."""
     task = TaskDir(tmp_path)
     (tmp_path / "pid").write_text(f"{sleeper.pid}\n")
-    known: dict[int, int] = {}
-    assert observe(task, known_starts=known).agent_alive is True
+    run = RunView()
+    assert observe(task, run=run).agent_alive is True
     real = psutil._pslinux.boot_time  # what psutil.Process.create_time adds
     monkeypatch.setattr(psutil._pslinux, "boot_time", lambda: real() + step)
-    assert observe(task, known_starts=known).agent_alive is True
+    assert observe(task, run=run).agent_alive is True
+    monkeypatch.undo()  # a new run's agent is first judged by the wall clock, unstepped
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         (tmp_path / "pid").write_text(f"{other.pid}\n")
-        known[other.pid] = 1  # the PID was first seen on another process: reused
-        assert observe(task, known_starts=known).agent_alive is False
+        run.force = True
+        assert observe(task, run=run).agent_alive is True  # a new pid file: a new run
+        assert run.agent is not None
+        run.agent.ticks = 1  # the PID was first seen on another process: reused
+        assert observe(task, run=run).agent_alive is False
     finally:
         other.kill()
         other.wait(timeout=10)
@@ -93,4 +97,4 @@ def test_the_restart_step_moves_the_pid_files_time(sleeper, tmp_path: Path) -> N
     written = os.stat(tmp_path / "pid").st_mtime - 3600
     os.utime(tmp_path / "pid", (written, written))
     assert observe(task).agent_alive is False
-    assert observe(task, known_starts={}, written_shift=3600.0).agent_alive is True
+    assert observe(task, run=RunView(), written_shift=3600.0).agent_alive is True

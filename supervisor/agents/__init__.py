@@ -203,12 +203,12 @@ class AgentAdapter:
 
 
 def heartbeat_of(agent: AgentSpec) -> float | None:
-    """:attr:`AgentAdapter.heartbeat` of ``agent.kind`` in seconds, for headless runs only
+    """The heartbeat of ``agent.kind`` in seconds (:attr:`kinds.Kind.heartbeat`, its
+    :attr:`AgentAdapter.heartbeat`), for headless runs only
     (a TUI's timer is no output the monitor counts), else ``None``."""
     if agent.mode != "headless":
         return None
-    heartbeat: float | None = kinds.get(agent.kind).adapter().heartbeat
-    return heartbeat
+    return kinds.get(agent.kind).heartbeat  # the kind's copy: no adapter import
 
 
 def adapter_for(

@@ -72,6 +72,9 @@ class Kind:
         permissions: whether its agent asks permissions, so ``[approval]`` is in force.
         models: model alias → model id the kind knows (every profile's built-in aliases,
             ``config.DEFAULT_MODELS``, are the built-in kinds' together).
+        heartbeat: seconds between the lines its headless agent prints while a tool runs
+            (its adapter's ``heartbeat``, here too so ``validate`` need not import the
+            adapter), or ``None``.
     """
 
     name: str
@@ -82,6 +85,7 @@ class Kind:
     columns: Callable[[Mapping[str, Any]], dict[str, Any]] = _no_columns
     permissions: bool = False
     models: Mapping[str, str] = field(default_factory=dict)
+    heartbeat: float | None = None
 
 
 _KINDS: dict[str, Kind] = {}

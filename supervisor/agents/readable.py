@@ -30,7 +30,7 @@ from supervisor.agents import kinds
 from supervisor.agents.claude import hooks
 from supervisor.agents.claude.render import MAX_PARSE, ClaudeRenderer, cut
 from supervisor.diskio import read_end
-from supervisor.taskdir.folder import MANIFEST, OUTPUT
+from supervisor.taskdir.layout import MANIFEST, OUTPUT
 from supervisor.terminal import escape_controls
 from supervisor.wrapper import END_MARK
 

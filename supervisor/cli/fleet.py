@@ -23,11 +23,9 @@ fleet's database answers (:mod:`supervisor.cluster.control`):
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import os
 import re
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -130,6 +128,9 @@ def _verb(args: argparse.Namespace, dsn: str) -> int:
 
 
 def _verb_one(args: argparse.Namespace, dsn: str, task_id: str) -> int:
+    import getpass
+    import socket
+
     from supervisor.cluster.control import route
 
     who = f"{getpass.getuser()}@{socket.gethostname()}"

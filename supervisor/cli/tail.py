@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 from supervisor.taskdir import layout
-from supervisor.views.model import read_json
 
 #: Seconds between looks at ``output.log`` while following.
 FOLLOW_EVERY = 0.25
@@ -82,6 +81,7 @@ def run(folder: Path, args: argparse.Namespace) -> int:
 def _ended(folder: Path) -> bool:
     """The task is terminal (an unreadable manifest: it is not, keep following)."""
     from supervisor.taskdir.states import TERMINAL
+    from supervisor.views.model import read_json  # psutil: only when following
 
     manifest = read_json(folder / layout.MANIFEST)
     return isinstance(manifest, dict) and manifest.get("status") in TERMINAL

@@ -7,6 +7,7 @@ intake's moves its APScheduler job to now. Due times stay the safety net.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from datetime import UTC, datetime
 
@@ -73,12 +74,20 @@ class Kicks:
         if self.watcher is None:
             return
         task = runtime.task
-        self.watcher.watch_task(task.task_id, task.path)
+        self._watch_folder(runtime)
         pid = task.read_int(layout.PID)
         if pid is not None:
             self.watcher.watch_pid(task.task_id, pid)
 
     def _watch_folder(self, runtime: Runtime) -> None:
-        """Watch a task's folder before its agent starts, so no event is missed."""
-        if self.watcher is not None:
-            self.watcher.watch_task(runtime.task.task_id, runtime.task.path)
+        """Watch a task's folder before its agent starts, so no event is missed; its checks
+        then read the run files only when the watcher saw them change
+        (:meth:`Watcher.run_files_changed`), and the next check reads them in any case."""
+        runtime.run.force = True
+        if self.watcher is None:
+            return
+        task_id = runtime.task.task_id
+        if self.watcher.watch_task(task_id, runtime.task.path):
+            runtime.run.changed = functools.partial(self.watcher.run_files_changed, task_id)
+        else:  # not watched (the watch limit): read them at every check
+            runtime.run.changed = None

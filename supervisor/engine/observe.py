@@ -51,10 +51,11 @@ class Observer:
         rotated = task.rotate_output(pol.max_log_bytes, pol.log_backups)
         if rotated and task.task_id in self.sessions.get():
             self.tmux.repipe(task.task_id, task.path)
-        seen = signals.observe(task, now, runtime.agent_starts, max(runtime.restart_step, 0.0))
+        seen = signals.observe(task, now, runtime.run, max(runtime.restart_step, 0.0))
         pane = self._pane(task.task_id, fresh=not seen.agent_alive)
         if not disk_full and not seen.done and self._restore_run_files(task, pane):
-            seen = signals.observe(task, now, runtime.agent_starts, max(runtime.restart_step, 0.0))
+            runtime.run.force = True  # written by us just now: read them, event or not
+            seen = signals.observe(task, now, runtime.run, max(runtime.restart_step, 0.0))
         seen = dataclasses.replace(
             seen,
             stop_requested="stop" in runtime.requests,

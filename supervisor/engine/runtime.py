@@ -17,6 +17,7 @@ from supervisor.agents import AgentAdapter, Keys, adapter_for
 from supervisor.config import LoadedProfile, MonitorPolicy, ResolvedTask, TaskSpec, resolve_task
 from supervisor.config.approvalrules import default_message
 from supervisor.engine import clock
+from supervisor.engine.signals import RunView
 from supervisor.engine.stopping import StopInProgress
 from supervisor.policy.timebase import Seen
 from supervisor.taskdir import layout
@@ -62,7 +63,8 @@ class Runtime:
     clock_offset: float = field(default_factory=lambda: clock.CLOCK.offset)
     output_seen: Seen | None = None  # when the engine saw its output change (clock.output_seen)
     restart_step: float = 0.0  # the clock step found when it was adopted (seconds)
-    agent_starts: dict[int, int] = field(default_factory=dict)  # signals.pid_alive's memo
+    # Its run files as last read and its agent's process, kept between checks (signals.py).
+    run: RunView = field(default_factory=RunView)
 
     @property
     def policy(self) -> MonitorPolicy:

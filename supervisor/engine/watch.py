@@ -6,7 +6,10 @@ agent is noticed in milliseconds instead of up to ``base_interval`` seconds late
 
 - the spool folder (``IN_MOVED_TO`` / ``IN_CLOSE_WRITE``): a task file was dropped;
 - each task folder: ``pid``, ``exit_code``, ``signal``, ``done`` and hook signal files
-  appear (the wrapper writes them by rename, so ``IN_MOVED_TO``);
+  appear (the wrapper writes them by rename, so ``IN_MOVED_TO``). The same events mark
+  the task's run files changed (:meth:`Watcher.run_files_changed`), so a quiet check reads
+  none of them; a folder that is not watched (inotify refused it, or it was moved) has
+  them read at every check;
 - each agent PID through ``os.pidfd_open`` (Linux 5.3+, the mechanism psutil 7.2 uses):
   the fd becomes readable when the process exits. Re-armed for every new PID.
 
@@ -22,15 +25,28 @@ import select
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from inotify_simple import INotify
 from inotify_simple import flags as F
 
 from supervisor.errors import SuperviseError
+from supervisor.taskdir import layout
 
 log = logging.getLogger("supervise.watch")
 
 FILE_EVENTS = F.MOVED_TO | F.CLOSE_WRITE | F.CREATE
+#: A task folder's events that change its run files without waking a check: a respawn
+#: removes the last run's files (``TaskDir.clear_run_files``), a rename moves one away.
+QUIET_EVENTS = F.DELETE | F.MOVED_FROM
+#: The events that end a folder's watch (inotify(7)): the folder was moved or removed, or
+#: the watch itself was removed (``IN_IGNORED``). Its run files are then read at each check.
+LOST_EVENTS = F.MOVE_SELF | F.DELETE_SELF | F.IGNORED
+#: What a task folder's watch asks for (``IN_IGNORED`` comes unasked).
+TASK_MASK = FILE_EVENTS | QUIET_EVENTS | F.MOVE_SELF | F.DELETE_SELF
+#: The names whose events mark a task's run files changed (:meth:`Watcher.run_files_changed`):
+#: the wrapper's run files and its ``launch_error``.
+RUN_FILE_NAMES = frozenset({*layout.RUN_FILES, layout.LAUNCH_ERROR})
 
 
 class WatchUnavailable(SuperviseError, RuntimeError):
@@ -67,6 +83,7 @@ class Watcher:
         self._lock = threading.Lock()
         self._dirs: dict[int, str | None] = {}  # watch descriptor -> task id (None: spool)
         self._task_wd: dict[str, int] = {}
+        self._dirty: set[str] = set()  # task ids whose run files changed since last asked
         self._pidfds: dict[int, str] = {}  # pidfd -> task id
         self._task_pidfd: dict[str, int] = {}
         self._wake_r, self._wake_w = os.pipe()
@@ -82,19 +99,37 @@ class Watcher:
         with self._lock:
             self._dirs[wd] = None
 
-    def watch_task(self, task_id: str, folder: Path) -> None:
-        """Watch a task folder (idempotent)."""
+    def watch_task(self, task_id: str, folder: Path) -> bool:
+        """Watch a task folder (idempotent). False when inotify refused (``ENOSPC``: the
+        user's ``fs.inotify.max_user_watches`` is reached; the folder is gone): its run
+        files are then read at every check (:meth:`run_files_changed`)."""
         with self._lock:
             if task_id in self._task_wd:
-                return
+                return True
         try:
-            wd = self._inotify.add_watch(str(folder), FILE_EVENTS)
+            wd = self._inotify.add_watch(str(folder), TASK_MASK)
         except OSError as exc:
             log.warning("cannot watch %s: %s", folder, exc)
-            return
+            return False
         with self._lock:
             self._dirs[wd] = task_id
             self._task_wd[task_id] = wd
+            self._dirty.add(task_id)  # what was written before the watch: read it once
+        return True
+
+    def run_files_changed(self, task_id: str) -> bool:
+        """Whether the task's run files (:data:`RUN_FILE_NAMES`) may have changed since
+        the last call that answered True, and takes that mark: True when an event named
+        one of them, when the queue overflowed (events lost), or while the folder is not
+        watched (never watched, refused, moved or removed). Called by the check before it
+        reads them; an event after this call marks them again for the next check."""
+        with self._lock:
+            if task_id not in self._task_wd:
+                return True
+            if task_id in self._dirty:
+                self._dirty.discard(task_id)
+                return True
+            return False
 
     def watch_pid(self, task_id: str, pid: int) -> bool:
         """Arm a pidfd for ``pid`` (replacing the task's previous one). False if it is gone."""
@@ -124,6 +159,7 @@ class Watcher:
         self.forget_pid(task_id)
         with self._lock:
             wd = self._task_wd.pop(task_id, None)
+            self._dirty.discard(task_id)
             if wd is not None:
                 self._dirs.pop(wd, None)
         if wd is not None:
@@ -182,14 +218,33 @@ class Watcher:
 
     def _drain_inotify(self) -> None:
         for event in self._inotify.read(timeout=0):
+            if event.mask & F.Q_OVERFLOW:  # events were lost: every folder is suspect
+                with self._lock:
+                    self._dirty.update(self._task_wd)
+                log.warning("inotify queue overflowed; rereading every task's run files")
+                continue
             with self._lock:
                 owner = self._dirs.get(event.wd, "?")
-            if owner == "?" or not event.name:
+                if owner and owner != "?":
+                    self._mark(owner, event)
+            if owner == "?" or not event.name or event.mask & QUIET_EVENTS:
                 continue
             if owner is None:
                 self._call(self.on_spool, event.name)
             else:
                 self._call(self.on_task, owner, event.name)
+
+    def _mark(self, task_id: str, event: Any) -> None:
+        """Record what ``event`` (in ``task_id``'s folder) says of its run files; the lock
+        is held. A lost watch makes the folder unwatched (read at every check)."""
+        if event.mask & LOST_EVENTS:
+            wd = self._task_wd.get(task_id)
+            if wd == event.wd:
+                del self._task_wd[task_id]
+                self._dirs.pop(wd, None)
+                log.warning("%s: its folder is no longer watched; reading its files", task_id)
+        elif event.name in RUN_FILE_NAMES:
+            self._dirty.add(task_id)
 
     @staticmethod
     def _call(callback: Callable[..., None], *args: str) -> None:

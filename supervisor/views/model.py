@@ -36,7 +36,7 @@ import json
 import os
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -175,14 +175,25 @@ class Task:
     columns: dict[str, Any] = field(default_factory=dict)
 
     def row(self) -> dict[str, Any]:
-        """The task as a plain dict (``supervise status --json``'s row)."""
-        return asdict(self)
+        """The task as a plain dict (``supervise status --json``'s row): what
+        ``dataclasses.asdict`` gives (no field is a dataclass; the dicts and the list are
+        copied one level, their values are scalars), at a fifth of its cost (its deep copy
+        was a third of ``status --json`` over 1,000 tasks)."""
+        return {
+            name: (value.copy() if isinstance(value, dict | list) else value)
+            for name in _TASK_FIELDS
+            for value in (getattr(self, name),)
+        }
 
     def diffstat(self) -> str | None:
         """``"3 files +10 -2"``, or ``None`` without a workspace report."""
         if self.files_changed is None:
             return None
         return f"{self.files_changed} files +{self.insertions or 0} -{self.deletions or 0}"
+
+
+#: The fields of :class:`Task`, in order (``Task.row``'s keys).
+_TASK_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Task))
 
 
 @dataclass(slots=True)

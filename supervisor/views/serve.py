@@ -41,8 +41,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from filelock import FileLock, Timeout
-
 from supervisor.cli.common import err as _err
 from supervisor.cli.common import load_profile
 from supervisor.taskdir import layout
@@ -225,6 +223,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     path = profile.state_dir / SOCKET_NAME
     # Made here, 0700 as the engine makes it: the lock below would make it with the umask.
     profile.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    from filelock import FileLock, Timeout  # only here: `supervise` starts without it
+
     lock = FileLock(f"{path}.lock", timeout=0)
     try:
         with lock:

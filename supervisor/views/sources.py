@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from supervisor.diskio import read_regular
 from supervisor.taskdir import layout
 from supervisor.waiting import MANIFEST_MAX
@@ -112,12 +110,15 @@ def pid_alive(pid: int) -> bool:
         return True
     except (OSError, OverflowError):
         return False
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
+    try:  # proc(5): "pid (comm) state ..."; comm may hold spaces and ")" (no psutil import)
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
         return False
-    except psutil.Error:  # cannot look (another user's /proc): it exists
+    except OSError:  # cannot look (another user's /proc): it exists
         return True
+    end = data.rfind(b")")
+    return end < 0 or data[end + 2 : end + 3] != b"Z"
 
 
 def _text(value: Any) -> str | None:

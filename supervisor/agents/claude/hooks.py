@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from supervisor.diskio import read_regular
-from supervisor.taskdir.folder import atomic_write
+from supervisor.diskio import atomic_write, read_regular
 
 #: Hook events the adapter registers (Claude Code hooks reference). ``PermissionRequest``
 #: blocks until the engine rules; the others only record and wake the engine (``PreToolUse``

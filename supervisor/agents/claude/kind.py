@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from supervisor.agents import kinds
+from supervisor.agents.claude.tools import HEARTBEAT
 
 #: The kind's name, its manifest key, and the default of ``[agent] binary``.
 NAME = "claude"
@@ -69,5 +70,6 @@ KIND = kinds.register(
         columns=columns,
         permissions=True,
         models=MODELS,
+        heartbeat=HEARTBEAT,
     )
 )
