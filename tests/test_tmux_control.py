@@ -46,6 +46,12 @@ def _server_pid(socket: str) -> int:
     return int(_tmux(socket, "display-message", "-p", "#{pid}").stdout)
 
 
+@pytest.fixture(autouse=True)
+def _control_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Control mode is opt-in (``control_enabled``); these tests are about it."""
+    monkeypatch.setenv(CONTROL_ENV, "1")
+
+
 @pytest.fixture
 def live(socket_name: str, tmp_path: Path):  # type: ignore[no-untyped-def]
     """A server with one task-like session ``a`` and a connected ``Tmux(control=True)``."""
@@ -197,8 +203,8 @@ time.sleep(600)
 
 
 def test_sigkill_of_the_holder_leaves_no_session_and_no_server(socket_name: str) -> None:
-    """The engine SIGKILLed: its control client reads EOF and leaves, its session is
-    destroyed (``destroy-unattached``), and the server, empty now, exits."""
+    """The engine SIGKILLed: its control client reads EOF and leaves, its session's pane
+    (watching the engine's PID) ends, and the server, empty now, exits."""
     assert _tmux(socket_name, "new-session", "-d", "-s", "a", "sleep 600").returncode == 0
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER, socket_name], stdout=subprocess.PIPE, text=True
@@ -217,6 +223,55 @@ def test_sigkill_of_the_holder_leaves_no_session_and_no_server(socket_name: str)
         if holder.poll() is None:
             holder.kill()
             holder.wait(timeout=10)
+
+
+CHURN = """
+import sys
+from supervisor.tmux import Tmux
+tmux = Tmux(sys.argv[1], control=True)
+round = 0
+while True:
+    for name in ("x0", "x1", "x2"):
+        tmux.cmd("new-session", "-d", "-s", name, "sleep 5", ";", "set-option", "-w", "-t",
+                 f"={name}:", "remain-on-exit", "on", ";", "pipe-pane", "-t", f"={name}:",
+                 "cat > /dev/null")
+        tmux.cmd("respawn-pane", "-k", "-t", f"={name}:", "sleep 3")
+        tmux.cmd("pipe-pane", "-t", f"={name}:")
+        tmux.cmd("kill-session", "-t", f"={name}")
+        tmux.panes()
+    round += 1
+    if round == 2:
+        print("ready", flush=True)
+"""
+
+
+def test_sigkill_of_a_busy_holder_never_takes_the_server_down(socket_name: str) -> None:
+    """An engine SIGKILLed while its control client creates, respawns, pipes and kills
+    sessions: every other session lives on. With ``destroy-unattached`` on the control
+    session, tmux 3.3a's server segfaulted within 2-3 such kills (``dmesg``), taking every
+    agent with it."""
+    assert _tmux(socket_name, "new-session", "-d", "-s", "bystander", "sleep 600").returncode == 0
+    for _ in range(8):
+        holder = subprocess.Popen(
+            [sys.executable, "-c", CHURN, socket_name], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
+        finally:
+            holder.kill()
+            holder.wait(timeout=10)
+        assert _tmux(socket_name, "has-session", "-t", "=bystander").returncode == 0
+    # and no control client outlives its holder (tmux 3.3a keeps one whose output is queued)
+    wait_for(lambda: not _control_clients(socket_name), timeout=10)
+
+
+def _control_clients(socket_name: str) -> list[int]:
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        argv = proc.info["cmdline"] or []
+        if "-C" in argv and socket_name in argv:
+            found.append(proc.info["pid"])
+    return found
 
 
 def test_control_off_falls_back_to_client_processes(
@@ -342,7 +397,8 @@ def test_the_control_session_lives_on_a_path_without_sleep(
         assert tmux.cmd("display-message", "-p", "x").stdout == ["x"] and tmux.control_live
         rows = _tmux(socket_name, "list-panes", "-a", "-F", "#{session_name} #{pane_pid}")
         pid = next(int(r.split()[1]) for r in rows.stdout.splitlines() if not r.startswith("a "))
-        assert "wait-for" in psutil.Process(pid).cmdline()
+        argv = psutil.Process(pid).cmdline()  # this Python, watching its holder
+        assert argv[0] == sys.executable and str(os.getpid()) in argv
         assert tmux.cmd("display-message", "-p", "y").stdout == ["y"] and tmux.control_live
     finally:
         tmux.shutdown()

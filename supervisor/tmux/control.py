@@ -17,31 +17,40 @@ knows). A pane's text read back by ``capture-pane`` cannot end a block early
 
 The connection's session: a control client must be attached to a session, so it creates
 its own (:func:`control_session`), marked with :data:`CONTROL_OPTION` so no session list
-counts it as a task, with ``destroy-unattached on`` so it vanishes with its client (the
-engine SIGKILLed: the client reads EOF and exits, the session goes, and the server exits
-when nothing else lives). ``tmux -N`` keeps the control client from ever starting a server:
-the first ``new-session`` goes through a client process (and its systemd scope). ``-N``
-came with tmux 3.2: an older tmux refuses it, the connection fails, and every call keeps
-using client processes (a retry every :data:`RETRY_MAX` seconds costs one process).
+counts it as a task. Its one pane runs :func:`idle_command`, which waits for the process
+holding the client to end, SIGKILLs the client (tmux 3.3a keeps an orphaned control client
+with queued output for ever, :mod:`~supervisor.tmux.holdwatch`) and then ends itself: the
+session goes the way a task's session goes when its pane exits (the engine SIGKILLed: the
+pane's watcher wakes on the engine's pidfd, and the server exits when nothing else lives).
+A connection closed while the engine lives (shutdown, a timeout, a reconnect) kills its
+session with a client process. Not ``destroy-unattached``: with it, tmux 3.3a's server
+segfaulted (NULL dereference, seen in ``dmesg``) when a control client that had created,
+respawned, piped and killed sessions was SIGKILLed, and every agent on the server died with
+it (``tests/test_tmux_control.py``). ``tmux -N`` keeps the control client from ever
+starting a server: the first ``new-session`` goes through a client process (and its systemd
+scope). ``-N`` came with tmux 3.2: an older tmux refuses it, the connection fails, and
+every call keeps using client processes (a retry every :data:`RETRY_MAX` seconds costs one process).
 Tested on tmux 3.3a.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import logging
 import os
 import secrets
 import shlex
-import shutil
 import subprocess
+import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from supervisor.tmux import holdwatch
 from supervisor.tmux.basics import TmuxError, TmuxResult, TmuxTimeout
 from supervisor.tmux.protocol import Block, Notification, Parser, quote
 
@@ -63,10 +72,10 @@ RETRY_FIRST = 0.25
 RETRY_MAX = 8.0
 #: Blocks the connecting command line answers with: new-session and two set-options.
 _HANDSHAKE_BLOCKS = 3
-#: The channel the control session's one pane waits on (never signalled).
-_IDLE_CHANNEL = "supervise-ctl-idle"
 #: Seconds :meth:`ControlClient.close` waits for a client it asked to leave.
 _CLOSE_WAIT = 1.0
+#: Seconds the ``kill-session`` of a closed connection's session may take.
+_END_WAIT = 5.0
 
 log = logging.getLogger("supervisor.tmux")
 _sequence = itertools.count(1)
@@ -86,8 +95,15 @@ Listener = Callable[[ControlEvent], None]
 
 
 def control_enabled() -> bool:
-    """False when ``$SUPERVISE_TMUX_CONTROL`` is ``0`` (control mode turned off)."""
-    return os.environ.get(CONTROL_ENV, "1").strip() != "0"
+    """True only when ``$SUPERVISE_TMUX_CONTROL`` is ``1``: control mode is opt-in.
+
+    With tmux 3.3a (the version tested), the chaos test (``tests/test_chaos.py``: engines
+    SIGKILLed while tasks crash, hang, resume and end) made the tmux server segfault in
+    about one run of three with control clients attached (``dmesg``: NULL dereferences at
+    two sites), and a segfault ends every agent on that server. Client processes never
+    did. Until a tmux release passes that test, the engine uses client processes unless
+    asked."""
+    return os.environ.get(CONTROL_ENV, "0").strip() == "1"
 
 
 def control_session(owner: str) -> str:
@@ -104,12 +120,14 @@ def is_control(session: str, mark: str) -> bool:
     return bool(mark) or session.startswith(CONTROL_PREFIX)
 
 
-def idle_command(binary: str, socket_name: str) -> str:
-    """The control session's pane command: it waits, printing nothing, for as long as the
-    session lives. A tmux client waiting on a channel nobody signals, by absolute path: an
-    engine's ``PATH`` may hold no ``sleep`` (the pane would end, and its session with it)."""
-    tmux = shutil.which(binary) or binary
-    return "exec " + shlex.join([tmux, "-L", socket_name, "wait-for", _IDLE_CHANNEL])
+def idle_command(holder: int, session: str) -> str:
+    """The control session's pane command (:mod:`supervisor.tmux.holdwatch`): it waits,
+    printing nothing, until process ``holder`` (the one holding the control client: the
+    engine) ends, then SIGKILLs that client and ends, and its session with it. This Python
+    by absolute path (``-I -S``: no site, nothing read from the environment): an engine's
+    ``PATH`` may hold no ``sleep``."""
+    script = holdwatch.__file__
+    return "exec " + shlex.join([sys.executable, "-I", "-S", script, str(holder), session])
 
 
 @dataclass
@@ -163,10 +181,12 @@ class ControlClient:
     ) -> None:
         self.socket_name = socket_name
         self.session = session
+        self._binary = binary
         self._argv = [binary, "-N", "-L", socket_name, "-C", "new-session", "-s", session]
-        self._argv += ["-x", "80", "-y", "24", idle_command(binary, socket_name)]
-        for option, value in (("destroy-unattached", "on"), (CONTROL_OPTION, "1")):
-            self._argv += [";", "set-option", "-t", f"={session}:", option, value]
+        self._argv += ["-x", "80", "-y", "24", idle_command(os.getpid(), session)]
+        self._argv += [";", "set-option", "-t", f"={session}:", CONTROL_OPTION, "1"]
+        # the pane's end must end the session, whatever a tmux.conf sets globally
+        self._argv += [";", "set-option", "-w", "-t", f"={session}:", "remain-on-exit", "off"]
         self._on_note, self._on_end = on_note, on_end
         self._secret = secrets.token_hex(16)
         self._counter = itertools.count(1)
@@ -298,7 +318,19 @@ class ControlClient:
             call.error = TmuxError(f"tmux control client on {self.socket_name} closed: {why}")
             call.done.set()
         self._stop(graceful)
+        if graceful:
+            self._end_session()
+        else:  # the server may be wedged: never hold the caller for its answer
+            threading.Thread(target=self._end_session, daemon=True).start()
         self._on_end(self, why)
+
+    def _end_session(self) -> None:
+        """Kill this connection's session with a client process, once the control client
+        is gone (its pane would end it only with the engine; a reconnect makes a new one)."""
+        argv = [self._binary, "-L", self.socket_name, "kill-session", "-t", f"={self.session}"]
+        # gone with the server, or ended by its pane when the engine ends
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=_END_WAIT)
 
     def _stop(self, graceful: bool) -> None:
         proc = self._proc
