@@ -467,7 +467,9 @@ def reject_from(current: Path, original: Path, spool_dir: Path, problems: list[s
 def materialize(task: TaskDir, resolved: ResolvedTask, source: str, state_dir: Path) -> Manifest:
     """Write ``prompt``, ``spec.json`` (the validated task, paths absolute, for re-adoption
     after a restart) and the first manifest (``queued``, with its ``workspace`` resolved
-    now: :func:`supervisor.workspace.lifecycle.resolve`); log the ``queued`` event."""
+    now: :func:`supervisor.workspace.lifecycle.resolve`); log the ``queued`` event.
+    ``prompt`` and ``spec.json`` are fsynced (the log cannot restore them), then the
+    ``queued`` event, then the manifest is written without an fsync."""
     workspace = lifecycle.resolve(
         task.task_id, resolved.spec.project_dir, resolved.workspace, state_dir
     )
@@ -485,7 +487,7 @@ def materialize(task: TaskDir, resolved: ResolvedTask, source: str, state_dir: P
         created_at=utc_iso(),
         workspace=workspace,
     )
-    task.write_manifest(manifest)
+    # the queued event first, fsynced: with spec.json it restores this manifest (rebuild)
     task.append_event(
         Event.QUEUED,
         status=Status.QUEUED,
@@ -493,5 +495,6 @@ def materialize(task: TaskDir, resolved: ResolvedTask, source: str, state_dir: P
         session_id=manifest.session_id,
         workspace=workspace.model_dump(mode="json"),
     )
+    task.write_manifest(manifest, durable=False)
     lifecycle.note_in_place(task, workspace)  # a repository without a commit runs in place
     return manifest

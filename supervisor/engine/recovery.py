@@ -118,10 +118,13 @@ def _adopt_one(
         return None
     events = task.turn_events()  # an earlier turn is no word on this one
     ended = last_terminal(events) is not None  # the log's last word is final
-    if manifest.status == Status.QUEUED and task.task_id not in sessions and not ended:
+    launch_logged = first_of(events, Event.LAUNCHED) is not None
+    # A queued manifest whose launch the log holds (a power cut kept the manifest before
+    # the launch's, written without an fsync) is a run in progress, never launched twice.
+    queued = manifest.status == Status.QUEUED and task.task_id not in sessions
+    if queued and not ended and not launch_logged:
         return Requeued(task)
     launch_written = None
-    launch_logged = first_of(events, Event.LAUNCHED) is not None
     if manifest.status == Status.QUEUED and not launch_logged:
         # launched, but we died before recording it
         launch_written = task.file(layout.LAUNCH).stat().st_mtime
