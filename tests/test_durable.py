@@ -9,6 +9,7 @@ an fsync; a quiet check writes nothing. The power-cut test is in
 
 from __future__ import annotations
 
+import errno
 import itertools
 import json
 import os
@@ -63,6 +64,28 @@ def test_a_state_change_is_fsynced_before_append_returns_other_events_are_not(
     assert counts == {"fdatasync": 3, "fsync": 1}
     assert {Event.QUEUED, Event.LAUNCHED, Event.RESUMED, Event.CRASHED} <= DURABLE
     assert [e["event"] for e in task.events()][-1] == Event.STOP_REQUESTED
+
+
+def test_a_failed_fdatasync_takes_the_line_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack (a full or failing disk): ``fdatasync`` of a state change fails with EIO.
+    The line is taken back and ``OSError`` raised, so the decision is held and taken again
+    at the next check without a second copy of its event; a record that needs no sync is
+    still appended."""
+    task = TaskDir(tmp_path)
+    task.append_event(Event.QUEUED, status=Status.QUEUED, session_id="s")
+    before = task.file("events.jsonl").read_bytes()
+
+    def failing(fd: int) -> None:
+        raise OSError(errno.EIO, "I/O error")
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    with pytest.raises(OSError):
+        task.append_event(Event.CRASHED, status=Status.CRASHED)
+    assert task.file("events.jsonl").read_bytes() == before
+    task.append_event(Event.HOOK, name="Stop")
+    assert [e["event"] for e in task.events()] == [Event.QUEUED, Event.HOOK]
 
 
 def _watch_writes(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:

@@ -101,7 +101,12 @@ def _adopt_one(
     """Adopt one task folder (see :func:`adopt`)."""
     damaged = repair.damage(task)
     if damaged is not None:
-        return _adopt_damaged(profile, task, damaged)
+        rebuilt = _adopt_damaged(profile, task, damaged)
+        if rebuilt is None or rebuilt.status in TERMINAL:
+            return None
+        if rebuilt.status == Status.QUEUED:
+            return Requeued(task)
+        # a run in progress, restored from the log (issue 24): adopted as any other
     if not task.has_manifest():
         return _recover_claim(profile, task)
     try:
@@ -178,11 +183,12 @@ def _requests_left(profile: LoadedProfile, runtime: Runtime) -> None:
         runtime.requests.add(verb)
 
 
-def _adopt_damaged(profile: LoadedProfile, task: TaskDir, why: str) -> Found | None:
+def _adopt_damaged(profile: LoadedProfile, task: TaskDir, why: str) -> Manifest | None:
     """A folder whose manifest is missing or unreadable: never run again on that account.
     The manifest is rebuilt where the event log fixes it exactly (an ended task; a queued
-    one, queued again), the unreadable file kept beside it; otherwise nothing is touched
-    and ``supervise status`` shows the task ``damaged`` (see :mod:`supervisor.taskdir.repair`)."""
+    one, queued again; a run in progress, adopted), the unreadable file kept beside it, and
+    returned; otherwise nothing is touched, the result is ``None`` and ``supervise status``
+    shows the task ``damaged`` (see :mod:`supervisor.taskdir.repair`)."""
     events = task.events()
     try:
         resolved = runtimes.reload(profile, task)
@@ -207,7 +213,7 @@ def _adopt_damaged(profile: LoadedProfile, task: TaskDir, why: str) -> Found | N
         damaged_copy=str(kept) if kept else None,
     )
     log.warning("%s: %s; rebuilt from events.jsonl (%s)", task.task_id, why, manifest.status)
-    return Requeued(task) if manifest.status == Status.QUEUED else None
+    return manifest
 
 
 def _resume_cut_short(runtime: Runtime, sessions: dict[str, PaneInfo]) -> bool:

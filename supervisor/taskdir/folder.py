@@ -55,17 +55,22 @@ TAIL_LINES = 100
 _APPEND_LOCK = threading.Lock()
 
 
-def _append_line(fd: int, line: bytes) -> None:
+def _append_line(fd: int, line: bytes, sync: bool) -> None:
     """Append ``line`` (ending in ``"\n"``) to the file open on ``fd`` whole, or not at
-    all: see :meth:`TaskDir.append_event`. Raises ``OSError``."""
+    all, and with ``sync`` on the disk (``fdatasync``): see :meth:`TaskDir.append_event`.
+    A failed ``fdatasync`` (EIO, ENOSPC) takes the line back: the caller holds the decision
+    and takes it again, so it is never logged twice. Raises ``OSError``."""
     size = os.fstat(fd).st_size
     if size and os.pread(fd, 1, size - 1) != b"\n":
         line = b"\n" + line  # a torn tail: close it (keeping its bytes) before ours
-    written = 0
+    written, synced = 0, not sync
     try:
         written = os.write(fd, line)
+        if written == len(line) and sync:
+            os.fdatasync(fd)
+            synced = True
     finally:
-        if written != len(line):  # a short write, or an error after part of the line
+        if written != len(line) or not synced:  # short, or an error after part of it
             os.ftruncate(fd, size)
     if written != len(line):
         raise OSError(errno.ENOSPC, f"short write to {EVENTS} ({written} of {len(line)} bytes)")
@@ -182,9 +187,7 @@ class TaskDir:
             try:
                 if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO would block once full
                     raise NotRegularFile(self.file(EVENTS), os.fstat(fd).st_mode)
-                _append_line(fd, line)
-                if event in DURABLE:
-                    os.fdatasync(fd)
+                _append_line(fd, line, sync=event in DURABLE)
             finally:
                 os.close(fd)
             if created:
