@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Setup
+from conftest import Setup, wait_for
 from support.engine_in_process import _run_engine_in_process
 
 from supervisor import spool
@@ -94,14 +94,14 @@ def _watch_writes(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     seen: list[dict[str, Any]] = []
     real = taskdir.atomic_write
 
-    def watched(path: Path, data: bytes, durable: bool = True) -> None:
+    def watched(path: Path, data: bytes, durable: bool = True, **kwargs: Any) -> None:
         row: dict[str, Any] = {"name": path.name, "durable": durable, "task": path.parent.name}
         if path.name == "manifest.json":
             row["manifest"] = json.loads(data)
             logged = [e for e in TaskDir(path.parent).events() if e["event"] in DURABLE]
             row["logged"] = logged[-1]["status"] if logged else None
         seen.append(row)
-        real(path, data, durable)
+        real(path, data, durable, **kwargs)
 
     monkeypatch.setattr(taskdir, "atomic_write", watched)
     monkeypatch.setattr(engine_launch, "atomic_write", watched)
@@ -277,3 +277,31 @@ def test_quiet_checks_write_nothing(setup: Setup, monkeypatch: pytest.MonkeyPatc
     assert len(writes) <= 4, [w["status"] for w in writes]
     others = {row["name"] for row in seen} - {"manifest.json", "launch.json", "spec.json"}
     assert others <= {"prompt"}, others
+
+
+def test_a_queued_manifest_whose_launch_is_logged_is_never_launched_again(
+    setup: Setup,
+) -> None:
+    """A power cut kept the claim's manifest (``queued``) and lost the launch's, written
+    without an fsync; the ``launched`` event was fsynced. The agent died with the machine.
+    The next engine adopts the run (lost, then resumed), never a second launch."""
+    setup.write_profile(base_interval=0.3, max_interval=1, max_retries=3)
+    setup.drop("t.toml", setup.task("t", "tick: 0.2\nsleep: 1\nexit: 0"))
+    engine = setup.start()
+    try:
+        wait_for(lambda: setup.manifests().get("t", {}).get("pid"), timeout=30)
+    finally:
+        engine.kill()
+        engine.wait(timeout=30)
+    setup.tmux("kill-server")  # the power cut ends the agent too
+    folder = next((setup.state / "tasks").iterdir())
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest.update(status="queued", pid=None, started_at=None, launched_at=None)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+    assert setup.run(timeout=60).returncode == 0
+    final = setup.manifests()["t"]
+    names = [e["event"] for e in setup.events(folder.name)]
+    assert final["status"] == "completed", names
+    assert names.count("launched") == 1, names
+    assert names.count("resumed") == final["retry_count"] == 1, names
