@@ -196,7 +196,7 @@ def test_an_ending_comes_back_with_its_verdict_reason_summary_and_cost(tmp_path:
                     "verdict": "FAIL",
                     "failure_reason": "exit_code",
                     "summary": "it failed",
-                    "acceptance": {"passed": False},
+                    "accepted": {"passed": False},
                     "agent": agent,
                 },
             ),

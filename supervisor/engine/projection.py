@@ -100,7 +100,7 @@ def ending_record(
 ) -> dict[str, Any]:
     """What an ending writes into the manifest beyond the state's fields, for its terminal
     event (the write-ahead record :func:`supervisor.taskdir.repair.rebuild` restores a lost
-    manifest from): ``failure_reason``, ``summary``, ``acceptance`` (the result, or
+    manifest from): ``failure_reason``, ``summary``, ``accepted`` (the acceptance result, or
     ``None``) and ``agent`` (the adapter's report: for Claude Code its cost and turns)."""
     task = runtime.task
     report = runtime.agent.report() if runtime.agent is not None else {}
@@ -110,7 +110,7 @@ def ending_record(
     return {
         "failure_reason": state.failure_reason,
         "summary": acceptance.summary(result_text, accepted, why),
-        "acceptance": accepted,
+        "accepted": accepted,
         "agent": report,
     }
 

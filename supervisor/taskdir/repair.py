@@ -142,7 +142,7 @@ def _ended(manifest: Manifest, end: dict[str, Any]) -> None:
     manifest.verdict = end.get("verdict")
     manifest.failure_reason = end.get("failure_reason")
     manifest.summary = end.get("summary")
-    manifest.acceptance = end.get("acceptance")
+    manifest.acceptance = end.get("accepted")
     for key, value in (end.get("agent") or {}).items():
         setattr(manifest, key, value)
 
