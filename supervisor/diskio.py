@@ -40,13 +40,15 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
+def atomic_write(path: Path, data: bytes, durable: bool = True, sync_dir: bool = True) -> None:
     """Write ``data`` to ``path`` so a reader sees the old or the new file, never a mix.
 
     Temp file in the same folder, fsync, rename, fsync the folder. On any error the temp
     file is removed and the old file is left intact. Raises ``OSError``.
     ``durable=False`` skips the two fsyncs (still atomic for readers): for writes whose loss
-    in a power cut costs nothing, like a check that only refreshes ``last_checked_at``.
+    in a power cut costs nothing, or that a write-ahead record restores (a manifest,
+    :func:`supervisor.taskdir.repair.restorable`). ``sync_dir=False`` skips only the
+    folder's: the caller fsyncs it once after several writes (a group commit).
     """
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -60,7 +62,7 @@ def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    if durable:
+    if durable and sync_dir:
         fsync_dir(path.parent)
 
 

@@ -465,14 +465,17 @@ def reject_from(current: Path, original: Path, spool_dir: Path, problems: list[s
 
 
 def materialize(task: TaskDir, resolved: ResolvedTask, source: str, state_dir: Path) -> Manifest:
-    """Write ``prompt``, ``spec.json`` (the validated task, paths absolute, for re-adoption
-    after a restart) and the first manifest (``queued``, with its ``workspace`` resolved
-    now: :func:`supervisor.workspace.lifecycle.resolve`); log the ``queued`` event."""
+    """Write ``prompt``, ``spec.json`` (the validated task, for re-adoption), fsynced, the
+    ``queued`` event (fsynced; its creation fsyncs the folder), then the first manifest, no
+    fsync (its ``workspace`` resolved now: :func:`supervisor.workspace.lifecycle.resolve`)."""
     workspace = lifecycle.resolve(
         task.task_id, resolved.spec.project_dir, resolved.workspace, state_dir
     )
-    atomic_write(task.file(layout.PROMPT), resolved.prompt.encode("utf-8"))
-    atomic_write(task.file(layout.SPEC), resolved.spec.model_dump_json(indent=1).encode())
+    spec = resolved.spec.model_dump_json(indent=1).encode()
+    atomic_write(task.file(layout.PROMPT), resolved.prompt.encode("utf-8"), sync_dir=False)
+    atomic_write(task.file(layout.SPEC), spec, sync_dir=False)
+    if task.file(layout.EVENTS).exists():
+        fsync_dir(task.path)
     manifest = Manifest(
         task_id=task.task_id,
         task_name=resolved.spec.name,
@@ -485,7 +488,6 @@ def materialize(task: TaskDir, resolved: ResolvedTask, source: str, state_dir: P
         created_at=utc_iso(),
         workspace=workspace,
     )
-    task.write_manifest(manifest)
     task.append_event(
         Event.QUEUED,
         status=Status.QUEUED,
@@ -493,5 +495,6 @@ def materialize(task: TaskDir, resolved: ResolvedTask, source: str, state_dir: P
         session_id=manifest.session_id,
         workspace=workspace.model_dump(mode="json"),
     )
+    task.write_manifest(manifest, durable=False)
     lifecycle.note_in_place(task, workspace)  # a repository without a commit runs in place
     return manifest

@@ -219,8 +219,9 @@ def test_a_deleted_manifest_never_runs_a_finished_task_again(setup: Setup) -> No
 
 def test_a_garbage_manifest_is_reported_and_never_blocks_or_reruns(setup: Setup) -> None:
     """Two folders with garbage manifests: one whose log ended the task (rebuilt, the garbage
-    kept aside) and one whose log shows a run begun (left byte for byte, ``damaged``). The
-    engine with ``--exit-when-idle`` still exits, and nothing runs again."""
+    kept aside) and one whose log shows a run waiting on a human (an escalation's record is
+    in the manifest only: left byte for byte, ``damaged``). The engine with
+    ``--exit-when-idle`` still exits, and nothing runs again."""
     setup.write_profile(base_interval=0.3)
     setup.drop("done.toml", setup.task("done", "print: hi\nexit: 0\n"))
     assert setup.run().returncode == 0
@@ -230,7 +231,9 @@ def test_a_garbage_manifest_is_reported_and_never_blocks_or_reruns(setup: Setup)
     shutil.copytree(folder, midway)
     lines = (midway / "events.jsonl").read_text().splitlines()
     upto = next(i for i, line in enumerate(lines) if json.loads(line)["event"] == "launched")
-    (midway / "events.jsonl").write_text("\n".join(lines[: upto + 1]) + "\n")
+    escalated = {"ts": json.loads(lines[upto])["ts"], "event": "escalated", "status": "escalated"}
+    kept_lines = [*lines[: upto + 1], json.dumps(escalated)]
+    (midway / "events.jsonl").write_text("\n".join(kept_lines) + "\n")
     for path in (folder / "manifest.json", midway / "manifest.json"):
         path.write_bytes(b'{"status": "running", "task_id": ')
 

@@ -16,7 +16,6 @@ import functools
 import logging
 import os
 import signal
-import time
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -38,19 +37,13 @@ from supervisor.engine.pools import Submit
 from supervisor.engine.projection import Applied
 from supervisor.engine.runtime import Outcome, Runtime
 from supervisor.engine.stopping import STOP_TIMEOUT, StopInProgress
-from supervisor.taskdir import layout
+from supervisor.taskdir import layout, repair
 from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import TaskDir, utc_iso
 from supervisor.taskdir.states import TERMINAL, Status
 from supervisor.tmux import Tmux, TmuxError
 
 log = logging.getLogger("supervise.engine")
-
-#: Seconds between manifest writes of checks that change nothing but ``last_checked_at``
-#: (so it is at most this old while a task lives; the engine's own liveness is its heartbeat,
-#: ``engine-stats.json``). The rewrite was 55 % of the engine's CPU at 200 agents with 30 s
-#: checks when it was 5 s (benchmarks/README.md).
-QUIET_WRITE = 60.0
 
 
 class Actions:
@@ -138,6 +131,10 @@ class Actions:
         next check (a full disk is held by the policy before it gets here)."""
         task, state, finished = runtime.task, applied.state, applied.finished
         already = {e.get("event") for e in logged}
+        ending: dict[str, Any] = {}
+        if finished:
+            record = projection.ending_record(runtime, decision, state)
+            ending = {"verdict": state.verdict, **record}
         try:
             for event in decision.events:
                 if event in TERMINAL and (event in already or already & TERMINAL):
@@ -150,9 +147,11 @@ class Actions:
                     retry_count=state.retry_count,
                     exit_code=applied.exit_code if finished else None,
                     abandon_reason=state.abandon_reason,
+                    limit_waits=state.limit_waits,
+                    transient_waits=state.transient_waits,
                     # the terminal record is final: repair.rebuild restores a lost manifest
                     # from it, and policy.logged_ending a decision taken again
-                    **({"verdict": state.verdict} if finished else {}),
+                    **ending,
                 )
         except OSError as exc:
             log.error(
@@ -273,24 +272,28 @@ class Actions:
             by = ended_by(state.status, state.abandon_reason)
             runtime.agent.answer(approve=False, by=by)  # frees a waiting hook
         pid = task.read_int(layout.PID)
-        change = projection.decided(runtime, decision, now, applied, pid)
-        # A check that changed nothing but last_checked_at need not survive a power cut,
-        # and is written at most every QUIET_WRITE seconds (200 agents with 1 s checks
-        # would otherwise rewrite 200 manifests a second).
-        quiet = not decision.events and not decision.actions and previous == state
+        report = runtime.agent.report() if runtime.agent is not None else {}
+        change = projection.decided(runtime, decision, now, applied, pid, report)
+        # A quiet check writes nothing: no event, no action, the same state as the manifest
+        # shows it and the same PID, nothing new from the agent (its report, tools in
+        # flight). Only last_checked_at would change; the engine's liveness is its
+        # heartbeat (engine-stats.json).
+        quiet = not decision.events and not decision.actions
+        quiet = quiet and projection.shown(previous) == projection.shown(state)
         quiet = quiet and pid in (None, runtime.manifest.pid)  # a new run's PID is news
         quiet = quiet and not (runtime.agent is not None and runtime.agent.unsaved())
+        quiet = quiet and projection.reported(runtime.manifest, report)
         # While the disk is full a held decision has nothing worth a write that must fail.
         held = self.disk.is_full and not decision.events and not decision.actions
-        if held or (quiet and time.monotonic() - runtime.last_written < QUIET_WRITE):
+        if held or quiet:
             return Outcome(next_check=decision.next_check)
-        runtime.last_written = time.monotonic()
         notify = policy.Action.NOTIFY in decision.actions and bool(runtime.policy.notifier)
         notified = decision.notified(runtime.policy.notify_on) if notify else []
         self.notifications.announce(task, state.status, notified, decision.reason)
         try:
+            # No fsync where the log, fsynced first, restores the manifest (repair.restorable)
             runtime.manifest = task.update_manifest(
-                change, durable=not quiet, fallback=runtime.manifest
+                change, durable=repair.needs_fsync, fallback=runtime.manifest
             )
         except OSError as exc:
             log.error(

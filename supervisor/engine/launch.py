@@ -25,7 +25,7 @@ from supervisor.engine import clock, projection, turnmark
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.panes import Sessions
 from supervisor.engine.runtime import Runtime
-from supervisor.taskdir import layout
+from supervisor.taskdir import layout, repair
 from supervisor.taskdir.folder import atomic_write
 from supervisor.tmux import Tmux, TmuxError, TmuxTimeout
 
@@ -136,11 +136,14 @@ def launch_spec(profile: LoadedProfile, runtime: Runtime, resume: bool) -> Launc
 def write_launch(profile: LoadedProfile, runtime: Runtime, resume: bool) -> None:
     """Write the task's ``launch.json`` atomically, mode 0600 (it holds the prompt and env).
 
+    No fsync: only the wrapper of the run it starts reads it, a power cut ends that run,
+    and every launch and resume writes it again first (a resume after the cut too).
+
     Raises:
         OSError: the write failed (a full disk, EIO); the previous file is intact.
     """
     path = runtime.task.file(layout.LAUNCH)
-    atomic_write(path, launch_spec(profile, runtime, resume).to_json())
+    atomic_write(path, launch_spec(profile, runtime, resume).to_json(), durable=False)
     os.chmod(path, 0o600)
 
 
@@ -211,8 +214,9 @@ def _mark_turn(runtime: Runtime) -> None:
 
 def record_launch(runtime: Runtime, started: policy.Decision, now: float) -> None:
     """Perform :func:`supervisor.policy.launched`'s decision ``started``: its events (the
-    write-ahead record), then the manifest. A failed manifest write is logged; the next
-    check writes it again."""
+    write-ahead record, fsynced), then the manifest, without an fsync where the log restores
+    it (:func:`supervisor.taskdir.repair.restorable`). A failed manifest write is logged;
+    the next check writes it again."""
     task = runtime.task
     runtime.state = started.state
     change = projection.launched(started.state, now)
@@ -220,7 +224,9 @@ def record_launch(runtime: Runtime, started: policy.Decision, now: float) -> Non
     for event in started.events:
         task.append_event(event, at=now, status=started.state.status, session_name=task.task_id)
     try:
-        runtime.manifest = task.update_manifest(change, fallback=runtime.manifest)
+        runtime.manifest = task.update_manifest(
+            change, durable=repair.needs_fsync, fallback=runtime.manifest
+        )
     except OSError as exc:
         log.error(
             "%s: cannot write %s: %s; the next check writes it again",

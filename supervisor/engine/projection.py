@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
 
 from supervisor import policy
 from supervisor.engine import acceptance
@@ -66,6 +69,22 @@ def state_fields(
         m.abandon_reason = state.abandon_reason
 
 
+def shown(state: policy.TaskState) -> tuple[object, ...]:
+    """The fields of ``state`` that :func:`state_fields` writes into the manifest: two
+    states with the same ``shown`` write the same manifest (the policy's own memory, such
+    as ``stale_since``, is not in it)."""
+    return (
+        state.status,
+        state.retry_count,
+        state.started_at,
+        state.launched_at,
+        state.resume_at,
+        state.limit_waits,
+        state.transient_waits,
+        state.abandon_reason,
+    )
+
+
 def launched(state: policy.TaskState, now: float) -> Callable[[Manifest], None]:
     """The change of a launch (:func:`supervisor.policy.launched`'s ``state`` at ``now``):
     the state's fields, no PID until the wrapper writes one."""
@@ -76,18 +95,38 @@ def launched(state: policy.TaskState, now: float) -> Callable[[Manifest], None]:
     return change
 
 
+def ending_record(
+    runtime: Runtime, decision: policy.Decision, state: policy.TaskState
+) -> dict[str, Any]:
+    """What an ending writes into the manifest beyond the state's fields, for its terminal
+    event (the write-ahead record :func:`supervisor.taskdir.repair.rebuild` restores a lost
+    manifest from): ``failure_reason``, ``summary``, ``accepted`` (the acceptance result, or
+    ``None``) and ``agent`` (the adapter's report: for Claude Code its cost and turns)."""
+    task = runtime.task
+    report = runtime.agent.report() if runtime.agent is not None else {}
+    accepted = acceptance.read(task) if runtime.resolved.acceptance else None
+    result_text = runtime.agent.result_text() if runtime.agent is not None else None
+    why = "" if state.status == Status.COMPLETED else decision.reason
+    return {
+        "failure_reason": state.failure_reason,
+        "summary": acceptance.summary(result_text, accepted, why),
+        "accepted": accepted,
+        "agent": report,
+    }
+
+
 def decided(
     runtime: Runtime,
     decision: policy.Decision,
     now: float,
     applied: Applied,
     pid: int | None,
+    report: dict[str, Any],
 ) -> Callable[[Manifest], None]:
     """The change of any other decision: the state's fields (:func:`state_fields`), the
-    agent adapter's report and, on an ending, the exit code, signal, tail, verdict,
-    failure reason, acceptance result and summary."""
+    agent adapter's ``report`` (its manifest fields) and, on an ending, the exit code,
+    signal, tail, verdict, failure reason, acceptance result and summary."""
     task, state, finished = runtime.task, applied.state, applied.finished
-    report = runtime.agent.report() if runtime.agent is not None else {}
     accepted = acceptance.read(task) if finished and runtime.resolved.acceptance else None
     summary = None
     if finished:
@@ -112,3 +151,16 @@ def decided(
                 m.acceptance = accepted
 
     return change
+
+
+def reported(manifest: Manifest, report: dict[str, Any]) -> bool:
+    """Whether ``manifest`` already holds the agent adapter's ``report`` (its fields as
+    :func:`decided` would set them): a check that brings nothing else writes nothing.
+    A value that cannot be compared counts as new (a write too many, never one lost)."""
+    for key, value in report.items():
+        current = getattr(manifest, key, None)
+        if isinstance(current, BaseModel):
+            current = current.model_dump(mode="json", exclude_unset=False)
+        if current != value:
+            return False
+    return True

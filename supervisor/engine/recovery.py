@@ -103,7 +103,12 @@ def _adopt_one(
     """Adopt one task folder (see :func:`adopt`)."""
     manifest, damaged = _manifest(task)
     if damaged is not None:
-        return _adopt_damaged(profile, task, damaged)
+        rebuilt = _adopt_damaged(profile, task, damaged)
+        if rebuilt is None or rebuilt.status in TERMINAL:
+            return None
+        if rebuilt.status == Status.QUEUED:
+            return Requeued(task)
+        manifest = rebuilt  # a run in progress, restored from the log: adopted as any other
     if manifest is None:
         return _recover_claim(profile, task)
     if manifest.status in TERMINAL:
@@ -115,10 +120,13 @@ def _adopt_one(
         return None
     events = task.turn_events()  # an earlier turn is no word on this one
     ended = last_terminal(events) is not None  # the log's last word is final
-    if manifest.status == Status.QUEUED and task.task_id not in sessions and not ended:
+    launch_logged = first_of(events, Event.LAUNCHED) is not None
+    # A queued manifest whose launch the log holds (a power cut kept the manifest before
+    # the launch's, written without an fsync) is a run in progress, never launched twice.
+    queued = manifest.status == Status.QUEUED and task.task_id not in sessions
+    if queued and not ended and not launch_logged:
         return Requeued(task)
     launch_written = None
-    launch_logged = first_of(events, Event.LAUNCHED) is not None
     if manifest.status == Status.QUEUED and not launch_logged:
         # launched, but we died before recording it
         launch_written = task.file(layout.LAUNCH).stat().st_mtime
@@ -185,11 +193,12 @@ def _requests_left(profile: LoadedProfile, runtime: Runtime) -> None:
         runtime.requests.add(verb)
 
 
-def _adopt_damaged(profile: LoadedProfile, task: TaskDir, why: str) -> Found | None:
+def _adopt_damaged(profile: LoadedProfile, task: TaskDir, why: str) -> Manifest | None:
     """A folder whose manifest is missing or unreadable: never run again on that account.
     The manifest is rebuilt where the event log fixes it exactly (an ended task; a queued
-    one, queued again), the unreadable file kept beside it; otherwise nothing is touched
-    and ``supervise status`` shows the task ``damaged`` (see :mod:`supervisor.taskdir.repair`)."""
+    one, queued again; a run in progress, adopted), the unreadable file kept beside it, and
+    returned; otherwise nothing is touched, the result is ``None`` and ``supervise status``
+    shows the task ``damaged`` (see :mod:`supervisor.taskdir.repair`)."""
     events = task.events()
     try:
         resolved = runtimes.reload(profile, task)
@@ -214,7 +223,7 @@ def _adopt_damaged(profile: LoadedProfile, task: TaskDir, why: str) -> Found | N
         damaged_copy=str(kept) if kept else None,
     )
     log.warning("%s: %s; rebuilt from events.jsonl (%s)", task.task_id, why, manifest.status)
-    return Requeued(task) if manifest.status == Status.QUEUED else None
+    return manifest
 
 
 def _resume_cut_short(runtime: Runtime, sessions: dict[str, PaneInfo]) -> bool:

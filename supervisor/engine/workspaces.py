@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from supervisor.engine.runtime import Runtime
+from supervisor.taskdir import repair
 from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import Manifest
 from supervisor.taskdir.states import Status
@@ -166,12 +167,19 @@ def _folder(runtime: Runtime) -> str | None:
 
 
 def _set_shared(runtime: Runtime, peers: list[str]) -> None:
+    """Set ``workspace.shared_with`` (the other live tasks in the folder) with no fsync of
+    its own (only where the manifest needs one, :func:`supervisor.taskdir.repair.needs_fsync`):
+    a power cut ends every one of those runs, so no synced list would be true after it,
+    and a folder shared by N tasks would cost 2 N fsyncs per launch and end (issue 24)."""
+
     def change(m: Manifest) -> None:
         if m.workspace is not None:
             m.workspace.shared_with = peers
 
     with contextlib.suppress(OSError, ValueError):
-        runtime.manifest = runtime.task.update_manifest(change, fallback=runtime.manifest)
+        runtime.manifest = runtime.task.update_manifest(
+            change, durable=repair.needs_fsync, fallback=runtime.manifest
+        )
 
 
 def share(runtime: Runtime, live: dict[str, Runtime]) -> None:

@@ -95,6 +95,35 @@ class Event(StrEnum):
 INTENTS: frozenset[Event] = frozenset({Event.CRASHED, Event.HUNG, Event.WAITING})
 #: The events that start a run of the agent (the first launch and every resume).
 RUNS: frozenset[Event] = frozenset({Event.LAUNCHED, Event.RESUMED})
+#: The events fsynced when appended (:meth:`supervisor.taskdir.folder.TaskDir.append_event`):
+#: the log is the write-ahead record of every state change, so each event that sets or ends
+#: a status (every status event; ``launched``/``resumed`` start a run, ``continued`` and
+#: ``followed_up`` go on in one, ``approved``/``denied`` end an escalation), each operator's
+#: or the fleet's request (its control file is gone once it is recorded) and ``notifying``
+#: (a notification delivered at least once) is on the disk before the manifest that shows
+#: it is written, and before any action it decides. The manifest is then written without
+#: an fsync (:func:`supervisor.taskdir.repair.restorable`): a power cut can lose or empty
+#: it, and :func:`supervisor.taskdir.repair.rebuild` or adoption gets it back from here.
+#: The other events (hooks, adoption notes, workspace steps) are records a power cut may
+#: lose without changing what the task is.
+DURABLE: frozenset[str] = frozenset(
+    {
+        *Status,
+        Event.LAUNCHED,
+        Event.RESUMED,
+        Event.CONTINUED,
+        Event.FOLLOWED_UP,
+        Event.APPROVED,
+        Event.DENIED,
+        Event.NOTIFYING,
+        Event.STOP_REQUESTED,
+        Event.RESUME_REQUESTED,
+        Event.APPROVE_REQUESTED,
+        Event.DENY_REQUESTED,
+        Event.SUPERSEDE_REQUESTED,
+        Event.CONTINUE_REQUESTED,
+    }
+)
 #: The events that may be the log's last word (:func:`last_word`).
 LAST_WORDS: frozenset[str] = frozenset({*TERMINAL, *INTENTS, Event.RESUMED, Event.CONTINUED})
 

@@ -31,7 +31,7 @@ from supervisor.diskio import (  # noqa: F401  (also imported from here with Tas
     utc_iso,
 )
 from supervisor.logrotate import shift_backups
-from supervisor.taskdir.events import Event
+from supervisor.taskdir.events import DURABLE, Event
 from supervisor.taskdir.layout import (  # noqa: F401  (also imported from here)
     DAMAGED,
     DONE,
@@ -55,20 +55,35 @@ TAIL_LINES = 100
 _APPEND_LOCK = threading.Lock()
 
 
-def _append_line(fd: int, line: bytes) -> None:
+def _append_line(fd: int, line: bytes, sync: bool) -> None:
     """Append ``line`` (ending in ``"\n"``) to the file open on ``fd`` whole, or not at
-    all: see :meth:`TaskDir.append_event`. Raises ``OSError``."""
+    all, and with ``sync`` on the disk (``fdatasync``): see :meth:`TaskDir.append_event`.
+    A failed ``fdatasync`` (EIO, ENOSPC) takes the line back: the caller holds the decision
+    and takes it again, so it is never logged twice. Raises ``OSError``."""
     size = os.fstat(fd).st_size
     if size and os.pread(fd, 1, size - 1) != b"\n":
         line = b"\n" + line  # a torn tail: close it (keeping its bytes) before ours
-    written = 0
+    written, synced = 0, not sync
     try:
         written = os.write(fd, line)
+        if written == len(line) and sync:
+            os.fdatasync(fd)
+            synced = True
     finally:
-        if written != len(line):  # a short write, or an error after part of the line
+        if written != len(line) or not synced:  # short, or an error after part of it
             os.ftruncate(fd, size)
     if written != len(line):
         raise OSError(errno.ENOSPC, f"short write to {EVENTS} ({written} of {len(line)} bytes)")
+
+
+def _open_log(path: Path) -> tuple[int, bool]:
+    """An append descriptor on ``events.jsonl`` and whether this call created the file.
+    Raises ``OSError``."""
+    flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
+    try:
+        return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600), True
+    except FileExistsError:
+        return os.open(path, flags), False
 
 
 class TaskDir:
@@ -97,10 +112,11 @@ class TaskDir:
     def has_manifest(self) -> bool:
         return self.file(MANIFEST).exists()
 
-    def write_manifest(self, manifest: Manifest) -> None:
-        """Atomically replace ``manifest.json`` under the task's file lock."""
+    def write_manifest(self, manifest: Manifest, durable: bool = True) -> None:
+        """Atomically replace ``manifest.json`` under the task's file lock; ``durable``: as
+        :meth:`update_manifest`'s."""
         with self._lock:
-            self._write(manifest)
+            self._write(manifest, durable)
 
     def _write(self, manifest: Manifest, durable: bool = True) -> None:
         payload = manifest.model_dump_json(indent=2).encode() + b"\n"
@@ -109,10 +125,16 @@ class TaskDir:
     def update_manifest(
         self,
         change: Callable[[Manifest], None],
-        durable: bool = True,
+        durable: bool | Callable[[Manifest], bool] = True,
         fallback: Manifest | None = None,
     ) -> Manifest:
         """Read, apply ``change`` in place, write back: one locked read-modify-write.
+
+        ``durable``: fsync the new file and the folder (:func:`atomic_write`), or a test of
+        the changed manifest that says so. Without it the write is still atomic for readers,
+        but a power cut may leave the previous file, an empty one or none: only for a
+        manifest that the event log, fsynced first, restores
+        (:func:`supervisor.taskdir.repair.restorable`).
 
         Using the lock for the whole cycle means an operator command (``supervise stop``)
         and the engine never lose each other's updates.
@@ -133,7 +155,7 @@ class TaskDir:
                     os.rename(path, path.with_name(f"{MANIFEST}{DAMAGED}{int(time.time())}"))
                 manifest = fallback.model_copy(deep=True)
             change(manifest)
-            self._write(manifest, durable)
+            self._write(manifest, durable(manifest) if callable(durable) else durable)
             return manifest
 
     # -- events -------------------------------------------------------------------
@@ -150,19 +172,26 @@ class TaskDir:
         line, so the fragment stays a line of its own that :meth:`events` skips and the new
         event is never glued to it. Raises ``OSError`` (e.g. ``ENOSPC``) when the line could
         not be written whole; the file is then as it was.
+
+        Durability: an event of :data:`supervisor.taskdir.events.DURABLE` (a state change)
+        is on the disk when this returns (``fdatasync``, fsync(2): it also writes the new
+        size); the log's creation is made durable by an fsync of the folder. Other events
+        reach the disk with the next synced one or the kernel's writeback.
         """
         record = {"ts": utc_iso(at), "event": event, **fields}
         # ASCII-only JSON: a name with lone surrogates (a non-UTF-8 file name) or U+2028
         # cannot break the line or the encoding.
         line = (json.dumps(record, ensure_ascii=True, default=str) + "\n").encode()
         with _APPEND_LOCK:
-            fd = os.open(self.file(EVENTS), os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+            fd, created = _open_log(self.file(EVENTS))
             try:
                 if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO would block once full
                     raise NotRegularFile(self.file(EVENTS), os.fstat(fd).st_mode)
-                _append_line(fd, line)
+                _append_line(fd, line, sync=event in DURABLE)
             finally:
                 os.close(fd)
+            if created:
+                fsync_dir(self.path)
         return record
 
     def events(self) -> list[dict[str, Any]]:

@@ -12,10 +12,15 @@ check and the task vanished from ``supervise status``).
   cut short by a crash: no manifest and nothing logged yet; the engine finishes that claim).
 - :func:`rebuild` makes the manifest again from ``spec.json`` (the validated task), the
   ``queued`` event (``session_id``, ``created_at``), the ``launched`` and ``resumed``
-  events and the terminal event (status, exit code, ``abandon_reason``, ``verdict``,
-  ``retry_count``, times), when the log ended the task or never launched it. Anything else
-  (a run in progress) is not exact: the files are left as they are and the task is reported
-  ``damaged``.
+  events, the last status event of a run in progress (status, ``retry_count``, waits) and
+  the terminal event (status, exit code, ``abandon_reason``, ``verdict``, ``retry_count``,
+  ``failure_reason``, ``summary``, ``acceptance``, the agent's report such as its cost,
+  times). A later turn (``supervise continue``) or an escalation is not exact: the files are
+  left as they are and the task is reported ``damaged``.
+- :func:`restorable` says which manifests :func:`rebuild` gets back whole: the engine writes
+  those without an fsync (the events that decide them are fsynced first,
+  :data:`supervisor.taskdir.events.DURABLE`), so a power cut that empties or loses such a
+  manifest, or leaves the previous one, loses nothing the log does not hold.
 """
 
 from __future__ import annotations
@@ -29,7 +34,15 @@ from typing import Any
 
 from supervisor.diskio import read_regular
 from supervisor.taskdir import layout
-from supervisor.taskdir.events import RUNS, Event, first_of, last_terminal, named
+from supervisor.taskdir.events import (
+    DURABLE,
+    RUNS,
+    Event,
+    first_of,
+    last_of,
+    last_terminal,
+    named,
+)
 from supervisor.taskdir.folder import MANIFEST, Manifest, TaskDir, utc_iso
 from supervisor.taskdir.states import DAMAGED as DAMAGED  # re-exported: the views' name
 from supervisor.taskdir.states import Status
@@ -45,8 +58,11 @@ def damage(task: TaskDir) -> str | None:
         Manifest.model_validate_json(read_regular(path, MANIFEST_MAX, follow=False))
         return None
     except FileNotFoundError:
-        if not task.file(layout.EVENTS).exists():
-            return None  # a claim in progress or cut short (the engine finishes it): no loss
+        if first_of(task.events(), Event.QUEUED) is None:
+            # a claim in progress or cut short (the engine finishes it): no loss. A power
+            # cut during the claim can leave an empty events.jsonl: the queued event is
+            # written, and fsynced, before the first manifest.
+            return None
         return f"{path} is missing"
     except OSError as exc:
         return f"{path} cannot be read: {exc.strerror or exc}"
@@ -59,8 +75,10 @@ def rebuild(
     task: TaskDir, events: list[dict[str, Any]], name: str, model: str, project_dir: str
 ) -> Manifest | None:
     """The manifest as the event log fixes it, or ``None`` when the log cannot fix it
-    exactly (no ``queued`` event with a ``session_id``, a run started and not ended, or a
+    exactly (no ``queued`` event with a ``session_id``, a run waiting on a human, or a
     follow-up's later turn: the earlier turns' records, ``turns``, are in no event whole).
+    A run in progress comes back in the status its last status event logged, with its
+    counters; adoption then finds its agent (or, after a power cut, its absence).
 
     Args:
         task: the task folder.
@@ -75,8 +93,6 @@ def rebuild(
         return None  # turn 2 or later (supervise continue): left damaged, reported
     end = last_terminal(events)
     launched = named(events, Event.LAUNCHED)
-    if end is None and launched:
-        return None  # a run in progress: its state is not in the log alone
     manifest = Manifest(
         task_id=task.task_id,
         task_name=name,
@@ -88,17 +104,15 @@ def rebuild(
         created_at=queued["ts"],
         workspace=lifecycle.report_from_events(events),
     )
-    if end is None:
+    if end is None and not launched:
         return manifest  # queued, never launched
     runs = named(events, *RUNS)
-    manifest.status = Status(end["event"])
     manifest.started_at = launched[0]["ts"] if launched else None
     manifest.launched_at = runs[-1]["ts"] if runs else None
-    manifest.retry_count = int(end.get("retry_count") or 0)
-    manifest.exit_code = end.get("exit_code")
-    manifest.abandon_reason = end.get("abandon_reason")
-    manifest.verdict = end.get("verdict")
-    manifest.last_checked_at = end["ts"]
+    manifest.pid = task.read_int(layout.PID)
+    if end is None:
+        return _in_progress(manifest, events)
+    _ended(manifest, end)
     done = task.done_mtime()
     manifest.finished_at = (
         utc_iso(done) if done is not None and manifest.status != Status.ABANDONED else end["ts"]
@@ -107,8 +121,54 @@ def rebuild(
         manifest.abandoned_at = end["ts"]
     manifest.signal = task.read_int(layout.SIGNAL)
     manifest.output_tail = task.output_tail()
-    manifest.pid = task.read_int(layout.PID)
     return manifest
+
+
+def _counts(manifest: Manifest, record: dict[str, Any], resumes: int) -> None:
+    """The counters a status event carries (absent in logs written before they were)."""
+    manifest.retry_count = max(int(record.get("retry_count") or 0), resumes)
+    manifest.limit_waits = int(record.get("limit_waits") or 0)
+    manifest.transient_waits = int(record.get("transient_waits") or 0)
+    manifest.last_checked_at = record["ts"]
+
+
+def _ended(manifest: Manifest, end: dict[str, Any]) -> None:
+    """The terminal event's fields (:meth:`supervisor.engine.actions.Actions.apply` writes
+    them; logs written before the ending's record was logged lack the last four)."""
+    manifest.status = Status(end["event"])
+    _counts(manifest, end, 0)
+    manifest.exit_code = end.get("exit_code")
+    manifest.abandon_reason = end.get("abandon_reason")
+    manifest.verdict = end.get("verdict")
+    manifest.failure_reason = end.get("failure_reason")
+    manifest.summary = end.get("summary")
+    manifest.acceptance = end.get("accepted")
+    for key, value in (end.get("agent") or {}).items():
+        setattr(manifest, key, value)
+
+
+def _in_progress(manifest: Manifest, events: list[dict[str, Any]]) -> Manifest | None:
+    """A run in progress: the status its last status event logged, or ``None`` while the
+    task waits on a human (the escalation's record is in the manifest only)."""
+    last = last_of((e for e in events if e.get("status")), DURABLE)
+    if last is None or last["status"] == Status.ESCALATED:
+        return None
+    manifest.status = Status(last["status"])
+    _counts(manifest, last, len(named(events, Event.RESUMED)))
+    return manifest
+
+
+def restorable(manifest: Manifest) -> bool:
+    """Whether :func:`rebuild` gets ``manifest`` back from the event log as it is: the
+    first turn, no escalation (status, record or denials counted by the circuit breaker).
+    The engine writes these without an fsync; the others with one."""
+    return (
+        manifest.turn == 1
+        and not manifest.turns
+        and manifest.status != Status.ESCALATED
+        and manifest.escalation is None
+        and not manifest.denials
+    )
 
 
 def set_aside(path: Path) -> Path | None:
@@ -127,3 +187,9 @@ def spec_name(task: TaskDir) -> str | None:
     with contextlib.suppress(OSError, ValueError, AttributeError, RecursionError):
         return json.loads(read_regular(task.file(layout.SPEC), MANIFEST_MAX)).get("name")
     return None
+
+
+def needs_fsync(manifest: Manifest) -> bool:
+    """Whether a write of ``manifest`` must be fsynced: the event log cannot restore it
+    (not :func:`restorable`). The ``durable`` test of the engine's manifest writes."""
+    return not restorable(manifest)
