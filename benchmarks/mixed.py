@@ -1,6 +1,12 @@
 """Latency under mixed load, and what a stubborn agent's stop costs the other tasks.
 
-    .venv/bin/python benchmarks/mixed.py [--scenario mixed,stubborn] [--out FILE.json]
+    .venv/bin/python benchmarks/mixed.py [--quick] [--scenario mixed,stubborn] [--out FILE.json]
+
+``--quick``: a 300-file burst, 5 s warm, 15 s before and after (200 long agents and 100
+churning as always). Every report gives the engine's CPU % of a core and per short task
+(``engine_cpu_ms_per_short_task``: the whole engine's own CPU over the window, the long
+agents' checks included, divided by the short tasks that ended in it; ``engine_cpu`` for the
+whole run), the cores and the 1-minute load at start and end (``machine``).
 
 Two scenarios (``--scenario`` takes a comma-separated subset):
 
@@ -274,6 +280,8 @@ def mixed(args: argparse.Namespace) -> dict[str, Any]:
             "crashes": len(crashes.samples),
             "crash_manifest_rewritten_before_read": rewritten,
             "engine_cpu_pct": round((cpu1 - cpu0) / (cpu_t1 - cpu_t0) * 100, 1),
+            # the long agents' checks included: the whole engine's CPU over the short tasks
+            "engine_cpu_ms_per_short_task": round(1000 * (cpu1 - cpu0) / max(short_done, 1), 2),
             "loadavg": load,
             "done_to_manifest_s": {p: dist(v) for p, v in done.items()},
             "done_to_manifest_all_s": dist([x for v in done.values() for x in v]),
@@ -284,6 +292,7 @@ def mixed(args: argparse.Namespace) -> dict[str, Any]:
             "short_tasks_per_s": round(short_done / window, 2) if window else None,
         }
     result["engine_log"] = sc.log
+    result["engine_cpu"] = sc.cpu.report()
     result["engine_stats"] = sc.final_stats
     return result
 
@@ -422,6 +431,7 @@ def stubborn(args: argparse.Namespace) -> dict[str, Any]:
             "windows": windows,
         }
     result["engine_log"] = sc.log
+    result["engine_cpu"] = sc.cpu.report()
     result["engine_stats"] = sc.final_stats
     return result
 
@@ -436,7 +446,8 @@ def verdict(d: dict[str, Any], p95: float, top: float) -> str:
 def print_mixed(r: dict[str, Any]) -> None:
     print(f"mixed: long agents up in {r['launch_long_s']} s; phases (s) {r['phase_s']}; "
           f"{r['short_tasks_terminal']} short tasks ended ({r['short_tasks_per_s']}/s); "
-          f"{r['crashes']} crashes; engine CPU {r['engine_cpu_pct']} % of a core; "
+          f"{r['crashes']} crashes; engine CPU {r['engine_cpu_pct']} % of a core, "
+          f"{r['engine_cpu_ms_per_short_task']} ms per short task; "
           f"load {r['loadavg']}")  # fmt: skip
     print(f"{'figure':<28} {'phase':<7} {'n':>5} {'p50':>7} {'p95':>7} {'max':>7}  target")
     for label, key in (
@@ -475,11 +486,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenario", default="mixed,stubborn")
     parser.add_argument("--long", type=int, default=200, help="long-lived agents (200)")
     parser.add_argument("--churn", type=int, default=100, help="short tasks in flight (100)")
-    parser.add_argument("--burst", type=int, default=1000, help="files in the burst (1000)")
+    parser.add_argument("--burst", type=int, default=None, help="burst files (1000; quick 300)")
     parser.add_argument("--base-interval", type=float, default=30.0, help="mixed: checks (30)")
-    parser.add_argument("--warm", type=float, default=15.0, help="s of churn before 'before'")
-    parser.add_argument("--before", type=float, default=30.0, help="s before the burst (30)")
-    parser.add_argument("--after", type=float, default=30.0, help="s after the drain (30)")
+    parser.add_argument("--warm", type=float, default=None, help="s of churn first (15; 5)")
+    parser.add_argument("--before", type=float, default=None, help="s before the burst (30; 15)")
+    parser.add_argument("--after", type=float, default=None, help="s after the drain (30; 15)")
+    parser.add_argument("--quick", action="store_true", help="the sizes after ';' above")
     parser.add_argument("--kill-every", type=float, default=2.0, help="s between crashes (2)")
     parser.add_argument("--others", type=int, default=100, help="stubborn: other agents (100)")
     parser.add_argument("--rounds", type=int, default=3, help="stubborn: rounds (3)")
@@ -490,6 +502,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--py-spy-bin", default="/tmp/pyspy/bin/py-spy")
     parser.add_argument("--keep", action="store_true", help="keep the temp dirs")
     args = parser.parse_args(argv)
+    quick = args.quick
+    args.burst = args.burst if args.burst is not None else (300 if quick else 1000)
+    args.warm = args.warm if args.warm is not None else (5.0 if quick else 15.0)
+    args.before = args.before if args.before is not None else (15.0 if quick else 30.0)
+    args.after = args.after if args.after is not None else (15.0 if quick else 30.0)
     chosen = [s.strip() for s in args.scenario.split(",") if s.strip()]
     if set(chosen) - {"mixed", "stubborn"}:
         parser.error("--scenario: choose from mixed, stubborn")
@@ -507,6 +524,11 @@ def main(argv: list[str] | None = None) -> int:
             result[name] = {"error": str(exc)}
             code = 1
     result["machine"]["load_average_after"] = loadavg()
+    result["machine"]["load_1m_end"] = result["machine"]["load_average_after"][0]
+    print(
+        f"cores {result['machine']['cores']}; load 1 min {result['machine']['load_1m_start']}"
+        f" -> {result['machine']['load_1m_end']}"
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
     print(f"figures written to {args.out}")
