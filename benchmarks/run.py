@@ -1066,13 +1066,25 @@ def within_1s(value: float) -> bool:
 Figure = tuple[str, str, str, str, Callable[[float], bool] | None]
 FIGURES: dict[str, list[Figure]] = {
     "detect.done": [
-        ("engine_cpu.ms_per_task", "engine CPU per task (own, after start-up)", "ms", "", None),
+        (
+            "engine_cpu.ms_per_task",
+            "detect done: engine CPU per task (own, after start-up)",
+            "ms",
+            "",
+            None,
+        ),
         ("latency_s.p50", "done -> completed event p50", "s", "", None),
         ("latency_s.p95", "done -> completed event p95", "s", "<= 1", within_1s),
         ("manifest_latency_s.p95", "done -> manifest written p95", "s", "<= 1", within_1s),
     ],
     "detect.crash": [
-        ("engine_cpu.ms_per_task", "engine CPU per task (own, after start-up)", "ms", "", None),
+        (
+            "engine_cpu.ms_per_task",
+            "detect crash: engine CPU per task (own, after start-up)",
+            "ms",
+            "",
+            None,
+        ),
         ("latency_s.p50", "SIGKILL -> crashed event p50", "s", "", None),
         ("latency_s.p95", "SIGKILL -> crashed event p95", "s", "<= 1", within_1s),
         ("manifest_latency_s.p95", "SIGKILL -> manifest written p95", "s", "<= 1", within_1s),
@@ -1099,7 +1111,13 @@ FIGURES: dict[str, list[Figure]] = {
         ("stops_needing_sigkill", "hang after 34 s: stops that took 10 s (SIGKILL)", "", "", None),
     ],
     "pickup": [
-        ("engine_cpu.ms_per_task", "engine CPU per task (own, after start-up)", "ms", "", None),
+        (
+            "engine_cpu.ms_per_task",
+            "pickup: engine CPU per task (own, after start-up)",
+            "ms",
+            "",
+            None,
+        ),
         ("launched_latency_s.p50", "rename -> launched p50", "s", "", None),
         ("launched_latency_s.p95", "rename -> launched p95", "s", "<= 1", within_1s),
         ("queued_latency_s.p95", "rename -> queued (claimed) p95", "s", "", None),
@@ -1135,7 +1153,13 @@ FIGURES: dict[str, list[Figure]] = {
         ("restart_s.p95", "supervisord kill -> restarted p95", "s", "", None),
     ],
     "peer.supervise": [
-        ("engine_cpu.ms_per_task", "engine CPU per task (own, after start-up)", "ms", "", None),
+        (
+            "engine_cpu.ms_per_task",
+            "supervise peer: engine CPU per task (one task, its resumes)",
+            "ms",
+            "",
+            None,
+        ),
         ("restart_s.p50", "supervise kill -> resumed p50 (raw)", "s", "", None),
         ("restart_s.p95", "supervise kill -> resumed p95 (raw)", "s", "", None),
         ("restart_minus_backoff_s.p50", "supervise, minus 1 s backoff, p50", "s", "", None),
