@@ -203,3 +203,35 @@ def test_soak_waits_for_the_heartbeat_naming_the_engine(tmp_path: Path) -> None:
     assert soak.heartbeat_pid(tmp_path) is None
     (tmp_path / "engine-stats.json").write_text('{"pid": 4242}', encoding="utf-8")
     assert soak.heartbeat_pid(tmp_path) == 4242
+
+
+class StubScenario:
+    """What :class:`adopt.Watch` reads of a ``run.Scenario``: folders, events, heartbeat."""
+
+    def __init__(self, root: Path, pid: int, stats: dict[str, Any]) -> None:
+        self.root, self.engine, self._stats = root, subprocess.Popen(["true"]), stats
+        self.engine.wait()
+        self.engine.pid = pid  # type: ignore[misc]
+        self.log: list[dict[str, Any]] = []
+
+    def task_dir(self, name: str) -> Path:
+        (self.root / name).mkdir(exist_ok=True)
+        return self.root / name
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return [{"event": "adopted", "ts": "2026-11-26T10:00:02+00:00"}]
+
+    def stats(self) -> dict[str, Any]:
+        return self._stats
+
+
+def test_adopt_falls_back_to_the_new_engines_heartbeat(tmp_path: Path) -> None:
+    """An engine whose quiet first checks write no manifest is read from its heartbeat's
+    ``checks`` counter; a heartbeat still naming the previous engine does not count."""
+    t0 = adopt.parse_ts("2026-11-26T10:00:01+00:00")
+    beat = {"pid": 111, "checks": 2, "written_at": "2026-11-26T10:00:03+00:00"}
+    old = adopt.Watch(StubScenario(tmp_path, 222, beat), ["a", "b"], t0)
+    assert old.poll() is False and old.stats_checked is None
+    new = adopt.Watch(StubScenario(tmp_path, 111, beat), ["a", "b"], t0)
+    assert new.poll() is True and new.stats_checked == t0 + 2
+    assert new.checked == {}  # no manifest was written: the heartbeat is the source
