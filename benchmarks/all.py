@@ -1,7 +1,7 @@
 """Issue 24's whole benchmark set in one command, with its targets.
 
     .venv/bin/python benchmarks/all.py [--quick] [--only run,load,soak_fake,soak_sh,mixed,adopt]
-    .venv/bin/python benchmarks/all.py --table benchmarks/results/issue24-<commit>.json
+    .venv/bin/python benchmarks/all.py --table benchmarks/results/issue24-<commit>.json [...]
 
 Runs each benchmark as its own process, one after another (:data:`STEPS`: ``run.py --only
 detect,pickup,cli,peer``, ``load_only.py`` with 200 agents at 30 s and at 1 s checks,
@@ -14,8 +14,10 @@ start and end, to ``benchmarks/results/issue24-<commit>.json``, and printed as a
 table (target, figure, met?, load, command). ``<commit>`` is ``git rev-parse --short HEAD``,
 with ``-dirty`` when ``supervisor/`` has uncommitted changes.
 
-``--table FILE``: measure nothing, print the table of an earlier summary again (its rows are
-recomputed from the step JSON files it names, when they are still there).
+``--table FILE [FILE ...]``: measure nothing, print the table of an earlier summary again
+(its rows are recomputed from the step JSON files it names, when they are still there); of
+several summaries (e.g. two quick sets), one table with each headline figure pooled over
+them: median of the sets' medians, min, max, runs (:func:`combine`).
 Exit status 1 when a step exited non-zero (an error, or a soak whose checks failed: see its
 ``.out``); a missed target is not a failure of the command.
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -124,9 +127,20 @@ Row = dict[str, Any]
 Check = Callable[[float], bool]
 
 
-def row(target: str, figure: str, met: bool | None, step: str) -> Row:
-    """A row of the table; ``met`` None: no target, or no figure."""
-    return {"target": target, "figure": figure, "met": met, "step": step}
+def one(value: Any) -> dict[str, Any] | None:
+    """A single figure as a summary of one run (None when there is none)."""
+    if not isinstance(value, int | float):
+        return None
+    return {"median": value, "min": value, "max": value, "runs": 1}
+
+
+def row(
+    target: str, figure: str, met: bool | None, step: str, **stats: dict[str, Any] | None
+) -> Row:
+    """A row of the table; ``met`` None: no target, or no figure. ``stats``: the headline
+    figures (name -> median, min, max, runs) that :func:`combine` pools over summaries."""
+    kept = {k: v for k, v in stats.items() if v}
+    return {"target": target, "figure": figure, "met": met, "step": step, "stats": kept}
 
 
 def run_rows(data: dict[str, Any]) -> list[Row]:
@@ -140,15 +154,16 @@ def run_rows(data: dict[str, Any]) -> list[Row]:
     ]
     for group, figure, target in light:
         d = run_figure(data, group, figure)
-        out.append(row(target, spread(d), None if d is None else d["median"] < 0.1, "run"))
+        met = None if d is None else d["median"] < 0.1
+        out.append(row(target, spread(d), met, "run", s=d))
     for name, target in (("status_json", "status --json"), ("validate", "validate")):
         d = run_figure(data, "cli", f"cli_walls_s.{name}")
         label = f"`{target}`" + (" over 1,000 tasks" if name == "status_json" else "")
-        out.append(row(f"{label} median < 0.2 s", spread(d), d and d["median"] < 0.2, "run"))
+        out.append(row(f"{label} median < 0.2 s", spread(d), d and d["median"] < 0.2, "run", s=d))
     for group in ("detect.done", "detect.crash", "pickup"):
         d = run_figure(data, group, "engine_cpu.ms_per_task")
         out.append(
-            row(f"engine CPU per task, {group} (light load)", spread(d, "ms", 1), None, "run")
+            row(f"engine CPU per task, {group} (light load)", spread(d, "ms", 1), None, "run", ms=d)
         )
     peer = run_figure(data, "peer.supervisord", "restart_s.p50")
     ours = run_figure(data, "peer.supervise", "restart_minus_backoff_s.p50")
@@ -156,9 +171,9 @@ def run_rows(data: dict[str, Any]) -> list[Row]:
     text = (
         f"supervisord {spread(peer)}; supervise {spread(raw)} raw, {spread(ours)} minus 1 s backoff"
     )
-    out.append(
-        row("crash → restarted, same agent: supervisord beside supervise (p50)", text, None, "run")
-    )
+    target = "crash → restarted, same agent: supervisord beside supervise (p50)"
+    stats = {"supervisord": peer, "supervise_raw": raw, "supervise_minus_backoff": ours}
+    out.append(row(target, text, None, "run", **stats))
     return out
 
 
@@ -170,7 +185,7 @@ def load_rows(data: dict[str, Any]) -> list[Row]:
         per = run_figure(data, f"load.200.{base}", "cpu_ms_per_check")
         text = spread(d, "%", 2) + (f"; {per['median']:g} ms per check" if per else "")
         target = f"200 live agents at {base.rstrip('s')} s checks < {limit:g} % of a core"
-        out.append(row(target, text, d and d["median"] < limit, "load"))
+        out.append(row(target, text, d and d["median"] < limit, "load", pct=d))
     return out
 
 
@@ -188,9 +203,27 @@ def soak_rows(data: dict[str, Any], step: str) -> list[Row]:
     if step == "soak_sh":
         met = rate is not None and cpu is not None and rate >= 25 and cpu <= 10
         return [
-            row("`sh` agent: ≥ 25 tasks/s at ≤ 10 ms engine CPU/task (2 cores)", text, met, step)
+            row(
+                "`sh` agent: ≥ 25 tasks/s at ≤ 10 ms engine CPU/task (2 cores)",
+                text,
+                met,
+                step,
+                tasks_per_s=one(rate),
+                ms_per_task=one(cpu),
+                recorded_p95_s=one(p95),
+            )
         ]
-    return [row("Python fake agent: throughput (no target)", text, None, step)]
+    return [
+        row(
+            "Python fake agent: throughput (no target)",
+            text,
+            None,
+            step,
+            tasks_per_s=one(rate),
+            ms_per_task=one(cpu),
+            recorded_p95_s=one(p95),
+        )
+    ]
 
 
 def mixed_rows(data: dict[str, Any]) -> list[Row]:
@@ -211,13 +244,21 @@ def mixed_rows(data: dict[str, Any]) -> list[Row]:
             cells.append(f"{phase} {d['p95']:.3f}/{d['max']:.3f}")
             met = met and d["p95"] < 0.25 and d["max"] < 1.0
         text = "p95/max s: " + ", ".join(cells) + " (1 run)"
-        out.append(row(target, text, met, "mixed"))
+        sampled = [d for d in phases.values() if d.get("n")]
+        worst_p95 = one(max((d["p95"] for d in sampled), default=None))
+        worst_max = one(max((d["max"] for d in sampled), default=None))
+        out.append(row(target, text, met, "mixed", worst_p95_s=worst_p95, worst_max_s=worst_max))
     if body.get("engine_cpu_pct") is not None:
         text = (
             f"{body['engine_cpu_pct']} % of a core, {body['engine_cpu_ms_per_short_task']} ms per"
             f" short task, {body['short_tasks_per_s']} short tasks/s"
         )
-        out.append(row("mixed: engine CPU (no target)", text, None, "mixed"))
+        cpu = one(body["engine_cpu_pct"])
+        per = one(body["engine_cpu_ms_per_short_task"])
+        rate = one(body["short_tasks_per_s"])
+        out.append(
+            row("mixed: engine CPU (no target)", text, None, "mixed", pct=cpu, ms=per, rate=rate)
+        )
     return out
 
 
@@ -228,7 +269,7 @@ def adopt_rows(data: dict[str, Any]) -> list[Row]:
     sources = ", ".join(body.get("checked_sources", []))
     text = spread(d) + (f" (checks read from: {sources})" if d else "")
     target = f"{body.get('agents', 200)} live sessions adopted and checked < 2 s"
-    return [row(target, text, d and d["median"] < 2.0, "adopt")]
+    return [row(target, text, d and d["median"] < 2.0, "adopt", s=d)]
 
 
 def rows(steps: dict[str, dict[str, Any]]) -> list[Row]:
@@ -268,16 +309,71 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def pool(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several runs' summaries of one figure as one: the median of their medians (of the
+    values, when each is one run), the lowest min, the highest max, the runs added up."""
+    return {
+        "median": round(statistics.median(d["median"] for d in summaries), 4),
+        "min": min(d["min"] for d in summaries),
+        "max": max(d["max"] for d in summaries),
+        "runs": sum(d["runs"] for d in summaries),
+    }
+
+
+def combine(summaries: list[dict[str, Any]]) -> str:
+    """One markdown table over several summaries (e.g. two ``--quick`` sets): per target,
+    each headline figure pooled (:func:`pool`), how many sets met it, and each set's load."""
+    lines = [
+        "Sets: "
+        + "; ".join(
+            f"`{s['commit']}` {s['started_at']} ({s['host']['cores']} cores, load "
+            f"{s['host']['load_1m_start']} → {s['host']['load_1m_end']})"
+            for s in summaries
+        ),
+        "",
+        "| target | median (min–max), runs | met | load (1 min) per set | command |",
+        "|---|---|---|---|---|",
+    ]
+    targets: dict[str, list[tuple[dict[str, Any], Row]]] = {}
+    for summary in summaries:
+        for r in summary["rows"]:
+            targets.setdefault(r["target"], []).append((summary, r))
+    for target, found in targets.items():
+        names = sorted({k for _, r in found for k in r.get("stats", {})})
+        cells = []
+        for name in names:
+            got = [r["stats"][name] for _, r in found if name in r.get("stats", {})]
+            d = pool(got)
+            cells.append(
+                f"{'' if name == 's' else name + ' '}{d['median']:g} "
+                f"({d['min']:g}–{d['max']:g}), {d['runs']}"
+            )
+        judged = [r["met"] for _, r in found if r["met"] is not None]
+        met = f"{sum(bool(m) for m in judged)} of {len(judged)}" if judged else "–"
+        loads = ", ".join(
+            f"{s['steps'].get(r['step'], {}).get('load_1m_start')}–"
+            f"{s['steps'].get(r['step'], {}).get('load_1m_end')}"
+            for s, r in found
+        )
+        command = found[0][0]["steps"].get(found[0][1]["step"], {}).get("command", "")
+        figure = "; ".join(cells) or found[-1][1]["figure"]
+        lines.append(f"| {target} | {figure} | {met} | {loads} | `{command}` |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="each step's --quick size")
     parser.add_argument("--only", default=",".join(STEPS), help="comma-separated steps")
-    parser.add_argument("--table", type=Path, metavar="JSON", help="print an earlier summary")
+    parser.add_argument(
+        "--table", type=Path, nargs="+", metavar="JSON", help="print earlier summaries"
+    )
     args = parser.parse_args(argv)
     if args.table:
-        summary = json.loads(args.table.read_text(encoding="utf-8"))
-        summary["rows"] = rows(summary["steps"]) or summary["rows"]
-        print(markdown(summary))
+        summaries = [json.loads(p.read_text(encoding="utf-8")) for p in args.table]
+        for summary in summaries:
+            summary["rows"] = rows(summary["steps"]) or summary["rows"]
+        print(markdown(summaries[0]) if len(summaries) == 1 else combine(summaries))
         return 0
     chosen = [s.strip() for s in args.only.split(",") if s.strip()]
     if set(chosen) - set(STEPS):

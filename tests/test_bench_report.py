@@ -235,3 +235,26 @@ def test_adopt_falls_back_to_the_new_engines_heartbeat(tmp_path: Path) -> None:
     new = adopt.Watch(StubScenario(tmp_path, 111, beat), ["a", "b"], t0)
     assert new.poll() is True and new.stats_checked == t0 + 2
     assert new.checked == {}  # no manifest was written: the heartbeat is the source
+
+
+def test_all_pools_several_sets_into_one_row_per_target(tmp_path: Path) -> None:
+    """Two quick sets: each headline figure's median of the sets, lowest min, highest max,
+    runs added up; 'met' counted per set."""
+    tables = []
+    for i, rate in enumerate((20.0, 30.0)):
+        folder = tmp_path / str(i)
+        folder.mkdir()
+        found = steps(folder, sh_rate=rate, sh_cpu=5, claim_max=0.5)
+        tables.append(
+            {
+                "commit": f"c{i}",
+                "started_at": "now",
+                "host": {"cores": 2, "load_1m_start": 1.0, "load_1m_end": 2.0},
+                "steps": found,
+                "rows": bench_all.rows(found),
+            }
+        )
+    table = bench_all.combine(tables)
+    sh = next(line for line in table.splitlines() if line.startswith("| `sh` agent"))
+    assert "tasks_per_s 25 (20–30), 2" in sh and "| 1 of 2 |" in sh
+    assert bench_all.pool([{"median": 1, "min": 0.5, "max": 2, "runs": 3}] * 2)["runs"] == 6
