@@ -120,9 +120,13 @@ class CrashWatch:
                 continue
             written = run.crash_manifest_mtime(self.sc, name, crashed)
             self.samples.append(
-                {"name": name, "killed_at": at, "event_s": crashed - at,
-                 "manifest_s": None if written is None else written - at}
-            )  # fmt: skip
+                {
+                    "name": name,
+                    "killed_at": at,
+                    "event_s": crashed - at,
+                    "manifest_s": None if written is None else written - at,
+                }
+            )
             del self.pending[name]
 
 
@@ -298,8 +302,9 @@ def mixed(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- stubborn
-def end_others(sc: Scenario, names: list[str], pids: dict[str, int], gap: float,
-               crashes: CrashWatch) -> list[dict[str, Any]]:  # fmt: skip
+def end_others(
+    sc: Scenario, names: list[str], pids: dict[str, int], gap: float, crashes: CrashWatch
+) -> list[dict[str, Any]]:
     """End ``names`` ``gap`` s apart: even ones SIGKILLed (a crash), odd ones SIGTERMed (the
     fake agent traps it and exits 143: a done file). Returns what was done, when."""
     ends = []
@@ -368,18 +373,25 @@ def stubborn(args: argparse.Namespace) -> dict[str, Any]:
                     task_id = sc.task_dir(stubs[r]).name  # type: ignore[union-attr]
                     stopper = subprocess.Popen(
                         [*cli, "stop", "-c", str(sc.profile), task_id],
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
                         env=run.clean_env(),
-                    )  # fmt: skip
+                    )
                 time.sleep(1.0)
                 ends = end_others(sc, names, pids, args.gap, crashes)
                 if stopper is not None:
                     stopper.wait(timeout=60)
-                    wait_for(lambda s=stubs[r]: sc.event_ts(s, "agent_stopped"), 30,
-                             "the stubborn agent's agent_stopped")  # fmt: skip
+                    wait_for(
+                        lambda s=stubs[r]: sc.event_ts(s, "agent_stopped"),
+                        30,
+                        "the stubborn agent's agent_stopped",
+                    )
                 wait_for(lambda: (crashes.poll(), not crashes.pending)[1], 30, "crash records")
-                wait_for(lambda n=names: all(term_record(sc, x) is not None
-                                             for x in n[1::2]), 30, "done records")  # fmt: skip
+                wait_for(
+                    lambda n=names: all(term_record(sc, x) is not None for x in n[1::2]),
+                    30,
+                    "done records",
+                )
                 stop_window = None
                 if kind == "stop":
                     sigterm = sc.event_ts(stubs[r], "abandoned")
@@ -390,9 +402,15 @@ def stubborn(args: argparse.Namespace) -> dict[str, Any]:
                         "killed": stopped[0].get("killed"),
                     }
                 windows.append(
-                    {"round": r, "kind": kind, "began": began, "ends": ends,
-                     "stop": stop_window, "loadavg": loadavg()}
-                )  # fmt: skip
+                    {
+                        "round": r,
+                        "kind": kind,
+                        "began": began,
+                        "ends": ends,
+                        "stop": stop_window,
+                        "loadavg": loadavg(),
+                    }
+                )
                 time.sleep(2.0)
         by_name = {s["name"]: s for s in crashes.samples}
         figures: dict[str, dict[str, list[float]]] = {
@@ -444,11 +462,13 @@ def verdict(d: dict[str, Any], p95: float, top: float) -> str:
 
 
 def print_mixed(r: dict[str, Any]) -> None:
-    print(f"mixed: long agents up in {r['launch_long_s']} s; phases (s) {r['phase_s']}; "
-          f"{r['short_tasks_terminal']} short tasks ended ({r['short_tasks_per_s']}/s); "
-          f"{r['crashes']} crashes; engine CPU {r['engine_cpu_pct']} % of a core, "
-          f"{r['engine_cpu_ms_per_short_task']} ms per short task; "
-          f"load {r['loadavg']}")  # fmt: skip
+    print(
+        f"mixed: long agents up in {r['launch_long_s']} s; phases (s) {r['phase_s']}; "
+        f"{r['short_tasks_terminal']} short tasks ended ({r['short_tasks_per_s']}/s); "
+        f"{r['crashes']} crashes; engine CPU {r['engine_cpu_pct']} % of a core, "
+        f"{r['engine_cpu_ms_per_short_task']} ms per short task; "
+        f"load {r['loadavg']}"
+    )
     print(f"{'figure':<28} {'phase':<7} {'n':>5} {'p50':>7} {'p95':>7} {'max':>7}  target")
     for label, key in (
         ("done -> manifest written", "done_to_manifest_s"),
@@ -477,8 +497,10 @@ def print_stubborn(r: dict[str, Any]) -> None:
     if c.get("n") and s.get("n"):
         dp95, dmax = s["p95"] - c["p95"], s["max"] - c["max"]
         ok = dp95 <= STUBBORN_SLACK and dmax <= STUBBORN_SLACK
-        print(f"stop - control: p95 {dp95:+.3f} s, max {dmax:+.3f} s "
-              f"(target <= +{STUBBORN_SLACK}): {'ok' if ok else 'MISS'}")  # fmt: skip
+        print(
+            f"stop - control: p95 {dp95:+.3f} s, max {dmax:+.3f} s "
+            f"(target <= +{STUBBORN_SLACK}): {'ok' if ok else 'MISS'}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

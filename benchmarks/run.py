@@ -1029,15 +1029,21 @@ def peer_supervise(args: argparse.Namespace, run: int) -> dict[str, Any]:
         raw, detect, resume, relaunch = [], [], [], []
         for k in kills:
             crashed = next(
-                (parse_ts(e["ts"]) for e in events
-                 if e["event"] == "crashed" and parse_ts(e["ts"]) >= k["killed_at"] - 0.001),
+                (
+                    parse_ts(e["ts"])
+                    for e in events
+                    if e["event"] == "crashed" and parse_ts(e["ts"]) >= k["killed_at"] - 0.001
+                ),
                 math.nan,
-            )  # fmt: skip
+            )
             resumed = next(
-                (parse_ts(e["ts"]) for e in events
-                 if e["event"] == "resumed" and parse_ts(e["ts"]) >= crashed - 0.001),
+                (
+                    parse_ts(e["ts"])
+                    for e in events
+                    if e["event"] == "resumed" and parse_ts(e["ts"]) >= crashed - 0.001
+                ),
                 math.nan,
-            )  # fmt: skip
+            )
             raw.append(k["started_at"] - k["killed_at"])
             detect.append(crashed - k["killed_at"])
             resume.append(resumed - crashed)
