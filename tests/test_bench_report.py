@@ -258,3 +258,24 @@ def test_all_pools_several_sets_into_one_row_per_target(tmp_path: Path) -> None:
     sh = next(line for line in table.splitlines() if line.startswith("| `sh` agent"))
     assert "tasks_per_s 25 (20–30), 2" in sh and "| 1 of 2 |" in sh
     assert bench_all.pool([{"median": 1, "min": 0.5, "max": 2, "runs": 3}] * 2)["runs"] == 6
+
+
+class SlowRecords:
+    """A manifest poller whose tasks turn terminal one poll at a time."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names, self.polls = names, 0
+
+    def poll(self) -> dict[str, dict[str, Any]]:
+        self.polls += 1
+        return {n: {"status": "completed"} for n in self.names[: self.polls]}
+
+
+def test_mixed_waits_for_the_records_that_come_after_the_last_phase() -> None:
+    """A task that ended in the ``after`` phase and was recorded later is waited for (and
+    counted), not left out; what never turns terminal is counted as unrecorded."""
+    mixed = importlib.import_module("mixed")
+    slow = SlowRecords(["a", "b", "c"])
+    assert mixed.settle_records(slow, ["a", "b", "c"], timeout=60) == 0
+    assert slow.polls == 3
+    assert mixed.settle_records(SlowRecords(["a"]), ["a", "never"], timeout=0) == 1
