@@ -15,7 +15,8 @@ included), all read from files, so any engine version can be measured:
   ``checked_source`` = ``manifest``); an engine whose quiet checks write nothing leaves the
   manifests alone, and then the heartbeat is read: the first ``engine-stats.json`` whose
   ``checks`` counter reaches ``--agents`` (its ``written_at``; the heartbeat is written every
-  few seconds, so this is an upper bound: ``checked_source`` = ``engine-stats``);
+  few seconds, so this is an upper bound: ``checked_source`` = ``engine-stats``, and
+  ``checked_after_s`` is the lower bound, the last heartbeat before with fewer checks);
 - ``ready_s``: t0 -> the first heartbeat naming the new engine's PID;
 - ``cpu_s``: the new engine's own CPU (children excluded) from start to the last figure.
 
@@ -74,6 +75,7 @@ class Watch:
         self.adopted: dict[str, float] = {}
         self.checked: dict[str, float] = {}
         self.stats_checked: float | None = None
+        self.stats_before: float | None = None  # the last heartbeat with fewer checks
 
     def poll(self) -> bool:
         """Read once more; True when every task is adopted and known to be checked."""
@@ -89,8 +91,11 @@ class Watch:
                 self.checked[name] = at
         stats = self.sc.stats()
         started = stats.get("pid") == getattr(self.sc.engine, "pid", None)
-        if self.stats_checked is None and started and stats.get("checks", 0) >= len(self.names):
-            self.stats_checked = parse_ts(stats["written_at"])
+        if self.stats_checked is None and started:
+            if stats.get("checks", 0) >= len(self.names):
+                self.stats_checked = parse_ts(stats["written_at"])
+            else:
+                self.stats_before = parse_ts(stats["written_at"])
         adopted = len(self.adopted) == len(self.names)
         checked = len(self.checked) == len(self.names) or self.stats_checked is not None
         return adopted and checked
@@ -114,6 +119,11 @@ def one_restart(sc: Scenario, names: list[str], timeout: float) -> dict[str, Any
         "adopted_first_s": round(min(watch.adopted.values()) - t0, 3),
         "checked_all_s": round(checked - t0, 3),  # type: ignore[operator]
         "checked_source": "manifest" if by_manifest else "engine-stats",
+        # from the heartbeat: the checks were done after this (a lower bound; None: the
+        # first heartbeat already counted them all)
+        "checked_after_s": None
+        if by_manifest or watch.stats_before is None
+        else round(watch.stats_before - t0, 3),
         "manifests_checked": len(watch.checked),
         "cpu_s": None if cpu is None else round(cpu, 3),
     }

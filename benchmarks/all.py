@@ -268,6 +268,9 @@ def adopt_rows(data: dict[str, Any]) -> list[Row]:
     d = body.get("checked_all_s")
     sources = ", ".join(body.get("checked_sources", []))
     text = spread(d) + (f" (checks read from: {sources})" if d else "")
+    if "engine-stats" in sources:  # the heartbeat's cadence: say how loose the figure is
+        lower = [r.get("checked_after_s") for r in body.get("restarts", [])]
+        text += f"; heartbeat figures are upper bounds, lower bounds {lower} s"
     target = f"{body.get('agents', 200)} live sessions adopted and checked < 2 s"
     return [row(target, text, d and d["median"] < 2.0, "adopt", s=d)]
 

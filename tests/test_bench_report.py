@@ -279,3 +279,16 @@ def test_mixed_waits_for_the_records_that_come_after_the_last_phase() -> None:
     assert mixed.settle_records(slow, ["a", "b", "c"], timeout=60) == 0
     assert slow.polls == 3
     assert mixed.settle_records(SlowRecords(["a"]), ["a", "never"], timeout=0) == 1
+
+
+def test_adopt_bounds_the_heartbeat_figure_from_below(tmp_path: Path) -> None:
+    """The heartbeat before the one that counts every check is the lower bound."""
+    t0 = adopt.parse_ts("2026-11-26T10:00:01+00:00")
+    sc = StubScenario(
+        tmp_path, 111, {"pid": 111, "checks": 1, "written_at": "2026-11-26T10:00:02+00:00"}
+    )
+    watch = adopt.Watch(sc, ["a", "b"], t0)
+    assert watch.poll() is False and watch.stats_before == t0 + 1
+    sc._stats = {"pid": 111, "checks": 2, "written_at": "2026-11-26T10:00:07+00:00"}
+    assert watch.poll() is True
+    assert (watch.stats_before, watch.stats_checked) == (t0 + 1, t0 + 6)
