@@ -1,6 +1,12 @@
 """Latency under mixed load, and what a stubborn agent's stop costs the other tasks.
 
-    .venv/bin/python benchmarks/mixed.py [--scenario mixed,stubborn] [--out FILE.json]
+    .venv/bin/python benchmarks/mixed.py [--quick] [--scenario mixed,stubborn] [--out FILE.json]
+
+``--quick``: a 300-file burst, 5 s warm, 15 s before and after (200 long agents and 100
+churning as always). Every report gives the engine's CPU % of a core and per short task
+(``engine_cpu_ms_per_short_task``: the whole engine's own CPU over the window, the long
+agents' checks included, divided by the short tasks that ended in it; ``engine_cpu`` for the
+whole run), the cores and the 1-minute load at start and end (``machine``).
 
 Two scenarios (``--scenario`` takes a comma-separated subset):
 
@@ -18,6 +24,10 @@ Two scenarios (``--scenario`` takes a comma-separated subset):
   * crash -> ``crashed`` event, and -> the manifest write that recorded it (as ``run.py``'s
     ``detect crash``: the manifest says ``crashed`` and its ``last_checked_at`` is the
     event's ts; read while the task waits its resume backoff).
+
+  After the ``after`` phase no more churn is dropped and the script waits (``--settle``,
+  120 s) until every short task is terminal, so a task that ended in a phase and was
+  recorded after the phase's end still counts (its latency is the phase's worst).
 
   Target: p95 < 0.25 s, max < 1 s in every phase.
 - ``stubborn`` (item 8, third row): ``--others`` (100) long-lived agents checked every second
@@ -93,6 +103,20 @@ def launch_long(sc: Scenario, names: list[str], prompt: str) -> dict[str, int]:
     return pids
 
 
+def settle_records(manifests: Manifests, names: list[str], timeout: float) -> int:
+    """Wait until every task in ``names`` is terminal (its record written), so that a task
+    that ended in the last phase but was recorded after the phase's end is counted, not left
+    out (its latency would be the worst); returns how many were still not terminal after
+    ``timeout`` s (reported as ``short_tasks_unrecorded``)."""
+    end = time.monotonic() + timeout
+    while True:
+        found = manifests.poll()
+        left = sum(1 for n in names if found.get(n, {}).get("status") not in TERMINAL)
+        if not left or time.monotonic() > end:
+            return left
+        time.sleep(0.2)
+
+
 class CrashWatch:
     """SIGKILLs of long agents and their records: kill time -> ``crashed`` event ts and ->
     the mtime of the manifest write that recorded it (read before the resume rewrites it)."""
@@ -114,9 +138,13 @@ class CrashWatch:
                 continue
             written = run.crash_manifest_mtime(self.sc, name, crashed)
             self.samples.append(
-                {"name": name, "killed_at": at, "event_s": crashed - at,
-                 "manifest_s": None if written is None else written - at}
-            )  # fmt: skip
+                {
+                    "name": name,
+                    "killed_at": at,
+                    "event_s": crashed - at,
+                    "manifest_s": None if written is None else written - at,
+                }
+            )
             del self.pending[name]
 
 
@@ -229,6 +257,7 @@ def mixed(args: argparse.Namespace) -> dict[str, Any]:
         if spy is not None:
             spy.wait(timeout=args.py_spy + 60)
         wait_for(lambda: (crashes.poll(), not crashes.pending)[1], 30, "the last crashes' records")
+        unrecorded = settle_records(manifests, churn_dropped + burst_names, args.settle)
         load["end"] = loadavg()
         # the claim phase ends at the last burst file's 'queued' event
         queued = [sc.event_ts(n, "queued") for n in burst_names]
@@ -273,7 +302,10 @@ def mixed(args: argparse.Namespace) -> dict[str, Any]:
             "statuses": statuses,
             "crashes": len(crashes.samples),
             "crash_manifest_rewritten_before_read": rewritten,
+            "short_tasks_unrecorded": unrecorded,
             "engine_cpu_pct": round((cpu1 - cpu0) / (cpu_t1 - cpu_t0) * 100, 1),
+            # the long agents' checks included: the whole engine's CPU over the short tasks
+            "engine_cpu_ms_per_short_task": round(1000 * (cpu1 - cpu0) / max(short_done, 1), 2),
             "loadavg": load,
             "done_to_manifest_s": {p: dist(v) for p, v in done.items()},
             "done_to_manifest_all_s": dist([x for v in done.values() for x in v]),
@@ -284,13 +316,15 @@ def mixed(args: argparse.Namespace) -> dict[str, Any]:
             "short_tasks_per_s": round(short_done / window, 2) if window else None,
         }
     result["engine_log"] = sc.log
+    result["engine_cpu"] = sc.cpu.report()
     result["engine_stats"] = sc.final_stats
     return result
 
 
 # ---------------------------------------------------------------------------- stubborn
-def end_others(sc: Scenario, names: list[str], pids: dict[str, int], gap: float,
-               crashes: CrashWatch) -> list[dict[str, Any]]:  # fmt: skip
+def end_others(
+    sc: Scenario, names: list[str], pids: dict[str, int], gap: float, crashes: CrashWatch
+) -> list[dict[str, Any]]:
     """End ``names`` ``gap`` s apart: even ones SIGKILLed (a crash), odd ones SIGTERMed (the
     fake agent traps it and exits 143: a done file). Returns what was done, when."""
     ends = []
@@ -359,18 +393,25 @@ def stubborn(args: argparse.Namespace) -> dict[str, Any]:
                     task_id = sc.task_dir(stubs[r]).name  # type: ignore[union-attr]
                     stopper = subprocess.Popen(
                         [*cli, "stop", "-c", str(sc.profile), task_id],
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
                         env=run.clean_env(),
-                    )  # fmt: skip
+                    )
                 time.sleep(1.0)
                 ends = end_others(sc, names, pids, args.gap, crashes)
                 if stopper is not None:
                     stopper.wait(timeout=60)
-                    wait_for(lambda s=stubs[r]: sc.event_ts(s, "agent_stopped"), 30,
-                             "the stubborn agent's agent_stopped")  # fmt: skip
+                    wait_for(
+                        lambda s=stubs[r]: sc.event_ts(s, "agent_stopped"),
+                        30,
+                        "the stubborn agent's agent_stopped",
+                    )
                 wait_for(lambda: (crashes.poll(), not crashes.pending)[1], 30, "crash records")
-                wait_for(lambda n=names: all(term_record(sc, x) is not None
-                                             for x in n[1::2]), 30, "done records")  # fmt: skip
+                wait_for(
+                    lambda n=names: all(term_record(sc, x) is not None for x in n[1::2]),
+                    30,
+                    "done records",
+                )
                 stop_window = None
                 if kind == "stop":
                     sigterm = sc.event_ts(stubs[r], "abandoned")
@@ -381,9 +422,15 @@ def stubborn(args: argparse.Namespace) -> dict[str, Any]:
                         "killed": stopped[0].get("killed"),
                     }
                 windows.append(
-                    {"round": r, "kind": kind, "began": began, "ends": ends,
-                     "stop": stop_window, "loadavg": loadavg()}
-                )  # fmt: skip
+                    {
+                        "round": r,
+                        "kind": kind,
+                        "began": began,
+                        "ends": ends,
+                        "stop": stop_window,
+                        "loadavg": loadavg(),
+                    }
+                )
                 time.sleep(2.0)
         by_name = {s["name"]: s for s in crashes.samples}
         figures: dict[str, dict[str, list[float]]] = {
@@ -422,6 +469,7 @@ def stubborn(args: argparse.Namespace) -> dict[str, Any]:
             "windows": windows,
         }
     result["engine_log"] = sc.log
+    result["engine_cpu"] = sc.cpu.report()
     result["engine_stats"] = sc.final_stats
     return result
 
@@ -434,10 +482,13 @@ def verdict(d: dict[str, Any], p95: float, top: float) -> str:
 
 
 def print_mixed(r: dict[str, Any]) -> None:
-    print(f"mixed: long agents up in {r['launch_long_s']} s; phases (s) {r['phase_s']}; "
-          f"{r['short_tasks_terminal']} short tasks ended ({r['short_tasks_per_s']}/s); "
-          f"{r['crashes']} crashes; engine CPU {r['engine_cpu_pct']} % of a core; "
-          f"load {r['loadavg']}")  # fmt: skip
+    print(
+        f"mixed: long agents up in {r['launch_long_s']} s; phases (s) {r['phase_s']}; "
+        f"{r['short_tasks_terminal']} short tasks ended ({r['short_tasks_per_s']}/s); "
+        f"{r['crashes']} crashes; engine CPU {r['engine_cpu_pct']} % of a core, "
+        f"{r['engine_cpu_ms_per_short_task']} ms per short task; "
+        f"load {r['loadavg']}"
+    )
     print(f"{'figure':<28} {'phase':<7} {'n':>5} {'p50':>7} {'p95':>7} {'max':>7}  target")
     for label, key in (
         ("done -> manifest written", "done_to_manifest_s"),
@@ -466,8 +517,10 @@ def print_stubborn(r: dict[str, Any]) -> None:
     if c.get("n") and s.get("n"):
         dp95, dmax = s["p95"] - c["p95"], s["max"] - c["max"]
         ok = dp95 <= STUBBORN_SLACK and dmax <= STUBBORN_SLACK
-        print(f"stop - control: p95 {dp95:+.3f} s, max {dmax:+.3f} s "
-              f"(target <= +{STUBBORN_SLACK}): {'ok' if ok else 'MISS'}")  # fmt: skip
+        print(
+            f"stop - control: p95 {dp95:+.3f} s, max {dmax:+.3f} s "
+            f"(target <= +{STUBBORN_SLACK}): {'ok' if ok else 'MISS'}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -475,11 +528,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenario", default="mixed,stubborn")
     parser.add_argument("--long", type=int, default=200, help="long-lived agents (200)")
     parser.add_argument("--churn", type=int, default=100, help="short tasks in flight (100)")
-    parser.add_argument("--burst", type=int, default=1000, help="files in the burst (1000)")
+    parser.add_argument("--burst", type=int, default=None, help="burst files (1000; quick 300)")
     parser.add_argument("--base-interval", type=float, default=30.0, help="mixed: checks (30)")
-    parser.add_argument("--warm", type=float, default=15.0, help="s of churn before 'before'")
-    parser.add_argument("--before", type=float, default=30.0, help="s before the burst (30)")
-    parser.add_argument("--after", type=float, default=30.0, help="s after the drain (30)")
+    parser.add_argument("--warm", type=float, default=None, help="s of churn first (15; 5)")
+    parser.add_argument("--before", type=float, default=None, help="s before the burst (30; 15)")
+    parser.add_argument("--after", type=float, default=None, help="s after the drain (30; 15)")
+    parser.add_argument("--quick", action="store_true", help="the sizes after ';' above")
+    parser.add_argument(
+        "--settle", type=float, default=120.0, help="mixed: s to wait for the last records"
+    )
     parser.add_argument("--kill-every", type=float, default=2.0, help="s between crashes (2)")
     parser.add_argument("--others", type=int, default=100, help="stubborn: other agents (100)")
     parser.add_argument("--rounds", type=int, default=3, help="stubborn: rounds (3)")
@@ -490,6 +547,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--py-spy-bin", default="/tmp/pyspy/bin/py-spy")
     parser.add_argument("--keep", action="store_true", help="keep the temp dirs")
     args = parser.parse_args(argv)
+    quick = args.quick
+    args.burst = args.burst if args.burst is not None else (300 if quick else 1000)
+    args.warm = args.warm if args.warm is not None else (5.0 if quick else 15.0)
+    args.before = args.before if args.before is not None else (15.0 if quick else 30.0)
+    args.after = args.after if args.after is not None else (15.0 if quick else 30.0)
     chosen = [s.strip() for s in args.scenario.split(",") if s.strip()]
     if set(chosen) - {"mixed", "stubborn"}:
         parser.error("--scenario: choose from mixed, stubborn")
@@ -507,6 +569,11 @@ def main(argv: list[str] | None = None) -> int:
             result[name] = {"error": str(exc)}
             code = 1
     result["machine"]["load_average_after"] = loadavg()
+    result["machine"]["load_1m_end"] = result["machine"]["load_average_after"][0]
+    print(
+        f"cores {result['machine']['cores']}; load 1 min {result['machine']['load_1m_start']}"
+        f" -> {result['machine']['load_1m_end']}"
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
     print(f"figures written to {args.out}")

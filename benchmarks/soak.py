@@ -1,6 +1,7 @@
 """Soak test: many short tasks through the spool of one long-running ``supervise run``.
 
-    python benchmarks/soak.py [--tasks 1000] [--concurrency 20] [--out benchmarks/results/soak.json]
+    python benchmarks/soak.py [--quick] [--tasks 1000] [--concurrency 50] [--agent fake|sh]
+                              [--out benchmarks/results/soak.json]
 
 What it does, all inside a fresh temp dir (removed at the end unless ``--keep``):
 
@@ -8,9 +9,9 @@ What it does, all inside a fresh temp dir (removed at the end unless ``--keep``)
    ``--concurrency``, ``intake_interval`` 0.2 s, ``base_interval`` 0.5 s) whose agent is
    ``tests/support/fake_agent.py --prompt-file {prompt_file}``;
 2. starts ``supervise run PROFILE`` as a subprocess (stderr to ``engine.log`` there), waits
-   for its ``engine.lock`` and for one warm-up task (``--warmup N``: N of them) to complete,
-   then samples the engine's open file descriptors (``/proc/PID/fd``) and RSS as the
-   baseline;
+   for its heartbeat (``engine-stats.json`` naming its PID) and for one warm-up task
+   (``--warmup N``: N of them) to complete, then samples the engine's open file descriptors
+   (``/proc/PID/fd``) and RSS as the baseline;
 3. drops ``--tasks`` task files into the spool (hidden temp file, then rename), each with its
    own project folder and a deterministic cue mix: most sleep 0.05-0.30 s and exit 0
    (expected ``completed``), every 10th exits with a non-zero code (expected ``failed`` with
@@ -24,6 +25,11 @@ private socket; no process left whose command line, cwd or open files mention th
 (fake agents, wrappers, ``sed -u -E`` capture processes), and no child of the engine; the
 engine's fd count after equals the baseline (+-2); RSS after grew less than 10 %; no
 ``ERROR`` or ``Traceback`` in the engine's log; the engine exits 0 on SIGTERM.
+
+Every report gives tasks/s beside the engine's own CPU per task (``engine_cpu``: user +
+system seconds of the engine process, children excluded, from the first rename to the last
+terminal manifest, divided by the tasks; ms/task), the machine's cores and the 1-minute load
+average at start and end (``host``). ``--quick``: 300 tasks.
 
 Prints a table and writes the same figures as JSON to ``--out`` (plus a per-second timeline
 of fds, RSS and finished tasks), and copies the engine's log beside it as
@@ -51,6 +57,9 @@ from typing import Any
 
 import psutil
 import tomli_w
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hostinfo import host, host_end, own_cpu_s
 
 from supervisor.taskdir.states import TERMINAL
 
@@ -239,6 +248,15 @@ def write_profile(root: Path, socket: str, concurrency: int, kind: str = "fake")
     return profile
 
 
+def heartbeat_pid(state: Path) -> int | None:
+    """The ``pid`` in ``state/engine-stats.json`` (the engine's heartbeat, written once it
+    holds the state dir and every few seconds after), or None."""
+    try:
+        return json.loads((state / "engine-stats.json").read_text()).get("pid")
+    except (OSError, ValueError):
+        return None
+
+
 def wait_until(predicate: Any, timeout: float, what: str, engine: subprocess.Popen) -> Any:
     end = time.time() + timeout
     while time.time() < end:
@@ -281,6 +299,7 @@ def soak(args: argparse.Namespace, root: Path, socket: str) -> dict[str, Any]:
         "concurrency": args.concurrency,
         "warmup_tasks": args.warmup,
         "agent": args.agent,
+        "host": host(),
     }
     failures: list[str] = []
     log_handle = log_path.open("wb")
@@ -292,7 +311,7 @@ def soak(args: argparse.Namespace, root: Path, socket: str) -> dict[str, Any]:
     )
     try:
         # ---- up, and warm: trivial task(s) through the whole path, dropped as one burst
-        wait_until(lambda: (state / "engine.lock").exists(), 30, "engine.lock", engine)
+        wait_until(lambda: heartbeat_pid(state) == engine.pid, 60, "the heartbeat", engine)
         warm_names = [f"{WARMUP_PREFIX}{i:05d}" for i in range(args.warmup)]
         for name in warm_names:
             (projects / name).mkdir()
@@ -313,6 +332,7 @@ def soak(args: argparse.Namespace, root: Path, socket: str) -> dict[str, Any]:
 
         # ---- the soak
         t0 = sampler.t0 = time.monotonic()
+        cpu0 = own_cpu_s(engine.pid) or 0.0
         for filename, data in task_files:
             drop(spool, filename, data)
         drop_s = time.monotonic() - t0
@@ -346,6 +366,7 @@ def soak(args: argparse.Namespace, root: Path, socket: str) -> dict[str, Any]:
                 )
             time.sleep(0.25)
         wall = time.monotonic() - t0
+        engine_cpu = (own_cpu_s(engine.pid) or cpu0) - cpu0
 
         # ---- after: settle, sample, look for leftovers
         time.sleep(args.settle)
@@ -433,6 +454,13 @@ def soak(args: argparse.Namespace, root: Path, socket: str) -> dict[str, Any]:
             "wall_s": round(wall, 2),
             "drop_s": round(drop_s, 2),
             "tasks_per_s": round(args.tasks / wall, 2) if wall > 0 else None,
+            "engine_cpu": {
+                "cpu_s": round(engine_cpu, 3),
+                "ms_per_task": round(1000 * engine_cpu / args.tasks, 2),
+                "what": "engine's own user+system CPU (children excluded) from the first "
+                "rename to the last terminal manifest, divided by --tasks",
+            },
+            "host": host_end(result["host"]),
             "statuses": statuses,
             "retries": retries,
             "fds": {"before": fds_before, "peak": sampler.peak_fds, "after": fds_after},
@@ -484,13 +512,16 @@ def print_table(r: dict[str, Any]) -> None:
         f"{len(leaks['tmux_sessions'])} sessions, {len(leaks['processes'])} processes, "
         f"{len(leaks['engine_children'])} children, fd delta {leaks['fd_delta']:+d}"
     )
-    lat = r["latency_s"]
+    lat, h = r["latency_s"], r["host"]
     rows = [
         ("tasks", r["tasks"]),
         ("concurrency", r["concurrency"]),
         ("statuses", ", ".join(f"{k} {v}" for k, v in sorted(r["statuses"].items()))),
         ("wall time (s)", r["wall_s"]),
         ("tasks/s", r["tasks_per_s"]),
+        ("engine CPU per task (ms)", r["engine_cpu"]["ms_per_task"]),
+        ("engine CPU (s)", r["engine_cpu"]["cpu_s"]),
+        ("cores; load 1 min start / end", "{cores}; {load_1m_start} / {load_1m_end}".format(**h)),
         ("fds before / peak / after", "{before} / {peak} / {after}".format(**r["fds"])),
         ("RSS before / peak / after (MB)", "{before} / {peak} / {after}".format(**r["rss_mb"])),
         ("RSS growth (%)", r["rss_mb"]["growth_pct"]),
@@ -513,8 +544,9 @@ def print_table(r: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tasks", type=int, default=1000)
-    parser.add_argument("--concurrency", type=int, default=20)
+    parser.add_argument("--tasks", type=int, default=None, help="tasks (1000; quick: 300)")
+    parser.add_argument("--concurrency", type=int, default=50, help="max_concurrent (50)")
+    parser.add_argument("--quick", action="store_true", help="300 tasks unless --tasks")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "soak.json")
     parser.add_argument("--timeout", type=float, default=None, help="seconds (default: scaled)")
     parser.add_argument("--settle", type=float, default=2.0, help="seconds before sampling")
@@ -536,6 +568,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir for inspection")
     args = parser.parse_args(argv)
+    args.tasks = args.tasks or (300 if args.quick else 1000)
     if min(args.tasks, args.concurrency, args.warmup) < 1:
         parser.error("--tasks, --concurrency and --warmup must be at least 1")
     if args.timeout is None:
