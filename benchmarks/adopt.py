@@ -16,7 +16,10 @@ included), all read from files, so any engine version can be measured:
   manifests alone, and then the heartbeat is read: the first ``engine-stats.json`` whose
   ``checks`` counter reaches ``--agents`` (its ``written_at``; the heartbeat is written every
   few seconds, so this is an upper bound: ``checked_source`` = ``engine-stats``, and
-  ``checked_after_s`` is the lower bound, the last heartbeat before with fewer checks);
+  ``checked_after_s`` is the lower bound, the last heartbeat before with fewer checks). An
+  engine that counts it itself (issue 24: ``adoption_ms`` in ``engine-stats.json``, from the
+  engine's start, after its imports, until every adopted task's first check) is read
+  instead: ``checked_source`` = ``adoption_ms``;
 - ``ready_s``: t0 -> the first heartbeat naming the new engine's PID;
 - ``cpu_s``: the new engine's own CPU (children excluded) from start to the last figure.
 
@@ -76,6 +79,7 @@ class Watch:
         self.checked: dict[str, float] = {}
         self.stats_checked: float | None = None
         self.stats_before: float | None = None  # the last heartbeat with fewer checks
+        self.adoption_s: float | None = None  # the engine's own figure (``adoption_ms``)
 
     def poll(self) -> bool:
         """Read once more; True when every task is adopted and known to be checked."""
@@ -91,13 +95,20 @@ class Watch:
                 self.checked[name] = at
         stats = self.sc.stats()
         started = stats.get("pid") == getattr(self.sc.engine, "pid", None)
+        if started and stats.get("adoption_ms"):
+            # the engine's own count from its start (issue 24); t0 is a little earlier
+            self.adoption_s = float(stats["adoption_ms"]) / 1000.0
         if self.stats_checked is None and started:
             if stats.get("checks", 0) >= len(self.names):
                 self.stats_checked = parse_ts(stats["written_at"])
             else:
                 self.stats_before = parse_ts(stats["written_at"])
         adopted = len(self.adopted) == len(self.names)
-        checked = len(self.checked) == len(self.names) or self.stats_checked is not None
+        checked = (
+            len(self.checked) == len(self.names)
+            or self.stats_checked is not None
+            or self.adoption_s is not None
+        )
         return adopted and checked
 
 
@@ -112,13 +123,20 @@ def one_restart(sc: Scenario, names: list[str], timeout: float) -> dict[str, Any
     wait_for(watch.poll, timeout, "every task adopted and checked", every=0.05)
     cpu = own_cpu_s(pid)
     by_manifest = len(watch.checked) == len(names)
-    checked = max(watch.checked.values()) if by_manifest else watch.stats_checked
+    by_engine = not by_manifest and watch.adoption_s is not None
+    if by_manifest:
+        checked_s = max(watch.checked.values()) - t0
+    elif by_engine:  # counted by the engine from its start (after its imports; ready_s is after)
+        checked_s = watch.adoption_s  # type: ignore[assignment]
+    else:
+        checked_s = watch.stats_checked - t0  # type: ignore[operator]
+    source = "manifest" if by_manifest else "adoption_ms" if by_engine else "engine-stats"
     result = {
         "ready_s": round(ready - t0, 3),
         "adopted_all_s": round(max(watch.adopted.values()) - t0, 3),
         "adopted_first_s": round(min(watch.adopted.values()) - t0, 3),
-        "checked_all_s": round(checked - t0, 3),  # type: ignore[operator]
-        "checked_source": "manifest" if by_manifest else "engine-stats",
+        "checked_all_s": round(checked_s, 3),
+        "checked_source": source,
         # from the heartbeat: the checks were done after this (a lower bound; None: the
         # first heartbeat already counted them all)
         "checked_after_s": None

@@ -50,7 +50,6 @@ class Runtime:
     state: policy.TaskState
     manifest: Manifest
     requests: set[str] = field(default_factory=set)
-    last_written: float = 0.0  # when the manifest was last written (time.monotonic())
     agent: AgentAdapter | None = None  # the [agent] kind's hooks (supervisor.agents)
     accepting: bool = False  # the acceptance check runs on the background pool
     stopping: StopInProgress | None = None  # its agent is being stopped (no decision meanwhile)

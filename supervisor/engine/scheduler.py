@@ -134,6 +134,8 @@ class Engine(Checks, Launches, Kicks):
         self.shared = threading.RLock()  # live and queue change under it (engine/checks.py)
         self.leaf = threading.Lock()  # the counters and the inbox (nothing called under it)
         self.inbox: dict[str, set[str]] = {}  # operator requests for a live task's next check
+        self.unchecked: set[str] = set()  # adopted, not checked yet (Checks._first_check)
+        self.started_monotonic = time.monotonic()
         # Every job body runs through it; stopping closes it before shutting the scheduler
         # down, so no body is inside a scheduler call then (dispatch.Gate).
         self.gate = Gate(self.stopping)
@@ -339,6 +341,8 @@ class Engine(Checks, Launches, Kicks):
                 continue
             runtime = found.runtime
             self.live[runtime.task.task_id] = runtime
+            with self.leaf:
+                self.unchecked.add(runtime.task.task_id)
             try:
                 self._resume_adopted(found)
             except Exception:  # one broken folder must not keep the others unwatched

@@ -37,6 +37,9 @@ COUNTERS = (
     "jobs_missed",
     "jobs_max_instances",
     "jobs_failed",
+    # milliseconds from the engine's start until every task it adopted had its first
+    # check (0 until then, and with nothing to adopt): benchmarks/adopt.py reads it
+    "adoption_ms",
 )
 #: The APScheduler events :func:`count_job_event` listens to.
 JOB_EVENTS = EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES | EVENT_JOB_ERROR
