@@ -63,6 +63,11 @@ def take(engine: Engine, task_id: str) -> None:
         engine.queue.append(task)
 
 
+def waiting(task: TaskDir) -> bool:
+    """Whether a follow-up waits for ``task`` to end (its prompt file is there)."""
+    return task.file(FOLLOWUP).exists()
+
+
 def after_end(engine: Engine, task: TaskDir) -> None:
     """A task just ended: continue it if a follow-up waits for it (an escalated task the
     follow-up stopped)."""

@@ -16,6 +16,7 @@ import errno
 import logging
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from supervisor import policy
 from supervisor.config import ConfigError, LoadedProfile
@@ -56,10 +57,10 @@ class Launches:
         """Record the worktrees and launches made off the worker, then start queued tasks,
         oldest first, while fewer than ``max_concurrent`` are live (none on a full disk)."""
         limit = self.profile.spec.max_concurrent
-        for runtime, error in self.preparer.take():  # worktrees made off the worker
-            self._prepared(runtime, error)
-        for runtime, result in self.starts.take():  # launches made off the worker
-            self._launched(runtime, result)
+        for runtime, error in self.preparer.take():  # worktrees made off the check pool
+            self._one(runtime, self._prepared, error)
+        for runtime, result in self.starts.take():  # launches made off the check pool
+            self._one(runtime, self._launched, result)
         if self.queue and self.disk.full():
             return  # a launch writes launch.json, events and the manifest: wait for room
         while self.queue and len(self.live) < limit:
@@ -74,6 +75,19 @@ class Launches:
                 continue
             self.live[task.task_id] = runtime  # holds its slot while it is launched
             self.starts.start(runtime)
+
+    def _one(self, runtime: Runtime, record: Callable[[Runtime, Any], None], result: Any) -> None:
+        """Record one finished worktree or launch; one that raises is logged and the others
+        are still recorded (taken from their queue, they would be lost: each task would stay
+        ``queued`` holding its slot). The task's checks pick it up again (its folder is the
+        record)."""
+        try:
+            record(runtime, result)
+        except Exception:
+            log.exception("recording the launch of %s failed", runtime.task.task_id)
+            runtime.launching = runtime.preparing = False
+            if runtime.task.task_id in self.live:
+                self._schedule_check(runtime, 0.0)
 
     def _prepared(self, runtime: Runtime, error: str | None) -> None:
         """A task's worktree was made (then it is launched in turn), or not (``error``:
@@ -96,7 +110,8 @@ class Launches:
         finally:
             runtime.launching = False
         if next_check is not None and runtime.task.task_id in self.live:
-            workspaces.share(runtime, self.live)  # (a task still launching shares nothing)
+            # a copy: checks retire tasks without the shared lock (engine/checks.py)
+            workspaces.share(runtime, self.live.copy())  # (a task still launching shares nothing)
             self._schedule_check(runtime, next_check)
 
     def _record_launch(self, runtime: Runtime, started: Result) -> float | None:
