@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +159,17 @@ def signal_cue(request: pytest.FixtureRequest) -> str:
     """Run a test with both fake-agent signal behaviours; returns the cue to put first in
     the prompt (empty for ``trap``)."""
     return SIGNAL_CUES[request.param]
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen]:
+    """A plain child process that lives for 60 s (killed at the end of the test)."""
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        yield process
+    finally:
+        process.kill()
+        process.wait(timeout=10)
 
 
 def alive(pid: int) -> bool:

@@ -25,16 +25,6 @@ from supervisor.taskdir.folder import TaskDir
 
 
 @pytest.fixture
-def sleeper() -> Iterator[subprocess.Popen]:
-    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        yield process
-    finally:
-        process.kill()
-        process.wait(timeout=10)
-
-
-@pytest.fixture
 def built(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The PIDs of every ``psutil.Process`` the signals module builds."""
     pids: list[int] = []

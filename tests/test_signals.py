@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -16,16 +15,6 @@ from conftest import wait_for
 
 from supervisor.engine.signals import CREATE_TIME_SLACK, RunView, observe, pid_alive
 from supervisor.taskdir.folder import TaskDir
-
-
-@pytest.fixture
-def sleeper() -> Iterator[subprocess.Popen]:
-    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        yield process
-    finally:
-        process.kill()
-        process.wait(timeout=10)
 
 
 def test_our_agent_stays_alive_however_long_ago_its_pid_was_written(sleeper, tmp_path: Path):
