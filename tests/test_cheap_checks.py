@@ -5,7 +5,9 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -15,7 +17,7 @@ from types import SimpleNamespace
 
 import psutil
 import pytest
-from conftest import wait_for
+from conftest import Setup, stop_engine, wait_for
 from inotify_simple import flags as F
 
 from supervisor.engine import signals
@@ -255,3 +257,33 @@ def test_adoption_reads_each_manifest_once(
     folders = len(list(profile.tasks_dir.iterdir()))
     assert damaged == ["broken-000000"]
     assert len(validated) == folders + 1  # the broken one: once here, once in repair.damage
+
+
+def test_a_live_agents_checks_make_no_tmux_call(setup: Setup, tmp_path: Path) -> None:
+    """While its agent lives, a check asks tmux nothing: no ``list-panes`` snapshot, no
+    look at its pane (the policy reads ``session_alive`` only once the agent is gone). Every
+    tmux call goes through a logging ``$SUPERVISE_TMUX`` (client processes: control mode off)."""
+    calls = tmp_path / "tmux-calls.log"
+    shim = tmp_path / "tmux-shim"
+    real = shutil.which("tmux")
+    shim.write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexec {real} "$@"\n')
+    shim.chmod(0o755)
+    setup.write_profile(base_interval=0.2, max_interval=0.2)
+    setup.drop("t.toml", setup.task("t", "sleep: 60"))
+    env = {**os.environ, "SUPERVISE_TMUX": str(shim), "SUPERVISE_TMUX_CONTROL": "0"}
+    engine = setup.start(env=env)
+    try:
+        wait_for(lambda: setup.manifests().get("t", {}).get("status") == "running", 30)
+        stats = setup.state / "engine-stats.json"
+        wait_for(lambda: stats.exists() and json.loads(stats.read_text())["checks"] >= 20, 30)
+    finally:
+        stop_engine(engine)
+        setup.tmux("kill-server")
+    lines = calls.read_text().splitlines()
+    launched = next(
+        i for i, line in enumerate(lines) if line.startswith("-L") and "new-session" in line
+    )
+    after = [line for line in lines[launched + 1 :] if "wait-for" not in line]
+    # what the stop and the end of the test sent is not a check's
+    looks = [line for line in after if "list-panes" in line or "display-message" in line]
+    assert looks == [], looks[:5]

@@ -1,7 +1,8 @@
 """Every :class:`supervisor.policy.Signals` field of one check, built in one place.
 
 Sources, in order: the wrapper's files (:func:`supervisor.engine.signals.observe`), the disk state
-(:class:`supervisor.engine.statefs.StateDisk`), the tmux panes, the operator's requests, the
+(:class:`supervisor.engine.statefs.StateDisk`), the task's own tmux pane (asked only once its
+agent is gone: :meth:`Tmux.pane`, never ``list-panes``), the operator's requests, the
 acceptance check, and the agent adapter's facts (:meth:`AgentAdapter.observe`). Nothing here
 decides; the scheduler hands the signals to :func:`supervisor.policy.decide`.
 """
@@ -49,10 +50,13 @@ class Observer:
         task, pol = runtime.task, runtime.policy
         now = clock.rebase(runtime)  # the engine's clock, never the wall clock's steps
         rotated = task.rotate_output(pol.max_log_bytes, pol.log_backups)
-        if rotated and task.task_id in self.sessions.get():
+        if rotated and self.tmux.pane(task.task_id) is not None:
             self.tmux.repipe(task.task_id, task.path)
         seen = signals.observe(task, now, runtime.run, max(runtime.restart_step, 0.0))
-        pane = self._pane(task.task_id, fresh=not seen.agent_alive)
+        # A live agent's session is not looked at: the policy reads ``session_alive`` only
+        # once the agent is gone (crash or tmux lost), and a live agent has no end files
+        # kept in pane options. So a quiet check makes no tmux call at all.
+        pane = None if seen.agent_alive else self.tmux.pane(task.task_id)
         if not disk_full and not seen.done and self._restore_run_files(task, pane):
             runtime.run.force = True  # written by us just now: read them, event or not
             seen = signals.observe(task, now, runtime.run, max(runtime.restart_step, 0.0))
@@ -63,7 +67,7 @@ class Observer:
             approve_requested="approve" in runtime.requests,
             deny_requested="deny" in runtime.requests,
             superseded="supersede" in runtime.requests,
-            session_alive=pane is not None,
+            session_alive=None if seen.agent_alive else pane is not None,
             has_acceptance=runtime.resolved.acceptance is not None,
             acceptance_running=runtime.accepting,
             state_disk_full=disk_full,
@@ -105,15 +109,6 @@ class Observer:
             tool_since=view.tool_since,
             tool_name=view.tool_name,
         )
-
-    def _pane(self, session: str, fresh: bool) -> PaneInfo | None:
-        """The task's pane: from the shared session list while its agent lives; ``fresh``
-        (a dead agent's verdict, crash or tmux lost, and the run files a full disk kept in
-        pane options) from tmux, asked about this one session (:meth:`Tmux.pane`): no
-        notification says that a pane died or that its options changed."""
-        if fresh:
-            return self.tmux.pane(session)
-        return self.sessions.get().get(session)
 
     @staticmethod
     def _restore_run_files(task: TaskDir, pane: PaneInfo | None) -> bool:
