@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from supervisor import policy
 from supervisor.config import LoadedProfile
-from supervisor.engine import followups, workspaces
+from supervisor.engine import clock, followups, workspaces
 from supervisor.engine.actions import Actions
 from supervisor.engine.dispatch import Dispatcher, Gate
 from supervisor.engine.intake import Intake
@@ -48,6 +48,7 @@ class Checks:
     leaf: threading.Lock
     inbox: dict[str, set[str]]
     unchecked: set[str]  # adopted tasks not checked yet (engine start-up)
+    tailing: set[str]  # endings waiting for the agent's last lines in output.log
     started_monotonic: float
     gate: Gate
     dispatch: Dispatcher
@@ -110,6 +111,12 @@ class Checks:
             self._kicked.discard(task_id)
             self._settle(runtime, self.actions.advance_stop(runtime))
             return
+        if task_id in self.tailing:  # an ending waits for its last lines (_decide_and_apply)
+            self._kicked.discard(task_id)  # (else each look would be due at once)
+            if tail_pending(runtime.task, clock.now()):
+                self._schedule_check(runtime, TAIL_POLL)
+                return
+            self.tailing.discard(task_id)
         if runtime.pending is not None:  # the last decision is not carried out yet
             pending, runtime.pending = runtime.pending, None
             self._kicked.discard(task_id)
@@ -151,7 +158,10 @@ class Checks:
         decision = policy.decide(runtime.state, signals, runtime.policy)
         if policy.Action.FINISH in decision.actions and tail_pending(task, signals.now):
             # The agent's last lines are still on their way through tmux and sed: look
-            # again in a moment instead of holding a check thread.
+            # again in a moment instead of holding a check thread, and only at output.log
+            # until they are there (a full check asks tmux for the pane each time: 20 tmux
+            # calls per ending under load, where one will do).
+            self.tailing.add(task.task_id)
             self._schedule_check(runtime, TAIL_POLL)
             return
         self._settle(runtime, self.actions.apply(runtime, decision, signals.now))
@@ -183,6 +193,7 @@ class Checks:
             self._first_check(task_id)
         with self.leaf:
             self.inbox.pop(task_id, None)
+        self.tailing.discard(task_id)
         self.live.pop(task_id, None)
         workspaces.unshare(runtime, self.live.copy())
         self._count("finished")

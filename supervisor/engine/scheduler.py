@@ -135,6 +135,7 @@ class Engine(Checks, Launches, Kicks):
         self.leaf = threading.Lock()  # the counters and the inbox (nothing called under it)
         self.inbox: dict[str, set[str]] = {}  # operator requests for a live task's next check
         self.unchecked: set[str] = set()  # adopted, not checked yet (Checks._first_check)
+        self.tailing: set[str] = set()  # endings waiting for their last lines (engine/checks)
         self.started_monotonic = time.monotonic()
         # Every job body runs through it; stopping closes it before shutting the scheduler
         # down, so no body is inside a scheduler call then (dispatch.Gate).
