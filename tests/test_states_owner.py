@@ -70,7 +70,7 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     ("engine/stats.py", "resumed"): (1, _COUNTER),
     ("engine/stats.py", "queued"): (1, _COUNTER),
     ("engine/launches.py", "launched"): (1, _COUNTER),
-    ("engine/scheduler.py", "resumed"): (1, _COUNTER),
+    ("engine/checks.py", "resumed"): (1, _COUNTER),
     ("engine/pools.py", "acceptance"): (2, "a worker pool's name (engine/pools.Kind)"),
     ("engine/actions.py", "acceptance"): (1, "a worker pool's name (engine/pools.Kind)"),
     ("config/models.py", "acceptance"): (2, _KEY),
