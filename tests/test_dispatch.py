@@ -97,7 +97,7 @@ def test_due_times_run_from_one_tick_in_order(recorder: Recorder) -> None:
     scheduler.start()
     dispatch = Dispatcher(body, lambda: None, workers=1)
     try:
-        dispatch.start(scheduler)
+        dispatch.start(scheduler, Gate(threading.Event()))
         dispatch.schedule("late", 0.6)
         dispatch.schedule("early", 0.2)  # moves the tick forward
         dispatch.schedule("cancelled", 0.3)

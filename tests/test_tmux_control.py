@@ -419,9 +419,12 @@ def test_a_failed_look_at_one_pane_is_no_verdict(
 
 def test_the_engine_talks_through_one_control_client(setup: Setup) -> None:
     """``supervise run``: while a task runs, the server holds the engine's control session
-    beside the task's; once the engine has ended, neither it nor the server is left."""
+    beside the task's; once the engine has ended, neither it nor the server is left. A live
+    agent's check asks tmux nothing, so the client connects at the first ending (``a``'s),
+    and ``b`` keeps the engine running meanwhile."""
     setup.write_profile(base_interval=0.3)
-    setup.drop("a.toml", setup.task("a", "tick: 0.2\nsleep: 3\nexit: 0"))
+    setup.drop("a.toml", setup.task("a", "tick: 0.2\nsleep: 1\nexit: 0", setup.project / "a"))
+    setup.drop("b.toml", setup.task("b", "sleep: 8\nexit: 0", setup.project / "b"))
     argv = [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile), "--exit-when-idle"]
     engine = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -434,7 +437,7 @@ def test_the_engine_talks_through_one_control_client(setup: Setup) -> None:
         assert len(seen) == 1
         assert engine.wait(timeout=60) == 0
         wait_for(lambda: setup.tmux("list-sessions").returncode != 0, timeout=10)
-        assert setup.manifests()["a"]["status"] == "completed"
+        assert {m["status"] for m in setup.manifests().values()} == {"completed"}
     finally:
         if engine.poll() is None:
             engine.kill()

@@ -115,14 +115,18 @@ class Dispatcher:
         self._pool = futures.ThreadPoolExecutor(workers, thread_name_prefix="supervise-check")
 
     # ------------------------------------------------------------------ the clock
-    def start(self, scheduler: BaseScheduler) -> None:
-        """Add the tick job to ``scheduler`` (running): the clock of every due check."""
+    def start(self, scheduler: BaseScheduler, gate: Gate) -> None:
+        """Add the tick job to ``scheduler`` (running): the clock of every due check. The
+        tick runs through ``gate`` like every job body: a tick inside ``modify_job`` while
+        APScheduler's ``shutdown(wait=True)`` holds the job-store lock would deadlock the
+        stop (seen: the stop bound's exit 143 after 30 s)."""
         self._scheduler = scheduler
         with self._lock:
             self._tick_at = time.monotonic()
         scheduler.add_job(
-            self.tick,
+            gate.run,
             clock.Interval(TICK_MAX),  # the safety net; each tick moves the job to the next due
+            args=[self.tick],
             id=TICK_JOB,
             next_run_time=datetime.now(UTC),
         )

@@ -188,7 +188,7 @@ class Engine(Checks, Launches, Kicks):
         self.watcher.start()
         try:
             self.scheduler.start()
-            self.dispatch.start(self.scheduler)
+            self.dispatch.start(self.scheduler, self.gate)
             self.scheduler.add_job(self._startup, id="startup")
             while not self.stopping.wait(0.1):
                 clock.watch(self.scheduler, self.profile.state_dir)  # steps of the wall clock
