@@ -158,6 +158,25 @@ def test_removed_run_files_are_seen_after_a_respawn(events: Events, tmp_path: Pa
     assert ("t2", "done") not in events.names  # a removal wakes no check
 
 
+def test_a_check_right_after_a_respawn_never_sees_the_last_runs_end(tmp_path: Path) -> None:
+    """The watcher marks a removal from its own thread, later; a check between the respawn
+    and that mark saw the old ``done`` and exit code 1, counted a second limit wait and
+    killed the resumed agent (CI, real-CLI rate-limit test). Here the watcher has seen
+    nothing yet (``changed`` says no change) when the check runs."""
+    task = TaskDir(tmp_path / "t5")
+    task.path.mkdir()
+    _write(task, "exit_code", "1")
+    _write(task, "done", "")
+    run = RunView(changed=lambda: False)
+    assert observe(task, run=run).done is True
+    task.clear_run_files()  # the files alone: the view still holds the old run
+    assert observe(task, run=run).done is True
+    _write(task, "done", "")
+    run.clear(task)  # what a launch and a respawn do
+    seen = observe(task, run=run)
+    assert (seen.done, seen.exit_code) == (False, None)
+
+
 def test_an_unwatched_folder_is_read_at_every_check(
     events: Events, tmp_path: Path, reads: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

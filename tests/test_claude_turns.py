@@ -26,6 +26,8 @@ from supervisor.config import ApprovalRule
 from supervisor.policy import approval
 from supervisor.taskdir.folder import TaskDir
 
+HEADLESS = Path(__file__).parent / "fixtures" / "claude" / "headless"
+
 SESSION = "00000000-0000-4000-8000-000000000000"
 HOOKS = Path(__file__).parent / "fixtures" / "claude" / "hooks"
 
@@ -199,3 +201,30 @@ def test_a_deadline_frees_the_waiting_hook_in_the_deadlines_name(tmp_path: Path)
     answer = json.loads(signal.answer_path.read_text(encoding="utf-8"))
     assert answer["hookSpecificOutput"]["decision"]["behavior"] == "deny"
     assert "deadline" in answer["hookSpecificOutput"]["decision"]["message"]
+
+
+@pytest.mark.parametrize("read_before_resume", [True, False], ids=["read", "unread"])
+def test_a_resume_is_not_limited_by_the_last_runs_lines(
+    tmp_path: Path, read_before_resume: bool
+) -> None:
+    """A check between a limit wait's resume and the new run's first line (its
+    ``supervise_launch`` mark) took the old run's 429 result for the new run's: a second
+    wait, whose stop killed the resumed agent (CI, real-CLI rate-limit test, 74 ms after
+    the resume). Measured lines of a real 429 run, read before the resume or only after."""
+    adapter = _adapter(tmp_path, _agent("claude", mode="headless"))
+    adapter.launch(resume=False)
+    stream = tmp_path / "task" / hooks.STREAM
+    limited = (HEADLESS / "ratelimit-429-gateway.jsonl").read_bytes()
+    with stream.open("ab") as out:
+        out.write(json.dumps({"type": "supervise_launch", "at": 99.0}).encode() + b"\n")
+        out.write(limited)
+    if read_before_resume:
+        assert adapter.observe(100.0, "running", None).limit
+    adapter.launch(resume=True)
+    view = adapter.observe(101.0, "waiting", None)
+    assert (view.limit, view.failure, view.limit_reason) == (False, None, "")
+    assert adapter.observe(102.0, "running", None).limit is False  # and it stays so
+    with stream.open("ab") as out:  # the new run's lines
+        out.write(json.dumps({"type": "supervise_launch", "at": 103.0}).encode() + b"\n")
+        out.write(limited)
+    assert adapter.observe(104.0, "running", None).limit  # a new limit still counts

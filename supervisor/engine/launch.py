@@ -177,7 +177,7 @@ def start(
     now, runtime.clock_offset = clock.reading()  # the engine's clock (engine/clock.py)
     started = policy.launched(runtime.state, now, runtime.policy)
     write_launch(profile, runtime, resume=False)
-    task.clear_run_files()
+    runtime.run.clear(task)
     if runtime.manifest.turn > 1:
         _mark_turn(runtime)
     watch(runtime)
@@ -252,7 +252,7 @@ def respawn(
     task = runtime.task
     if not launch_written:
         write_launch(profile, runtime, resume=True)
-    task.clear_run_files()
+    runtime.run.clear(task)
     project = runtime.workdir
     sessions.forget()
     try:

@@ -158,6 +158,16 @@ class RunView:
             self.files = read_run_files(task)
         return self.files
 
+    def clear(self, task: TaskDir) -> None:
+        """Remove the last run's files before a (re)launch (:meth:`TaskDir.clear_run_files`)
+        and forget what was read of them, so the next check reads them again. The watcher
+        also marks the removal, but from its own thread and later: a check in between saw
+        the old ``done`` and exit code, took a resumed agent for ended, counted a second
+        limit wait and killed the new run (seen in CI's real-CLI rate-limit test)."""
+        task.clear_run_files()
+        self.files = None
+        self.force = True
+
     def agent_alive(self, files: RunFiles, written_shift: float = 0.0) -> bool | None:
         """Whether the agent the ``pid`` file names runs (``None``: no ``pid`` file yet).
         A new ``pid`` file (another PID or mtime: a resume, a respawn) is a new run: its

@@ -3,10 +3,14 @@ errors, the per-call timeout and the shape of a reply (:class:`TmuxResult`)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from supervisor.errors import ConfigError, SuperviseError
 
@@ -19,6 +23,20 @@ TMUX_TIMEOUT = 5.0
 
 #: The environment variable naming the tmux executable (the wrapper reads it too).
 TMUX_ENV = "SUPERVISE_TMUX"
+
+#: What a tmux client prints when the server it reached exits before answering (tmux
+#: ``client.c``, ``CLIENT_EXIT_LOST_SERVER``). With ``exit-empty`` on (tmux's default) a
+#: server exits once its last session is gone, and a ``new-session`` that connects in that
+#: moment gets this line with nothing created: measured 20 to 29 of 300 tries of
+#: ``kill-session`` beside ``new-session`` on tmux 3.3a, and once in CI's 300-task fleet
+#: test. A second try starts a new server.
+LOST_SERVER = "server exited unexpectedly"
+#: How many times :func:`retry_lost_server` runs a start, and the pause between (seconds).
+LOST_SERVER_TRIES = 4
+LOST_SERVER_PAUSE = 0.02
+
+log = logging.getLogger("supervisor.tmux")
+T = TypeVar("T")
 
 
 class TmuxError(SuperviseError, RuntimeError):
@@ -38,6 +56,25 @@ class TmuxResult:
     returncode: int
     stdout: list[str]
     stderr: list[str]
+
+
+def retry_lost_server(start: Callable[[], T], what: str) -> T:
+    """``start()``, run again (up to :data:`LOST_SERVER_TRIES` times in all) while it
+    raises a :class:`TmuxError` carrying :data:`LOST_SERVER`: only for a command that starts
+    a server when none runs (``new-session``), where that error means nothing was made.
+
+    Raises:
+        TmuxError: the last try's error, or any other tmux error at once.
+    """
+    for attempt in range(1, LOST_SERVER_TRIES):
+        try:
+            return start()
+        except TmuxError as exc:
+            if isinstance(exc, TmuxTimeout) or LOST_SERVER not in str(exc):
+                raise
+            log.info("%s: the tmux server exited as it was reached; trying again", what)
+            time.sleep(LOST_SERVER_PAUSE * attempt)
+    return start()
 
 
 def tmux_binary() -> str:

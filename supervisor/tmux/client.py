@@ -37,6 +37,7 @@ from supervisor.tmux.basics import (
     TmuxResult,
     TmuxTimeout,
     decode_lines,
+    retry_lost_server,
     tmux_binary,
 )
 from supervisor.tmux.control import CONTROL_OPTION, Listener, control_enabled, is_control
@@ -274,10 +275,14 @@ class Tmux:
             "-S",
             gate,
         )
-        printed = self._launch_scoped(args)
-        if printed is None:
-            printed = self._run(*args)
+        printed = retry_lost_server(lambda: self._start_session(args), session)
         self._check_limits(printed)
+
+    def _start_session(self, args: Sequence[str]) -> list[str]:
+        """Run the ``new-session`` ``args``: in a systemd scope when that starts the
+        server (:meth:`_launch_scoped`), else plainly. Returns tmux's output lines."""
+        printed = self._launch_scoped(args)
+        return self._run(*args) if printed is None else printed
 
     def _check_limits(self, printed: list[str]) -> None:
         """Raise the open-file limit of the server whose PID ``launch`` printed, once per

@@ -30,9 +30,9 @@ already used fails at once, so a resume never reuses it.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,7 @@ from supervisor.agents.claude import failures, hooks, limits, permissions, scree
 from supervisor.agents.claude.delivery import delivery
 from supervisor.agents.claude.evidence import ScreenProgress
 from supervisor.agents.claude.stream import StreamState, mark_turn
-from supervisor.agents.claude.streamfile import StreamReader
+from supervisor.agents.claude.streamfile import StreamReader, rotate_stream
 from supervisor.agents.claude.tools import HEARTBEAT, ToolsInFlight
 from supervisor.audit import By
 from supervisor.config import AgentSpec
@@ -58,7 +58,7 @@ from supervisor.policy import approval
 from supervisor.streamcopy import LAUNCH_MARK
 from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import TURN_PROMPT, Manifest, utc_iso
-from supervisor.taskdir.layout import EXIT_CODE, PROMPT
+from supervisor.taskdir.layout import PROMPT
 from supervisor.taskdir.states import Status
 
 log = logging.getLogger(__name__)
@@ -176,6 +176,12 @@ class ClaudeAdapter(AgentAdapter):
         if self.pending_answer is not None:
             stale = self.pending_answer.with_suffix(".json")
             hooks.archive(hooks.HookSignal(stale, "", 0.0, {}))
+        # The last run is over (stopped, or ended): its lines not read yet are its own (its
+        # result, its cost) and must not be taken for the new run's, which has written
+        # nothing yet. A limit read after the resume was a second wait that killed the
+        # resumed agent (CI, real-CLI rate-limit test).
+        self._read_stream(time.time())
+        self.stream.end_run()
         self.pending_answer = None
         self.escalation = None
         self.turn_ended = False
@@ -416,22 +422,8 @@ class ClaudeAdapter(AgentAdapter):
             return
         self._read_new_lines(now, path, size)
         if self.reader.offset == size and size > self.resolved.policy.max_log_bytes:
-            self._rotate_stream(path)
-
-    def _rotate_stream(self, path: Path) -> None:
-        """Rotate ``stream.jsonl`` (:mod:`supervisor.logrotate`) once it is past
-        ``max_log_bytes``, read to its end, and no run writes it: the wrapper has written
-        ``exit_code``, which it does only after its copy of the stream ended. The fresh
-        file starts with the carry line; this reader keeps its state and skips that line."""
-        if not self.task.file(EXIT_CODE).exists():
-            return
-        line = json.dumps(self.stream.carry()).encode() + b"\n"
-        try:
-            logrotate.rotate(path, self.resolved.policy.log_backups, line)
-        except OSError as exc:
-            log.warning("%s: cannot rotate %s: %s", self.task.task_id, path, exc)
-            return
-        self.reader.offset = len(line)
+            rotated = rotate_stream(self.task, self.stream, self.resolved.policy.log_backups)
+            self.reader.offset = rotated if rotated is not None else self.reader.offset
 
     def _read_new_lines(self, now: float, path: Path, size: int) -> None:
         if size < self.reader.offset:  # replaced: read it again from the start

@@ -127,6 +127,14 @@ class StreamState:
         self.run_ended = False
         self.turn_base_usd = self.total_cost_usd
 
+    def end_run(self) -> None:
+        """The current run is history: a new one starts (its ``supervise_launch`` line, or
+        the engine's resume before that line is written). Its answer, error and limit no
+        longer describe the task; totals (cost, turns, runs) stay."""
+        self.result = self.is_error = self.subtype = self.api_error_status = None
+        self.limit_resets_at = self.limit_type = None
+        self.run_ended = False
+
     def feed_line(self, line: bytes | str) -> dict[str, Any] | None:
         """Parse one line and :meth:`feed` it; returns the object, or ``None`` for a line
         that is not a JSON object (a stray print is ignored, never fatal)."""
@@ -148,9 +156,7 @@ class StreamState:
             self.new_turn()
         elif kind == "supervise_launch":
             self.runs += 1
-            self.result = self.is_error = self.subtype = self.api_error_status = None
-            self.limit_resets_at = self.limit_type = None
-            self.run_ended = False
+            self.end_run()
         elif kind == "rate_limit_event":
             info = obj.get("rate_limit_info")
             if isinstance(info, dict) and info.get("status") == "rejected":

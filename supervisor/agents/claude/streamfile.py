@@ -16,6 +16,7 @@ now skipped, a chunk per check, and counts as progress (the agent wrote it).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import stat
@@ -23,8 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from supervisor.agents.claude.stream import CARRY
+from supervisor import logrotate
+from supervisor.agents.claude.hooks import STREAM
+from supervisor.agents.claude.stream import CARRY, StreamState
 from supervisor.streamcopy import KEEPALIVES, LAUNCH_MARK, STREAM_EVENT
+from supervisor.taskdir.folder import TaskDir
+from supervisor.taskdir.layout import EXIT_CODE
 
 log = logging.getLogger(__name__)
 
@@ -116,3 +121,23 @@ class StreamReader:
         """The progress stamp for ``AgentView.output_mtime`` (epoch s). ``0.0`` before any
         progress: the policy counts from the launch then, never from ``output.log``."""
         return self.progress_at if self.progress_at is not None else 0.0
+
+
+def rotate_stream(task: TaskDir, stream: StreamState, backups: int) -> int | None:
+    """Rotate the task's ``stream.jsonl`` (:mod:`supervisor.logrotate`, ``backups`` kept)
+    once the caller has read it to its end, past ``max_log_bytes``, and no run writes it:
+    the wrapper has written ``exit_code``, which it does only after its copy of the stream
+    ended. The fresh file starts with the carry line (``stream``'s totals). Returns the
+    reader's new offset (the carry line's length, in bytes: the reader keeps its state and
+    skips that line), or ``None`` when nothing was rotated (a run writes it; an
+    ``OSError``, logged)."""
+    if not task.file(EXIT_CODE).exists():
+        return None
+    line = json.dumps(stream.carry()).encode() + b"\n"
+    path = task.file(STREAM)
+    try:
+        logrotate.rotate(path, backups, line)
+    except OSError as exc:
+        log.warning("%s: cannot rotate %s: %s", task.task_id, path, exc)
+        return None
+    return len(line)
