@@ -134,12 +134,13 @@ def test_postgres_restart_mid_run(tmp_path: Path) -> None:
 
 
 def _worker_backends(dsn: str, host_id: str, listening: bool = False) -> list[int]:
-    from supervisor.cluster.intake import WORKER_APPLICATION
+    """The pids of the host's connections (``supervise:<host_id>:<role>``), or of its
+    LISTEN connection alone."""
+    from supervisor.cluster.db import application_name
 
-    sql = "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
-    if listening:
-        sql += " AND query LIKE 'LISTEN%%'"
-    return [r[0] for r in rows(dsn, sql, WORKER_APPLICATION + host_id)]
+    sql = "SELECT pid FROM pg_stat_activity WHERE application_name LIKE %s"
+    name = application_name(host_id, "listen" if listening else "%")
+    return [r[0] for r in rows(dsn, sql, name)]
 
 
 def test_worker_connections_terminated(tmp_path: Path) -> None:
@@ -172,8 +173,8 @@ def test_worker_connections_terminated(tmp_path: Path) -> None:
 
 def test_deaf_listener_is_replaced(tmp_path: Path) -> None:
     """The worker's LISTEN connection stays open but hears nothing (its server process
-    stopped with SIGSTOP: what a half-open TCP connection looks like): the periodic
-    self-NOTIFY check finds it deaf and listens again on a new connection, so a task
+    stopped with SIGSTOP: what a half-open TCP connection looks like): the round trip on it
+    (issue 25: no NOTIFY) finds it deaf and listens again on a new connection, so a task
     submitted meanwhile starts within seconds, not after the 120 s polling interval."""
     from support.cluster_support import postgres_server
 
@@ -187,7 +188,7 @@ def test_deaf_listener_is_replaced(tmp_path: Path) -> None:
         finally:
             os.kill(deaf, signal.SIGCONT)
         log = (hosts["h0"].root / "engine.log").read_text()
-        assert "did not hear its check" in log
+        assert "did not answer its check" in log
 
 
 def test_engine_started_while_the_database_is_down(tmp_path: Path) -> None:
