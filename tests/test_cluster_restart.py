@@ -77,7 +77,8 @@ def test_postgres_restart_mid_run(tmp_path: Path) -> None:
     on), every task starts exactly once (every host's local events and the database's),
     every outbox is flushed (file gone, events written), each row's state matches the
     manifest of the host that ran it, and every procrastinate job ended normally (none
-    aborted, failed or left ``doing``)."""
+    aborted, failed or left ``doing``). Each engine logs the outage in two lines, one when
+    it starts and one when it ends, and no traceback."""
     from support.cluster_support import postgres_executor
 
     with postgres_executor() as (dsn, server), engines(tmp_path, dsn, count=3) as hosts:
@@ -131,6 +132,12 @@ def test_postgres_restart_mid_run(tmp_path: Path) -> None:
                                        "manifest.json").read_text())  # fmt: skip
                 assert table[task_id] == (manifest["status"], host_id, manifest["exit_code"])
                 assert (task_id, "completed", 1) in events
+            # Issue 25: the outage is one line when it starts and one when it ends, per engine
+            # (on 812c663: 8-10 tracebacks per engine log)
+            log = (setup.root / "engine.log").read_text()
+            assert log.count("database unreachable") == 1, log
+            assert log.count("database answering again") == 1, log
+            assert "Traceback" not in log, log
 
 
 def _worker_backends(dsn: str, host_id: str, listening: bool = False) -> list[int]:

@@ -64,6 +64,8 @@ CHECK_EVERY = 10.0
 CHECK_TIMEOUT = 3.0
 #: Seconds between two looks at which channels to listen on (no server round trip).
 LISTEN_STEP = 0.5
+#: The payload of a fetch the connector asks of the worker (procrastinate's type).
+_FETCH = json.dumps({"type": "job_inserted"})
 #: PostgreSQL's words when it has no connection slot left (SQLSTATE 53300,
 #: ``too_many_connections``: "sorry, too many clients already", "remaining connection
 #: slots are reserved for ..."); a failed connect carries the text, not always the code.
@@ -182,6 +184,24 @@ class EnginePool(ConnectionPool):
             delay = min(delay, FULL_BACKOFF if self.outage.full else RECONNECT_EVERY)
         super().schedule_task(task, delay)
 
+    def _shrink_pool(self) -> None:
+        """psycopg_pool's periodic shrink (every ``max_idle`` s), made to work for a pool
+        shared by a few threads: psycopg_pool closes a connection only when one was idle
+        for the whole period, which its first-in-first-out reuse (``popleft`` to lend,
+        ``append`` to return: every connection kept warm) and any two overlapping
+        borrowers prevent, so a pool grown by one burst stayed at its size. Here, one
+        connection above :data:`POOL_MIN` that is idle now (the least recently returned)
+        is closed each period: a pool back at rest has one connection within two
+        :data:`POOL_IDLE` periods; a busy one reopens at most one per period."""
+        to_close = None
+        with self._lock:
+            if self._nconns > self._min_size and self._pool:
+                to_close = self._pool.popleft()
+                self._nconns -= 1
+                self._nconns_min = min(self._nconns_min, len(self._pool))
+        if to_close is not None:
+            self._close_connection(to_close)
+
     def connections(self) -> int:
         """Connections open in the pool now (in use or idle)."""
         return int(self.get_stats().get("pool_size", 0))
@@ -289,23 +309,29 @@ class SharedConnector(base.BaseAsyncConnector):
             async for note in conn.notifies(timeout=LISTEN_STEP):
                 last = time.monotonic()
                 await self._dispatch(note.channel, note.payload, on_notification)
-            await self._listen_to(conn, heard, shared)
+            if await self._listen_to(conn, heard, shared):
+                # A slot freed: what was submitted while the host did not listen on the
+                # shared queues is fetched now (the worker's own fetch may have come first).
+                await on_notification(channel=self.host_channel, payload=_FETCH)
             if time.monotonic() - last >= CHECK_EVERY:
                 await asyncio.wait_for(conn.execute(query("round_trip")), CHECK_TIMEOUT)
                 last = time.monotonic()
 
     async def _listen_to(
         self, conn: psycopg.AsyncConnection, heard: set[str], shared: list[str]
-    ) -> None:
+    ) -> bool:
         """LISTEN / UNLISTEN so that ``heard`` is the host channel, plus ``shared`` while
-        the host has a free slot."""
+        the host has a free slot; True when it listens on a shared channel again."""
+        again = bool(heard)
         wanted = {self.host_channel} | (set() if self.full() else set(shared))
         for channel in sorted(wanted - heard):
             await conn.execute(listen(channel))
         for channel in sorted(heard - wanted):
             await conn.execute(sql.SQL(query("unlisten")).format(channel=sql.Identifier(channel)))
+        added = wanted - heard
         heard.clear()
         heard.update(wanted)
+        return again and bool(added)
 
     async def _dispatch(self, channel: str, payload: str, on_notification: base.Notify) -> None:
         try:

@@ -256,7 +256,9 @@ class Writer:
                 self.outage.failed(exc, "the writer")
             elif message != self._last_error:
                 log.error("cluster: cannot write to the database: %s", message)
-            self._last_error = message
+            # what 'hosts' shows after the outage: its cause (and fix), not the pool's wait
+            outage_line = self.outage.error if self.outage is not None else None
+            self._last_error = outage_line or message
             return False
 
     def _write(self, conn: psycopg.Connection, beat: bool, stopping: bool) -> None:
