@@ -97,8 +97,10 @@ def describe(exc: BaseException) -> str:
 
 class Outage:
     """The engine's one account of the database being unreachable: the first failure of
-    an outage logs one line (what failed, the cause, the fix), the first success after it
-    one more; every other failure meanwhile is silent. Any thread.
+    an outage logs one line (what failed, the cause), the first success after it one
+    more; every other failure meanwhile is silent. PostgreSQL out of connection slots is
+    said once per outage too, with the fix, also when the outage began with another
+    failure (a connection the server ended). Any thread.
 
     ``error`` is the line of the outage under way (None: none), for the heartbeat's
     ``last_error`` (``supervise hosts``)."""
@@ -120,11 +122,14 @@ class Outage:
             self.since = self.since if self.since is not None else time.monotonic()
             self.error, self.full = line, full
             self.count += 1
-        log.warning(
-            "cluster: database unreachable (%s: %s); retrying with backoff, dispatch paused",
-            what,
-            line,
-        )
+        if full:  # the cause and the fix, once, even when the outage began otherwise
+            log.warning("cluster: %s (%s); retrying with backoff, dispatch paused", line, what)
+        else:
+            log.warning(
+                "cluster: database unreachable (%s: %s); retrying with backoff, dispatch paused",
+                what,
+                line,
+            )
 
     def ok(self, connected: bool = False) -> None:
         """A statement got through (``connected``: a new connection was made): logged if
