@@ -52,6 +52,10 @@ POOL_MAX = 4
 #: Seconds an extra connection stays unused before the pool closes it (psycopg_pool's
 #: ``max_idle``: it shrinks by one per such period).
 POOL_IDLE = 30.0
+#: Seconds a borrower waits for a busy connection before the pool opens another: the
+#: engine's borrowers (sweeps, heartbeats, fetches) hold one for milliseconds, and psycopg_pool
+#: grows at the first wait, so two overlapping by chance kept a second one open for good.
+GROW_AFTER = 0.2
 #: Seconds a caller waits for a pooled connection (then psycopg_pool's ``PoolTimeout``).
 POOL_WAIT = CONNECT_TIMEOUT * 2.0
 #: Seconds between reconnection tries while the database is down; while PostgreSQL has no
@@ -161,6 +165,7 @@ class EnginePool(ConnectionPool):
 
     def __init__(self, dsn: str, host_id: str, outage: Outage) -> None:
         self.outage = outage
+        self._grow_timer_set = False
         super().__init__(
             dsn,
             kwargs={"autocommit": True, **connect_kwargs(application_name(host_id, "pool"))},
@@ -173,6 +178,24 @@ class EnginePool(ConnectionPool):
             name=application_name(host_id, "pool"),
             open=False,
         )
+
+    def _maybe_grow_pool(self) -> None:
+        """psycopg_pool's growth (called under its lock when a borrower has to wait),
+        deferred by :data:`GROW_AFTER` seconds while the pool has a connection: a wait that
+        ends sooner (the connection came back) opens none."""
+        if self._nconns < 1:
+            super()._maybe_grow_pool()
+        elif not self._grow_timer_set and self._nconns < self._max_size:
+            self._grow_timer_set = True
+            timer = threading.Timer(GROW_AFTER, self._grow_if_waiting)
+            timer.daemon = True
+            timer.start()
+
+    def _grow_if_waiting(self) -> None:
+        with self._lock:
+            self._grow_timer_set = False
+            if self._waiting and not self.closed:
+                super()._maybe_grow_pool()
 
     def _connect(self, timeout: float | None = None) -> Any:
         try:
