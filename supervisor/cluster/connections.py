@@ -174,7 +174,7 @@ class EnginePool(ConnectionPool):
             max_idle=POOL_IDLE,
             timeout=POOL_WAIT,
             reconnect_timeout=365 * 86400.0,  # never give up: the engine has no other way
-            check=ConnectionPool.check_connection,
+            check=None,  # see the class docstring
             name=application_name(host_id, "pool"),
             open=False,
         )
