@@ -157,6 +157,13 @@ class EnginePool(ConnectionPool):
     1 s: measured here, after a 10 s outage its next try came up to 5 s after the server's
     return), doubling up to :data:`FULL_BACKOFF` s while it has no slot left.
 
+    No ``check`` on lending (procrastinate's own pool sets psycopg_pool's
+    ``check_connection``): its empty statement is a transaction of its own on every borrow,
+    measured here as 1.6 of an idle engine's 3.3 transactions per second (1.7 without).
+    A connection the server dropped fails its next statement instead (every borrower
+    retries: the writer, the sweeps, procrastinate's calls through
+    :class:`~supervisor.cluster.health.Health`) and psycopg_pool discards it on return.
+
     Args:
         dsn: the database.
         host_id: this host (the connections' ``application_name``).
@@ -174,7 +181,6 @@ class EnginePool(ConnectionPool):
             max_idle=POOL_IDLE,
             timeout=POOL_WAIT,
             reconnect_timeout=365 * 86400.0,  # never give up: the engine has no other way
-            check=None,  # see the class docstring
             name=application_name(host_id, "pool"),
             open=False,
         )
