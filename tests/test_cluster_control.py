@@ -126,27 +126,31 @@ def test_request_to_a_host_not_alive_is_one_line_and_leaves_no_row(
 
 
 def test_listener_survives_its_connection_being_terminated(tmp_path: Path, dsn: str) -> None:
-    """``pg_terminate_backend`` on the engine's listener connection: it reconnects, and a
-    ``stop`` from another process is still answered (reconnect or the poll backstop)."""
-    from supervisor.cluster.listener import APPLICATION_NAME
+    """``pg_terminate_backend`` on the engine's LISTEN connection (control requests ride on
+    it since issue 25): it listens again, and a ``stop`` from another process is still
+    answered (the new LISTEN or the poll backstop)."""
+    from supervisor.cluster.db import application_name
 
+    APPLICATION_NAME = application_name("h0", "listen")
     backends = "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
     with engines(tmp_path, dsn, count=1) as hosts:
         task = _submit(hosts, tmp_path, dsn, "long", "print: working\nsleep: 60\n", "h0")
         wait_for(lambda: _state(dsn, task) == ("running", "h0"), timeout=30)
         wait_for(lambda: len(rows(dsn, backends, APPLICATION_NAME)) == 1, timeout=15)
         [(first,)] = rows(dsn, backends, APPLICATION_NAME)
-        # A row for a task this host does not run is answered, not acted on (one line).
+        # A row for a task this host does not run, written with no NOTIFY, is answered
+        # (one line, not acted on) once the LISTEN connection listens again: each new
+        # LISTEN reads the pending rows.
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("INSERT INTO supervise_controls (task_id, host_id, verb) "
                          "VALUES ('ghost', 'h0', 'stop')")  # fmt: skip
+        assert rows(dsn, "SELECT pg_terminate_backend(%s)", first) == [(True,)]
         answered = ("SELECT ok, result FROM supervise_controls "
                     "WHERE task_id = 'ghost' AND done_at IS NOT NULL")  # fmt: skip
-        wait_for(lambda: rows(dsn, answered), timeout=15)  # the poll backstop: no NOTIFY
+        wait_for(lambda: rows(dsn, answered), timeout=15)
         assert rows(dsn, answered) == [
             (False, "task ghost is not run by host h0 (the fleet says owner None, generation None)")
         ]
-        assert rows(dsn, "SELECT pg_terminate_backend(%s)", first) == [(True,)]
         stopped = supervise("stop", task, "--json", env={"SUPERVISE_CLUSTER_DSN": dsn})
         assert stopped.returncode == 0, stopped.stderr
         assert json.loads(stopped.stdout) == {"task_id": task, "verb": "stop", "result": "applied",
@@ -155,7 +159,7 @@ def test_listener_survives_its_connection_being_terminated(tmp_path: Path, dsn: 
         [(second,)] = rows(dsn, backends, APPLICATION_NAME)
         assert second != first
         log = (hosts["h0"].root / "engine.log").read_text()
-        assert "control listener lost its connection" in log
+        assert "database unreachable (the LISTEN connection" in log
 
 
 @pytest.mark.e2e

@@ -77,7 +77,8 @@ def test_postgres_restart_mid_run(tmp_path: Path) -> None:
     on), every task starts exactly once (every host's local events and the database's),
     every outbox is flushed (file gone, events written), each row's state matches the
     manifest of the host that ran it, and every procrastinate job ended normally (none
-    aborted, failed or left ``doing``)."""
+    aborted, failed or left ``doing``). Each engine logs the outage in two lines, one when
+    it starts and one when it ends, and no traceback."""
     from support.cluster_support import postgres_executor
 
     with postgres_executor() as (dsn, server), engines(tmp_path, dsn, count=3) as hosts:
@@ -131,15 +132,22 @@ def test_postgres_restart_mid_run(tmp_path: Path) -> None:
                                        "manifest.json").read_text())  # fmt: skip
                 assert table[task_id] == (manifest["status"], host_id, manifest["exit_code"])
                 assert (task_id, "completed", 1) in events
+            # Issue 25: the outage is one line when it starts and one when it ends, per engine
+            # (on 812c663: 8-10 tracebacks per engine log)
+            log = (setup.root / "engine.log").read_text()
+            assert log.count("database unreachable") == 1, log
+            assert log.count("database answering again") == 1, log
+            assert "Traceback" not in log, log
 
 
 def _worker_backends(dsn: str, host_id: str, listening: bool = False) -> list[int]:
-    from supervisor.cluster.intake import WORKER_APPLICATION
+    """The pids of the host's connections (``supervise:<host_id>:<role>``), or of its
+    LISTEN connection alone."""
+    from supervisor.cluster.db import application_name
 
-    sql = "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
-    if listening:
-        sql += " AND query LIKE 'LISTEN%%'"
-    return [r[0] for r in rows(dsn, sql, WORKER_APPLICATION + host_id)]
+    sql = "SELECT pid FROM pg_stat_activity WHERE application_name LIKE %s"
+    name = application_name(host_id, "listen" if listening else "%")
+    return [r[0] for r in rows(dsn, sql, name)]
 
 
 def test_worker_connections_terminated(tmp_path: Path) -> None:
@@ -172,8 +180,8 @@ def test_worker_connections_terminated(tmp_path: Path) -> None:
 
 def test_deaf_listener_is_replaced(tmp_path: Path) -> None:
     """The worker's LISTEN connection stays open but hears nothing (its server process
-    stopped with SIGSTOP: what a half-open TCP connection looks like): the periodic
-    self-NOTIFY check finds it deaf and listens again on a new connection, so a task
+    stopped with SIGSTOP: what a half-open TCP connection looks like): the round trip on it
+    (issue 25: no NOTIFY) finds it deaf and listens again on a new connection, so a task
     submitted meanwhile starts within seconds, not after the 120 s polling interval."""
     from support.cluster_support import postgres_server
 
@@ -187,7 +195,7 @@ def test_deaf_listener_is_replaced(tmp_path: Path) -> None:
         finally:
             os.kill(deaf, signal.SIGCONT)
         log = (hosts["h0"].root / "engine.log").read_text()
-        assert "did not hear its check" in log
+        assert "did not answer its check" in log
 
 
 def test_engine_started_while_the_database_is_down(tmp_path: Path) -> None:

@@ -135,6 +135,7 @@ def _hosts(args: argparse.Namespace, dsn: str) -> int:
                 "age_s",
                 "capacity",
                 "running",
+                "connections",
                 "version",
                 "queues",
                 "lost_at",

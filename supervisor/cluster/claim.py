@@ -25,7 +25,7 @@ import psycopg
 import tomli_w
 
 from supervisor import spool
-from supervisor.cluster.db import ClusterError, connect, one_line
+from supervisor.cluster.db import ClusterError, Source, acquire, one_line, release
 from supervisor.cluster.health import RECONNECT_EVERY
 from supervisor.cluster.ownership import CLAIM_FILE, ready_to_claim
 from supervisor.cluster.sqlfiles import query
@@ -47,12 +47,14 @@ class Claimed:
 
 
 def claim_task(
-    dsn: str, profile: LoadedProfile, task_id: str, stopping: threading.Event
+    source: Source, profile: LoadedProfile, task_id: str, stopping: threading.Event
 ) -> Claimed | None:
-    """Claim and materialize ``task_id`` (a plain thread). None: not ours to run (another
-    job took it, it is no longer ``queued``, or this host rejected it).
+    """Claim and materialize ``task_id`` (a plain thread) on a connection from ``source``
+    (the engine's pool: issue 25). None: not ours to run (another job took it, it is no
+    longer ``queued``, or this host rejected it).
 
-    A connect that fails (the server down or restarting) is tried again every
+    A connection that cannot be had (the server down or restarting, or out of connection
+    slots: the pool tells the engine's outage log) is tried again every
     :data:`~supervisor.cluster.health.RECONNECT_EVERY` s: no statement was sent, and a
     job that failed here would leave its task ``queued`` with no job.
 
@@ -64,12 +66,12 @@ def claim_task(
     host_id = profile.spec.cluster.host_id
     while True:
         try:
-            conn = connect(dsn)
+            conn = acquire(source)
             break
         except ClusterError:
             if stopping.wait(RECONNECT_EVERY):
                 raise
-    with conn:
+    try:
         if not ready_to_claim(conn, profile, task_id, stopping):
             return None
         claimed = claim_queued(conn, host_id, task_id)
@@ -85,6 +87,8 @@ def claim_task(
         if isinstance(made, str):
             reject_claimed(conn, task_id, generation, made)
             return None
+    finally:
+        release(source, conn)
     return made
 
 

@@ -4,7 +4,8 @@
 is not in a local state dir, :func:`route` refuses as the local verbs do
 (:func:`supervisor.taskdir.control.refusal` with the row's state), refuses a host that is not alive
 (no row is written then), inserts a ``supervise_controls`` row for the task's
-``owner_host``, ``NOTIFY``s :data:`CHANNEL` (payload ``"<host_id> <row id>"``) and waits,
+``owner_host``, ``NOTIFY``s that host's own channel (:func:`host_channel`, issue 25: only
+that host's engine wakes; payload ``{"type": CONTROL_TYPE, "id": <row id>}``) and waits,
 bounded, for the row's ``done_at``: ``LISTEN`` on :data:`REPLY_CHANNEL` (payload: the row
 id) with a poll every :data:`POLL_EVERY` seconds as the fallback. The owner's engine
 answers through :mod:`supervisor.cluster.listener`.
@@ -19,6 +20,7 @@ a task on another host.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -31,12 +33,29 @@ from supervisor.cluster.sqlfiles import listen, query
 from supervisor.taskdir import control
 from supervisor.taskdir.states import FINAL, UNCLAIMED, FleetState
 
-#: Requests to hosts: payload ``"<host_id> <row id>"``.
-CHANNEL = "supervise_control"
+#: The ``type`` of a request's notification on its host's channel (:func:`host_channel`);
+#: procrastinate's worker ignores a type that is not its own (``Worker._handle_notification``).
+CONTROL_TYPE = "supervise_control"
 #: Answers: payload ``"<row id>"``.
 REPLY_CHANNEL = "supervise_control_done"
 #: Seconds between polls of the row while waiting (the net under a missed notification).
 POLL_EVERY = 1.0
+
+
+def host_channel(host_id: str) -> str:
+    """The channel of ``host_id``'s requests: its host queue's procrastinate channel
+    (``procrastinate_queue_v1#host.<id>``, procrastinate's ``get_channel_for_queues``),
+    which that host's engine LISTENs on anyway (:mod:`supervisor.cluster.connections`)."""
+    from procrastinate.manager import get_channel_for_queues
+
+    from supervisor.config.cluster import host_queue
+
+    return next(iter(get_channel_for_queues([host_queue(host_id)])))
+
+
+def control_payload(request_id: int) -> str:
+    """The notification of request ``request_id`` (JSON)."""
+    return json.dumps({"type": CONTROL_TYPE, "id": request_id})
 
 
 @dataclass(frozen=True)
@@ -104,7 +123,7 @@ def route(dsn: str, task_id: str, verb: str, timeout: float, requested_by: str) 
             with conn.transaction():
                 cursor = conn.execute(query("insert_control"), (task_id, host, verb, requested_by))
                 request_id = int(cursor.fetchone()[0])  # type: ignore[index]
-                conn.execute(query("notify"), (CHANNEL, f"{host} {request_id}"))
+                conn.execute(query("notify"), (host_channel(host), control_payload(request_id)))
             return _await(conn, request_id, host, task_id, verb, timeout)
     except psycopg.Error as exc:
         raise ClusterError(f"cannot route '{verb}' for {task_id}: {one_line(exc)}") from exc

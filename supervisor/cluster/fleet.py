@@ -30,7 +30,8 @@ def hosts(dsn: str) -> list[dict[str, Any]]:
     """One dict per host: ``host_id``, ``state`` (``alive`` | ``stopped`` | ``dead``: see
     :mod:`supervisor.cluster.sweeper`), ``age_s`` (seconds since its heartbeat),
     ``capacity``, ``running``, ``version``, ``queues``, ``last_error``, ``heartbeat_at``,
-    ``lost_at``, ``stopped_at``, ``host_timeout`` (seconds), ``on_host_lost``."""
+    ``lost_at``, ``stopped_at``, ``host_timeout`` (seconds), ``on_host_lost``,
+    ``connections`` (what the host holds to the database, from its last heartbeat)."""
     return _rows(dsn, query("fleet_hosts"))
 
 

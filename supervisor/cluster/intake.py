@@ -34,25 +34,15 @@ import time
 from collections.abc import Callable
 
 import psycopg
-from procrastinate import App, PsycopgConnector
+from procrastinate import App
 from procrastinate.exceptions import AlreadyEnqueued
 
 from supervisor.cluster import sweeper as sweep
 from supervisor.cluster.claim import claim_task
-from supervisor.cluster.db import (
-    CONNECT_TIMEOUT,
-    STATEMENT_TIMEOUT,
-    ClusterError,
-    connect,
-    dsn_of,
-    one_line,
-)
-from supervisor.cluster.health import (
-    Health,
-    ReconnectingPool,
-    fetch_polling_interval,
-    wait_for_database,
-)
+from supervisor.cluster.connections import EnginePool, Outage, SharedConnector
+from supervisor.cluster.control import host_channel
+from supervisor.cluster.db import ClusterError, borrow, dsn_of, one_line
+from supervisor.cluster.health import Health, fetch_polling_interval, wait_for_database
 from supervisor.cluster.lease import LeaseKeeper, host_fence
 from supervisor.cluster.listener import ControlListener
 from supervisor.cluster.ownership import (
@@ -80,8 +70,6 @@ OUTBOX = layout.CLUSTER_OUTBOX
 #: Seconds before a worker that died is started again (doubling up to :data:`MAX_BACKOFF`).
 BACKOFF = 1.0
 MAX_BACKOFF = 30.0
-#: ``application_name`` of the worker's connections, plus the host id (``pg_stat_activity``).
-WORKER_APPLICATION = "supervise-worker-"
 #: Seconds after which a task still owned here is asked to supersede again (the engine
 #: ignores a request for a task it does not know yet, e.g. one claimed and not yet queued;
 #: a stop under way takes at most the stop's grace period plus its SIGKILL wait).
@@ -125,10 +113,15 @@ class ClusterIntake:
         self._thread = threading.Thread(
             target=self._serve, name="supervise-cluster-worker", daemon=True
         )
+        # Issue 25: two steady connections, the pool (everything below borrows from it)
+        # and the LISTEN connection (the worker's connector's); one account of outages.
+        self.outage = Outage()
+        self.pool = EnginePool(self.dsn, self.cluster.host_id, self.outage)
+        self._connector: SharedConnector | None = None  # the running worker's
         # Fencing (issue 20): the agents of this host's fleet tasks stop when it lapses.
         self.lease = LeaseKeeper(profile.state_dir, host_fence(self.cluster))
         self.writer = Writer(
-            self.dsn,
+            self.pool,
             self.cluster.host_id,
             profile.spec.max_concurrent,
             self.running,
@@ -141,10 +134,17 @@ class ClusterIntake:
             self._owned_now,
             self._lost,
             self.lease,
+            self.outage,
+            self.connections,
         )
         # Operator requests routed here from other machines (supervisor.cluster.listener).
         self.listener = ControlListener(
-            self.dsn, self.cluster.host_id, profile.state_dir, profile.tasks_dir, CLAIM_FILE
+            self.pool,
+            self.cluster.host_id,
+            profile.state_dir,
+            profile.tasks_dir,
+            CLAIM_FILE,
+            self.outage,
         )
 
     # ------------------------------------------------------------ the Intake protocol
@@ -175,6 +175,7 @@ class ClusterIntake:
             ).items():
                 if task_id not in self._not_ours:
                     self._owned.setdefault(task_id, generation)
+        self.pool.open(wait=False)
         self.lease.start()
         self.writer.start()
         self._thread.start()
@@ -240,6 +241,17 @@ class ClusterIntake:
         with self._lock:
             return len(self._owned)
 
+    def connections(self) -> int:
+        """Connections this engine holds to the database now: the pool's, and the LISTEN
+        connection while it listens (``supervise hosts``' ``connections``)."""
+        connector = self._connector
+        listening = 1 if connector is not None and connector.listening else 0
+        return self.pool.connections() + listening
+
+    def full(self) -> bool:
+        """No free slot: every one is held by a task claimed here."""
+        return self.running() >= self.profile.spec.max_concurrent
+
     def close(self) -> None:
         """Stop the worker (tasks keep running in tmux; their jobs stay ``doing`` until
         a sweeper retries them, which the claim then refuses) and flush the writer."""
@@ -251,6 +263,7 @@ class ClusterIntake:
             self._thread.join(15)
         self.listener.close()
         self.writer.close()
+        self.pool.close(timeout=5.0)
         # Released only once the host is recorded stopped (never declared dead): else the
         # lease runs out and this host's fleet agents stop (issue 20).
         if self.writer.stopped:
@@ -315,7 +328,7 @@ class ClusterIntake:
                 if task_id not in self._not_ours:
                     self._owned.setdefault(task_id, generation)
         owned = self._owned_now()
-        with connect(self.dsn) as conn:
+        with borrow(self.pool) as conn:
             try:
                 lost = lost_claims(conn, self.cluster.host_id, owned)
             except psycopg.Error as exc:
@@ -377,7 +390,7 @@ class ClusterIntake:
                 log.error("cluster worker died: %s; restarted in %g s", one_line(exc), delay)
             with self._lock:
                 self._jobs.clear()  # futures of the dead loop; their tasks still count
-            if wait_for_database(self.dsn, self._stopping):
+            if wait_for_database(self.pool, self._stopping):
                 delay = BACKOFF  # an outage, not the worker's fault: no growing backoff
             if self._stopping.wait(delay):
                 return
@@ -386,49 +399,31 @@ class ClusterIntake:
     async def _run_worker(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._main = asyncio.current_task()
-        # procrastinate's pool already checks each connection before lending it
-        # (AsyncConnectionPool.check_connection): one the server dropped is replaced.
-        connector = PsycopgConnector(
-            conninfo=self.dsn,
-            min_size=1,
-            max_size=4,
-            timeout=CONNECT_TIMEOUT * 2,
-            pool_factory=ReconnectingPool,
-            kwargs={
-                "connect_timeout": CONNECT_TIMEOUT,
-                "application_name": WORKER_APPLICATION + self.cluster.host_id,
-                "options": f"-c statement_timeout={int(STATEMENT_TIMEOUT * 1000)}",
-            },
+        host_id = self.cluster.host_id
+        self._connector = connector = SharedConnector(
+            self.pool, self.dsn, host_id, host_channel(host_id), self.listener.poke, self.full
         )
         app = App(connector=connector)
         app.task(name=TASK_NAME)(self._job)
         app.task(name=HOLD_NAME)(self._hold)
         beat, timeout = self.cluster.heartbeat, self.cluster.host_timeout
-        # The sweeper has a worker of its own (this one's slots are held by running tasks);
-        # asyncio.run (_serve) cancels it when this coroutine ends.
-        self._sweeper = asyncio.create_task(
-            sweep.serve(self.dsn, self.cluster.host_id, beat, timeout)
-        )
-        channel = "procrastinate_queue_v1#" + host_queue(self.cluster.host_id)
-        self.health = Health(app.job_manager, self.dsn, channel, self._stopping)
+        # The sweeps run on this loop, on the pool (asyncio.run, in _serve, cancels them).
+        self._sweeper = asyncio.create_task(sweep.serve(self.pool, self.outage))
+        self.health = Health(app.job_manager, self.outage, self._stopping, self.listener.poke)
         self.health.install()
+        connector.on_listening = self.health.listening
         async with app.open_async():
             await self._hold_adopted(app)
-            watch = asyncio.create_task(self.health.watch(), name="supervise-listen-check")
-            try:
-                await app.run_worker_async(
-                    queues=self.queues,
-                    name=self.cluster.host_id,
-                    concurrency=self.profile.spec.max_concurrent,
-                    install_signal_handlers=False,
-                    shutdown_graceful_timeout=1.0,
-                    delete_jobs="successful",
-                    fetch_job_polling_interval=fetch_polling_interval(),
-                    **sweep.worker_options(beat, timeout),
-                )
-            finally:
-                watch.cancel()
-                await asyncio.gather(watch, return_exceptions=True)
+            await app.run_worker_async(
+                queues=self.queues,
+                name=host_id,
+                concurrency=self.profile.spec.max_concurrent,
+                install_signal_handlers=False,
+                shutdown_graceful_timeout=1.0,
+                delete_jobs="successful",
+                fetch_job_polling_interval=fetch_polling_interval(),
+                **sweep.worker_options(beat, timeout),
+            )
 
     async def _job(self, task_id: str) -> None:
         """One job: claim, materialize, hand to the engine, live until the task ends."""
@@ -455,7 +450,7 @@ class ClusterIntake:
         Raises:
             ClusterError: as :func:`~supervisor.cluster.claim.claim_task`.
         """
-        claimed = claim_task(self.dsn, self.profile, task_id, self._stopping)
+        claimed = claim_task(self.pool, self.profile, task_id, self._stopping)
         if claimed is None:
             return False
         with self._lock:

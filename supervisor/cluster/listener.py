@@ -1,21 +1,21 @@
 """The engine's side of routed requests (:mod:`supervisor.cluster.control`).
 
-A thread of its own with its own connection ``LISTEN``s on
-:data:`~supervisor.cluster.control.CHANNEL`; each notification for this host, and a poll of
-this host's pending ``supervise_controls`` rows every :data:`POLL_EVERY` seconds (the
-backstop for a notification missed while the connection was down), starts one handler
-thread per row. The handler turns the row into the local request
+A thread of its own, with no connection of its own (issue 25): the engine's LISTEN
+connection hears a request's notification on this host's channel
+(:func:`~supervisor.cluster.control.host_channel`) and calls :meth:`ControlListener.poke`;
+the thread then reads this host's pending ``supervise_controls`` rows on a connection
+borrowed from the engine's pool, as it does every :data:`POLL_EVERY` seconds anyway (the
+backstop for a notification missed while the LISTEN connection was down; the LISTEN
+connection pokes it again each time it listens again). Each row gets one handler thread.
+The handler turns the row into the local request
 (:func:`supervisor.taskdir.control.request`: the engine's intake applies it on its next tick, as for
 ``supervise stop -c``), waits (at most :data:`APPLY_TIMEOUT` seconds, polling the manifest)
 until the manifest shows the effect, then writes ``done_at``, ``ok`` and ``result`` (the
 line the local verb prints) and ``NOTIFY``s the reply channel. A row for a task this host
 does not own (no task folder, or its claim record's generation is not the row's) is
 answered ``ok = false`` with one line. Nothing here runs on the engine's check worker.
-
-A lost connection (a server restart, ``pg_terminate_backend``) is reconnected with backoff
-(:data:`BACKOFF` doubling up to :data:`MAX_BACKOFF` seconds); every statement is bounded by
-:data:`~supervisor.cluster.db.STATEMENT_TIMEOUT` and every wait for a notification by
-:data:`POLL_EVERY`.
+A database that does not answer is told to the engine's
+:class:`~supervisor.cluster.connections.Outage` (one line per outage).
 """
 
 from __future__ import annotations
@@ -28,39 +28,47 @@ from pathlib import Path
 
 import psycopg
 
-from supervisor.cluster.control import CHANNEL, REPLY_CHANNEL
-from supervisor.cluster.db import ClusterError, connect, one_line
-from supervisor.cluster.sqlfiles import listen, query
+from supervisor.cluster.connections import Outage
+from supervisor.cluster.control import REPLY_CHANNEL
+from supervisor.cluster.db import ClusterError, Source, borrow, one_line
+from supervisor.cluster.sqlfiles import query
 from supervisor.taskdir import control, layout
 
 log = logging.getLogger("supervise.cluster")
-#: Seconds between polls of this host's pending rows (and the longest wait for a NOTIFY).
-POLL_EVERY = 2.0
+#: Seconds between polls of this host's pending rows when nothing pokes the listener.
+POLL_EVERY = 30.0
 #: Seconds a handler waits for the engine to apply a request (the requester's default
 #: ``--wait`` is 15 s: the answer comes before it gives up).
 APPLY_TIMEOUT = 12.0
-#: Seconds before reconnecting after the connection was lost (doubling up to MAX_BACKOFF).
+#: Seconds before reading again after a failed read (doubling up to MAX_BACKOFF).
 BACKOFF = 0.5
 MAX_BACKOFF = 10.0
-#: The listener connection's ``application_name`` (``pg_stat_activity``).
-APPLICATION_NAME = "supervise-control"
 
 
 class ControlListener:
     """The listener thread of one engine.
 
     Args:
-        dsn: the database.
+        source: the database: the engine's pool (or a DSN).
         host_id: this host.
         state_dir: where requests go (``state_dir/control``).
         tasks_dir: the task folders (their manifests and claim records).
         claim_file: the claim record's name in a task folder (``{"host_id", "generation"}``).
+        outage: the engine's :class:`~supervisor.cluster.connections.Outage` (None: each
+            failure is logged).
     """
 
     def __init__(
-        self, dsn: str, host_id: str, state_dir: Path, tasks_dir: Path, claim_file: str
+        self,
+        source: Source,
+        host_id: str,
+        state_dir: Path,
+        tasks_dir: Path,
+        claim_file: str,
+        outage: Outage | None = None,
     ) -> None:
-        self.dsn, self.host_id = dsn, host_id
+        self.source, self.host_id, self.outage = source, host_id, outage
+        self._poked = threading.Event()
         self.state_dir, self.tasks_dir, self.claim_file = state_dir, tasks_dir, claim_file
         self._busy: set[int] = set()  # row ids a handler works on
         self._lock = threading.Lock()
@@ -70,44 +78,45 @@ class ControlListener:
         )
 
     def start(self) -> None:
-        """Start listening."""
+        """Start the thread (it reads the pending rows at once)."""
+        self._poked.set()
         self._thread.start()
+
+    def poke(self) -> None:
+        """A request for this host was notified, or the LISTEN connection listens again:
+        read the pending rows now (any thread)."""
+        self._poked.set()
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop (at most ``timeout`` seconds; handlers are daemon threads)."""
         self._stopping.set()
+        self._poked.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
 
     def _serve(self) -> None:
         delay = BACKOFF
         while not self._stopping.is_set():
+            self._poked.wait(POLL_EVERY)
+            self._poked.clear()
+            if self._stopping.is_set():
+                return
             try:
-                with connect(self.dsn) as conn:
-                    # named in pg_stat_activity: an operator sees (and can end) it
-                    conn.execute(query("set_application_name"), (APPLICATION_NAME,))
-                    conn.execute(listen(CHANNEL))
-                    delay = BACKOFF  # connected: the next loss starts from the shortest wait
-                    while not self._stopping.is_set():
-                        self._take_pending(conn)
-                        self._wait(conn)
+                with borrow(self.source) as conn:
+                    self._take_pending(conn)
+                delay = BACKOFF
             except (psycopg.Error, ClusterError) as exc:
-                if self._stopping.is_set():
+                self._failed(exc, "the control listener")
+                self._poked.set()  # read again after the backoff
+                if self._stopping.wait(delay):
                     return
-                log.warning(
-                    "cluster: control listener lost its connection: %s; again in %g s",
-                    one_line(exc),
-                    delay,
-                )
-            if self._stopping.wait(delay):
-                return
-            delay = min(delay * 2, MAX_BACKOFF)
+                delay = min(delay * 2, MAX_BACKOFF)
 
-    def _wait(self, conn: psycopg.Connection) -> None:
-        """Until a notification for this host, or :data:`POLL_EVERY` seconds."""
-        for note in conn.notifies(timeout=POLL_EVERY):
-            if note.payload.split(" ", 1)[0] == self.host_id:
-                return
+    def _failed(self, exc: BaseException, what: str) -> None:
+        if self.outage is not None:
+            self.outage.failed(exc, what)
+        else:
+            log.warning("cluster: %s: %s", what, one_line(exc))
 
     def _take_pending(self, conn: psycopg.Connection) -> None:
         """A handler thread for each pending row of this host no handler has yet."""
@@ -134,13 +143,13 @@ class ControlListener:
             log.exception("cluster: control request %d (%s %s) failed", row_id, verb, task_id)
             ok, result = False, f"host {self.host_id} could not {verb} {task_id}: {exc!r}"
         try:
-            with connect(self.dsn) as conn, conn.transaction():
+            with borrow(self.source) as conn, conn.transaction():
                 conn.execute(query("answer_control"), (ok, result, row_id))
                 conn.execute(query("notify"), (REPLY_CHANNEL, str(row_id)))
         except (psycopg.Error, ClusterError) as exc:
             # Left pending: the next poll hands it to a new handler (a stop applied twice
             # finds the task ended and answers again).
-            log.error("cluster: cannot answer control request %d: %s", row_id, one_line(exc))
+            self._failed(exc, f"the answer to control request {row_id}")
         finally:
             with self._lock:
                 self._busy.discard(row_id)

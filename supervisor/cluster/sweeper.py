@@ -1,21 +1,15 @@
 """The sweeper: what becomes of a host that stopped beating, and of its tasks.
 
-Every engine runs it; one sweep runs at a time fleet-wide. A procrastinate periodic task
-(:data:`SWEEP_TASK`, every second: procrastinate's cron takes a 6th field for seconds,
-``blueprints.periodic``) is deferred by every host's deferrer, and the database keeps one
-job per second (``procrastinate_periodic_defers`` is unique on the task, ``periodic_id``
-and timestamp: ``periodic.PeriodicDeferrer.defer_jobs``); its ``queueing_lock`` keeps at
-most one waiting. It has no procrastinate ``lock``: a host killed during a sweep would
-leave that job ``doing`` and its lock held, and the only thing that retries a stalled job
-is the sweep itself, so no sweep would ever run again (seen on this machine: a SIGKILLed
-engine's host never declared dead); the advisory lock below does that job instead.
-The job runs on a worker of its own (:func:`serve`, queue :data:`SWEEP_QUEUE`,
-concurrency 1), because the task worker's slots are each held by a running task for as
-long as it runs (:mod:`supervisor.cluster.intake`): a full fleet would never run a sweep
-there. The sweep's transaction also takes
-``pg_try_advisory_xact_lock(`` :data:`SWEEP_LOCK` ``)`` and does nothing when another holds
-it; every UPDATE is guarded by the generation it read, so even two sweeps at once never
-bump a task twice.
+Every engine runs it (:func:`serve`: a coroutine on its task worker's loop, every
+:data:`SWEEP_EVERY` seconds, on a connection borrowed from the engine's shared pool: issue
+25, no connection of its own); one sweep runs at a time fleet-wide: the sweep's
+transaction takes ``pg_try_advisory_xact_lock(`` :data:`SWEEP_LOCK` ``)`` and does nothing
+when another holds it. A transaction-level lock ends with its transaction or its session,
+so a host SIGKILLed during a sweep never blocks the next one (a procrastinate ``lock`` would
+stay held by its ``doing`` job, and the only thing that retries a stalled job is the sweep
+itself). Every UPDATE is guarded by the generation it read, so even two sweeps at once never
+bump a task twice. Until issue 25 the sweep was a procrastinate periodic task on a worker of
+its own (its pool and its LISTEN: two steady connections per engine).
 
 One transaction per sweep (:func:`sweep_once`), decided in Python from rows
 (:func:`dead_hosts`, :func:`fate_of`: no I/O), applied in SQL:
@@ -62,31 +56,18 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import psycopg
-from procrastinate import App, PsycopgConnector
 
-from supervisor.cluster.db import (
-    CONNECT_TIMEOUT,
-    STATEMENT_TIMEOUT,
-    ClusterError,
-    connect,
-    one_line,
-)
+from supervisor.cluster.connections import Outage
+from supervisor.cluster.db import ClusterError, Source, borrow, one_line
 from supervisor.cluster.sqlfiles import query
 from supervisor.cluster.submit import TASK_NAME
 from supervisor.taskdir.states import HOST_LOST, LIVE, UNCLAIMED, FleetState
 
 log = logging.getLogger("supervise.cluster")
-#: The periodic task's name.
-SWEEP_TASK = "supervise.sweep"
-#: Its queue: ':' is outside the names a profile may give a queue or a host (``NAME_RE``),
-#: so no host's task worker takes from it.
-SWEEP_QUEUE = "supervise:sweep"
-#: procrastinate cron with a 6th field for seconds: every second.
-SWEEP_CRON = "* * * * * *"
+#: Seconds between two sweeps of one engine.
+SWEEP_EVERY = 1.0
 #: ``pg_try_advisory_xact_lock`` key of a sweep ("swep" in ASCII).
 SWEEP_LOCK = 0x73776570
-#: Seconds before the sweeper's worker is started again after it died.
-BACKOFF = 2.0
 
 Fate = Literal["requeue", "host_lost", "restart"]
 
@@ -170,7 +151,7 @@ def stale_after(hosts: Iterable[HostRow]) -> float:
 # ------------------------------------------------------------------ applied in SQL
 
 
-def sweep_once(dsn: str, watched: float = math.inf) -> SweepResult:
+def sweep_once(source: Source, watched: float = math.inf) -> SweepResult:
     """One sweep, one transaction (see the module docstring for the rules); ``watched``:
     seconds this sweeper has had the database without a break (:func:`dead_hosts`; the
     server's own uptime bounds it too).
@@ -178,18 +159,15 @@ def sweep_once(dsn: str, watched: float = math.inf) -> SweepResult:
     Raises:
         ClusterError: the database cannot be reached or refused (nothing is applied).
     """
-    with connect(dsn, autocommit=False) as conn:
+    with borrow(source) as conn:
         try:
-            got = conn.execute(query("sweep_lock"), (SWEEP_LOCK,)).fetchone()
-            if not (got and got[0]):
-                conn.rollback()
-                return SweepResult(swept=False)
-            result = _sweep(conn, watched)
-            conn.commit()
+            with conn.transaction():
+                got = conn.execute(query("sweep_lock"), (SWEEP_LOCK,)).fetchone()
+                if not (got and got[0]):
+                    return SweepResult(swept=False)
+                return _sweep(conn, watched)
         except psycopg.Error as exc:
-            conn.rollback()
             raise ClusterError(f"sweep failed: {one_line(exc)}") from exc
-    return result
 
 
 def _sweep(conn: psycopg.Connection, watched: float) -> SweepResult:
@@ -287,95 +265,32 @@ def _ensure_job(conn: psycopg.Connection, task_id: str) -> None:
         )
 
 
-# ------------------------------------------------------------------ the periodic task
+# ------------------------------------------------------------------ the engine's sweeps
 
 
 def worker_options(heartbeat: float, host_timeout: float) -> dict[str, Any]:
-    """procrastinate worker options for every worker of a host: heartbeat every
-    ``heartbeat`` seconds (its default 10 s would look stale to rule (d)), and prune
-    workers silent for ``host_timeout`` (its ``stalled_worker_timeout``)."""
+    """procrastinate worker options for the task worker: heartbeat every ``heartbeat``
+    seconds (its default 10 s would look stale to rule (d)), and prune workers silent for
+    ``host_timeout`` (its ``stalled_worker_timeout``)."""
     return {"update_heartbeat_interval": heartbeat, "stalled_worker_timeout": host_timeout}
 
 
-def make_app(dsn: str) -> App:
-    """A procrastinate app with the periodic sweep (one small pool of its own). The app
-    counts how long its sweeps have reached the database without a break (``watched`` of
-    :func:`dead_hosts`): from its first good sweep, reset by a failed one; :func:`serve`
-    makes a new app, so a new count, whenever the worker restarts."""
-    connector = PsycopgConnector(
-        conninfo=dsn,
-        min_size=1,
-        max_size=2,
-        timeout=CONNECT_TIMEOUT * 2,
-        kwargs={
-            "connect_timeout": CONNECT_TIMEOUT,
-            "options": f"-c statement_timeout={int(STATEMENT_TIMEOUT * 1000)}",
-        },
-    )
-    app = App(connector=connector)
-    reached: dict[str, float] = {}  # "since": monotonic time of the first good sweep
-
-    @app.periodic(cron=SWEEP_CRON, periodic_id="sweep")
-    @app.task(name=SWEEP_TASK, queue=SWEEP_QUEUE, queueing_lock=SWEEP_TASK)
-    async def sweep(timestamp: int) -> None:
-        since = reached.get("since")
+async def serve(source: Source, outage: Outage | None = None) -> None:
+    """Sweep every :data:`SWEEP_EVERY` seconds until cancelled (each sweep in a thread,
+    on a connection from ``source``). ``watched`` (:func:`dead_hosts`) counts from the
+    first good sweep and starts again after a failed one. A failure goes to ``outage``
+    (one line per outage), or is logged when there is none."""
+    since: float | None = None  # monotonic time of the first good sweep in a row
+    while True:
         watched = 0.0 if since is None else time.monotonic() - since
         try:
-            await asyncio.to_thread(sweep_once, dsn, watched)
-        except ClusterError as exc:  # the next second tries again; no failed job piles up
-            reached.pop("since", None)
-            log.error("cluster: %s", exc)
-            return
-        reached.setdefault("since", time.monotonic() if since is None else since)
-
-    return app
-
-
-async def serve(dsn: str, host_id: str, heartbeat: float, host_timeout: float) -> None:
-    """Run the sweeper's worker (queue :data:`SWEEP_QUEUE`, one job at a time) until
-    cancelled; started again after :data:`BACKOFF` seconds if it dies."""
-    name = f"{host_id}:sweeper"
-    _quiet_sweeps(name)
-    while True:
-        try:
-            app = make_app(dsn)
-            async with app.open_async():
-                await app.run_worker_async(
-                    queues=[SWEEP_QUEUE],
-                    name=name,
-                    concurrency=1,
-                    install_signal_handlers=False,
-                    shutdown_graceful_timeout=1.0,
-                    delete_jobs="successful",
-                    **worker_options(heartbeat, host_timeout),
-                )
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.error("cluster sweeper died: %s; restarted in %g s", one_line(exc), BACKOFF)
-        await asyncio.sleep(BACKOFF)
-
-
-class _SweepNoise(logging.Filter):
-    """Drops procrastinate's INFO lines about sweep jobs (two a second per host)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno >= logging.WARNING:
-            return True
-        job = getattr(record, "job", None) or {}
-        name = job.get("task_name") if isinstance(job, dict) else None
-        return name != SWEEP_TASK and getattr(record, "task_name", None) != SWEEP_TASK
-
-
-def _quiet_sweeps(worker: str) -> None:
-    """Filter the loggers that say so (a worker named ``worker`` logs on a child logger of
-    its own: ``procrastinate.worker.<name>``, procrastinate's ``Worker.__init__``)."""
-    for name in (
-        "procrastinate.worker",
-        f"procrastinate.worker.{worker}",
-        "procrastinate.periodic",
-        "procrastinate.manager",
-    ):
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, _SweepNoise) for f in logger.filters):
-            logger.addFilter(_SweepNoise())
+            await asyncio.to_thread(sweep_once, source, watched)
+        except ClusterError as exc:
+            since = None
+            if outage is not None:
+                outage.failed(exc, "the sweeper")
+            else:
+                log.error("cluster: %s", exc)
+        else:
+            since = time.monotonic() if since is None else since
+        await asyncio.sleep(SWEEP_EVERY)

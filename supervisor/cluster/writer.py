@@ -37,7 +37,8 @@ from pathlib import Path
 
 import psycopg
 
-from supervisor.cluster.db import ClusterError, connect, one_line
+from supervisor.cluster.connections import Outage
+from supervisor.cluster.db import ClusterError, Source, borrow, one_line
 from supervisor.cluster.lease import LeaseKeeper
 from supervisor.cluster.ownership import lost_claims
 from supervisor.cluster.sqlfiles import query
@@ -73,7 +74,8 @@ class Writer:
     """The writer thread.
 
     Args:
-        dsn: the database.
+        source: the database: the engine's shared pool (a connection borrowed for each
+            round of writes), or a DSN (tests).
         host_id: this host.
         capacity: ``max_concurrent``.
         running: called on the writer thread for the heartbeat's running count.
@@ -95,7 +97,7 @@ class Writer:
 
     def __init__(
         self,
-        dsn: str,
+        source: Source,
         host_id: str,
         capacity: int,
         running: Callable[[], int],
@@ -108,8 +110,12 @@ class Writer:
         owned: Callable[[], dict[str, int]] | None = None,
         on_lost: Callable[[str, str], None] | None = None,
         lease: LeaseKeeper | None = None,
+        outage: Outage | None = None,
+        connections: Callable[[], int | None] | None = None,
     ) -> None:
-        self.dsn = dsn
+        self.source = source
+        self.outage = outage
+        self.connections = connections
         self.host_id = host_id
         self.capacity = capacity
         self.running = running
@@ -127,7 +133,6 @@ class Writer:
         self._saved = outbox.exists()  # an outbox file on disk, to remove once written
         self._queue: queue.SimpleQueue[Transition | None] = queue.SimpleQueue()
         self._pending: deque[Transition] = deque()
-        self._conn: psycopg.Connection | None = None
         self._last_error: str | None = None
         self._thread = threading.Thread(
             target=self._loop, name="supervise-cluster-writer", daemon=True
@@ -212,8 +217,6 @@ class Writer:
                 )
                 return
             time.sleep(RETRY_EVERY)  # the writer's own thread: nothing else waits
-        if self._conn is not None:
-            self._conn.close()
 
     def _beat(self, conn: psycopg.Connection) -> None:
         """The heartbeat, then the ownership check of the tasks this host owns; the lease
@@ -225,9 +228,9 @@ class Writer:
         if self.lease is not None:
             self.lease.arm()
         beat = (self.host_id, self.capacity, self.running(), self.version, self.queues)
-        conn.execute(
-            query("heartbeat"), (*beat, self._last_error, self.host_timeout, self.on_host_lost)
-        )
+        error = self._last_error or (self.outage.error if self.outage is not None else None)
+        held = self.connections() if self.connections is not None else None
+        conn.execute(query("heartbeat"), (*beat, error, self.host_timeout, self.on_host_lost, held))
         # Reported once, by the first beat that got through; the next good beat clears
         # it, so 'hosts' shows only an error that is recent.
         self._last_error = None
@@ -242,57 +245,66 @@ class Writer:
         """Write pending transitions in order (and the heartbeat; when ``stopping``, the
         host's ``stopped`` state after them); False on failure."""
         try:
-            if self._conn is None or self._conn.closed:
-                self._conn = connect(self.dsn)
-            conn = self._conn
-            while self._pending:
-                item = self._pending[0]
-                with conn.transaction():
-                    row = (
-                        item.state,
-                        item.session_id,
-                        item.started_at,
-                        item.finished_at,
-                        item.exit_code,
-                        item.retry_count,
-                        item.failure_reason,
-                        item.verdict,
-                        item.error,
-                        item.task_id,
-                        self.host_id,
-                        item.generation,
-                    )
-                    mine = conn.execute(query("update_task"), row).rowcount > 0
-                    if mine or item.state == FleetState.SUPERSEDED:
-                        conn.execute(
-                            query("insert_event"),
-                            (
-                                item.id,
-                                item.task_id,
-                                self.host_id,
-                                item.generation,
-                                item.event,
-                                item.state,
-                            ),
-                        )
-                self._pending.popleft()
-                if not mine and self.on_lost is not None:
-                    self.on_lost(
-                        item.task_id,
-                        f"its row no longer names this host and generation {item.generation}",
-                    )
-            if beat:
-                self._beat(conn)
-            if stopping and not self._pending:
-                conn.execute(query("host_stopped"), (self.running(), self.host_id))
-                self.stopped = True
+            with borrow(self.source) as conn:
+                self._write(conn, beat, stopping)
+            if self.outage is not None:
+                self.outage.ok()
             return True
         except (psycopg.Error, ClusterError) as exc:
             message = one_line(exc)
-            if message != self._last_error:
+            if self.outage is not None:
+                self.outage.failed(exc, "the writer")
+            elif message != self._last_error:
                 log.error("cluster: cannot write to the database: %s", message)
-            self._last_error = message
-            if self._conn is not None:
-                self._conn.close()
-            self._conn = None
+            # what 'hosts' shows after the outage: its cause (and fix), not the pool's wait
+            outage_line = self.outage.error if self.outage is not None else None
+            self._last_error = outage_line or message
             return False
+
+    def _write(self, conn: psycopg.Connection, beat: bool, stopping: bool) -> None:
+        """:meth:`_flush` on ``conn``.
+
+        Raises:
+            psycopg.Error: a statement failed (what was written stays written).
+        """
+        while self._pending:
+            item = self._pending[0]
+            with conn.transaction():
+                row = (
+                    item.state,
+                    item.session_id,
+                    item.started_at,
+                    item.finished_at,
+                    item.exit_code,
+                    item.retry_count,
+                    item.failure_reason,
+                    item.verdict,
+                    item.error,
+                    item.task_id,
+                    self.host_id,
+                    item.generation,
+                )
+                mine = conn.execute(query("update_task"), row).rowcount > 0
+                if mine or item.state == FleetState.SUPERSEDED:
+                    conn.execute(
+                        query("insert_event"),
+                        (
+                            item.id,
+                            item.task_id,
+                            self.host_id,
+                            item.generation,
+                            item.event,
+                            item.state,
+                        ),
+                    )
+            self._pending.popleft()
+            if not mine and self.on_lost is not None:
+                self.on_lost(
+                    item.task_id,
+                    f"its row no longer names this host and generation {item.generation}",
+                )
+        if beat:
+            self._beat(conn)
+        if stopping and not self._pending:
+            conn.execute(query("host_stopped"), (self.running(), self.host_id))
+            self.stopped = True

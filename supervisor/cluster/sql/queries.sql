@@ -113,13 +113,13 @@ VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (transition_id) DO NOTHING;
 -- again (its lost tasks stay lost: their generation moved on). lost_at/stopped_at keep
 -- the last loss and stop for the operator.
 INSERT INTO supervise_hosts (host_id, capacity, running, version, queues, last_error,
-    host_timeout, on_host_lost)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+    host_timeout, on_host_lost, connections)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (host_id) DO UPDATE SET heartbeat_at = now(), capacity = excluded.capacity,
     running = excluded.running, version = excluded.version, queues = excluded.queues,
     last_error = excluded.last_error,
     host_timeout = excluded.host_timeout, on_host_lost = excluded.on_host_lost,
-    state = 'alive';
+    connections = excluded.connections, state = 'alive';
 
 -- host_stopped --
 -- A clean stop: the sweeper never declares a stopped host dead.
@@ -164,9 +164,6 @@ SELECT c.id, c.task_id, c.verb, t.owner_host, t.generation FROM supervise_contro
 LEFT JOIN supervise_tasks t ON t.id = c.task_id
 WHERE c.host_id = %s AND c.done_at IS NULL ORDER BY c.id;
 
--- set_application_name --
-SELECT set_config('application_name', %s, false);
-
 -- task_rows --
 -- supervise show / wait of tasks on other hosts: the manifest's summary fields.
 SELECT id AS task_id, name, state AS status, owner_host, generation, restarted_from, queue,
@@ -183,7 +180,7 @@ WHERE task_id = %s ORDER BY at, id;
 -- fleet_hosts --
 SELECT host_id, state, round(extract(epoch FROM now() - heartbeat_at)::numeric, 1)::float
     AS age_s, capacity, running, version, queues, last_error, heartbeat_at, lost_at,
-    stopped_at, host_timeout, on_host_lost
+    stopped_at, host_timeout, on_host_lost, connections
 FROM supervise_hosts ORDER BY host_id;
 
 -- fleet_tasks --
@@ -276,3 +273,13 @@ FROM supervise_tasks ORDER BY state = ANY(%s), updated_at DESC, id LIMIT %s;
 
 -- board_task_count --
 SELECT count(*) FROM supervise_tasks;
+
+-- ---------------------------------------------------------------- conn (issue 25: connections.py)
+
+-- unlisten --
+UNLISTEN {channel};
+
+-- round_trip --
+-- The LISTEN connection's health check: one round trip on it, no NOTIFY.
+SELECT 1;
+
