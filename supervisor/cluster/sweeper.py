@@ -28,8 +28,8 @@ a. an ``alive`` host whose heartbeat is older than ITS OWN ``host_timeout`` beco
    outage longer than ``host_timeout`` every heartbeat looks stale for a moment);
 b. a dead host's tasks claimed but never launched (``claimed``, or the manifest's
    ``queued`` the writer reports before the launch) go back to the queue: ``queued``,
-   owner NULL, generation + 1, their job retried (or a new one deferred), so another host
-   claims them within seconds;
+   owner NULL, generation + 1, with a new job at :data:`REQUEUE_PRIORITY`, so another host
+   claims them within seconds, ahead of every new submission (issue 25);
 c. its launched, unfinished tasks (:data:`supervisor.taskdir.states.LIVE`) become
    :data:`~supervisor.taskdir.states.HOST_LOST` with generation + 1 (a lost host coming back finds a
    newer generation: its writes match no row) and a ``host_lost`` event; when the DEAD
@@ -44,6 +44,15 @@ d. procrastinate jobs left ``doing`` by workers whose heartbeat is older than th
    another transaction holds right now is left to the next sweep (``SKIP LOCKED``). A dead
    host's worker may turn stale a sweep before the host does (both stop beating at once):
    its task's job is then retried and does nothing, and (b)/(c) defer a new one.
+
+Requeued work keeps its place (issue 25): procrastinate fetches ``ORDER BY priority DESC,
+id ASC`` (``procrastinate_fetch_job_v2`` in its ``sql/schema.sql``), and a submission's job
+has priority 0, so the jobs of (b) and (c), at :data:`REQUEUE_PRIORITY`, run before the whole
+backlog as soon as a slot frees anywhere. Within one sweep they are deferred in submission
+order (``submitted_at``, then id); a later sweep's come after an earlier one's. A dead
+host's job still ``doing`` for such a task is failed, not retried, when the new job waits
+(rule (d) runs after the new jobs are deferred), so the task's one waiting job is the one at
+the requeue priority.
 
 Workers heartbeat every ``[cluster] heartbeat`` seconds (:func:`worker_options`), so a live
 worker's heartbeat is younger than that and (d) never touches its jobs as long as
@@ -87,6 +96,11 @@ SWEEP_CRON = "* * * * * *"
 SWEEP_LOCK = 0x73776570
 #: Seconds before the sweeper's worker is started again after it died.
 BACKOFF = 2.0
+#: procrastinate priority of a job for a task put back to ``queued`` (rules (b), (c) and a
+#: claim that declines a task claimed before: :func:`~supervisor.cluster.ownership.defer_again`):
+#: above a submission's 0, below the hold jobs' (``intake.HOLD_PRIORITY``, 1000), which a
+#: restarted worker must fetch before anything else.
+REQUEUE_PRIORITY = 500
 
 Fate = Literal["requeue", "host_lost", "restart"]
 
@@ -206,6 +220,7 @@ def _sweep(conn: psycopg.Connection, watched: float) -> SweepResult:
         hosts[host_id] = HostRow(host_id, "dead", *_rest(hosts[host_id]))
     gone = [h.host_id for h in hosts.values() if h.state == "dead"]
     done: dict[Fate, list[str]] = {"requeue": [], "host_lost": [], "restart": []}
+    queued: list[str] = []  # in submission order (the query's)
     if gone:
         states = sorted(str(s) for s in UNCLAIMED | LIVE)
         for row in conn.execute(query("dead_hosts_tasks"), (gone, states)).fetchall():
@@ -213,9 +228,11 @@ def _sweep(conn: psycopg.Connection, watched: float) -> SweepResult:
             fate = fate_of(task, hosts[task.owner_host])
             if fate is not None and _apply(conn, task, fate):
                 done[fate].append(task.id)
-    retried, failed = _stalled(conn, stale_after(hosts.values()))
-    for task_id in done["requeue"] + done["restart"]:
+                if fate != "host_lost":
+                    queued.append(task.id)
+    for task_id in queued:
         _ensure_job(conn, task_id)
+    retried, failed = _stalled(conn, stale_after(hosts.values()))
     result = SweepResult(
         True,
         dead,
@@ -279,12 +296,13 @@ def _stalled(conn: psycopg.Connection, stale: float) -> tuple[list[int], list[in
 
 
 def _ensure_job(conn: psycopg.Connection, task_id: str) -> None:
-    """A task queued again gets a waiting job (its old one was on a worker not stale yet):
-    none is deferred when one waits already (``queueing_lock`` = the task id)."""
-    if conn.execute(query("waiting_job"), (task_id,)).fetchone() is None:
-        conn.execute(
-            query("defer_requeued"), (TASK_NAME, json.dumps({"task_id": task_id}), task_id)
-        )
+    """A task queued again gets a waiting job at :data:`REQUEUE_PRIORITY` (its old one is
+    ``doing`` on the dead host's worker, failed by rule (d) once stale). A job that waits
+    already (``queueing_lock`` = the task id: rule (d) retried it a sweep before the host
+    turned dead) is raised to that priority instead of deferring a second one."""
+    if not conn.execute(query("raise_waiting_job"), (REQUEUE_PRIORITY, task_id)).rowcount:
+        args = json.dumps({"task_id": task_id})
+        conn.execute(query("defer_requeued"), (TASK_NAME, REQUEUE_PRIORITY, args, task_id))
 
 
 # ------------------------------------------------------------------ the periodic task
