@@ -15,8 +15,15 @@ import pytest
 from conftest import wait_for
 from support import cluster_hosts
 from support.cluster_engines import rows, start_engine
-from support.cluster_hosts import HOST_TIMEOUT, cleanup, host, kill_pid, state_of, submit
-from test_cluster_sweep import lose_machine
+from support.cluster_hosts import (
+    HOST_TIMEOUT,
+    cleanup,
+    host,
+    kill_pid,
+    lose_machine,
+    state_of,
+    submit,
+)
 
 psycopg = pytest.importorskip("psycopg")
 

@@ -53,7 +53,7 @@ from supervisor.cluster.health import (
     fetch_polling_interval,
     wait_for_database,
 )
-from supervisor.cluster.lease import LeaseKeeper, host_fence
+from supervisor.cluster.lease import LeaseKeeper, host_fence, stopped_run_on
 from supervisor.cluster.listener import ControlListener
 from supervisor.cluster.ownership import (
     CLAIM_FILE,
@@ -141,6 +141,7 @@ class ClusterIntake:
             self._owned_now,
             self._lost,
             self.lease,
+            self.cluster.stopped_host_grace,
         )
         # Operator requests routed here from other machines (supervisor.cluster.listener).
         self.listener = ControlListener(
@@ -254,7 +255,7 @@ class ClusterIntake:
         # Released only once the host is recorded stopped (never declared dead): else the
         # lease runs out and this host's fleet agents stop (issue 20).
         if self.writer.stopped:
-            self.lease.release()
+            self.lease.release(stopped_run_on(self.cluster))
         else:
             self.lease.stop()
 

@@ -23,7 +23,8 @@ One transaction per sweep (:func:`sweep_once`), decided in Python from rows
 a. an ``alive`` host whose heartbeat is older than ITS OWN ``host_timeout`` becomes
    ``dead`` (``lost_at``): each host declares its timeout in its heartbeat row
    (:mod:`supervisor.cluster.writer`); a ``stopped`` host (clean stop) is never declared
-   dead: its tasks keep running in tmux and its next start adopts them; silence counts
+   dead: its tasks keep running in tmux and its next start adopts them (for
+   ``stopped_host_grace``: rule (e)); silence counts
    only while the sweeper itself has been reaching a database that has been up (after an
    outage longer than ``host_timeout`` every heartbeat looks stale for a moment);
 b. a dead host's tasks claimed but never launched (``claimed``, or the manifest's
@@ -44,6 +45,12 @@ d. procrastinate jobs left ``doing`` by workers whose heartbeat is older than th
    another transaction holds right now is left to the next sweep (``SKIP LOCKED``). A dead
    host's worker may turn stale a sweep before the host does (both stop beating at once):
    its task's job is then retried and does nothing, and (b)/(c) defer a new one.
+e. (issue 25) a ``stopped`` host's unfinished tasks stay its own for ``stopped_host_grace``
+   seconds after its stop (each host declares its own in its heartbeat, ``[cluster]
+   stopped_host_grace``); past that, (b) and (c) apply to them as for a dead host
+   (:func:`gone`), and the host stays ``stopped``. Its agents were stopped by then: the
+   released lease carries the deadline (:mod:`supervisor.cluster.lease`). A host that
+   starts again within the grace adopts them as before.
 
 Requeued work keeps its place (issue 25): procrastinate fetches ``ORDER BY priority DESC,
 id ASC`` (``procrastinate_fetch_job_v2`` in its ``sql/schema.sql``), and a submission's job
@@ -67,7 +74,7 @@ import logging
 import math
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import psycopg
@@ -108,13 +115,18 @@ Fate = Literal["requeue", "host_lost", "restart"]
 @dataclass(frozen=True)
 class HostRow:
     """A ``supervise_hosts`` row: ``age`` is seconds since its heartbeat (the database's
-    clock), ``host_timeout`` seconds, ``on_host_lost`` ``report`` | ``restart``."""
+    clock), ``host_timeout`` seconds, ``on_host_lost`` ``report`` | ``restart``;
+    ``stopped_s`` seconds since its last clean stop (None: never stopped) and
+    ``stopped_host_grace`` the seconds it declared a stop may keep its tasks (None: a host
+    of an earlier version, for ever)."""
 
     host_id: str
     state: str
     age: float
     host_timeout: float
     on_host_lost: str
+    stopped_s: float | None = None
+    stopped_host_grace: float | None = None
 
 
 @dataclass(frozen=True)
@@ -162,11 +174,24 @@ def dead_hosts(hosts: Iterable[HostRow], watched: float = math.inf) -> list[str]
     )
 
 
+def gone(host: HostRow) -> bool:
+    """Whether ``host``'s tasks are given up: it is ``dead``, or (rule (e)) ``stopped`` for
+    longer than its own ``stopped_host_grace``."""
+    if host.state == "dead":
+        return True
+    return (
+        host.state == "stopped"
+        and host.stopped_s is not None
+        and host.stopped_host_grace is not None
+        and host.stopped_s > host.stopped_host_grace
+    )
+
+
 def fate_of(task: TaskRow, owner: HostRow) -> Fate | None:
-    """Rules (b) and (c) for one task of the dead host ``owner``: ``requeue`` (never
-    launched), ``restart`` (launched, ``on_host_lost = "restart"``, not pinned),
+    """Rules (b) and (c) for one task of the :func:`gone` host ``owner``: ``requeue``
+    (never launched), ``restart`` (launched, ``on_host_lost = "restart"``, not pinned),
     ``host_lost`` (launched otherwise), None (ended, or not the owner's any more)."""
-    if owner.state != "dead" or task.owner_host != owner.host_id:
+    if not gone(owner) or task.owner_host != owner.host_id:
         return None
     if task.state in UNCLAIMED:
         return "requeue"
@@ -217,13 +242,13 @@ def _sweep(conn: psycopg.Connection, watched: float) -> SweepResult:
             sorted(r[0] for r in conn.execute(query("mark_dead"), (candidates,)).fetchall())
         )
     for host_id in dead:
-        hosts[host_id] = HostRow(host_id, "dead", *_rest(hosts[host_id]))
-    gone = [h.host_id for h in hosts.values() if h.state == "dead"]
+        hosts[host_id] = replace(hosts[host_id], state="dead")
+    given_up = [h.host_id for h in hosts.values() if gone(h)]
     done: dict[Fate, list[str]] = {"requeue": [], "host_lost": [], "restart": []}
     queued: list[str] = []  # in submission order (the query's)
-    if gone:
+    if given_up:
         states = sorted(str(s) for s in UNCLAIMED | LIVE)
-        for row in conn.execute(query("dead_hosts_tasks"), (gone, states)).fetchall():
+        for row in conn.execute(query("dead_hosts_tasks"), (given_up, states)).fetchall():
             task = TaskRow(*row)
             fate = fate_of(task, hosts[task.owner_host])
             if fate is not None and _apply(conn, task, fate):
@@ -245,10 +270,6 @@ def _sweep(conn: psycopg.Connection, watched: float) -> SweepResult:
     if dead or any(done.values()) or retried or failed:
         log.info("sweep: %s", result)
     return result
-
-
-def _rest(host: HostRow) -> tuple[float, float, str]:
-    return host.age, host.host_timeout, host.on_host_lost
 
 
 def _apply(conn: psycopg.Connection, task: TaskRow, fate: Fate) -> bool:

@@ -91,6 +91,9 @@ class Writer:
             host no longer owns that task.
         lease: the host's lease (:mod:`supervisor.cluster.lease`): armed before each
             heartbeat, confirmed by one whose ownership check found nothing lost.
+        stopped_host_grace: seconds a clean stop of this host may keep its tasks before
+            the sweeper applies ``on_host_lost`` to them (``[cluster] stopped_host_grace``;
+            written in every heartbeat; None: for ever).
     """
 
     def __init__(
@@ -108,6 +111,7 @@ class Writer:
         owned: Callable[[], dict[str, int]] | None = None,
         on_lost: Callable[[str, str], None] | None = None,
         lease: LeaseKeeper | None = None,
+        stopped_host_grace: float | None = None,
     ) -> None:
         self.dsn = dsn
         self.host_id = host_id
@@ -122,6 +126,7 @@ class Writer:
         self.owned = owned
         self.on_lost = on_lost
         self.lease = lease
+        self.stopped_host_grace = stopped_host_grace
         #: The host's ``stopped`` state was written by :meth:`close` (a clean stop).
         self.stopped = False
         self._saved = outbox.exists()  # an outbox file on disk, to remove once written
@@ -225,9 +230,8 @@ class Writer:
         if self.lease is not None:
             self.lease.arm()
         beat = (self.host_id, self.capacity, self.running(), self.version, self.queues)
-        conn.execute(
-            query("heartbeat"), (*beat, self._last_error, self.host_timeout, self.on_host_lost)
-        )
+        declared = (self.host_timeout, self.on_host_lost, self.stopped_host_grace)
+        conn.execute(query("heartbeat"), (*beat, self._last_error, *declared))
         # Reported once, by the first beat that got through; the next good beat clears
         # it, so 'hosts' shows only an error that is recent.
         self._last_error = None

@@ -55,3 +55,12 @@ def fence_of(host_timeout: float, heartbeat: float) -> Fence:
 def host_fence(spec: ClusterSpec) -> Fence:
     """:func:`fence_of` a ``[cluster]`` table."""
     return fence_of(spec.host_timeout, spec.heartbeat)
+
+
+def stopped_run_on(spec: ClusterSpec) -> float:
+    """Seconds a cleanly stopped host's agents may run on (the released lease's limit,
+    issue 25): ``stopped_host_grace`` less the wrapper's two polls and its SIGTERM grace
+    (:attr:`Fence.bound`'s margin), so they are gone before the sweeper applies
+    ``on_host_lost`` to their tasks; 0 when the grace is shorter than that margin."""
+    fence = host_fence(spec)
+    return max(0.0, spec.stopped_host_grace - 2 * fence.poll - fence.grace)

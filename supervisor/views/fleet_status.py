@@ -93,11 +93,12 @@ def fleet_states(statuses: list[str] | None) -> tuple[str, ...] | None:
         return None
     wanted = set(statuses)
     groups = wanted - set(model.GROUP_OF)
-    return tuple(
-        str(s)
-        for s in FleetState
-        if s in wanted or (model.GROUP_OF.get(s) or model.FLEET_GROUP_OF.get(s, "failed")) in groups
-    )
+    return tuple(str(s) for s in FleetState if s in wanted or _group(s) in groups)
+
+
+def _group(state: str) -> str:
+    """The status model's group of a fleet state (its own states included)."""
+    return model.GROUP_OF.get(state) or model.FLEET_GROUP_OF.get(state, "failed")
 
 
 def as_task(row: dict[str, Any]) -> model.Task:
@@ -112,7 +113,7 @@ def as_task(row: dict[str, Any]) -> model.Task:
         exit_code=row["exit_code"],
         verdict=row["verdict"],
         reason=row["failure_reason"] or row["error"],
-        group=model.GROUP_OF.get(state) or model.FLEET_GROUP_OF.get(state, "failed"),
+        group=_group(state),
         state_s=row.get("state_s"),
     )
 
@@ -161,7 +162,7 @@ def _totals(counts: dict[str, int]) -> dict[str, Any]:
     rows have no cost or tokens)."""
     groups: dict[str, Any] = dict.fromkeys(model.GROUPS, 0)
     for state, n in counts.items():
-        group = model.GROUP_OF.get(state) or model.FLEET_GROUP_OF.get(state, "failed")
+        group = _group(state)
         groups[group] += n
     return {**groups, "tasks": sum(counts.values()), "cost_usd": 0.0, "tokens": None}
 

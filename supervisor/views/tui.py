@@ -156,9 +156,10 @@ class TopApp(App[None]):
         tasks = [t for t in model.sort_tasks(snap.tasks, "group") if self.task_filter.keeps(t)]
         order = [(t.task_id, t.group) for t in tasks]
         counts, rows, group = Counter(t.group for t in tasks), {}, None
+        down = None if snap.engine.state == "running" else snap.engine.state
         for task in tasks:
             first = counts[task.group] if task.group != group else 0
-            rows[task.task_id] = cells(task, first, self.columns)
+            rows[task.task_id] = cells(task, first, self.columns, down)
             group = task.group
         table = self.query_one(DataTable)
         if order != self._order:

@@ -115,13 +115,13 @@ VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (transition_id) DO NOTHING;
 -- again (its lost tasks stay lost: their generation moved on). lost_at/stopped_at keep
 -- the last loss and stop for the operator.
 INSERT INTO supervise_hosts (host_id, capacity, running, version, queues, last_error,
-    host_timeout, on_host_lost)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+    host_timeout, on_host_lost, stopped_host_grace)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (host_id) DO UPDATE SET heartbeat_at = now(), capacity = excluded.capacity,
     running = excluded.running, version = excluded.version, queues = excluded.queues,
     last_error = excluded.last_error,
     host_timeout = excluded.host_timeout, on_host_lost = excluded.on_host_lost,
-    state = 'alive';
+    stopped_host_grace = excluded.stopped_host_grace, state = 'alive';
 
 -- host_stopped --
 -- A clean stop: the sweeper never declares a stopped host dead.
@@ -195,8 +195,9 @@ FROM supervise_hosts ORDER BY host_id;
 SELECT pg_try_advisory_xact_lock(%s);
 
 -- sweep_hosts --
+-- Each host, its heartbeat's age and, once stopped, its stop's age (seconds) and grace.
 SELECT host_id, state, extract(epoch FROM now() - heartbeat_at)::float, host_timeout,
-    on_host_lost
+    on_host_lost, extract(epoch FROM now() - stopped_at)::float, stopped_host_grace
 FROM supervise_hosts;
 
 -- server_uptime --
