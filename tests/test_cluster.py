@@ -111,15 +111,15 @@ def test_init_twice_then_check(dsn: str) -> None:
     assert first.returncode == 0, first.stderr
     assert first.stdout == (
         "applied procrastinate's schema, supervise schema v1, supervise schema v2, "
-        "supervise schema v3, supervise schema v4; schema version 4\n"
+        "supervise schema v3, supervise schema v4, supervise schema v5; schema version 5\n"
     )
     second = supervise("cluster", "init", env=env)
     assert second.returncode == 0, second.stderr
-    assert second.stdout == "already up to date; schema version 4\n"
+    assert second.stdout == "already up to date; schema version 5\n"
     check = supervise("cluster", "check", "--json", env=env)
     assert check.returncode == 0, check.stderr
     report = json.loads(check.stdout)
-    assert report["schema_version"] == 4 and report["procrastinate"] and not report["problems"]
+    assert report["schema_version"] == 5 and report["procrastinate"] and not report["problems"]
     tables = {r[0] for r in rows(dsn, "SELECT tablename FROM pg_tables WHERE schemaname='public'")}
     assert {"supervise_tasks", "supervise_events", "supervise_hosts", "procrastinate_jobs",
             "supervise_schema_version", "supervise_controls"} <= tables  # fmt: skip

@@ -59,8 +59,8 @@ def host_fence(spec: ClusterSpec) -> Fence:
 
 def stopped_run_on(spec: ClusterSpec) -> float:
     """Seconds a cleanly stopped host's agents may run on (the released lease's limit,
-    issue 25): ``stopped_host_grace`` less the wrapper's two polls and its SIGTERM grace
-    (:attr:`Fence.bound`'s margin), so they are gone before the sweeper applies
-    ``on_host_lost`` to their tasks; 0 when the grace is shorter than that margin."""
-    fence = host_fence(spec)
-    return max(0.0, spec.stopped_host_grace - 2 * fence.poll - fence.grace)
+    issue 25): ``stopped_host_grace`` less :attr:`Fence.bound`, so they are gone before the
+    sweeper applies ``on_host_lost`` to their tasks, even when an engine starting again
+    re-arms the lease at the last moment and its first heartbeat comes late (the held
+    lease then expires within the bound); 0 when the grace is shorter than the bound."""
+    return max(0.0, spec.stopped_host_grace - host_fence(spec).bound)
