@@ -80,9 +80,35 @@ def test_the_sweeper_gives_up_a_stopped_hosts_tasks_after_its_own_grace(dsn: str
 
 
 def test_stopped_host_grace_must_be_positive_seconds(setup: Setup) -> None:
-    for bad in (0, -5, "soon"):
+    for bad in (0, -5, "soon", float("inf"), float("nan"), 1e12):
         profile = setup.write_profile(extra={"cluster": {"stopped_host_grace": bad}})
         result = supervise("validate", str(profile))
         assert result.returncode == 1
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and "cluster.stopped_host_grace" in lines[0], result.stderr
+
+
+def test_four_sweeps_at_once_give_a_stopped_hosts_task_up_once(dsn: str) -> None:
+    """Sweeps racing (threads) on a host stopped past its grace: one restart, one event,
+    one waiting job, generation moved once."""
+    import threading
+
+    from supervisor.cluster import sweeper
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        _stopped_host(conn, "gone", 1.0, 60, "restart")
+    barrier, results = threading.Barrier(4), []
+
+    def run() -> None:
+        barrier.wait()
+        results.append(sweeper.sweep_once(dsn))
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(r.restarted for r in results) == [(), (), (), ("t-gone",)]
+    assert state_of(dsn, "t-gone") == ("queued", None, 2)
+    assert rows(dsn, "SELECT count(*) FROM supervise_events") == [(1,)]
+    assert rows(dsn, "SELECT count(*) FROM procrastinate_jobs WHERE status = 'todo'") == [(1,)]

@@ -75,7 +75,7 @@ def tasks(dsn: str, where: TaskFilter | None = None) -> list[dict[str, Any]]:
         and not _rows(dsn, query("task_exists"), (where.after,))
     ):
         raise ClusterError(
-            f"no task {escape_controls(where.after)!r} in the fleet to page after; "
+            f"no task '{escape_controls(where.after)}' in the fleet to page after; "
             "give --after the id of a task 'supervise status --cluster' listed"
         )
     return found

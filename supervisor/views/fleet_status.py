@@ -68,14 +68,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: The largest ``--limit`` (PostgreSQL's ``LIMIT`` is a bigint; nobody reads more rows).
+MAX_LIMIT = 10**9
+
+
 def _limit(text: str) -> int:
-    """``--limit``'s value: a whole number, 0 or more."""
+    """``--limit``'s value: a whole number from 0 (all) to :data:`MAX_LIMIT`."""
     try:
         value = int(text)
     except ValueError:
         value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a row count (0 or more; 0: all)")
+    if not 0 <= value <= MAX_LIMIT:
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r} is not a row count (0 to {MAX_LIMIT}; 0: all)"
+        )
     return value
 
 
