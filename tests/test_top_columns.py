@@ -250,3 +250,19 @@ def test_a_live_task_on_a_host_whose_engine_is_not_running_says_so() -> None:
     assert str(shown) == "running (engine not running)" and str(shown.style) == "bold red"
     assert str(cells(live, 0, (status,), "stale")[0]) == "running (engine stale)"
     assert str(cells(ended, 0, (status,), "not running")[0]) == "completed"
+
+
+def test_a_fleet_hosts_top_marks_its_live_tasks_while_its_engine_is_down(
+    fixture: vf.Fixture,
+) -> None:
+    """The views fixture has no engine running: a fleet host's ``top`` (``[cluster]``)
+    marks its running task; a single host's (the header says it already) does not."""
+
+    async def go(fleet_host: bool) -> str:
+        app = make_app(fixture, fleet_host=fleet_host)
+        async with app.run_test(size=(160, 24)) as pilot:
+            await pilot.pause()
+            return cell(app, "refactor-0a1b2c", "status")
+
+    assert run(go(True)) == "running (engine not running)"
+    assert run(go(False)) == "running"
