@@ -24,9 +24,9 @@ a. an ``alive`` host whose heartbeat is older than ITS OWN ``host_timeout`` beco
    ``dead`` (``lost_at``): each host declares its timeout in its heartbeat row
    (:mod:`supervisor.cluster.writer`); a ``stopped`` host (clean stop) is never declared
    dead: its tasks keep running in tmux and its next start adopts them (for
-   ``stopped_host_grace``: rule (e)); silence counts
-   only while the sweeper itself has been reaching a database that has been up (after an
-   outage longer than ``host_timeout`` every heartbeat looks stale for a moment);
+   ``stopped_host_grace``: rule (e)); silence counts only while the sweeper itself has
+   been reaching a database that has been up (after an outage longer than
+   ``host_timeout`` every heartbeat looks stale for a moment);
 b. a dead host's tasks claimed but never launched (``claimed``, or the manifest's
    ``queued`` the writer reports before the launch) go back to the queue: ``queued``,
    owner NULL, generation + 1, with a new job at :data:`REQUEUE_PRIORITY`, so another host
@@ -44,7 +44,8 @@ d. procrastinate jobs left ``doing`` by workers whose heartbeat is older than th
    for a task that is not ``queued`` finds it taken and does nothing (the claim). A job
    another transaction holds right now is left to the next sweep (``SKIP LOCKED``). A dead
    host's worker may turn stale a sweep before the host does (both stop beating at once):
-   its task's job is then retried and does nothing, and (b)/(c) defer a new one.
+   its task's job is then retried and does nothing, and (b)/(c) defer a new one (or raise
+   the retried one to :data:`REQUEUE_PRIORITY` while it still waits).
 e. (issue 25) a ``stopped`` host's unfinished tasks stay its own for ``stopped_host_grace``
    seconds after its stop (each host declares its own in its heartbeat, ``[cluster]
    stopped_host_grace``); past that, (b) and (c) apply to them as for a dead host
