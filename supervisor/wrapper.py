@@ -41,7 +41,8 @@ named as the seed skill named them (the constants below copy
    ``"lease": {"path", "expiry", "poll", "grace"}`` in ``launch.json``, a thread reads the
    lease file's record (:data:`LEASE_RECORD` bytes, opened ``O_NONBLOCK``) every ``poll``
    seconds. When it has not changed for ``expiry`` seconds on this process's monotonic
-   clock (a record starting with :data:`LEASE_RELEASED` never expires), the engine is
+   clock (a released one, a clean stop: after the seconds it names, or never; see
+   :mod:`supervisor.leaserecord`), the engine is
    gone and the sweeper may soon run the task on another host: the agent's process group
    gets SIGTERM (and SIGCONT), and ``grace`` seconds later SIGKILL (every member but this
    wrapper, which records the end). A fenced agent has not finished: no ``done``.
@@ -74,16 +75,21 @@ import threading
 import time
 
 if __package__:  # imported as supervisor.wrapper (the engine, the tests)
-    from supervisor import streamcopy
+    from supervisor import leaserecord, streamcopy
 else:  # run by path as ``python3 -I -S wrapper.py``, which leaves its folder off sys.path
     import importlib.util
+    import types
 
-    _SPEC = importlib.util.spec_from_file_location(
-        "streamcopy", os.path.join(os.path.dirname(os.path.abspath(__file__)), "streamcopy.py")
-    )
-    assert _SPEC is not None and _SPEC.loader is not None
-    streamcopy = importlib.util.module_from_spec(_SPEC)
-    _SPEC.loader.exec_module(streamcopy)
+    def _sibling(name: str) -> types.ModuleType:
+        """The stdlib-only module ``name`` beside this file."""
+        here = os.path.dirname(os.path.abspath(__file__))
+        spec = importlib.util.spec_from_file_location(name, os.path.join(here, f"{name}.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    streamcopy, leaserecord = _sibling("streamcopy"), _sibling("leaserecord")
 
 GATE_TIMEOUT = 30.0  # seconds to wait for the engine's pipe-pane gate
 END_MARK = "[supervise]"  # starts the last line the wrapper prints when the agent ends
@@ -93,11 +99,8 @@ PANE_OPTION_PREFIX = "@supervise_"  # tmux user options holding files that could
 TMUX_TIMEOUT = 5.0  # seconds for the tmux fallback command
 RETRY_FOR = 600.0  # seconds to keep retrying files that neither disk nor tmux took
 RETRY_EVERY = 0.5  # seconds between those retries
-#: Bytes of one lease record (step 6): the engine rewrites them in place, so a full disk
-#: never stops a renewal (no new block is needed).
-LEASE_RECORD = 64
-#: The start of a released lease's record (the engine stopped cleanly: nothing expires).
-LEASE_RELEASED = b"released"
+#: The lease record's size and a released one's start (step 6; :mod:`supervisor.leaserecord`).
+LEASE_RECORD, LEASE_RELEASED = leaserecord.LEASE_RECORD, leaserecord.LEASE_RELEASED
 #: Linux's cap on one argv or environment string, NUL included (``MAX_ARG_STRLEN``, 32
 #: pages of 4 KiB): a longer one makes ``execve`` fail with ``E2BIG``.
 ARG_STRLEN_MAX = 128 * 1024
@@ -213,20 +216,6 @@ def _copy(source: int, sink_path: str, child: int) -> int:
     return status
 
 
-def _read_lease(path: str) -> bytes | None:
-    """The lease record, or ``None`` when it cannot be read (never blocks on a FIFO)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, LEASE_RECORD)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
 def _group_members(pgid: int) -> list[int]:
     """PIDs in process group ``pgid`` (from ``/proc/<pid>/stat``; zombies left out), but
     this process."""
@@ -274,16 +263,18 @@ def _nap(seconds: float) -> None:
 
 
 def _watch_lease(lease: dict, child: int, fenced: list[float]) -> None:
-    """Step 6: stop the agent once the lease went ``expiry`` seconds unrenewed."""
+    """Step 6: stop the agent once the lease went unrenewed for ``expiry`` seconds (or a
+    released one for the seconds it names)."""
     path, poll = str(lease["path"]), float(lease["poll"])
     expiry, grace = float(lease["expiry"]), float(lease["grace"])
-    last, seen = _read_lease(path), time.monotonic()
+    last, seen = leaserecord.read_lease(path), time.monotonic()
     while True:
         _nap(poll)
-        record, now = _read_lease(path), time.monotonic()
-        if record != last or (record or b"").startswith(LEASE_RELEASED):
+        record, now = leaserecord.read_lease(path), time.monotonic()
+        limit = leaserecord.expires_after(record, expiry)
+        if record != last or limit is None:
             last, seen = record, now
-        elif now - seen > expiry:
+        elif now - seen > limit:
             fenced.append(now - seen)
             _say(
                 f"\n{END_MARK} the engine did not renew its lease for {now - seen:.1f} s: "

@@ -327,12 +327,12 @@ def run_fleet(tmp_path: Path, dsn: str, tasks: int, max_concurrent: int = 2,
     assert [(h["host_id"], h["capacity"], h["running"]) for h in json.loads(listed.stdout)] == [
         (host_id, max_concurrent, 0) for host_id in sorted(hosts)
     ]
-    status = supervise("status", "--cluster", "--json", env=only_dsn)
+    status = supervise("status", "--cluster", "--json", "--limit", "0", env=only_dsn)
     assert status.returncode == 0, status.stderr
     assert {r["id"]: (r["state"], r["owner_host"]) for r in json.loads(status.stdout)} == {
         t: (expected[t][0], runs[t]) for t in expected
     }
-    table = supervise("status", "--cluster", env=only_dsn).stdout.splitlines()
+    table = supervise("status", "--cluster", "--limit", "0", env=only_dsn).stdout.splitlines()
     assert table[0].split()[:4] == ["id", "name", "state", "owner_host"]
     assert len(table) == tasks + 1
 

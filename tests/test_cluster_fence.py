@@ -20,11 +20,12 @@ from typing import Any
 import pytest
 from conftest import wait_for
 from support import cluster_engines, cluster_hosts
-from support.cluster_engines import rows, start_engine, wait_beats
+from support.cluster_engines import rows, start_engine, stop_engines, wait_beats
 from support.cluster_hosts import HOST_TIMEOUT, cleanup, host, state_of, submit
 from support.faketime_support import require_libfaketime
 
 from supervisor.cluster.lease import fence_of
+from supervisor.taskdir.layout import CLUSTER_LEASE
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -403,3 +404,56 @@ def test_a_host_timeout_too_close_to_the_heartbeat_is_one_line(setup: Any) -> No
     assert result.returncode == 1 and "Traceback" not in result.stderr
     [line] = result.stderr.strip().splitlines()
     assert str(profile) in line and "must exceed heartbeat (0.1 s) by at least 0.4 s" in line
+
+
+# ---------------------------------------------------------------- a clean stop (issue 25)
+
+
+def test_a_released_lease_with_seconds_stops_the_agent_after_them(tmp_path: Path) -> None:
+    """``released PID SECONDS``: the agent runs on for those seconds, then the wrapper stops
+    it as an expired lease does (SIGTERM, no done-file). Without seconds it runs on (the
+    fence test's released case)."""
+    lease = tmp_path / "lease"
+    lease.write_bytes(b"released 1 0.3")
+    wrapper, task_dir, log = _wrapped(tmp_path, lease, "trap", 30, expiry=60)
+    try:
+        assert wrapper.wait(timeout=20) == 143
+    finally:
+        if wrapper.poll() is None:
+            wrapper.kill()
+    assert log.read_text().splitlines() == ["start", "term"]
+    assert not (task_dir / "done").exists()
+
+
+def test_a_stopped_hosts_task_runs_elsewhere_after_the_grace_never_twice(
+    tmp_path: Path, dsn: str
+) -> None:
+    """h0 (restart, stopped_host_grace 5 s) is stopped cleanly while its task runs: it is
+    ``stopped``, the task ``running`` on it; after the grace its agent is stopped (the
+    released lease), then the sweeper queues the task again and h1 runs it to the end. The
+    two runs never overlap (the agent's own start/end stamps)."""
+    stamps = tmp_path / "stamps"
+    h0 = host(tmp_path, dsn, "h0", on_host_lost="restart", stopped_host_grace=5.0)
+    h1 = host(tmp_path, dsn, "h1")
+    engines = {"h0": start_engine(h0)}
+    try:
+        wait_for(lambda: rows(dsn, "SELECT host_id FROM supervise_hosts") == [("h0",)], 30)
+        task = submit(dsn, h0, "long", f"stamp: {stamps}\nsleep: 20\nexit: 0")
+        wait_for(lambda: state_of(dsn, task)[:2] == ("running", "h0"), timeout=30)
+        stop_engines([engines.pop("h0")])
+        assert rows(dsn, "SELECT state FROM supervise_hosts WHERE host_id = 'h0'") == [("stopped",)]
+        released = (h0.state / CLUSTER_LEASE).read_bytes().split()
+        run_on = 5.0 - fence_of(HOST_TIMEOUT, 0.5).bound  # stopped_run_on: about 1.94 s
+        assert released[0] == b"released" and float(released[2]) == pytest.approx(run_on, 1e-3)
+        engines["h1"] = start_engine(h1)
+        wait_for(lambda: state_of(dsn, task) == ("completed", "h1", 3), timeout=60)
+        restarted = rows(dsn, "SELECT restarted_from FROM supervise_tasks")[0][0]
+    finally:
+        cleanup([h0, h1], list(engines.values()))
+    assert [r["host_id"] for r in restarted] == ["h0"]
+    first, second = runs(stamps)
+    assert (first["host"], second["host"]) == ("h0", "h1")
+    assert first["end"] is not None and first["end"] <= second["start"]
+    assert json.loads((h1.state / "tasks" / task / "manifest.json").read_text())["status"] == (
+        "completed"
+    )

@@ -85,7 +85,7 @@ def test_migrations_are_numbered_files_and_the_last_is_the_schema_version() -> N
     found = migrations()
     assert [m.version for m in found] == list(range(1, len(found) + 1))
     assert [m.name for m in found] == sorted(p.name for p in (CLUSTER / "migrations").glob("*.sql"))
-    assert SCHEMA_VERSION == found[-1].version == 5
+    assert SCHEMA_VERSION == found[-1].version == len(found)
 
 
 def test_fleet_states_extend_the_statuses() -> None:
@@ -125,9 +125,10 @@ def test_the_check_lists_exactly_the_fleet_states(dsn: str) -> None:
     import psycopg
 
     from supervisor.cluster import schema
+    from supervisor.cluster.schema import SCHEMA_VERSION
     from supervisor.taskdir.states import FleetState
 
-    assert schema.init(dsn).version == 5
+    assert schema.init(dsn).version == SCHEMA_VERSION
     with psycopg.connect(dsn) as conn:
         (definition,) = conn.execute(
             "SELECT pg_get_constraintdef(oid) FROM pg_constraint "
@@ -167,10 +168,11 @@ def _tables(dsn: str) -> dict[str, list[tuple]]:
 
 def test_a_version_3_fleet_database_migrates_without_loss(dsn: str) -> None:
     """A fleet database of schema version 3 with a task in every state, its events, a host
-    and a control request: ``init`` applies v4 and v5 only, and every row is as it was."""
+    and a control request: ``init`` applies v4 and later only, and every row is as it was."""
     import psycopg
 
     from supervisor.cluster import schema
+    from supervisor.cluster.schema import SCHEMA_VERSION
     from supervisor.taskdir.states import FleetState
 
     _v3_database(dsn)
@@ -197,11 +199,17 @@ def test_a_version_3_fleet_database_migrates_without_loss(dsn: str) -> None:
     before = _tables(dsn)
     assert schema.check(dsn).version == 3
     done = schema.init(dsn)
-    assert (done.procrastinate, done.applied, done.version) == (False, [4, 5], 5)
+    assert (done.procrastinate, done.applied, done.version) == (
+        False,
+        list(range(4, SCHEMA_VERSION + 1)),
+        SCHEMA_VERSION,
+    )
     after = _tables(dsn)
-    # v5 (issue 25) adds supervise_hosts.connections, NULL until the host's next heartbeat
-    after["supervise_hosts"] = [row[:-1] for row in after["supervise_hosts"]]
-    assert all(row[-1] is None for row in _tables(dsn)["supervise_hosts"])
-    assert after == before
+    # v5 and v6 (issue 25) add supervise_hosts.connections and .stopped_host_grace: NULL for
+    # a host of an earlier version, until its next heartbeat
+    width = len(before["supervise_hosts"][0])
+    assert [row[:width] for row in after["supervise_hosts"]] == before["supervise_hosts"]
+    assert all(set(row[width:]) == {None} for row in after["supervise_hosts"])
+    assert {**after, "supervise_hosts": before["supervise_hosts"]} == before
     assert len(before["supervise_tasks"]) == len(FleetState)
     assert schema.check(dsn).problems == []

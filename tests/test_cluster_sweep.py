@@ -29,7 +29,7 @@ from support.cluster_hosts import (
     HOST_TIMEOUT,
     cleanup,
     host,
-    kill_pid,
+    lose_machine,
     state_of,
     submit,
 )
@@ -63,21 +63,6 @@ def local_launches(setup: Setup) -> dict[str, int]:
         events = [json.loads(line) for line in log.read_text().splitlines()]
         found[log.parent.name] = sum(e["event"] == "launched" for e in events)
     return found
-
-
-def lose_machine(setup: Setup, engine: Any, pid_files: list[Path]) -> float:
-    """SIGKILL the engine, its tmux server and the given processes, by PID (a machine
-    loss); the time of the kill (epoch seconds)."""
-    server = setup.tmux("display-message", "-p", "#{pid}").stdout.strip()
-    at = time.time()
-    engine.kill()
-    engine.wait()
-    if server:
-        kill_pid(int(server))
-    for file in pid_files:
-        if file.exists() and file.read_text().strip():
-            kill_pid(int(file.read_text().strip()))
-    return at
 
 
 def epoch(value: Any) -> float:

@@ -44,7 +44,7 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     ("views/fleet_status.py", "failed"): (1, _GROUPS),
     ("views/sources.py", "running"): (2, _ENGINE),
     ("views/sources.py", "stale"): (3, _ENGINE),
-    ("views/tui.py", "running"): (2, _ENGINE),
+    ("views/tui.py", "running"): (3, _ENGINE),
     ("views/webpage.py", "running"): (1, _ENGINE),
     ("engine_probe.py", "running"): (1, _ENGINE),
     ("engine_probe.py", "stale"): (1, _ENGINE),

@@ -235,3 +235,34 @@ def test_filter_text_is_escaped_in_the_head_and_split_once(fixture: vf.Fixture) 
             assert keys(app)[-1] == "last"
 
     run(go())
+
+
+def test_a_live_task_on_a_host_whose_engine_is_not_running_says_so() -> None:
+    """Issue 25: ``top`` marks a task not ended whose engine (this host) is not running or
+    stale, in red; an ended task, and any task under a running engine, is shown as is."""
+    from supervisor.views.tui_columns import COLUMNS, cells
+
+    status = next(c for c in COLUMNS if c.key == "status")
+    live = model.Task("t1", "a", "running", group="running")
+    ended = model.Task("t2", "b", "completed", group="done")
+    assert str(cells(live, 0, (status,))[0]) == "running"
+    shown = cells(live, 0, (status,), "not running")[0]
+    assert str(shown) == "running (engine not running)" and str(shown.style) == "bold red"
+    assert str(cells(live, 0, (status,), "stale")[0]) == "running (engine stale)"
+    assert str(cells(ended, 0, (status,), "not running")[0]) == "completed"
+
+
+def test_a_fleet_hosts_top_marks_its_live_tasks_while_its_engine_is_down(
+    fixture: vf.Fixture,
+) -> None:
+    """The views fixture has no engine running: a fleet host's ``top`` (``[cluster]``)
+    marks its running task; a single host's (the header says it already) does not."""
+
+    async def go(fleet_host: bool) -> str:
+        app = make_app(fixture, fleet_host=fleet_host)
+        async with app.run_test(size=(160, 24)) as pilot:
+            await pilot.pause()
+            return cell(app, "refactor-0a1b2c", "status")
+
+    assert run(go(True)) == "running (engine not running)"
+    assert run(go(False)) == "running"

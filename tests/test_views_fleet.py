@@ -180,3 +180,25 @@ def test_unreachable_database_is_one_line_and_the_local_view_works(
                 assert page.locator(f"#group-{group} #task-{task_id}").count() == 1, task_id
         assert page.evaluate("window.pwned") is None
         page.close()
+
+
+def test_a_task_on_a_stopped_dead_or_unknown_host_shows_that_state() -> None:
+    """Issue 25: an unfinished task whose owner is stopped, dead or has no row carries that
+    state (``host_marker``) and its board row says so; an ended task or an alive host's
+    shows none; the host's heading names a state that is not alive."""
+    from supervisor.views.webpage import _environment
+
+    fleet = group_by_host(
+        "h1",
+        [_host("h1"), _host("h2", "stopped"), _host("h3", "dead")],
+        [_task("a", "h1"), _task("b", "h2"), _task("c", "h3"), _task("d", "h3", "completed"),
+         _task("e", "gone")],
+        total=5,
+    )  # fmt: skip
+    markers = {t["id"]: t["host_marker"] for h in fleet.hosts for t in h.tasks}
+    assert markers == {"a": None, "b": "stopped", "c": "dead", "d": None, "e": "unknown"}
+    html = _environment().get_template("fleet.html").render(fleet=fleet)
+    assert 'id="fleet-task-b" data-state="running" data-host-state="stopped"' in html
+    assert 'id="fleet-task-a" data-state="running" data-host-state=""' in html
+    assert "(host dead)" in html and "(host unknown)" in html
+    assert 'h3 <span class="host-state s-dead">dead</span>' in html

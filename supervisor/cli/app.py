@@ -93,7 +93,10 @@ from supervisor.cli.common import (
 )
 from supervisor.errors import ConfigError
 from supervisor.taskdir import layout
-from supervisor.views import serve  # imports no web library until it runs
+from supervisor.views import (
+    fleet_status,  # the fleet's options; no database import
+    serve,  # imports no web library until it runs
+)
 from supervisor.views import status as views_status  # plain os/json, no third-party import
 from supervisor.views.top import register as register_top  # never imports Textual itself
 
@@ -107,6 +110,10 @@ if TYPE_CHECKING:
 def cmd_status(args: argparse.Namespace) -> int:
     if args.cluster:
         return cli_cluster.status_cluster(args)
+    given = [f"--{name}" for name in fleet_status.CLUSTER_ONLY if getattr(args, name) is not None]
+    if given:
+        err(f"supervise status: {', '.join(given)} need --cluster (the fleet's tasks)")
+        return EXIT_USAGE
     if not args.config:
         err("supervise status: -c/--config PROFILE is required (or --cluster)")
         return EXIT_USAGE
@@ -211,6 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("-c", "--config", help="profile TOML file")
     views_status.add_arguments(status)
     status.add_argument("--cluster", action="store_true", help=CLUSTER_HELP)
+    fleet_status.add_arguments(status)  # --limit, --after, --host
     status.add_argument("--archived", action="store_true", help="list the archived tasks")
     status.set_defaults(func=cmd_status)
 

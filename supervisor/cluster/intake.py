@@ -43,7 +43,7 @@ from supervisor.cluster.connections import EnginePool, Outage, SharedConnector
 from supervisor.cluster.control import host_channel
 from supervisor.cluster.db import ClusterError, borrow, dsn_of, one_line
 from supervisor.cluster.health import Health, fetch_polling_interval, wait_for_database
-from supervisor.cluster.lease import LeaseKeeper, host_fence
+from supervisor.cluster.lease import LeaseKeeper, host_fence, stopped_run_on
 from supervisor.cluster.listener import ControlListener
 from supervisor.cluster.ownership import (
     CLAIM_FILE,
@@ -136,6 +136,7 @@ class ClusterIntake:
             self.lease,
             self.outage,
             self.connections,
+            self.cluster.stopped_host_grace,
         )
         # Operator requests routed here from other machines (supervisor.cluster.listener).
         self.listener = ControlListener(
@@ -267,7 +268,7 @@ class ClusterIntake:
         # Released only once the host is recorded stopped (never declared dead): else the
         # lease runs out and this host's fleet agents stop (issue 20).
         if self.writer.stopped:
-            self.lease.release()
+            self.lease.release(stopped_run_on(self.cluster))
         else:
             self.lease.stop()
 

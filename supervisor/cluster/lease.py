@@ -22,7 +22,10 @@ cannot reach the database either). A restarted engine renews only once a heartbe
 gone through *and* the ownership check that follows it found none of its adopted tasks
 lost (:meth:`LeaseKeeper.confirm`): before that it may have been declared dead. A clean
 stop (the host recorded ``stopped``, never declared dead) releases the lease: agents then
-run on until the engine comes back, as on a single host.
+run on until the engine comes back, as on a single host, for at most the seconds the
+released record names (issue 25: :func:`~supervisor.config.fence.stopped_run_on` of
+``[cluster] stopped_host_grace``), so they are gone before the sweeper gives their tasks
+up (:mod:`supervisor.cluster.sweeper`, rule (e)).
 
 Only tasks claimed from the fleet's database (a ``cluster.json`` claim record) are
 fenced; spool tasks of a cluster host, and every task of a single-host engine, run on
@@ -36,9 +39,14 @@ import os
 import threading
 from pathlib import Path
 
-from supervisor.config.fence import Fence, fence_of, host_fence  # noqa: F401 (also from here)
+from supervisor.config.fence import (  # noqa: F401 (also from here)
+    Fence,
+    fence_of,
+    host_fence,
+    stopped_run_on,
+)
+from supervisor.leaserecord import LEASE_RECORD, LEASE_RELEASED
 from supervisor.taskdir import layout
-from supervisor.wrapper import LEASE_RECORD, LEASE_RELEASED
 
 log = logging.getLogger("supervise.cluster")
 #: The lease file in ``state_dir``.
@@ -52,8 +60,8 @@ class LeaseKeeper:
     """The engine's side of the lease: a thread that rewrites the lease file's record every
     :attr:`Fence.renew` seconds once :meth:`confirm` was called (see the module docstring).
 
-    The record (:data:`~supervisor.wrapper.LEASE_RECORD` bytes, ``held PID COUNTER`` or
-    ``released PID``) is rewritten in place with ``pwrite``: no new file or block, so a
+    The record (:data:`~supervisor.leaserecord.LEASE_RECORD` bytes, ``held PID COUNTER`` or
+    ``released PID [SECONDS]``) is rewritten in place with ``pwrite``: no new file or block, so a
     full disk does not stop renewals (the file is made once, at the first write).
 
     Args:
@@ -101,12 +109,14 @@ class LeaseKeeper:
             self._confirmed.set()
             self._write(self._held())
 
-    def release(self) -> None:
+    def release(self, run_on: float | None = None) -> None:
         """After the host was recorded ``stopped`` (a clean stop): stop renewing and mark
-        the lease released, so the agents run on until the next engine."""
+        the lease released, so the agents run on until the next engine, or for ``run_on``
+        seconds at most (None: no limit) from when each wrapper reads the record."""
         self.stop()
+        limit = "" if run_on is None else f" {max(0.0, run_on):.3f}"
         with self._lock:
-            self._write(LEASE_RELEASED + f" {os.getpid()}".encode())
+            self._write(LEASE_RELEASED + f" {os.getpid()}{limit}".encode())
 
     def stop(self) -> None:
         """Stop renewing (the lease expires after :attr:`Fence.lease` seconds)."""

@@ -32,6 +32,7 @@ from supervisor.cluster.db import ClusterError, connect, one_line
 from supervisor.cluster.lease import CLAIM_FILE
 from supervisor.cluster.sqlfiles import query
 from supervisor.cluster.submit import TASK_NAME
+from supervisor.cluster.sweeper import REQUEUE_PRIORITY
 from supervisor.taskdir import layout
 from supervisor.taskdir.states import TERMINAL
 from supervisor.terminal import escape_controls
@@ -215,14 +216,15 @@ def still_queued(conn: psycopg.Connection, task_id: str) -> bool:
 
 def defer_again(conn: psycopg.Connection, task_name: str, task_id: str, seconds: float) -> None:
     """A new job for the still ``queued`` ``task_id`` on its queue, ``seconds`` from now
-    (the job that declined it is done; without this the task would wait with no job).
+    (the job that declined it is done; without this the task would wait with no job). A
+    task claimed before (``generation`` > 0: put back by the sweeper) keeps its place
+    ahead of new submissions (:data:`~supervisor.cluster.sweeper.REQUEUE_PRIORITY`).
 
     Raises:
         psycopg.Error: the database refused (the caller's job fails and is logged).
     """
-    conn.execute(
-        query("defer_later"), (task_name, json.dumps({"task_id": task_id}), seconds, task_id)
-    )
+    args = json.dumps({"task_id": task_id})
+    conn.execute(query("defer_later"), (task_name, REQUEUE_PRIORITY, args, seconds, task_id))
 
 
 def ready_to_claim(

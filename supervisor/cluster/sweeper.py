@@ -17,13 +17,14 @@ One transaction per sweep (:func:`sweep_once`), decided in Python from rows
 a. an ``alive`` host whose heartbeat is older than ITS OWN ``host_timeout`` becomes
    ``dead`` (``lost_at``): each host declares its timeout in its heartbeat row
    (:mod:`supervisor.cluster.writer`); a ``stopped`` host (clean stop) is never declared
-   dead: its tasks keep running in tmux and its next start adopts them; silence counts
-   only while the sweeper itself has been reaching a database that has been up (after an
-   outage longer than ``host_timeout`` every heartbeat looks stale for a moment);
+   dead: its tasks keep running in tmux and its next start adopts them (for
+   ``stopped_host_grace``: rule (e)); silence counts only while the sweeper itself has
+   been reaching a database that has been up (after an outage longer than
+   ``host_timeout`` every heartbeat looks stale for a moment);
 b. a dead host's tasks claimed but never launched (``claimed``, or the manifest's
    ``queued`` the writer reports before the launch) go back to the queue: ``queued``,
-   owner NULL, generation + 1, their job retried (or a new one deferred), so another host
-   claims them within seconds;
+   owner NULL, generation + 1, with a new job at :data:`REQUEUE_PRIORITY`, so another host
+   claims them within seconds, ahead of every new submission (issue 25);
 c. its launched, unfinished tasks (:data:`supervisor.taskdir.states.LIVE`) become
    :data:`~supervisor.taskdir.states.HOST_LOST` with generation + 1 (a lost host coming back finds a
    newer generation: its writes match no row) and a ``host_lost`` event; when the DEAD
@@ -37,7 +38,23 @@ d. procrastinate jobs left ``doing`` by workers whose heartbeat is older than th
    for a task that is not ``queued`` finds it taken and does nothing (the claim). A job
    another transaction holds right now is left to the next sweep (``SKIP LOCKED``). A dead
    host's worker may turn stale a sweep before the host does (both stop beating at once):
-   its task's job is then retried and does nothing, and (b)/(c) defer a new one.
+   its task's job is then retried and does nothing, and (b)/(c) defer a new one (or raise
+   the retried one to :data:`REQUEUE_PRIORITY` while it still waits).
+e. (issue 25) a ``stopped`` host's unfinished tasks stay its own for ``stopped_host_grace``
+   seconds after its stop (each host declares its own in its heartbeat, ``[cluster]
+   stopped_host_grace``); past that, (b) and (c) apply to them as for a dead host
+   (:func:`gone`), and the host stays ``stopped``. Its agents were stopped by then: the
+   released lease carries the deadline (:mod:`supervisor.cluster.lease`). A host that
+   starts again within the grace adopts them as before.
+
+Requeued work keeps its place (issue 25): procrastinate fetches ``ORDER BY priority DESC,
+id ASC`` (``procrastinate_fetch_job_v2`` in its ``sql/schema.sql``), and a submission's job
+has priority 0, so the jobs of (b) and (c), at :data:`REQUEUE_PRIORITY`, run before the whole
+backlog as soon as a slot frees anywhere. Within one sweep they are deferred in submission
+order (``submitted_at``, then id); a later sweep's come after an earlier one's. A dead
+host's job still ``doing`` for such a task is failed, not retried, when the new job waits
+(rule (d) runs after the new jobs are deferred), so the task's one waiting job is the one at
+the requeue priority.
 
 Workers heartbeat every ``[cluster] heartbeat`` seconds (:func:`worker_options`), so a live
 worker's heartbeat is younger than that and (d) never touches its jobs as long as
@@ -52,7 +69,7 @@ import logging
 import math
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import psycopg
@@ -68,6 +85,11 @@ log = logging.getLogger("supervise.cluster")
 SWEEP_EVERY = 1.0
 #: ``pg_try_advisory_xact_lock`` key of a sweep ("swep" in ASCII).
 SWEEP_LOCK = 0x73776570
+#: procrastinate priority of a job for a task put back to ``queued`` (rules (b), (c) and a
+#: claim that declines a task claimed before: :func:`~supervisor.cluster.ownership.defer_again`):
+#: above a submission's 0, below the hold jobs' (``intake.HOLD_PRIORITY``, 1000), which a
+#: restarted worker must fetch before anything else.
+REQUEUE_PRIORITY = 500
 
 Fate = Literal["requeue", "host_lost", "restart"]
 
@@ -75,13 +97,18 @@ Fate = Literal["requeue", "host_lost", "restart"]
 @dataclass(frozen=True)
 class HostRow:
     """A ``supervise_hosts`` row: ``age`` is seconds since its heartbeat (the database's
-    clock), ``host_timeout`` seconds, ``on_host_lost`` ``report`` | ``restart``."""
+    clock), ``host_timeout`` seconds, ``on_host_lost`` ``report`` | ``restart``;
+    ``stopped_s`` seconds since its last clean stop (None: never stopped) and
+    ``stopped_host_grace`` the seconds it declared a stop may keep its tasks (None: a host
+    of an earlier version, for ever)."""
 
     host_id: str
     state: str
     age: float
     host_timeout: float
     on_host_lost: str
+    stopped_s: float | None = None
+    stopped_host_grace: float | None = None
 
 
 @dataclass(frozen=True)
@@ -129,11 +156,24 @@ def dead_hosts(hosts: Iterable[HostRow], watched: float = math.inf) -> list[str]
     )
 
 
+def gone(host: HostRow) -> bool:
+    """Whether ``host``'s tasks are given up: it is ``dead``, or (rule (e)) ``stopped`` for
+    longer than its own ``stopped_host_grace``."""
+    if host.state == "dead":
+        return True
+    return (
+        host.state == "stopped"
+        and host.stopped_s is not None
+        and host.stopped_host_grace is not None
+        and host.stopped_s > host.stopped_host_grace
+    )
+
+
 def fate_of(task: TaskRow, owner: HostRow) -> Fate | None:
-    """Rules (b) and (c) for one task of the dead host ``owner``: ``requeue`` (never
-    launched), ``restart`` (launched, ``on_host_lost = "restart"``, not pinned),
+    """Rules (b) and (c) for one task of the :func:`gone` host ``owner``: ``requeue``
+    (never launched), ``restart`` (launched, ``on_host_lost = "restart"``, not pinned),
     ``host_lost`` (launched otherwise), None (ended, or not the owner's any more)."""
-    if owner.state != "dead" or task.owner_host != owner.host_id:
+    if not gone(owner) or task.owner_host != owner.host_id:
         return None
     if task.state in UNCLAIMED:
         return "requeue"
@@ -181,19 +221,22 @@ def _sweep(conn: psycopg.Connection, watched: float) -> SweepResult:
             sorted(r[0] for r in conn.execute(query("mark_dead"), (candidates,)).fetchall())
         )
     for host_id in dead:
-        hosts[host_id] = HostRow(host_id, "dead", *_rest(hosts[host_id]))
-    gone = [h.host_id for h in hosts.values() if h.state == "dead"]
+        hosts[host_id] = replace(hosts[host_id], state="dead")
+    given_up = [h.host_id for h in hosts.values() if gone(h)]
     done: dict[Fate, list[str]] = {"requeue": [], "host_lost": [], "restart": []}
-    if gone:
+    queued: list[str] = []  # in submission order (the query's)
+    if given_up:
         states = sorted(str(s) for s in UNCLAIMED | LIVE)
-        for row in conn.execute(query("dead_hosts_tasks"), (gone, states)).fetchall():
+        for row in conn.execute(query("dead_hosts_tasks"), (given_up, states)).fetchall():
             task = TaskRow(*row)
             fate = fate_of(task, hosts[task.owner_host])
             if fate is not None and _apply(conn, task, fate):
                 done[fate].append(task.id)
-    retried, failed = _stalled(conn, stale_after(hosts.values()))
-    for task_id in done["requeue"] + done["restart"]:
+                if fate != "host_lost":
+                    queued.append(task.id)
+    for task_id in queued:
         _ensure_job(conn, task_id)
+    retried, failed = _stalled(conn, stale_after(hosts.values()))
     result = SweepResult(
         True,
         dead,
@@ -206,10 +249,6 @@ def _sweep(conn: psycopg.Connection, watched: float) -> SweepResult:
     if dead or any(done.values()) or retried or failed:
         log.info("sweep: %s", result)
     return result
-
-
-def _rest(host: HostRow) -> tuple[float, float, str]:
-    return host.age, host.host_timeout, host.on_host_lost
 
 
 def _apply(conn: psycopg.Connection, task: TaskRow, fate: Fate) -> bool:
@@ -257,12 +296,13 @@ def _stalled(conn: psycopg.Connection, stale: float) -> tuple[list[int], list[in
 
 
 def _ensure_job(conn: psycopg.Connection, task_id: str) -> None:
-    """A task queued again gets a waiting job (its old one was on a worker not stale yet):
-    none is deferred when one waits already (``queueing_lock`` = the task id)."""
-    if conn.execute(query("waiting_job"), (task_id,)).fetchone() is None:
-        conn.execute(
-            query("defer_requeued"), (TASK_NAME, json.dumps({"task_id": task_id}), task_id)
-        )
+    """A task queued again gets a waiting job at :data:`REQUEUE_PRIORITY` (its old one is
+    ``doing`` on the dead host's worker, failed by rule (d) once stale). A job that waits
+    already (``queueing_lock`` = the task id: rule (d) retried it a sweep before the host
+    turned dead) is raised to that priority instead of deferring a second one."""
+    if not conn.execute(query("raise_waiting_job"), (REQUEUE_PRIORITY, task_id)).rowcount:
+        args = json.dumps({"task_id": task_id})
+        conn.execute(query("defer_requeued"), (TASK_NAME, REQUEUE_PRIORITY, args, task_id))
 
 
 # ------------------------------------------------------------------ the engine's sweeps

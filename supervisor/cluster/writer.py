@@ -93,6 +93,9 @@ class Writer:
             host no longer owns that task.
         lease: the host's lease (:mod:`supervisor.cluster.lease`): armed before each
             heartbeat, confirmed by one whose ownership check found nothing lost.
+        stopped_host_grace: seconds a clean stop of this host may keep its tasks before
+            the sweeper applies ``on_host_lost`` to them (``[cluster] stopped_host_grace``;
+            written in every heartbeat; None: for ever).
     """
 
     def __init__(
@@ -112,6 +115,7 @@ class Writer:
         lease: LeaseKeeper | None = None,
         outage: Outage | None = None,
         connections: Callable[[], int | None] | None = None,
+        stopped_host_grace: float | None = None,
     ) -> None:
         self.source = source
         self.outage = outage
@@ -128,6 +132,7 @@ class Writer:
         self.owned = owned
         self.on_lost = on_lost
         self.lease = lease
+        self.stopped_host_grace = stopped_host_grace
         #: The host's ``stopped`` state was written by :meth:`close` (a clean stop).
         self.stopped = False
         self._saved = outbox.exists()  # an outbox file on disk, to remove once written
@@ -230,7 +235,8 @@ class Writer:
         beat = (self.host_id, self.capacity, self.running(), self.version, self.queues)
         error = self._last_error or (self.outage.error if self.outage is not None else None)
         held = self.connections() if self.connections is not None else None
-        conn.execute(query("heartbeat"), (*beat, error, self.host_timeout, self.on_host_lost, held))
+        declared = (self.host_timeout, self.on_host_lost, held, self.stopped_host_grace)
+        conn.execute(query("heartbeat"), (*beat, error, *declared))
         # Reported once, by the first beat that got through; the next good beat clears
         # it, so 'hosts' shows only an error that is recent.
         self._last_error = None

@@ -29,6 +29,12 @@ SHARED_QUEUE = "supervise"
 MIN_HEARTBEAT = 0.1
 #: Smallest ``host_timeout - heartbeat``, seconds (the fence's budget, see the validator).
 MIN_FENCE = 0.4
+#: Default ``stopped_host_grace``, seconds (issue 25): a clean stop is mostly an engine
+#: restart or upgrade (back within seconds, adopting the running agents) or a reboot (a
+#: few minutes); a host stopped for longer than a quarter of an hour is out of service,
+#: and its tasks are better reported lost (or restarted elsewhere) than shown ``running``
+#: for ever.
+STOPPED_HOST_GRACE = 900.0
 
 
 def _default_host_id() -> str:
@@ -55,6 +61,11 @@ class ClusterSpec(BaseModel):
             heartbeat, so each host declares its own.
         heartbeat: seconds between this host's rows in ``supervise_hosts`` (at least
             :data:`MIN_HEARTBEAT`).
+        stopped_host_grace: seconds a cleanly stopped host (``supervise shutdown``,
+            SIGTERM: its agents run on in tmux and its next start adopts them) keeps its
+            unfinished tasks; after that the sweeper applies ``on_host_lost`` as for a lost
+            host, and the agents still running there stop (the released lease carries the
+            deadline: :mod:`supervisor.cluster.lease`). Default :data:`STOPPED_HOST_GRACE`.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -64,6 +75,7 @@ class ClusterSpec(BaseModel):
     host_timeout: Annotated[PositiveSeconds, Field(ge=MIN_HEARTBEAT)] = 30.0
     on_host_lost: Literal["report", "restart"] = "report"
     heartbeat: Annotated[PositiveSeconds, Field(ge=MIN_HEARTBEAT)] = 5.0
+    stopped_host_grace: PositiveSeconds = STOPPED_HOST_GRACE
 
     @field_validator("host_id")
     @classmethod

@@ -55,3 +55,12 @@ def fence_of(host_timeout: float, heartbeat: float) -> Fence:
 def host_fence(spec: ClusterSpec) -> Fence:
     """:func:`fence_of` a ``[cluster]`` table."""
     return fence_of(spec.host_timeout, spec.heartbeat)
+
+
+def stopped_run_on(spec: ClusterSpec) -> float:
+    """Seconds a cleanly stopped host's agents may run on (the released lease's limit,
+    issue 25): ``stopped_host_grace`` less :attr:`Fence.bound`, so they are gone before the
+    sweeper applies ``on_host_lost`` to their tasks, even when an engine starting again
+    re-arms the lease at the last moment and its first heartbeat comes late (the held
+    lease then expires within the bound); 0 when the grace is shorter than the bound."""
+    return max(0.0, spec.stopped_host_grace - host_fence(spec).bound)

@@ -75,12 +75,22 @@ class Fleet:
     total: int = 0
 
 
+def host_marker(host_state: str, task_state: str) -> str | None:
+    """The host state a task's row shows beside its own (issue 25): its host's ``stopped``,
+    ``dead`` or ``unknown`` (no row) while the task has not ended, else None (an alive
+    host, or an ended task: its host's state says nothing about it)."""
+    if host_state == "alive" or task_state in FINAL:
+        return None
+    return host_state
+
+
 def group_by_host(
     local_host: str, host_rows: list[dict[str, Any]], task_rows: list[dict[str, Any]], total: int
 ) -> Fleet:
     """The fleet from the rows of the ``board_hosts`` and ``board_tasks`` queries (no I/O):
     each task under its ``owner_host`` (a host without a row is added as ``unknown``), the
-    local host first, then by host id; tasks without an owner in ``unclaimed``."""
+    local host first, then by host id; tasks without an owner in ``unclaimed``. Each
+    owned task gets ``host_marker`` (:func:`host_marker`)."""
     hosts = {
         r["host_id"]: FleetHost(
             **{
@@ -107,6 +117,9 @@ def group_by_host(
         hosts.setdefault(owner, FleetHost(owner)).tasks.append(task)
     if local_host in hosts:
         hosts[local_host].local = True
+    for host in hosts.values():
+        for task in host.tasks:
+            task["host_marker"] = host_marker(host.state, str(task.get("state")))
     order = sorted(hosts.values(), key=lambda h: (not h.local, h.host_id))
     return Fleet(local_host, True, None, order, unclaimed, len(task_rows), total)
 

@@ -51,6 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--status",
+        "--state",
         action="append",
         choices=STATUS_CHOICES,
         metavar="STATUS",

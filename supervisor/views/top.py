@@ -69,6 +69,7 @@ def run(profile: LoadedProfile | None, args: argparse.Namespace | None = None) -
         profile.socket_name,
         title=str(profile.path),
         task_filter=shown,
+        fleet_host=profile.spec.cluster is not None,
     )
     app.run()
     return 0

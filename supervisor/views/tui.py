@@ -85,6 +85,9 @@ class TopApp(App[None]):
             :meth:`refresh_view`).
         task_filter: the tasks shown at start (``--status``, ``--filter``); the ``/`` key
             edits its text.
+        fleet_host: the profile has ``[cluster]``: a launched task not ended says
+            ``(engine not running)`` (or ``stale``) while this host's engine is not running,
+            i.e. the fleet's host is stopped or lost (issue 25).
     """
 
     TITLE = "supervise top"
@@ -118,8 +121,11 @@ class TopApp(App[None]):
         clock: Callable[[], float] = time.time,
         refresh_every: float | None = REFRESH_EVERY,
         task_filter: TaskFilter | None = None,
+        fleet_host: bool = False,
     ) -> None:
         super().__init__()
+        #: A fleet host's tasks say so when its engine is not running (issue 25).
+        self.fleet_host = fleet_host
         self.task_filter = task_filter or TaskFilter()
         self.columns: tuple[Column, ...] = ()
         self.reader = model.Reader(state_dir, spool_dir)
@@ -156,9 +162,10 @@ class TopApp(App[None]):
         tasks = [t for t in model.sort_tasks(snap.tasks, "group") if self.task_filter.keeps(t)]
         order = [(t.task_id, t.group) for t in tasks]
         counts, rows, group = Counter(t.group for t in tasks), {}, None
+        down = None if not self.fleet_host or snap.engine.state == "running" else snap.engine.state
         for task in tasks:
             first = counts[task.group] if task.group != group else 0
-            rows[task.task_id] = cells(task, first, self.columns)
+            rows[task.task_id] = cells(task, first, self.columns, down)
             group = task.group
         table = self.query_one(DataTable)
         if order != self._order:

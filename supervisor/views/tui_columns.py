@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from rich.text import Text
 
+from supervisor.taskdir.states import LIVE
 from supervisor.terminal import escape_controls
 from supervisor.views import model
 
@@ -136,9 +137,16 @@ _CELLS: dict[str, Callable[[model.Task, int], Text]] = {
 }
 
 
-def cells(task: model.Task, first: int, columns: tuple[Column, ...]) -> tuple[Text, ...]:
+def cells(
+    task: model.Task, first: int, columns: tuple[Column, ...], engine_down: str | None = None
+) -> tuple[Text, ...]:
     """A task's cells for ``columns`` (``first``: on the first row of its group, the
-    group's size, shown with its title; else 0). Texts are escaped, never markup."""
+    group's size, shown with its title; else 0). Texts are escaped, never markup.
+    ``engine_down``: the state of this host's engine when it is not running
+    (:class:`supervisor.views.sources.Engine`'s ``not running``, ``stale``; None while it
+    runs): a launched task not ended (:data:`~supervisor.taskdir.states.LIVE`) on a host whose
+    engine is not running says so in its status cell, in red (issue 25: nobody watches it;
+    on a fleet host, the host is stopped or lost)."""
     style = _STYLE.get(task.group, "")
     out = []
     for column in columns:
@@ -146,7 +154,10 @@ def cells(task: model.Task, first: int, columns: tuple[Column, ...]) -> tuple[Te
             title = f"{model.GROUPS.get(task.group, task.group)} {first}" if first else ""
             out.append(Text(title, style=style))
         elif column.key == "status":
-            out.append(Text(task.status + ("*" if task.requests else ""), style=style))
+            text = task.status + ("*" if task.requests else "")
+            if engine_down is not None and task.status in LIVE:
+                text, style = f"{text} (engine {engine_down})", "bold red"
+            out.append(Text(text, style=style))
         else:
             out.append(_CELLS[column.key](task, column.width or 0))
     return tuple(out)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,3 +73,19 @@ def cleanup(hosts: list[Setup], engines: list[Any]) -> None:
     for setup in hosts:
         setup.tmux("kill-server")
         Path(f"/tmp/tmux-{os.getuid()}/{setup.socket_name}").unlink(missing_ok=True)
+
+
+def lose_machine(setup: Setup, engine: Any, pid_files: list[Path]) -> float:
+    """SIGKILL the engine, its tmux server and the given processes, by PID (a machine
+    loss); the time of the kill (epoch seconds). (Moved from tests/test_cluster_sweep.py,
+    issue 25: tests/test_cluster_requeue.py loses a host too.)"""
+    server = setup.tmux("display-message", "-p", "#{pid}").stdout.strip()
+    at = time.time()
+    engine.kill()
+    engine.wait()
+    if server:
+        kill_pid(int(server))
+    for file in pid_files:
+        if file.exists() and file.read_text().strip():
+            kill_pid(int(file.read_text().strip()))
+    return at

@@ -87,9 +87,11 @@ SELECT id, owner_host, generation, state FROM supervise_tasks WHERE id = ANY(%s)
 SELECT 1 FROM supervise_tasks WHERE id = %s AND state = 'queued';
 
 -- defer_later --
--- A new job for a still queued task on its queue, some seconds from now. Parameters: task
--- name, args, seconds, task id.
-SELECT procrastinate_defer_jobs_v1(ARRAY[ROW(queue, %s, 0, NULL, id, %s::jsonb,
+-- A new job for a still queued task on its queue, some seconds from now; a task put back
+-- (generation > 0: claimed before) keeps the requeue priority (issue 25). Parameters: task
+-- name, the requeue priority, args, seconds, task id.
+SELECT procrastinate_defer_jobs_v1(ARRAY[ROW(queue, %s, CASE WHEN generation > 0 THEN %s
+    ELSE 0 END, NULL, id, %s::jsonb,
     now() + make_interval(secs => %s))::procrastinate_job_to_defer_v1])
 FROM supervise_tasks WHERE id = %s AND state = 'queued';
 
@@ -113,13 +115,14 @@ VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (transition_id) DO NOTHING;
 -- again (its lost tasks stay lost: their generation moved on). lost_at/stopped_at keep
 -- the last loss and stop for the operator.
 INSERT INTO supervise_hosts (host_id, capacity, running, version, queues, last_error,
-    host_timeout, on_host_lost, connections)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
+    host_timeout, on_host_lost, connections, stopped_host_grace)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (host_id) DO UPDATE SET heartbeat_at = now(), capacity = excluded.capacity,
     running = excluded.running, version = excluded.version, queues = excluded.queues,
     last_error = excluded.last_error,
     host_timeout = excluded.host_timeout, on_host_lost = excluded.on_host_lost,
-    connections = excluded.connections, state = 'alive';
+    connections = excluded.connections, stopped_host_grace = excluded.stopped_host_grace,
+    state = 'alive';
 
 -- host_stopped --
 -- A clean stop: the sweeper never declares a stopped host dead.
@@ -183,11 +186,6 @@ SELECT host_id, state, round(extract(epoch FROM now() - heartbeat_at)::numeric, 
     stopped_at, host_timeout, on_host_lost, connections
 FROM supervise_hosts ORDER BY host_id;
 
--- fleet_tasks --
-SELECT id, name, state, owner_host, generation, queue, host, exit_code, failure_reason,
-    verdict, retry_count, submitted_at, updated_at, error, restarted_from,
-    round(extract(epoch FROM now() - updated_at)::numeric, 1)::float AS state_s
-FROM supervise_tasks ORDER BY submitted_at, id;
 
 -- ---------------------------------------------------------------- the sweeper (sweeper.py)
 
@@ -195,8 +193,9 @@ FROM supervise_tasks ORDER BY submitted_at, id;
 SELECT pg_try_advisory_xact_lock(%s);
 
 -- sweep_hosts --
+-- Each host, its heartbeat's age and, once stopped, its stop's age (seconds) and grace.
 SELECT host_id, state, extract(epoch FROM now() - heartbeat_at)::float, host_timeout,
-    on_host_lost
+    on_host_lost, extract(epoch FROM now() - stopped_at)::float, stopped_host_grace
 FROM supervise_hosts;
 
 -- server_uptime --
@@ -209,8 +208,9 @@ WHERE host_id = ANY(%s) AND state = 'alive'
 RETURNING host_id;
 
 -- dead_hosts_tasks --
+-- In submission order: the order their new jobs are deferred in (issue 25).
 SELECT id, state, owner_host, generation, host, session_id FROM supervise_tasks
-WHERE owner_host = ANY(%s) AND state = ANY(%s) ORDER BY id FOR UPDATE;
+WHERE owner_host = ANY(%s) AND state = ANY(%s) ORDER BY submitted_at, id FOR UPDATE;
 
 -- requeue_task --
 UPDATE supervise_tasks SET state = 'queued', owner_host = NULL, generation = generation + 1,
@@ -254,8 +254,10 @@ WHERE id = %s;
 SELECT procrastinate_finish_job_v1(%s, 'failed', false);
 
 -- defer_requeued --
--- A waiting job for a task queued again. Parameters: task name, args, task id.
-SELECT procrastinate_defer_jobs_v1(ARRAY[ROW(queue, %s, 0, NULL, id, %s::jsonb,
+-- A waiting job for a task queued again, at the requeue priority: ahead of every new
+-- submission (priority 0; procrastinate_fetch_job_v2 takes priority DESC, id ASC).
+-- Parameters: task name, priority, args, task id.
+SELECT procrastinate_defer_jobs_v1(ARRAY[ROW(queue, %s, %s, NULL, id, %s::jsonb,
     NULL::timestamptz)::procrastinate_job_to_defer_v1])
 FROM supervise_tasks WHERE id = %s;
 
@@ -283,3 +285,38 @@ UNLISTEN {channel};
 -- The LISTEN connection's health check: one round trip on it, no NOTIFY.
 SELECT 1;
 
+-- ---------------------------------------------------------------- queue (issue 25)
+
+-- raise_waiting_job --
+-- A task put back to queued whose job waits already (rule (d) retried it at priority 0)
+-- keeps its place: its job is raised to the requeue priority. Parameters: the priority,
+-- the task id (its job's queueing_lock).
+UPDATE procrastinate_jobs SET priority = greatest(priority, %s)
+WHERE queueing_lock = %s AND status = 'todo';
+
+-- fleet_tasks --
+-- status --cluster: one page of tasks in submission order, filtered on the server, with
+-- the owner's host state (NULL: no owner, or an owner with no row). Parameters: the states
+-- (NULL: all) twice, the host (owner, or pinned for a task no host owns; NULL: all) twice,
+-- the task id to page after (NULL: from the first) twice, the row limit (NULL: no limit).
+SELECT t.id, t.name, t.state, t.owner_host, h.state AS host_state, t.generation, t.queue,
+    t.host, t.exit_code, t.failure_reason, t.verdict, t.retry_count, t.submitted_at,
+    t.updated_at, t.error, t.restarted_from,
+    round(extract(epoch FROM now() - t.updated_at)::numeric, 1)::float AS state_s
+FROM supervise_tasks t LEFT JOIN supervise_hosts h ON h.host_id = t.owner_host
+WHERE (%s::text[] IS NULL OR t.state = ANY(%s::text[]))
+    AND (%s::text IS NULL OR coalesce(t.owner_host, t.host) = %s::text)
+    AND (%s::text IS NULL OR (t.submitted_at, t.id) >
+        (SELECT submitted_at, id FROM supervise_tasks WHERE id = %s::text))
+ORDER BY t.submitted_at, t.id LIMIT %s;
+
+-- fleet_task_counts --
+-- status --cluster --snapshot's totals: tasks per state under the same filters as
+-- fleet_tasks (no page). Parameters: the states twice, the host twice.
+SELECT state, count(*) FROM supervise_tasks
+WHERE (%s::text[] IS NULL OR state = ANY(%s::text[]))
+    AND (%s::text IS NULL OR coalesce(owner_host, host) = %s::text)
+GROUP BY state;
+
+-- task_exists --
+SELECT 1 FROM supervise_tasks WHERE id = %s;
