@@ -407,7 +407,7 @@ class ClusterIntake:
         # The sweeper has a worker of its own (this one's slots are held by running tasks);
         # asyncio.run (_serve) cancels it when this coroutine ends.
         self._sweeper = asyncio.create_task(
-            sweep.serve(self.dsn, self.cluster.host_id, beat, timeout)
+            sweep.serve(self.dsn, self.cluster.host_id, beat, timeout, self.cluster.prune_after)
         )
         channel = "procrastinate_queue_v1#" + host_queue(self.cluster.host_id)
         self.health = Health(app.job_manager, self.dsn, channel, self._stopping)

@@ -64,6 +64,7 @@ from typing import Any, Literal
 import psycopg
 from procrastinate import App, PsycopgConnector
 
+from supervisor.cluster import retention
 from supervisor.cluster.db import (
     CONNECT_TIMEOUT,
     STATEMENT_TIMEOUT,
@@ -170,10 +171,14 @@ def stale_after(hosts: Iterable[HostRow]) -> float:
 # ------------------------------------------------------------------ applied in SQL
 
 
-def sweep_once(dsn: str, watched: float = math.inf) -> SweepResult:
+def sweep_once(
+    dsn: str, watched: float = math.inf, prune: retention.Schedule | None = None
+) -> SweepResult:
     """One sweep, one transaction (see the module docstring for the rules); ``watched``:
     seconds this sweeper has had the database without a break (:func:`dead_hosts`; the
-    server's own uptime bounds it too).
+    server's own uptime bounds it too). ``prune``: after the sweep's commit, one batch of
+    the periodic prune when one is due (``[cluster] prune_after``, in a transaction of its
+    own: :class:`supervisor.cluster.retention.Schedule`).
 
     Raises:
         ClusterError: the database cannot be reached or refused (nothing is applied).
@@ -186,6 +191,8 @@ def sweep_once(dsn: str, watched: float = math.inf) -> SweepResult:
                 return SweepResult(swept=False)
             result = _sweep(conn, watched)
             conn.commit()
+            if prune is not None:
+                prune.run(conn)
         except psycopg.Error as exc:
             conn.rollback()
             raise ClusterError(f"sweep failed: {one_line(exc)}") from exc
@@ -297,11 +304,13 @@ def worker_options(heartbeat: float, host_timeout: float) -> dict[str, Any]:
     return {"update_heartbeat_interval": heartbeat, "stalled_worker_timeout": host_timeout}
 
 
-def make_app(dsn: str) -> App:
+def make_app(dsn: str, prune_after: float | None = None) -> App:
     """A procrastinate app with the periodic sweep (one small pool of its own). The app
     counts how long its sweeps have reached the database without a break (``watched`` of
     :func:`dead_hosts`): from its first good sweep, reset by a failed one; :func:`serve`
-    makes a new app, so a new count, whenever the worker restarts."""
+    makes a new app, so a new count, whenever the worker restarts. ``prune_after``
+    (seconds; ``[cluster] prune_after``): each sweep also runs the periodic prune
+    (:class:`supervisor.cluster.retention.Schedule`)."""
     connector = PsycopgConnector(
         conninfo=dsn,
         min_size=1,
@@ -314,6 +323,7 @@ def make_app(dsn: str) -> App:
     )
     app = App(connector=connector)
     reached: dict[str, float] = {}  # "since": monotonic time of the first good sweep
+    pruning = retention.Schedule(prune_after)
 
     @app.periodic(cron=SWEEP_CRON, periodic_id="sweep")
     @app.task(name=SWEEP_TASK, queue=SWEEP_QUEUE, queueing_lock=SWEEP_TASK)
@@ -321,7 +331,7 @@ def make_app(dsn: str) -> App:
         since = reached.get("since")
         watched = 0.0 if since is None else time.monotonic() - since
         try:
-            await asyncio.to_thread(sweep_once, dsn, watched)
+            await asyncio.to_thread(sweep_once, dsn, watched, pruning)
         except ClusterError as exc:  # the next second tries again; no failed job piles up
             reached.pop("since", None)
             log.error("cluster: %s", exc)
@@ -331,14 +341,17 @@ def make_app(dsn: str) -> App:
     return app
 
 
-async def serve(dsn: str, host_id: str, heartbeat: float, host_timeout: float) -> None:
+async def serve(
+    dsn: str, host_id: str, heartbeat: float, host_timeout: float, prune_after: float | None = None
+) -> None:
     """Run the sweeper's worker (queue :data:`SWEEP_QUEUE`, one job at a time) until
-    cancelled; started again after :data:`BACKOFF` seconds if it dies."""
+    cancelled; started again after :data:`BACKOFF` seconds if it dies. ``prune_after``:
+    :func:`make_app`'s."""
     name = f"{host_id}:sweeper"
     _quiet_sweeps(name)
     while True:
         try:
-            app = make_app(dsn)
+            app = make_app(dsn, prune_after)
             async with app.open_async():
                 await app.run_worker_async(
                     queues=[SWEEP_QUEUE],

@@ -55,6 +55,9 @@ class ClusterSpec(BaseModel):
             heartbeat, so each host declares its own.
         heartbeat: seconds between this host's rows in ``supervise_hosts`` (at least
             :data:`MIN_HEARTBEAT`).
+        prune_after: seconds after which this host's sweeper removes ended tasks, their
+            events and jobs, and retired hosts (``supervise cluster prune --older-than``,
+            one batch a minute: :mod:`supervisor.cluster.retention`); unset: never.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -64,6 +67,7 @@ class ClusterSpec(BaseModel):
     host_timeout: Annotated[PositiveSeconds, Field(ge=MIN_HEARTBEAT)] = 30.0
     on_host_lost: Literal["report", "restart"] = "report"
     heartbeat: Annotated[PositiveSeconds, Field(ge=MIN_HEARTBEAT)] = 5.0
+    prune_after: PositiveSeconds | None = None
 
     @field_validator("host_id")
     @classmethod

@@ -276,3 +276,66 @@ FROM supervise_tasks ORDER BY state = ANY(%s), updated_at DESC, id LIMIT %s;
 
 -- board_task_count --
 SELECT count(*) FROM supervise_tasks;
+
+-- ---------------------------------------------------------------- ops (retention.py, rights.py)
+
+-- prune_batch --
+-- One batch of supervise cluster prune (migration 0005's SECURITY DEFINER function), in the
+-- caller's transaction. Parameters: seconds, the batch size. Counts removed: tasks, events,
+-- controls, jobs, hosts.
+SELECT tasks, events, controls, jobs, hosts FROM supervise_prune(%s, %s);
+
+-- prune_plan --
+-- What supervise cluster prune --dry-run would remove now (read only, every batch at once).
+-- Parameters: the final states, seconds, seconds. Columns as prune_batch's.
+WITH doomed AS (
+    SELECT id FROM supervise_tasks
+    WHERE state = ANY(%s) AND updated_at < now() - make_interval(secs => %s)
+), cutoff AS (SELECT now() - make_interval(secs => %s) AS at)
+SELECT (SELECT count(*) FROM doomed),
+    (SELECT count(*) FROM supervise_events WHERE task_id IN (SELECT id FROM doomed)),
+    (SELECT count(*) FROM supervise_controls WHERE task_id IN (SELECT id FROM doomed)),
+    (SELECT count(*) FROM procrastinate_jobs WHERE args->>'task_id' IN (SELECT id FROM doomed)
+        AND status IN ('succeeded', 'failed', 'cancelled', 'aborted')),
+    (SELECT count(*) FROM supervise_hosts h, cutoff
+     WHERE h.state <> 'alive' AND h.heartbeat_at < cutoff.at
+        AND NOT EXISTS (SELECT 1 FROM supervise_tasks t
+                        WHERE (t.owner_host = h.host_id OR t.host = h.host_id)
+                            AND t.id NOT IN (SELECT id FROM doomed)));
+
+-- role_missing --
+-- What the login lacks of the rights a group role holds (directly or through the roles it
+-- is a member of: supervise_operator is in supervise_submit): one row per object and
+-- privilege, (kind, object, privilege). Tables, sequences and functions of the public
+-- schema, and column grants (UPDATE (done_at, ok, result) on supervise_controls).
+-- Parameter: the group role's name.
+WITH grantees AS (
+    SELECT oid FROM pg_roles WHERE pg_has_role(%s, oid, 'MEMBER')
+)
+SELECT 'table', c.relname, a.privilege_type
+FROM pg_class c, aclexplode(c.relacl) a
+WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p', 'v')
+    AND a.grantee IN (SELECT oid FROM grantees)
+    AND NOT has_table_privilege(c.oid, a.privilege_type)
+UNION
+SELECT 'sequence', c.relname, a.privilege_type
+FROM pg_class c, aclexplode(c.relacl) a
+WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'S'
+    AND a.grantee IN (SELECT oid FROM grantees)
+    AND NOT has_sequence_privilege(c.oid, a.privilege_type)
+UNION
+SELECT 'function', p.oid::regprocedure::text, a.privilege_type
+FROM pg_proc p, aclexplode(p.proacl) a
+WHERE p.pronamespace = 'public'::regnamespace
+    AND a.grantee IN (SELECT oid FROM grantees)
+    AND NOT has_function_privilege(p.oid, a.privilege_type)
+UNION
+SELECT 'column', c.relname || '.' || t.attname, a.privilege_type
+FROM pg_attribute t JOIN pg_class c ON c.oid = t.attrelid, aclexplode(t.attacl) a
+WHERE c.relnamespace = 'public'::regnamespace
+    AND a.grantee IN (SELECT oid FROM grantees)
+    AND NOT has_column_privilege(c.oid, t.attnum, a.privilege_type)
+ORDER BY 1, 2, 3;
+
+-- role_exists --
+SELECT to_regrole(%s) IS NOT NULL, current_user;
