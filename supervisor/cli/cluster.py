@@ -88,9 +88,17 @@ def _init(args: argparse.Namespace, dsn: str) -> int:
 
 def _check(args: argparse.Namespace, dsn: str) -> int:
     from supervisor.cluster import roles, schema
+    from supervisor.cluster.db import ClusterError
 
-    result = schema.check(dsn)
     role = roles.ROLE_NAMES[args.role]
+    try:
+        result = schema.check(dsn)
+    except ClusterError as exc:  # a login that may not even read the schema's version
+        line = roles.denied_line("cluster check", dsn, exc, role)
+        if line is None:
+            raise
+        err(line)
+        return 1
     if not result.problems:  # rights on tables that are there, of the version this needs
         result.problems.extend(roles.check_role(dsn, role))
     libs = ", ".join(f"{k} {v}" for k, v in schema.versions().items())
@@ -216,35 +224,6 @@ def task_warnings(row: dict[str, Any], resolved: Any, profile: Any) -> None:
 
     row["warnings"].append(host_ignored(row["file"], resolved.spec.host, profile.path))
     err(row["warnings"][-1])
-
-
-def submit(profile: Any, resolved: Any, as_json: bool) -> int:
-    """``supervise submit`` with a ``[cluster]`` profile: store the validated task and defer
-    its job (:func:`supervisor.cluster.submit.submit`); print its id."""
-    if missing_cluster_extra():
-        return EXIT_USAGE
-    from supervisor.cluster.db import ClusterError, dsn_of
-    from supervisor.cluster.submit import submit as submit_task
-
-    try:
-        done = submit_task(dsn_of(profile), profile, resolved)
-    except ClusterError as exc:
-        err(str(exc))
-        return 1
-    if as_json:
-        print(
-            json.dumps(
-                {
-                    "task_id": done.task_id,
-                    "name": resolved.spec.name,
-                    "queue": done.queue,
-                    "job_id": done.job_id,
-                }
-            )
-        )
-    else:
-        print(done.task_id)
-    return 0
 
 
 def _prune_options(prune: argparse.ArgumentParser) -> None:

@@ -95,7 +95,7 @@ def missing_rights(conn: psycopg.Connection, role: str) -> list[str] | None:
     if not exists or not exists[0]:
         return None
     found = conn.execute(query("role_missing"), (role,)).fetchall()
-    return [f"{privilege} on {kind} {name}" for kind, name, privilege in found]
+    return [f"{privilege} on {kind} {name}" for _, kind, name, privilege in found]
 
 
 def check_role(dsn: str, role: str) -> list[str]:
@@ -137,11 +137,12 @@ def denied(exc: BaseException) -> BaseException | None:
     return None
 
 
-def denied_line(command: str, dsn: str, exc: BaseException) -> str | None:
+def denied_line(command: str, dsn: str, exc: BaseException, role: str | None = None) -> str | None:
     """One line for a permission error of ``supervise COMMAND``: the database's words, the
-    role :data:`NEEDED` and how to grant it; None when ``exc`` is no permission error or
-    ``command`` needs no role of the fleet (``cluster init`` needs the database's owner)."""
-    found, role = denied(exc), NEEDED.get(command)
+    role (``role``, else :data:`NEEDED`'s) and how to grant it; None when ``exc`` is no
+    permission error or ``command`` needs no role of the fleet (``cluster init`` needs the
+    database's owner)."""
+    found, role = denied(exc), role or NEEDED.get(command)
     if found is None or role is None:
         return None
     login = _login(dsn)

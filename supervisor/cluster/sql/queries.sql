@@ -306,36 +306,42 @@ SELECT (SELECT count(*) FROM doomed),
 -- role_missing --
 -- What the login lacks of the rights a group role holds (directly or through the roles it
 -- is a member of: supervise_operator is in supervise_submit): one row per object and
--- privilege, (kind, object, privilege). Tables, sequences and functions of the public
--- schema, and column grants (UPDATE (done_at, ok, result) on supervise_controls).
--- Parameter: the group role's name.
+-- privilege, (rank, kind, object, privilege), tables first and functions last. Tables,
+-- sequences and functions of the public schema, and column grants (UPDATE (done_at, ok,
+-- result) on supervise_controls). Parameter: the group role's name.
 WITH grantees AS (
     SELECT oid FROM pg_roles WHERE pg_has_role(%s, oid, 'MEMBER')
 )
-SELECT 'table', c.relname, a.privilege_type
+SELECT 1, 'table', c.relname, a.privilege_type
 FROM pg_class c, aclexplode(c.relacl) a
 WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p', 'v')
     AND a.grantee IN (SELECT oid FROM grantees)
     AND NOT has_table_privilege(c.oid, a.privilege_type)
 UNION
-SELECT 'sequence', c.relname, a.privilege_type
+SELECT 3, 'sequence', c.relname, a.privilege_type
 FROM pg_class c, aclexplode(c.relacl) a
 WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'S'
     AND a.grantee IN (SELECT oid FROM grantees)
     AND NOT has_sequence_privilege(c.oid, a.privilege_type)
 UNION
-SELECT 'function', p.oid::regprocedure::text, a.privilege_type
+SELECT 4, 'function', p.oid::regprocedure::text, a.privilege_type
 FROM pg_proc p, aclexplode(p.proacl) a
 WHERE p.pronamespace = 'public'::regnamespace
     AND a.grantee IN (SELECT oid FROM grantees)
     AND NOT has_function_privilege(p.oid, a.privilege_type)
 UNION
-SELECT 'column', c.relname || '.' || t.attname, a.privilege_type
+SELECT 2, 'column', c.relname || '.' || t.attname, a.privilege_type
 FROM pg_attribute t JOIN pg_class c ON c.oid = t.attrelid, aclexplode(t.attacl) a
 WHERE c.relnamespace = 'public'::regnamespace
     AND a.grantee IN (SELECT oid FROM grantees)
     AND NOT has_column_privilege(c.oid, t.attnum, a.privilege_type)
-ORDER BY 1, 2, 3;
+ORDER BY 1, 3, 4;
 
 -- role_exists --
 SELECT to_regrole(%s) IS NOT NULL, current_user;
+
+-- submitted_job --
+-- submit --retry-for: the task id is taken; is it this submit's own row, stored by a try
+-- whose answer was lost? Its job's id (0 once the job is gone). Parameters: id, spec.
+SELECT coalesce((SELECT max(j.id) FROM procrastinate_jobs j WHERE j.queueing_lock = t.id), 0)
+FROM supervise_tasks t WHERE t.id = %s AND t.spec = %s::jsonb;
