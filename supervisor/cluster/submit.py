@@ -113,13 +113,7 @@ def submit(
     task_id, drawn = new_task_id(name), 1
     while True:
         try:
-            return _submit_once(dsn, task_id, name, document, host, queue)
-        except _Taken:
-            if drawn >= ID_TRIES:
-                raise ClusterError(
-                    f"no free task id for {name!r} after {ID_TRIES} tries; submit again"
-                ) from None
-            task_id, drawn = new_task_id(name), drawn + 1
+            done = _submit_once(dsn, task_id, name, document, host, queue)
         except ClusterError as exc:
             left = deadline - time.monotonic()
             if not transient(exc) or left <= 0:
@@ -128,10 +122,12 @@ def submit(
                 on_retry(str(exc), left)
             time.sleep(min(delay, left))
             delay = min(delay * 2, RETRY_MAX)
-
-
-class _Taken(Exception):
-    """The task id drawn belongs to another task (draw again)."""
+            continue
+        if done is not None:
+            return done
+        if drawn >= ID_TRIES:  # the id is another task's: draw again
+            raise ClusterError(f"no free task id for {name!r} after {ID_TRIES} tries; submit again")
+        task_id, drawn = new_task_id(name), drawn + 1
 
 
 def transient(exc: BaseException) -> bool:
@@ -148,18 +144,19 @@ def transient(exc: BaseException) -> bool:
 
 def _submit_once(
     dsn: str, task_id: str, name: str, document: str, host: str | None, queue: str
-) -> Submitted:
-    """One try: the row and its job under ``task_id``, committed.
+) -> Submitted | None:
+    """One try: the row and its job under ``task_id``, committed; None when ``task_id`` is
+    another task's.
 
     Raises:
-        _Taken: ``task_id`` is another task's. ClusterError: as :func:`submit`.
+        ClusterError: as :func:`submit`.
     """
     try:
         with connect(dsn, autocommit=False) as conn:  # the block commits, or rolls back
             if not _insert(conn, task_id, name, document, host, queue):
                 row = conn.execute(query("submitted_job"), (task_id, document)).fetchone()
                 if row is None:
-                    raise _Taken
+                    return None
                 return Submitted(task_id, queue, int(row[0]))  # an earlier try's commit
             try:
                 row = conn.execute(
