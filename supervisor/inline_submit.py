@@ -126,7 +126,8 @@ def _place_in_fleet(
     try:
         done = submit(dsn, profile, resolved, retry_for, on_retry=_say_retrying)
     except ClusterError as exc:
-        raise ConfigError([denied_line("submit", dsn, exc) or str(exc)]) from None
+        denied = denied_line("submit", dsn, exc)
+        raise ConfigError([f"{denied}; nothing was submitted" if denied else str(exc)]) from None
     return {
         "task_id": done.task_id,
         "name": resolved.spec.name,

@@ -215,3 +215,23 @@ def test_bad_prune_arguments_are_one_line(args: list[str], said: str) -> None:
     done = supervise("cluster", "prune", *args, env={"SUPERVISE_CLUSTER_DSN": "host=/nowhere"})
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
+
+
+def test_a_periodic_prune_the_login_may_not_run_is_one_warning(
+    db: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An engine login without EXECUTE on supervise_prune (roles.sql not re-applied): the
+    sweeper's prune logs one line and waits a full period; nothing is removed."""
+    from supervisor.cluster.retention import Schedule
+
+    name = f"u_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {name} LOGIN")
+        task = _task(conn, "completed", 3)
+    schedule = Schedule(DAY, every=3600)
+    with psycopg.connect(db.replace("user=postgres", f"user={name}")) as conn:
+        assert schedule.run(conn) is None
+        assert schedule.run(conn) is None  # not due again: no second warning
+    warnings = [r.getMessage() for r in caplog.records if "periodic prune failed" in r.message]
+    assert len(warnings) == 1 and "permission denied for function supervise_prune" in warnings[0]
+    assert _ids(db) == {task}
