@@ -99,8 +99,10 @@ def _check(args: argparse.Namespace, dsn: str) -> int:
             raise
         err(line)
         return 1
+    rights = None
     if not result.problems:  # rights on tables that are there, of the version this needs
-        result.problems.extend(roles.check_role(dsn, role))
+        rights = roles.check_role(dsn, role)
+        result.problems.extend(rights.problems)
     libs = ", ".join(f"{k} {v}" for k, v in schema.versions().items())
     if args.json:
         print(
@@ -111,6 +113,7 @@ def _check(args: argparse.Namespace, dsn: str) -> int:
                     "needs": schema.SCHEMA_VERSION,
                     "procrastinate": result.procrastinate,
                     "role": role,
+                    "rights_checked": bool(rights and rights.checked),
                     "problems": result.problems,
                 }
             )
@@ -120,7 +123,9 @@ def _check(args: argparse.Namespace, dsn: str) -> int:
             f"connected: PostgreSQL {result.server}; schema version {result.version} "
             f"(this supervise needs {schema.SCHEMA_VERSION}); {libs}"
         )
-        if not result.problems:
+        if rights is not None and not rights.checked:
+            print(f"rights: not checked: no role {role} ('supervise cluster roles --apply')")
+        elif not result.problems:
             print(f"rights: the login has what {role} grants")
         for problem in result.problems:
             err(problem)
@@ -137,14 +142,15 @@ def _prune(args: argparse.Namespace, dsn: str) -> int:
 
     try:
         older_than = parse_duration(args.older_than)
-        retention.checked(older_than, args.batch)
+        batch = retention.BATCH if args.batch is None else args.batch
+        retention.checked(older_than, batch)
     except ValueError as exc:
         err(f"supervise cluster prune: {exc}")
         return EXIT_USAGE
     if args.dry_run:
         done = retention.plan(dsn, older_than)
     else:
-        done = retention.prune(dsn, older_than, args.batch)
+        done = retention.prune(dsn, older_than, batch)
     if args.json:
         shown = {"dry_run": args.dry_run, "older_than_s": older_than, **done.as_dict()}
         print(json.dumps(shown))
@@ -234,7 +240,7 @@ def _prune_options(prune: argparse.ArgumentParser) -> None:
         help="ended (or, for a host, gone) for longer than D: 30d, 12h, 45m, or seconds",
     )
     prune.add_argument("--dry-run", action="store_true", help="count, remove nothing")
-    prune.add_argument("--batch", type=int, default=500, help="rows per transaction (default 500)")
+    prune.add_argument("--batch", type=int, help="rows per transaction (default 500)")
 
 
 #: ``supervise status --cluster`` (cli.py's ``status`` calls it when the flag is given).
@@ -242,7 +248,8 @@ status_cluster = _guarded(_tasks)
 
 
 def register(sub: Any) -> None:
-    """Add ``cluster`` (``init``, ``check``, ``roles``) and ``hosts`` to the parser."""
+    """Add ``cluster`` (``init``, ``check``, ``prune``, ``roles``) and ``hosts`` to the
+    parser."""
     cluster = sub.add_parser("cluster", help="the fleet's database (several hosts, preview)")
     verbs = cluster.add_subparsers(dest="cluster_command", required=True)
     made = {}
@@ -257,7 +264,7 @@ def register(sub: Any) -> None:
         verb.set_defaults(func=_guarded(body))
     made["check"].add_argument(
         "--role",
-        choices=("engine", "operator", "submit"),
+        choices=("engine", "operator", "submit"),  # roles.ROLE_NAMES (no psycopg here)
         default="engine",
         help="the rights to check the login for: supervise_engine (default: a host's "
         "login), supervise_operator or supervise_submit",

@@ -15,6 +15,7 @@ created only when absent; grants are idempotent in PostgreSQL) and must run afte
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from importlib import resources
 
 import psycopg
@@ -98,12 +99,22 @@ def missing_rights(conn: psycopg.Connection, role: str) -> list[str] | None:
     return [f"{privilege} on {kind} {name}" for _, kind, name, privilege in found]
 
 
-def check_role(dsn: str, role: str) -> list[str]:
-    """``supervise cluster check --role``: one line per problem (empty: the login has
-    every right ``role`` grants, or is a superuser or the tables' owner).
+@dataclass(frozen=True)
+class RoleCheck:
+    """What :func:`check_role` found: ``checked`` False when the role does not exist
+    (roles.sql not applied: a fleet run with one trusted login), and one line per
+    ``problem``."""
+
+    checked: bool
+    problems: list[str]
+
+
+def check_role(dsn: str, role: str) -> RoleCheck:
+    """``supervise cluster check --role``: whether the login has every right ``role``
+    grants (a superuser or the tables' owner has them all).
 
     Raises:
-        ClusterError: the database cannot be reached.
+        ClusterError: the database cannot be reached or refused.
     """
     with connect(dsn) as conn:
         try:
@@ -112,19 +123,17 @@ def check_role(dsn: str, role: str) -> list[str]:
         except psycopg.Error as exc:
             raise ClusterError(f"cluster check failed: {one_line(exc)}") from exc
     login = user[1] if user else "?"
-    if missing is None:
-        return [
-            f"role {role} does not exist, so the rights of login {login!r} were not "
-            "checked; run 'supervise cluster roles --apply' as the database's owner"
-        ]
-    if not missing:
-        return []
+    if missing is None or not missing:
+        return RoleCheck(missing is not None, [])
     more = f" and {len(missing) - SHOWN} more" if len(missing) > SHOWN else ""
-    return [
-        f"the database login {login!r} lacks what {role} grants: "
-        f"{', '.join(missing[:SHOWN])}{more}; fix: GRANT {role} TO {login} "
-        "(as the database's owner; 'supervise cluster roles' shows the grants)"
-    ]
+    return RoleCheck(
+        True,
+        [
+            f"the database login {login!r} lacks what {role} grants: "
+            f"{', '.join(missing[:SHOWN])}{more}; fix: GRANT {role} TO {login} "
+            "(as the database's owner; 'supervise cluster roles' shows the grants)"
+        ],
+    )
 
 
 def denied(exc: BaseException) -> BaseException | None:
