@@ -130,7 +130,11 @@ def test_two_prunes_at_once_split_the_work(db: str) -> None:
     with psycopg.connect(db, autocommit=True) as conn:
         for _ in range(10):
             _task(conn, "completed", 40, events=1)
-    with psycopg.connect(db) as first, psycopg.connect(db, autocommit=True) as second:
+    bounded = "-c statement_timeout=5000"  # a prune that waited on the lock fails, not hangs
+    with (
+        psycopg.connect(db) as first,
+        psycopg.connect(db, autocommit=True, options=bounded) as second,
+    ):
         held = first.execute("SELECT tasks FROM supervise_prune(%s, 4)", (DAY,)).fetchone()
         assert held == (4,)  # uncommitted: its 4 rows are locked
         other = prune_some(second, DAY, batch=100)
