@@ -79,10 +79,13 @@ def resolve_fields(
     return task_from_table(data, profile, base or Path.cwd(), shown)
 
 
-def place_task(profile: LoadedProfile, resolved: ResolvedTask) -> dict[str, Any]:
+def place_task(
+    profile: LoadedProfile, resolved: ResolvedTask, retry_for: float = 0.0
+) -> dict[str, Any]:
     """Put a validated task where the engine takes it: the spool, or the fleet's database
-    for a ``[cluster]`` profile. Returns ``{"task_id", "name", "spool_file"}`` (spool) or
-    ``{"task_id", "name", "queue", "job_id"}`` (cluster).
+    for a ``[cluster]`` profile (``retry_for``: seconds to ride out a database that does
+    not answer, :func:`supervisor.cluster.submit.submit`). Returns ``{"task_id", "name",
+    "spool_file"}`` (spool) or ``{"task_id", "name", "queue", "job_id"}`` (cluster).
 
     Raises:
         ConfigError: the spool cannot take the file (:mod:`supervisor.submission`), the
@@ -94,7 +97,7 @@ def place_task(profile: LoadedProfile, resolved: ResolvedTask) -> dict[str, Any]
 
     spec = resolved.spec
     if profile.spec.cluster is not None:
-        return _place_in_fleet(profile, resolved)
+        return _place_in_fleet(profile, resolved, retry_for)
     data: dict[str, Any] = spec.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
     data["name"] = spec.name
     data["project_dir"] = str(spec.project_dir)
@@ -105,9 +108,12 @@ def place_task(profile: LoadedProfile, resolved: ResolvedTask) -> dict[str, Any]
     return {"task_id": task_id, "name": spec.name, "spool_file": str(spool_dir / f"{task_id}.toml")}
 
 
-def _place_in_fleet(profile: LoadedProfile, resolved: ResolvedTask) -> dict[str, Any]:
+def _place_in_fleet(
+    profile: LoadedProfile, resolved: ResolvedTask, retry_for: float
+) -> dict[str, Any]:
     try:
         from supervisor.cluster.db import ClusterError, dsn_of
+        from supervisor.cluster.roles import denied_line
         from supervisor.cluster.submit import submit
     except ImportError:
         raise ConfigError(
@@ -116,16 +122,27 @@ def _place_in_fleet(profile: LoadedProfile, resolved: ResolvedTask) -> dict[str,
                 "'supervise-agents[cluster]'"
             ]
         ) from None
+    dsn = dsn_of(profile)
     try:
-        done = submit(dsn_of(profile), profile, resolved)
+        done = submit(dsn, profile, resolved, retry_for, on_retry=_say_retrying)
     except ClusterError as exc:
-        raise ConfigError([str(exc)]) from None
+        denied = denied_line("submit", dsn, exc)
+        raise ConfigError([f"{denied}; nothing was submitted" if denied else str(exc)]) from None
     return {
         "task_id": done.task_id,
         "name": resolved.spec.name,
         "queue": done.queue,
         "job_id": done.job_id,
     }
+
+
+def _say_retrying(problem: str, seconds_left: float) -> None:
+    """``--retry-for``'s one line when the database does not answer (then it is quiet)."""
+    print(
+        f"supervise submit: {problem}; retrying for up to {seconds_left:.0f} s",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def submit_fields(
@@ -247,8 +264,12 @@ def _resolved(args: argparse.Namespace, profile: LoadedProfile) -> ResolvedTask:
         "--set": args.set,
     }
     inline = [flag for flag, value in given.items() if value]
+    # A fleet's task runs on the host that claims it: its project_dir is checked there
+    # (issue 25), unless --check-local asks for the check here too.
+    local = profile.spec.cluster is None or args.check_local
     if args.task is None:
-        return resolve_fields(profile, _inline_fields(args))
+        fields = {k: v for k, v in _inline_fields(args).items() if v is not None}
+        return task_from_table(fields, profile, Path.cwd(), INLINE, check_project=local)
     if inline:
         raise ConfigError(
             [
@@ -258,8 +279,8 @@ def _resolved(args: argparse.Namespace, profile: LoadedProfile) -> ResolvedTask:
         )
     if args.task == "-":
         text, data = toml_table(_stdin_text("supervise submit -"), STDIN)
-        return task_from_table(data, profile, Path.cwd(), STDIN, text)
-    return load_task(Path(args.task).resolve(), profile)
+        return task_from_table(data, profile, Path.cwd(), STDIN, text, check_project=local)
+    return load_task(Path(args.task).resolve(), profile, check_project=local)
 
 
 def cmd_submit(args: argparse.Namespace, whole: Parser) -> int:
@@ -271,10 +292,17 @@ def cmd_submit(args: argparse.Namespace, whole: Parser) -> int:
             ["supervise submit: --timeout and --terminal-only are --wait's; add --wait"]
         )
     profile = load_profile(args.config)
+    if args.retry_for is not None and profile.spec.cluster is None:
+        raise ConfigError(
+            [
+                f"supervise submit: --retry-for is for a [cluster] profile ({profile.path} "
+                "has none: its spool folder needs no database)"
+            ]
+        )
     resolved = _resolved(args, profile)
     if profile.spec.cluster is not None and missing_cluster_extra():
         return EXIT_USAGE
-    placed = place_task(profile, resolved)
+    placed = place_task(profile, resolved, args.retry_for or 0.0)
     if profile.spec.cluster is None:
         warn_no_engine(profile, "the task waits in the spool")
     if not args.wait:
@@ -334,5 +362,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], whole: Pa
     )
     submit.add_argument(
         "--timeout", type=seconds, help="with --wait: give up after S seconds (exit 124)"
+    )
+    submit.add_argument(
+        "--retry-for",
+        type=seconds,
+        metavar="S",
+        help="[cluster]: ride out a database that does not answer (a restart) for up to S "
+        "seconds; the task is stored once",
+    )
+    submit.add_argument(
+        "--check-local",
+        action="store_true",
+        help="[cluster]: check here that project_dir exists (else the host that runs the "
+        "task checks it)",
     )
     submit.set_defaults(func=functools.partial(cmd_submit, whole=whole))

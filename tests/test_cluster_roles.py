@@ -111,7 +111,9 @@ def test_failed_defer_under_the_submit_role_is_one_line(setup: Setup, roles: str
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
     assert rows(roles, "SELECT id FROM supervise_tasks") == []
-    assert done.stderr.startswith("cannot queue the task's job: ")
+    assert done.stderr.startswith("supervise submit: the database login ")  # issue 25
+    assert "permission denied for table procrastinate_jobs" in done.stderr
+    assert "it needs the supervise_submit role" in done.stderr
     assert done.stderr.endswith("; nothing was submitted\n")
 
 

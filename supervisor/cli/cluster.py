@@ -54,10 +54,25 @@ def _guarded(body: Any) -> Any:
         try:
             return int(body(args, dsn))
         except ClusterError as exc:
-            err(str(exc))
+            err(permission_line(_command(args), dsn, exc) or str(exc))
             return 1
 
     return run
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The verb a permission error names: ``prune`` for ``cluster prune``, else the
+    command (``hosts``, ``status``)."""
+    return str(getattr(args, "cluster_command", None) or args.command)
+
+
+def permission_line(command: str, dsn: str, exc: BaseException) -> str | None:
+    """The one line for a permission error (SQLSTATE 42501) of ``supervise COMMAND``,
+    naming the role it needs (:func:`supervisor.cluster.roles.denied_line`); None for any
+    other error."""
+    from supervisor.cluster.roles import denied_line
+
+    return denied_line(command, dsn, exc)
 
 
 def _init(args: argparse.Namespace, dsn: str) -> int:
@@ -72,9 +87,22 @@ def _init(args: argparse.Namespace, dsn: str) -> int:
 
 
 def _check(args: argparse.Namespace, dsn: str) -> int:
-    from supervisor.cluster import schema
+    from supervisor.cluster import roles, schema
+    from supervisor.cluster.db import ClusterError
 
-    result = schema.check(dsn)
+    role = roles.ROLE_NAMES[args.role]
+    try:
+        result = schema.check(dsn)
+    except ClusterError as exc:  # a login that may not even read the schema's version
+        line = roles.denied_line("cluster check", dsn, exc, role)
+        if line is None:
+            raise
+        err(line)
+        return 1
+    rights = None
+    if not result.problems:  # rights on tables that are there, of the version this needs
+        rights = roles.check_role(dsn, role)
+        result.problems.extend(rights.problems)
     libs = ", ".join(f"{k} {v}" for k, v in schema.versions().items())
     if args.json:
         print(
@@ -84,6 +112,8 @@ def _check(args: argparse.Namespace, dsn: str) -> int:
                     "schema_version": result.version,
                     "needs": schema.SCHEMA_VERSION,
                     "procrastinate": result.procrastinate,
+                    "role": role,
+                    "rights_checked": bool(rights and rights.checked),
                     "problems": result.problems,
                 }
             )
@@ -93,9 +123,41 @@ def _check(args: argparse.Namespace, dsn: str) -> int:
             f"connected: PostgreSQL {result.server}; schema version {result.version} "
             f"(this supervise needs {schema.SCHEMA_VERSION}); {libs}"
         )
+        if rights is not None and not rights.checked:
+            print(f"rights: not checked: no role {role} ('supervise cluster roles --apply')")
+        elif not result.problems:
+            print(f"rights: the login has what {role} grants")
         for problem in result.problems:
             err(problem)
     return 1 if result.problems else 0
+
+
+def _prune(args: argparse.Namespace, dsn: str) -> int:
+    """``cluster prune --older-than D``: remove (``--dry-run``: count) ended tasks, their
+    events, control requests and ended jobs, and retired hosts
+    (:mod:`supervisor.cluster.retention`); print what. A bad ``D`` or ``--batch`` is one
+    line and exit 2."""
+    from supervisor.cluster import retention
+    from supervisor.workspace.prune import parse_duration
+
+    try:
+        older_than = parse_duration(args.older_than)
+        batch = retention.BATCH if args.batch is None else args.batch
+        retention.checked(older_than, batch)
+    except ValueError as exc:
+        err(f"supervise cluster prune: {exc}")
+        return EXIT_USAGE
+    if args.dry_run:
+        done = retention.plan(dsn, older_than)
+    else:
+        done = retention.prune(dsn, older_than, batch)
+    if args.json:
+        shown = {"dry_run": args.dry_run, "older_than_s": older_than, **done.as_dict()}
+        print(json.dumps(shown))
+    else:
+        verb = "would remove" if args.dry_run else "removed"
+        print(f"{verb} {retention.describe(done)} (ended or gone for over {args.older_than})")
+    return 0
 
 
 def _roles_apply(args: argparse.Namespace, dsn: str) -> int:
@@ -171,33 +233,15 @@ def task_warnings(row: dict[str, Any], resolved: Any, profile: Any) -> None:
     err(row["warnings"][-1])
 
 
-def submit(profile: Any, resolved: Any, as_json: bool) -> int:
-    """``supervise submit`` with a ``[cluster]`` profile: store the validated task and defer
-    its job (:func:`supervisor.cluster.submit.submit`); print its id."""
-    if missing_cluster_extra():
-        return EXIT_USAGE
-    from supervisor.cluster.db import ClusterError, dsn_of
-    from supervisor.cluster.submit import submit as submit_task
-
-    try:
-        done = submit_task(dsn_of(profile), profile, resolved)
-    except ClusterError as exc:
-        err(str(exc))
-        return 1
-    if as_json:
-        print(
-            json.dumps(
-                {
-                    "task_id": done.task_id,
-                    "name": resolved.spec.name,
-                    "queue": done.queue,
-                    "job_id": done.job_id,
-                }
-            )
-        )
-    else:
-        print(done.task_id)
-    return 0
+def _prune_options(prune: argparse.ArgumentParser) -> None:
+    prune.add_argument(
+        "--older-than",
+        required=True,
+        metavar="D",
+        help="ended (or, for a host, gone) for longer than D: 30d, 12h, 45m, or seconds",
+    )
+    prune.add_argument("--dry-run", action="store_true", help="count, remove nothing")
+    prune.add_argument("--batch", type=int, help="rows per transaction (default 500)")
 
 
 #: ``supervise status --cluster`` (cli.py's ``status`` calls it when the flag is given).
@@ -205,17 +249,28 @@ status_cluster = _guarded(_tasks)
 
 
 def register(sub: Any) -> None:
-    """Add ``cluster`` (``init``, ``check``, ``roles``) and ``hosts`` to the parser."""
+    """Add ``cluster`` (``init``, ``check``, ``prune``, ``roles``) and ``hosts`` to the
+    parser."""
     cluster = sub.add_parser("cluster", help="the fleet's database (several hosts, preview)")
     verbs = cluster.add_subparsers(dest="cluster_command", required=True)
+    made = {}
     for name, body, text in (
         ("init", _init, "apply procrastinate's schema and ours (re-runnable)"),
-        ("check", _check, "connect and compare the schema version"),
+        ("check", _check, "connect, compare the schema version, check the login's rights"),
+        ("prune", _prune, "remove ended tasks, their events and jobs, and retired hosts"),
     ):
-        verb = verbs.add_parser(name, help=text)
+        verb = made[name] = verbs.add_parser(name, help=text)
         verb.add_argument("-c", "--config", help=f"profile with [cluster] (else ${DSN_ENV})")
         verb.add_argument("--json", action="store_true", help="machine-readable output")
         verb.set_defaults(func=_guarded(body))
+    made["check"].add_argument(
+        "--role",
+        choices=("engine", "operator", "submit"),  # roles.ROLE_NAMES (no psycopg here)
+        default="engine",
+        help="the rights to check the login for: supervise_engine (default: a host's "
+        "login), supervise_operator or supervise_submit",
+    )
+    _prune_options(made["prune"])
     roles = verbs.add_parser(
         "roles",
         help="print the SQL of the supervise_submit, "

@@ -106,11 +106,12 @@ def _routed(local: Command, fleet: Callable[[argparse.Namespace, str], int]) -> 
         if isinstance(dsn, int):
             return dsn
         from supervisor.cluster.db import ClusterError
+        from supervisor.cluster.roles import denied_line
 
         try:
             return fleet(args, dsn)
-        except ClusterError as exc:
-            err(str(exc))
+        except ClusterError as exc:  # a permission error names the role it needs
+            err(denied_line(args.command, dsn, exc) or str(exc))
             return 1
 
     return run

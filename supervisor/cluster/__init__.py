@@ -17,7 +17,11 @@ plane. Imported only for a profile with ``[cluster]`` (procrastinate and psycopg
   print;
 * :mod:`~supervisor.cluster.control`: ``stop|resume|approve|deny``, ``show`` and ``wait``
   for a task on another host (``supervise_controls``, LISTEN/NOTIFY);
-* :mod:`~supervisor.cluster.listener`: the engine's side of those requests.
+* :mod:`~supervisor.cluster.listener`: the engine's side of those requests;
+* :mod:`~supervisor.cluster.retention`: ``supervise cluster prune`` and the sweeper's
+  periodic prune (``[cluster] prune_after``);
+* :mod:`~supervisor.cluster.roles`: the group roles, the rights ``cluster check`` checks,
+  and the one line of a permission error.
 """
 
 #: The environment variable that holds the DSN (a secret: better there than in a file).

@@ -108,9 +108,10 @@ def materialize(
     atomic_write(folder / layout.TASK_TOML, tomli_w.dumps(document).encode())
     shown = Path("postgresql") / f"{task_id}.toml"
     claimed = spool.finish_claim(TaskDir(folder), profile, original=shown)
-    if claimed.error is not None:
-        log.warning("cluster: rejected %s: %s", task_id, claimed.error)
-        return claimed.error
+    if claimed.error is not None:  # one line, here and in the row (supervise show)
+        reason = f"host {profile.spec.cluster.host_id} cannot run it: {claimed.error}"
+        log.warning("cluster: rejected %s: %s", task_id, reason)
+        return reason
     assert claimed.task_dir is not None and claimed.resolved is not None
     record = {"host_id": profile.spec.cluster.host_id, "generation": generation}
     atomic_write(folder / CLAIM_FILE, json.dumps(record).encode())

@@ -409,7 +409,9 @@ class ClusterIntake:
         app.task(name=HOLD_NAME)(self._hold)
         beat, timeout = self.cluster.heartbeat, self.cluster.host_timeout
         # The sweeps run on this loop, on the pool (asyncio.run, in _serve, cancels them).
-        self._sweeper = asyncio.create_task(sweep.serve(self.pool, self.outage))
+        self._sweeper = asyncio.create_task(
+            sweep.serve(self.pool, self.outage, self.cluster.prune_after)
+        )
         self.health = Health(app.job_manager, self.outage, self._stopping, self.listener.poke)
         self.health.install()
         connector.on_listening = self.health.listening

@@ -15,9 +15,11 @@ created only when absent; grants are idempotent in PostgreSQL) and must run afte
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from importlib import resources
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from supervisor.cluster.db import ClusterError, connect, one_line
 from supervisor.cluster.schema import INIT_LOCK
@@ -54,3 +56,119 @@ def apply(dsn: str) -> None:
         except psycopg.Error as exc:
             conn.rollback()
             raise ClusterError(f"cluster roles failed: {one_line(exc)}") from exc
+
+
+#: The group role each command of the fleet needs (``supervise run`` and the sweeper's
+#: prune need ``supervise_engine``): what a permission error names (:func:`denied_line`).
+NEEDED = {
+    "submit": "supervise_submit",
+    "hosts": "supervise_submit",
+    "status": "supervise_submit",
+    "show": "supervise_submit",
+    "wait": "supervise_submit",
+    "stop": "supervise_operator",
+    "resume": "supervise_operator",
+    "approve": "supervise_operator",
+    "deny": "supervise_operator",
+    "prune": "supervise_engine",
+    "run": "supervise_engine",
+}
+#: ``cluster check --role``: the short names of :data:`ROLES`.
+ROLE_NAMES = {role.removeprefix("supervise_"): role for role in ROLES}
+#: Missing rights named in a check's line before "and N more".
+SHOWN = 6
+#: PostgreSQL's SQLSTATE for "permission denied" (``insufficient_privilege``, Appendix A).
+INSUFFICIENT_PRIVILEGE = "42501"
+
+
+def missing_rights(conn: psycopg.Connection, role: str) -> list[str] | None:
+    """What the connected login lacks of what ``role`` (a group role of :data:`ROLES`)
+    holds in this database, read from the catalog (``aclexplode`` of the tables',
+    sequences', functions' and columns' ACLs, checked with ``has_table_privilege``,
+    ``has_sequence_privilege``, ``has_function_privilege``, ``has_column_privilege``): so
+    the grants themselves stay in roles.sql alone. ``["UPDATE on table supervise_tasks",
+    ...]``; None when the role does not exist (roles.sql not applied).
+
+    Raises:
+        psycopg.Error: the database refused.
+    """
+    exists = conn.execute(query("role_exists"), (role,)).fetchone()
+    if not exists or not exists[0]:
+        return None
+    found = conn.execute(query("role_missing"), (role,)).fetchall()
+    return [f"{privilege} on {kind} {name}" for _, kind, name, privilege in found]
+
+
+@dataclass(frozen=True)
+class RoleCheck:
+    """What :func:`check_role` found: ``checked`` False when the role does not exist
+    (roles.sql not applied: a fleet run with one trusted login), and one line per
+    ``problem``."""
+
+    checked: bool
+    problems: list[str]
+
+
+def check_role(dsn: str, role: str) -> RoleCheck:
+    """``supervise cluster check --role``: whether the login has every right ``role``
+    grants (a superuser or the tables' owner has them all).
+
+    Raises:
+        ClusterError: the database cannot be reached or refused.
+    """
+    with connect(dsn) as conn:
+        try:
+            user = conn.execute(query("role_exists"), (role,)).fetchone()
+            missing = missing_rights(conn, role)
+        except psycopg.Error as exc:
+            raise ClusterError(f"cluster check failed: {one_line(exc)}") from exc
+    login = user[1] if user else "?"
+    if missing is None or not missing:
+        return RoleCheck(missing is not None, [])
+    more = f" and {len(missing) - SHOWN} more" if len(missing) > SHOWN else ""
+    return RoleCheck(
+        True,
+        [
+            f"the database login {login!r} lacks what {role} grants: "
+            f"{', '.join(missing[:SHOWN])}{more}; fix: GRANT {role} TO {login} "
+            "(as the database's owner; 'supervise cluster roles' shows the grants)"
+        ],
+    )
+
+
+def denied(exc: BaseException) -> BaseException | None:
+    """The "permission denied" (SQLSTATE 42501) in ``exc`` or its causes, or None."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if getattr(seen, "sqlstate", None) == INSUFFICIENT_PRIVILEGE:
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def denied_line(command: str, dsn: str, exc: BaseException, role: str | None = None) -> str | None:
+    """One line for a permission error of ``supervise COMMAND``: the database's words, the
+    role (``role``, else :data:`NEEDED`'s) and how to grant it; None when ``exc`` is no
+    permission error or ``command`` needs no role of the fleet (``cluster init`` needs the
+    database's owner)."""
+    found, role = denied(exc), role or NEEDED.get(command)
+    if found is None or role is None:
+        return None
+    login = _login(dsn)
+    return (
+        f"supervise {command}: the database login {login!r} may not do this "
+        f"({one_line(found)}): it needs the {role} role; as the database's owner run "
+        f"GRANT {role} TO {login} (see 'supervise cluster roles')"
+    )
+
+
+def _login(dsn: str) -> str:
+    """The login a DSN connects as (libpq: ``user``, else ``PGUSER``, else the OS user)."""
+    import getpass
+    import os
+
+    try:
+        user = conninfo_to_dict(dsn).get("user")
+    except psycopg.Error:
+        user = None
+    return str(user or os.environ.get("PGUSER") or getpass.getuser())

@@ -22,7 +22,9 @@
 --   (UPDATE of done_at, ok, result only). No writes to tasks, events or hosts.
 -- supervise_engine: `supervise run` with [cluster]: claim and update tasks, write events,
 --   heartbeats and control answers, and everything procrastinate's worker does (fetch,
---   finish, retry and delete jobs, register and heartbeat workers, periodic defers).
+--   finish, retry and delete jobs, register and heartbeat workers, periodic defers), and
+--   the periodic prune of ended tasks (supervise_prune, schema v7: a SECURITY DEFINER
+--   function that removes only rows in a final state; no DELETE on any table of ours).
 
 DO $$
 BEGIN
@@ -96,3 +98,5 @@ BEGIN
     END LOOP;
 END
 $$;
+-- The periodic prune ([cluster] prune_after) and 'supervise cluster prune' (schema v7).
+GRANT EXECUTE ON FUNCTION supervise_prune(double precision, integer) TO supervise_engine;

@@ -74,6 +74,7 @@ from typing import Any, Literal
 
 import psycopg
 
+from supervisor.cluster import retention
 from supervisor.cluster.connections import Outage
 from supervisor.cluster.db import ClusterError, Source, borrow, one_line
 from supervisor.cluster.sqlfiles import query
@@ -191,10 +192,14 @@ def stale_after(hosts: Iterable[HostRow]) -> float:
 # ------------------------------------------------------------------ applied in SQL
 
 
-def sweep_once(source: Source, watched: float = math.inf) -> SweepResult:
+def sweep_once(
+    source: Source, watched: float = math.inf, prune: retention.Schedule | None = None
+) -> SweepResult:
     """One sweep, one transaction (see the module docstring for the rules); ``watched``:
     seconds this sweeper has had the database without a break (:func:`dead_hosts`; the
-    server's own uptime bounds it too).
+    server's own uptime bounds it too). ``prune``: after the sweep's commit, one batch of
+    the periodic prune when one is due (``[cluster] prune_after``, in a transaction of its
+    own: :class:`supervisor.cluster.retention.Schedule`).
 
     Raises:
         ClusterError: the database cannot be reached or refused (nothing is applied).
@@ -205,7 +210,10 @@ def sweep_once(source: Source, watched: float = math.inf) -> SweepResult:
                 got = conn.execute(query("sweep_lock"), (SWEEP_LOCK,)).fetchone()
                 if not (got and got[0]):
                     return SweepResult(swept=False)
-                return _sweep(conn, watched)
+                result = _sweep(conn, watched)
+            if prune is not None:
+                prune.run(conn)
+            return result
         except psycopg.Error as exc:
             raise ClusterError(f"sweep failed: {one_line(exc)}") from exc
 
@@ -315,16 +323,21 @@ def worker_options(heartbeat: float, host_timeout: float) -> dict[str, Any]:
     return {"update_heartbeat_interval": heartbeat, "stalled_worker_timeout": host_timeout}
 
 
-async def serve(source: Source, outage: Outage | None = None) -> None:
+async def serve(
+    source: Source, outage: Outage | None = None, prune_after: float | None = None
+) -> None:
     """Sweep every :data:`SWEEP_EVERY` seconds until cancelled (each sweep in a thread,
     on a connection from ``source``). ``watched`` (:func:`dead_hosts`) counts from the
     first good sweep and starts again after a failed one. A failure goes to ``outage``
-    (one line per outage), or is logged when there is none."""
+    (one line per outage), or is logged when there is none. ``prune_after`` (seconds;
+    ``[cluster] prune_after``): each sweep also runs the periodic prune
+    (:class:`supervisor.cluster.retention.Schedule`)."""
     since: float | None = None  # monotonic time of the first good sweep in a row
+    pruning = retention.Schedule(prune_after)
     while True:
         watched = 0.0 if since is None else time.monotonic() - since
         try:
-            await asyncio.to_thread(sweep_once, source, watched)
+            await asyncio.to_thread(sweep_once, source, watched, pruning)
         except ClusterError as exc:
             since = None
             if outage is not None:

@@ -66,6 +66,9 @@ class ClusterSpec(BaseModel):
             unfinished tasks; after that the sweeper applies ``on_host_lost`` as for a lost
             host, and the agents still running there stop (the released lease carries the
             deadline: :mod:`supervisor.cluster.lease`). Default :data:`STOPPED_HOST_GRACE`.
+        prune_after: seconds after which this host's sweeper removes ended tasks, their
+            events and jobs, and retired hosts (``supervise cluster prune --older-than``,
+            one batch a minute: :mod:`supervisor.cluster.retention`); unset: never.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -76,6 +79,7 @@ class ClusterSpec(BaseModel):
     on_host_lost: Literal["report", "restart"] = "report"
     heartbeat: Annotated[PositiveSeconds, Field(ge=MIN_HEARTBEAT)] = 5.0
     stopped_host_grace: PositiveSeconds = STOPPED_HOST_GRACE
+    prune_after: PositiveSeconds | None = None
 
     @field_validator("host_id")
     @classmethod

@@ -184,11 +184,14 @@ def resolve_task(
     file: Path,
     text: str = "",
     loc_prefix: tuple[Any, ...] = (),
+    check_project: bool = True,
 ) -> ResolvedTask:
     """Check a parsed task against its profile and compute what it needs to run.
 
     Resolves relative ``project_dir`` / ``prompt_file`` against ``base``, reads the prompt,
-    looks up the model alias and merges the monitor policy.
+    looks up the model alias and merges the monitor policy. ``check_project`` False: a
+    ``project_dir`` missing here is no problem (``supervise submit`` to a fleet: the host
+    that claims the task checks it, issue 25).
 
     Raises:
         ConfigError: a missing ``project_dir``, unreadable ``prompt_file``, unknown model
@@ -207,7 +210,7 @@ def resolve_task(
     except ValueError as exc:
         problems.append(f"{where('project_dir')}: not a usable path ({exc})")
     else:
-        if not _is_dir(spec.project_dir):
+        if check_project and not _is_dir(spec.project_dir):
             problems.append(
                 f"{where('project_dir')}: folder {str(spec.project_dir)!r} does not exist; "
                 "give an existing project folder (absolute, or relative to this file)"
@@ -292,6 +295,7 @@ def load_task(
     profile: LoadedProfile,
     base: Path | None = None,
     shown_as: Path | None = None,
+    check_project: bool = True,
 ) -> ResolvedTask:
     """Read and validate one task file against ``profile``.
 
@@ -301,6 +305,7 @@ def load_task(
         base: folder that relative paths resolve against (default: the file's folder).
         shown_as: the name to use in error lines (default: ``path``); the spool names the
             file where the user dropped it even after it was moved.
+        check_project: as :func:`resolve_task`'s.
 
     Raises:
         ConfigError: with one line per problem, each naming the file.
@@ -308,11 +313,16 @@ def load_task(
     path = Path(path).resolve()
     shown = shown_as or path
     text, data = read_toml(path, shown, limit=MAX_TASK_FILE_BYTES)
-    return task_from_table(data, profile, base or path.parent, shown, text)
+    return task_from_table(data, profile, base or path.parent, shown, text, check_project)
 
 
 def task_from_table(
-    data: dict[str, Any], profile: LoadedProfile, base: Path, shown: Path, text: str = ""
+    data: dict[str, Any],
+    profile: LoadedProfile,
+    base: Path,
+    shown: Path,
+    text: str = "",
+    check_project: bool = True,
 ) -> ResolvedTask:
     """Validate one task table (a parsed task file, or ``submit``'s inline keys) against
     ``profile`` exactly as :func:`load_task` does: the model, ``task_may_set``, paths
@@ -321,6 +331,7 @@ def task_from_table(
     Args:
         shown: the name error lines start with.
         text: the TOML text ``data`` was parsed from, for line numbers ("" for none).
+        check_project: as :func:`resolve_task`'s.
 
     Raises:
         ConfigError: with one line per problem.
@@ -332,14 +343,14 @@ def task_from_table(
         rest = without_bad_values(TaskSpec, data, exc)  # the checks below, on what is left
         if rest is not None:
             try:
-                resolve_task(rest, profile, base, shown, text)
+                resolve_task(rest, profile, base, shown, text, check_project=check_project)
             except ConfigError as later:
                 problems += later.problems
         raise ConfigError(problems) from exc
     refused = _refusals(data, profile, shown, text)
     if refused:
         raise ConfigError(refused)
-    return resolve_task(spec, profile, base, shown, text)
+    return resolve_task(spec, profile, base, shown, text, check_project=check_project)
 
 
 def _refusals(data: dict[str, Any], profile: LoadedProfile, shown: Path, text: str) -> list[str]:

@@ -320,3 +320,71 @@ GROUP BY state;
 
 -- task_exists --
 SELECT 1 FROM supervise_tasks WHERE id = %s;
+-- ---------------------------------------------------------------- ops (retention.py, rights.py)
+
+-- prune_batch --
+-- One batch of supervise cluster prune (migration 0007's SECURITY DEFINER function), in the
+-- caller's transaction. Parameters: seconds, the batch size. Counts removed: tasks, events,
+-- controls, jobs, hosts.
+SELECT tasks, events, controls, jobs, hosts FROM supervise_prune(%s, %s);
+
+-- prune_plan --
+-- What supervise cluster prune --dry-run would remove now (read only, every batch at once).
+-- Parameters: the final states, seconds, seconds. Columns as prune_batch's.
+WITH doomed AS (
+    SELECT id FROM supervise_tasks
+    WHERE state = ANY(%s) AND updated_at < now() - make_interval(secs => %s)
+), cutoff AS (SELECT now() - make_interval(secs => %s) AS at)
+SELECT (SELECT count(*) FROM doomed),
+    (SELECT count(*) FROM supervise_events WHERE task_id IN (SELECT id FROM doomed)),
+    (SELECT count(*) FROM supervise_controls WHERE task_id IN (SELECT id FROM doomed)),
+    (SELECT count(*) FROM procrastinate_jobs WHERE args->>'task_id' IN (SELECT id FROM doomed)
+        AND status IN ('succeeded', 'failed', 'cancelled', 'aborted')),
+    (SELECT count(*) FROM supervise_hosts h, cutoff
+     WHERE h.state <> 'alive' AND h.heartbeat_at < cutoff.at
+        AND NOT EXISTS (SELECT 1 FROM supervise_tasks t
+                        WHERE (t.owner_host = h.host_id OR t.host = h.host_id)
+                            AND t.id NOT IN (SELECT id FROM doomed)));
+
+-- role_missing --
+-- What the login lacks of the rights a group role holds (directly or through the roles it
+-- is a member of: supervise_operator is in supervise_submit): one row per object and
+-- privilege, (rank, kind, object, privilege), tables first and functions last. Tables,
+-- sequences and functions of the public schema, and column grants (UPDATE (done_at, ok,
+-- result) on supervise_controls). Parameter: the group role's name.
+WITH grantees AS (
+    SELECT oid FROM pg_roles WHERE pg_has_role(%s, oid, 'MEMBER')
+)
+SELECT 1, 'table', c.relname, a.privilege_type
+FROM pg_class c, aclexplode(c.relacl) a
+WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p', 'v')
+    AND a.grantee IN (SELECT oid FROM grantees)
+    AND NOT has_table_privilege(c.oid, a.privilege_type)
+UNION
+SELECT 3, 'sequence', c.relname, a.privilege_type
+FROM pg_class c, aclexplode(c.relacl) a
+WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'S'
+    AND a.grantee IN (SELECT oid FROM grantees)
+    AND NOT has_sequence_privilege(c.oid, a.privilege_type)
+UNION
+SELECT 4, 'function', p.oid::regprocedure::text, a.privilege_type
+FROM pg_proc p, aclexplode(p.proacl) a
+WHERE p.pronamespace = 'public'::regnamespace
+    AND a.grantee IN (SELECT oid FROM grantees)
+    AND NOT has_function_privilege(p.oid, a.privilege_type)
+UNION
+SELECT 2, 'column', c.relname || '.' || t.attname, a.privilege_type
+FROM pg_attribute t JOIN pg_class c ON c.oid = t.attrelid, aclexplode(t.attacl) a
+WHERE c.relnamespace = 'public'::regnamespace
+    AND a.grantee IN (SELECT oid FROM grantees)
+    AND NOT has_column_privilege(c.oid, t.attnum, a.privilege_type)
+ORDER BY 1, 3, 4;
+
+-- role_exists --
+SELECT to_regrole(%s) IS NOT NULL, current_user;
+
+-- submitted_job --
+-- submit --retry-for: the task id is taken; is it this submit's own row, stored by a try
+-- whose answer was lost? Its job's id (0 once the job is gone). Parameters: id, spec.
+SELECT coalesce((SELECT max(j.id) FROM procrastinate_jobs j WHERE j.queueing_lock = t.id), 0)
+FROM supervise_tasks t WHERE t.id = %s AND t.spec = %s::jsonb;
