@@ -12,20 +12,28 @@ the issue's full count; ``benchmarks/cluster.py --hosts 40`` measures it
 
 from __future__ import annotations
 
+import subprocess
+import tempfile
+from pathlib import Path
+
+import psutil
 import pytest
 from conftest import wait_for
 from support.cluster_engines import rows, wait_beats
 from support.cluster_scale import (
+    HOSTS_ENV,
     MAX_STEADY,
     Sampler,
+    ScaleFleet,
     connection_figures,
     default_postgres,
+    engine_connections,
     scale_fleet,
     scale_hosts,
     wait_all_ended,
 )
 
-pytest.importorskip("psycopg")
+psycopg = pytest.importorskip("psycopg")
 
 #: Tasks per engine.
 PER_ENGINE = 10
@@ -73,3 +81,55 @@ def test_many_engines_on_a_default_postgres_lose_double_and_stall_nothing() -> N
         print(f"{count} idle engines: connections {figures}")
         over = {h: n for h, n in figures["per_engine_steady"].items() if n > MAX_STEADY}
         assert over == {}, f"engines over {MAX_STEADY} steady connections: {over}"
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "abc", "1e3", "4.5", "\u0662"])
+def test_a_bad_engine_count_is_one_clear_error(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    """``SUPERVISE_SCALE_HOSTS`` that is not a positive whole number (zero, negative, text,
+    a float, a non-ASCII digit) names the variable and the fix; unset or blank: the default."""
+    monkeypatch.setenv(HOSTS_ENV, value)
+    with pytest.raises(ValueError, match=f"^{HOSTS_ENV}=.*give a positive number of engines$"):
+        scale_hosts()
+    monkeypatch.setenv(HOSTS_ENV, " 7 ")
+    assert scale_hosts() == 7
+    monkeypatch.setenv(HOSTS_ENV, "")
+    assert scale_hosts(default=5) == 5
+
+
+def test_a_stalled_dispatch_is_reported_with_the_rows() -> None:
+    """No engine runs: the queued task never moves, and the wait says so (the counts, the
+    jobs doing) once nothing changed for ``stall`` seconds, instead of waiting forever."""
+    with default_postgres() as dsn, tempfile.TemporaryDirectory() as tmp:
+        fleet = ScaleFleet(Path(tmp), dsn, 1)  # not started
+        fleet.submit("exit: 0")
+        with pytest.raises(AssertionError, match=r"stalled.*\{'queued': 1\}.*doing: 0"):
+            wait_all_ended(dsn, 1, stall=1.0)
+
+
+def test_the_harness_cleans_up_when_the_block_fails() -> None:
+    """The block raises with one engine already SIGKILLed (a host lost halfway): every
+    engine is gone (by PID), no tmux server is left on the hosts' sockets, the hosts'
+    folder is removed; then the server is stopped and its folder removed. Each engine's
+    sessions are counted under its own login meanwhile."""
+    seen: dict = {}
+    with default_postgres() as dsn:
+        with pytest.raises(RuntimeError, match="boom"), scale_fleet(dsn, 2) as fleet:
+            seen.update(
+                root=fleet.root,
+                pids=[p.pid for p in fleet.procs.values()],
+                sockets=[s.socket_name for s in fleet.hosts.values()],
+            )
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                wait_for(
+                    lambda: all(engine_connections(conn, fleet.logins)[h] for h in ("h0", "h1")),
+                    timeout=30,
+                )
+            fleet.kill("h1")
+            raise RuntimeError("boom")
+        assert not seen["root"].exists()
+        assert [pid for pid in seen["pids"] if psutil.pid_exists(pid)] == []
+        for socket in seen["sockets"]:
+            listed = subprocess.run(["tmux", "-L", socket, "ls"], capture_output=True, check=False)
+            assert listed.returncode != 0
+    folder = Path(dsn.split()[0].removeprefix("host="))
+    assert not folder.exists()

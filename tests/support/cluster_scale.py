@@ -76,7 +76,7 @@ def scale_hosts(default: int = DEFAULT_HOSTS) -> int:
     value = os.environ.get(HOSTS_ENV, "").strip()
     if not value:
         return default
-    if not value.isdigit() or int(value) < 1:
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:
         raise ValueError(f"{HOSTS_ENV}={value!r}: give a positive number of engines")
     return int(value)
 
