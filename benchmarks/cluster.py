@@ -32,9 +32,10 @@ start and end beside its figures:
    connections.
 3. **loss under a backlog**: the last host alone takes ``--slots`` long unpinned tasks (the
    other engines are paused with SIGSTOP by PID until it claimed them, well within
-   ``host_timeout``); then the other hosts' free slots are filled and ``--backlog`` more
-   tasks wait (each sleeps between 0.5 and 1.5 x ``--backlog-sleep`` s, so slots free all
-   the time); then that host is lost (SIGKILL of its engine by PID, its tmux server
+   ``host_timeout``); then tasks are submitted until ``--backlog`` of them wait, the other
+   hosts' slots full (each sleeps between 0.5 and 1.5 x ``--backlog-sleep`` s, so slots free
+   all the time; by default the backlog drains in about 3 x (host_timeout + 2) s where the
+   CPU allows); then that host is lost (SIGKILL of its engine by PID, its tmux server
    killed). Seconds from the kill to its row ``dead``, to its tasks queued again, and to
    the first and the last of them running on another host; the queue's length at the kill
    and when the last one ran.
@@ -247,11 +248,13 @@ def loss(
     free = (len(fleet.hosts) - 1) * slots
     if sleep is None:  # the backlog drains in about 3 x (host_timeout + 2) s
         sleep = max(1.0, 3 * (host_timeout + 2) * free / backlog)
-    for index in range(free + backlog):
-        fleet.submit(f"sleep: {sleep * (0.5 + (index % 11) / 10):.2f}\nexit: 0")
     queued_sql = "SELECT count(*) FROM supervise_tasks WHERE state = 'queued'"
-    wait_for(lambda: rows(fleet.dsn, queued_sql)[0][0] <= backlog, timeout=120, every=0.1)
     with psycopg.connect(fleet.dsn, autocommit=True) as conn:
+        # Submitted until `backlog` wait: the other hosts' slots are full, the queue as asked.
+        for index in range(free + 3 * backlog):
+            fleet.submit(f"sleep: {sleep * (0.5 + (index % 11) / 10):.2f}\nexit: 0")
+            if conn.execute(queued_sql).fetchone()[0] >= backlog:
+                break
         queued_at_kill = conn.execute(queued_sql).fetchone()[0]
         fleet.kill(victim)
         killed = time.monotonic()
