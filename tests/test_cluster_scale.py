@@ -133,3 +133,22 @@ def test_the_harness_cleans_up_when_the_block_fails() -> None:
             assert listed.returncode != 0
     folder = Path(dsn.split()[0].removeprefix("host="))
     assert not folder.exists()
+
+
+def test_steady_is_an_engines_median_and_peak_its_most() -> None:
+    """A connection opened now and then (a claim, a sweep) is a peak, not steady; an engine
+    whose sessions are all gone counts 0; the fleet's total is per sample."""
+    samples = [
+        {"h0": 2, "h1": 9, "other": 1},
+        {"h0": 3, "h1": 9, "other": 0},
+        {"h0": 2, "h1": 10, "other": 0},
+        {"h0": 2, "h1": 0, "other": 2},
+    ]
+    figures = connection_figures(samples, ["h0", "h1"])
+    assert figures["per_engine_steady"] == {"h0": 2, "h1": 9}
+    assert figures["per_engine_peak"] == {"h0": 3, "h1": 10}
+    assert (figures["total_steady"], figures["total_peak"]) == (11, 12)
+    assert (figures["engine_steady_max"], figures["engine_peak_max"]) == (9, 10)
+    assert figures["other_peak"] == 2
+    with pytest.raises(ValueError, match="no connection samples"):
+        connection_figures([], ["h0"])
