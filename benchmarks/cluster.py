@@ -76,6 +76,7 @@ from support.cluster_scale import (  # noqa: E402
     connection_figures,
     default_postgres,
     fleet_channels,
+    progress,
     xact_commit,
 )
 
@@ -359,7 +360,11 @@ def phase(result: dict[str, Any], name: str, body: Any, meters: Meters) -> None:
     try:
         figures = body() or {}
     except AssertionError as exc:
-        figures = {"failed": str(exc)[:500]}
+        doing = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'doing'"
+        figures = {
+            "failed": f"{str(exc)[:300]}; tasks by state {progress(meters.fleet.dsn)}, "
+            f"jobs doing {rows(meters.fleet.dsn, doing)[0][0]}"
+        }
     result[name] = {**figures, "window": meters.window(mark)}
 
 
