@@ -58,6 +58,9 @@ HOSTS_ENV = "SUPERVISE_SCALE_HOSTS"
 DEFAULT_HOSTS = 12
 #: Each engine's login role is this plus its host id.
 LOGIN_PREFIX = "sv_scale_"
+#: PostgreSQL's default ``max_connections`` (its docs, "Connections and Authentication"),
+#: named here because the shared server helper starts its servers with 200.
+DEFAULT_MAX_CONNECTIONS = 100
 #: The target of issue 25: steady connections per engine.
 MAX_STEADY = 2
 #: Connections of the harness's own server session count not (``pid <> pg_backend_pid()``).
@@ -86,12 +89,14 @@ def default_postgres() -> Iterator[str]:
     """A throwaway server at PostgreSQL's default ``max_connections`` (100) with the
     fleet's schema and roles (``supervise cluster init``, ``cluster roles --apply``); yields
     the superuser's DSN. Stopped and removed afterwards."""
-    with postgres_executor(max_connections=None) as (dsn, _):
+    with postgres_executor(max_connections=DEFAULT_MAX_CONNECTIONS) as (dsn, _):
         env = {"SUPERVISE_CLUSTER_DSN": dsn}
         for args in (("cluster", "init"), ("cluster", "roles", "--apply")):
             done = supervise(*args, env=env)
             if done.returncode != 0:
                 raise RuntimeError(f"supervise {' '.join(args)} failed: {done.stderr.strip()}")
+        limit = rows(dsn, "SHOW max_connections")
+        assert limit == [(str(DEFAULT_MAX_CONNECTIONS),)], limit
         yield dsn
 
 
@@ -245,13 +250,15 @@ def xact_commit(conn: Any) -> int:
 
 def fleet_channels(host_ids: list[str], queues: tuple[str, ...] = ("supervise",)) -> list[str]:
     """Every NOTIFY channel of the fleet: procrastinate's (``procrastinate_any_queue_v1``
-    and ``procrastinate_queue_v1#<queue>`` for the shared queues, the sweeper's queue and
-    each ``host.<id>``: its ``schema.sql`` triggers) and the control channels
-    (:mod:`supervisor.cluster.control`). A new channel of the fleet belongs here too."""
+    and ``procrastinate_queue_v1#<queue>`` for the shared queues, the sweeper's queue where
+    it has one and each ``host.<id>``: its ``schema.sql`` triggers) and the control channels
+    (:mod:`supervisor.cluster.control`, those it has). A new channel of the fleet belongs
+    here too."""
     from supervisor.cluster import control, sweeper
     from supervisor.config.cluster import host_queue
 
-    queues = (*queues, sweeper.SWEEP_QUEUE, *(host_queue(h) for h in host_ids))
+    sweep = [sweeper.SWEEP_QUEUE] if hasattr(sweeper, "SWEEP_QUEUE") else []
+    queues = (*queues, *sweep, *(host_queue(h) for h in host_ids))
     names = [getattr(control, n) for n in ("CHANNEL", "REPLY_CHANNEL") if hasattr(control, n)]
     return ["procrastinate_any_queue_v1", *(f"procrastinate_queue_v1#{q}" for q in queues), *names]
 

@@ -69,13 +69,10 @@ def postgres_server() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def postgres_executor(max_connections: int | None = 200) -> Iterator[tuple[str, Any]]:
+def postgres_executor(max_connections: int = 200) -> Iterator[tuple[str, Any]]:
     """:func:`postgres_server`, also yielding its executor (``stop()``, then ``start()``
-    again on the same data folder: a restart of the server).
-
-    ``max_connections``: the server's limit (200 leaves the tests' several engines room);
-    ``None`` keeps PostgreSQL's default (100, 3 of them reserved for superusers:
-    ``superuser_reserved_connections``), what the fleet's scale test runs against."""
+    again on the same data folder: a restart of the server); ``max_connections`` is the
+    server's (issue 25's out-of-slots test starts one with a few)."""
     from pytest_postgresql.executors.proc import PostgreSQLExecutor
 
     binaries = pg_bin()
@@ -102,8 +99,9 @@ def postgres_executor(max_connections: int | None = 200) -> Iterator[tuple[str, 
         logfile=str(base / "server.log"),
         startparams="-w",
         dbname="supervise",
-        postgres_options=" -c listen_addresses=127.0.0.1 -c fsync=off"
-        + (f" -c max_connections={max_connections}" if max_connections else ""),
+        postgres_options=(
+            f" -c listen_addresses=127.0.0.1 -c max_connections={max_connections} -c fsync=off"
+        ),
     )
     executor.start()
     try:
