@@ -19,15 +19,15 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import wait_for
-from support.cluster_engines import rows, wait_beats
+from support.cluster_engines import rows
 from support.cluster_scale import (
     HOSTS_ENV,
     MAX_STEADY,
-    Sampler,
     ScaleFleet,
     connection_figures,
     default_postgres,
     engine_connections,
+    idle_connections,
     scale_fleet,
     scale_hosts,
     wait_all_ended,
@@ -44,7 +44,9 @@ def test_many_engines_on_a_default_postgres_lose_double_and_stall_nothing() -> N
     """N engines, 10 short tasks each: every task ends ``completed``, each launched once
     fleet-wide (the hosts' local event logs and ``supervise_events``), dispatch moves until
     the last one (no state count frozen for 90 s), no engine dies, and once idle again each
-    engine holds at most 2 connections (the median of its samples over 3 heartbeats)."""
+    engine holds at most 2 connections: the median of its samples over 3 heartbeats, taken
+    once the engines closed what the burst opened (a pool shrinks over time; at most
+    ``SETTLE`` seconds, the time it took printed, never asserted)."""
     count = scale_hosts()
     with (
         default_postgres() as dsn,
@@ -71,13 +73,7 @@ def test_many_engines_on_a_default_postgres_lose_double_and_stall_nothing() -> N
             "WHERE event = 'launched' GROUP BY task_id",
         )
         assert dict(events) == dict.fromkeys(ids, 1)
-        sampler = Sampler(dsn, fleet.logins)
-        try:
-            wait_beats(dsn, "h0", count=3)
-            wait_for(lambda: len(sampler.samples) >= 8, timeout=30)
-            figures = connection_figures([s for _, s in sampler.samples], list(fleet.hosts))
-        finally:
-            sampler.close()
+        figures = idle_connections(fleet)
         print(f"{count} idle engines: connections {figures}")
         over = {h: n for h, n in figures["per_engine_steady"].items() if n > MAX_STEADY}
         assert over == {}, f"engines over {MAX_STEADY} steady connections: {over}"

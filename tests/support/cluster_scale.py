@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -48,6 +49,7 @@ from support.cluster_engines import (
     start_engine,
     stop_engines,
     supervise,
+    wait_beats,
 )
 from support.cluster_support import postgres_executor
 
@@ -63,6 +65,9 @@ LOGIN_PREFIX = "sv_scale_"
 DEFAULT_MAX_CONNECTIONS = 100
 #: The target of issue 25: steady connections per engine.
 MAX_STEADY = 2
+#: Seconds an idle engine may take to close the connections a burst opened: a pool closes
+#: its extra connections over time (psycopg_pool's ``max_idle``, one per period).
+SETTLE = 180.0
 #: Connections of the harness's own server session count not (``pid <> pg_backend_pid()``).
 ENGINE_SESSIONS = (
     "SELECT usename, count(*) FROM pg_stat_activity WHERE datname = current_database() "
@@ -345,6 +350,33 @@ def connection_figures(samples: list[dict[str, int]], hosts: list[str]) -> dict[
         "engine_peak_max": max(peak.values()),
         "other_peak": max(s["other"] for s in samples),
     }
+
+
+def idle_connections(fleet: ScaleFleet, settle: float = SETTLE) -> dict[str, Any]:
+    """The fleet's connections once idle: sampled until one sample has every engine at
+    :data:`MAX_STEADY` or fewer (at most ``settle`` seconds), then over 3 more heartbeats of
+    ``h0`` (at least 8 samples). :func:`connection_figures` of those last samples, plus
+    ``settled_s``: how long the engines took to get there (``None``: not within ``settle``;
+    the figures then show how many they kept)."""
+    sampler = Sampler(fleet.dsn, fleet.logins)
+
+    def settled() -> bool:
+        last = sampler.samples[-1:]
+        return bool(last) and max(last[0][1][h] for h in fleet.hosts) <= MAX_STEADY
+
+    try:
+        began = time.monotonic()
+        took = None
+        with contextlib.suppress(AssertionError):
+            wait_for(settled, timeout=settle, every=0.5)
+            took = round(time.monotonic() - began, 1)
+        mark = time.monotonic()
+        wait_beats(fleet.dsn, "h0", count=3)
+        wait_for(lambda: len(sampler.between(mark, math.inf)) >= 8, timeout=30)
+        figures = connection_figures(sampler.between(mark, math.inf), list(fleet.hosts))
+    finally:
+        sampler.close()
+    return {**figures, "settled_s": took}
 
 
 def progress(dsn: str) -> dict[str, int]:
