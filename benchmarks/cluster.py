@@ -68,7 +68,7 @@ import psycopg  # noqa: E402
 from cluster_report import print_report  # noqa: E402
 from conftest import wait_for  # noqa: E402
 from run import machine_info  # noqa: E402
-from support.cluster_engines import _epoch, rows  # noqa: E402
+from support.cluster_engines import _epoch  # noqa: E402
 from support.cluster_scale import (  # noqa: E402
     Notifications,
     Sampler,
@@ -182,8 +182,7 @@ def latency(fleet: ScaleFleet, count: int) -> dict[str, Any]:
         time.sleep(0.05)
     launched = launches(fleet)
     claimed = dict(
-        rows(
-            fleet.dsn,
+        fleet.rows(
             "SELECT id, extract(epoch FROM claimed_at)::float8 "
             "FROM supervise_tasks WHERE id = ANY(%s)",
             ids,
@@ -197,20 +196,20 @@ def latency(fleet: ScaleFleet, count: int) -> dict[str, Any]:
     }
 
 
-def ended(dsn: str) -> int:
+def ended(fleet: ScaleFleet) -> int:
     """Tasks in a final state."""
     sql = "SELECT count(*) FROM supervise_tasks WHERE state = ANY(%s)"
-    return rows(dsn, sql, list(TERMINAL))[0][0]
+    return fleet.rows(sql, list(TERMINAL))[0][0]
 
 
 def throughput(fleet: ScaleFleet, count: int) -> dict[str, Any]:
     """Phase 2 (see the module docstring)."""
-    before = ended(fleet.dsn)
+    before = ended(fleet)
     cpu0, begin = engine_cpu(fleet), time.monotonic()
     for _ in range(count):
         fleet.submit("exit: 0")
     submitted = time.monotonic() - begin
-    wait_for(lambda: ended(fleet.dsn) >= before + count, timeout=120 + count, every=0.2)
+    wait_for(lambda: ended(fleet) >= before + count, timeout=120 + count, every=0.2)
     took = time.monotonic() - begin
     cpu = engine_cpu(fleet) - cpu0
     return {
@@ -232,7 +231,7 @@ def pin_to_victim(fleet: ScaleFleet, victim: str, slots: int, bound: float) -> l
     try:
         ids = [fleet.submit("sleep: 600\nexit: 0") for _ in range(slots)]
         sql = "SELECT count(*) FROM supervise_tasks WHERE id = ANY(%s) AND owner_host = %s"
-        wait_for(lambda: rows(fleet.dsn, sql, ids, victim) == [(slots,)], timeout=bound)
+        wait_for(lambda: fleet.rows(sql, ids, victim) == [(slots,)], timeout=bound)
     finally:
         for proc in others:
             os.kill(proc.pid, signal.SIGCONT)
@@ -250,16 +249,15 @@ def loss(
     if sleep is None:  # the backlog drains in about 3 x (host_timeout + 2) s
         sleep = max(1.0, 3 * (host_timeout + 2) * free / backlog)
     queued_sql = "SELECT count(*) FROM supervise_tasks WHERE state = 'queued'"
-    with psycopg.connect(fleet.dsn, autocommit=True) as conn:
-        # Submitted until `backlog` wait: the other hosts' slots are full, the queue as asked.
-        for index in range(free + 3 * backlog):
-            fleet.submit(f"sleep: {sleep * (0.5 + (index % 11) / 10):.2f}\nexit: 0")
-            if conn.execute(queued_sql).fetchone()[0] >= backlog:
-                break
-        queued_at_kill = conn.execute(queued_sql).fetchone()[0]
-        fleet.kill(victim)
-        killed = time.monotonic()
-        seen = watch_loss(conn, victim, ids, killed, bound=host_timeout + 300)
+    # Submitted until `backlog` wait: the other hosts' slots are full, the queue as asked.
+    for index in range(free + 3 * backlog):
+        fleet.submit(f"sleep: {sleep * (0.5 + (index % 11) / 10):.2f}\nexit: 0")
+        if fleet.rows(queued_sql)[0][0] >= backlog:
+            break
+    queued_at_kill = fleet.rows(queued_sql)[0][0]
+    fleet.kill(victim)
+    killed = time.monotonic()
+    seen = watch_loss(fleet, victim, ids, killed, bound=host_timeout + 300)
     return {
         "victim": victim,
         "tasks": len(ids),
@@ -272,7 +270,7 @@ def loss(
 
 
 def watch_loss(
-    conn: Any, victim: str, ids: list[str], killed: float, bound: float
+    fleet: ScaleFleet, victim: str, ids: list[str], killed: float, bound: float
 ) -> dict[str, Any]:
     """Poll (50 ms) until ``ids`` all run on other hosts, or ``bound`` s after the kill."""
     host_sql = "SELECT state FROM supervise_hosts WHERE host_id = %s"
@@ -284,17 +282,17 @@ def watch_loss(
     seen: dict[str, Any] = {}
     while time.monotonic() - killed < bound:
         now = round(time.monotonic() - killed, 2)
-        dead = conn.execute(host_sql, (victim,)).fetchone() == ("dead",)
+        dead = fleet.rows(host_sql, victim) == [("dead",)]
         if dead and "kill_to_dead_s" not in seen:
             seen["kill_to_dead_s"] = now
-        queued, elsewhere = conn.execute(task_sql, (victim, ids)).fetchone()
+        [(queued, elsewhere)] = fleet.rows(task_sql, victim, ids)
         if queued + elsewhere == len(ids):
             seen.setdefault("kill_to_requeued_s", now)
         if elsewhere:
             seen.setdefault("kill_to_first_running_elsewhere_s", now)
         if elsewhere == len(ids):
             seen["kill_to_all_running_elsewhere_s"] = now
-            seen["queued_when_all_ran"] = conn.execute(queued_sql).fetchone()[0]
+            seen["queued_when_all_ran"] = fleet.rows(queued_sql)[0][0]
             return seen
         time.sleep(0.05)
     seen["unfinished"] = f"not all running elsewhere within {bound:g} s"
@@ -323,19 +321,17 @@ def startup_failure(fleet: ScaleFleet, error: AssertionError) -> dict[str, Any]:
 def run_phases(fleet: ScaleFleet, args: argparse.Namespace, result: dict[str, Any]) -> None:
     """Start the fleet and run the phases into ``result``; a phase that fails is recorded
     (its message) and the rest skipped."""
-    meters: Meters | None = None
+    meters = Meters(fleet)  # its connections before the engines': they may take every slot
     try:
         started = time.monotonic()
         try:
             fleet.start(timeout=60 + 3 * args.hosts)
         except AssertionError as exc:
-            meters = Meters(fleet)
             mark = meters.mark()
             time.sleep(args.idle)
             result["startup_failed"] = {**startup_failure(fleet, exc), **meters.window(mark)}
             return
         result["start_seconds"] = round(time.monotonic() - started, 1)
-        meters = Meters(fleet)
         time.sleep(2 * args.heartbeat)  # every engine past its first beats
         phase(result, "idle", lambda: (time.sleep(args.idle), None)[1], meters)
         phase(result, "latency", lambda: latency(fleet, args.latency), meters)
@@ -348,8 +344,7 @@ def run_phases(fleet: ScaleFleet, args: argparse.Namespace, result: dict[str, An
         )
         result["whole_run"] = meters.window((started, 0, 0.0))["connections"]
     finally:
-        if meters is not None:
-            meters.close()
+        meters.close()
 
 
 def phase(result: dict[str, Any], name: str, body: Any, meters: Meters) -> None:
@@ -362,8 +357,8 @@ def phase(result: dict[str, Any], name: str, body: Any, meters: Meters) -> None:
     except AssertionError as exc:
         doing = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'doing'"
         figures = {
-            "failed": f"{str(exc)[:300]}; tasks by state {progress(meters.fleet.dsn)}, "
-            f"jobs doing {rows(meters.fleet.dsn, doing)[0][0]}"
+            "failed": f"{str(exc)[:300]}; tasks by state {progress(meters.fleet)}, "
+            f"jobs doing {meters.fleet.rows(doing)[0][0]}"
         }
     result[name] = {**figures, "window": meters.window(mark)}
 

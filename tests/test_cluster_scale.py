@@ -19,7 +19,6 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import wait_for
-from support.cluster_engines import rows
 from support.cluster_scale import (
     HOSTS_ENV,
     MAX_STEADY,
@@ -53,11 +52,11 @@ def test_many_engines_on_a_default_postgres_lose_double_and_stall_nothing() -> N
         scale_fleet(dsn, count, slots=2, heartbeat=1.0, host_timeout=5.0) as fleet,
     ):
         ids = [fleet.submit("exit: 0") for _ in range(PER_ENGINE * count)]
-        final = wait_all_ended(dsn, len(ids))
+        final = wait_all_ended(fleet, len(ids))
         assert final == {"completed": len(ids)}, final
         wait_for(
             lambda: (
-                rows(dsn, "SELECT count(*) FROM procrastinate_jobs WHERE status = 'doing'")
+                fleet.rows("SELECT count(*) FROM procrastinate_jobs WHERE status = 'doing'")
                 == [(0,)]
             ),
             timeout=60,
@@ -67,8 +66,7 @@ def test_many_engines_on_a_default_postgres_lose_double_and_stall_nothing() -> N
         doubled = {t: hosts for t, hosts in launched.items() if len(hosts) != 1}
         assert doubled == {}, doubled
         assert sorted(launched) == sorted(ids)
-        events = rows(
-            dsn,
+        events = fleet.rows(
             "SELECT task_id, count(*) FROM supervise_events "
             "WHERE event = 'launched' GROUP BY task_id",
         )
@@ -99,7 +97,7 @@ def test_a_stalled_dispatch_is_reported_with_the_rows() -> None:
         fleet = ScaleFleet(Path(tmp), dsn, 1)  # not started
         fleet.submit("exit: 0")
         with pytest.raises(AssertionError, match=r"stalled.*\{'queued': 1\}.*doing: 0"):
-            wait_all_ended(dsn, 1, stall=1.0)
+            wait_all_ended(fleet, 1, stall=1.0)
 
 
 def test_the_harness_cleans_up_when_the_block_fails() -> None:

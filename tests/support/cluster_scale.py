@@ -68,6 +68,10 @@ MAX_STEADY = 2
 #: Seconds an idle engine may take to close the connections a burst opened: a pool closes
 #: its extra connections over time (psycopg_pool's ``max_idle``, one per period).
 SETTLE = 180.0
+#: Tries of one submit (its own connection) while the engines take every slot.
+SUBMIT_TRIES = 10
+#: procrastinate jobs running.
+DOING = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'doing'"
 #: Connections of the harness's own server session count not (``pid <> pg_backend_pid()``).
 ENGINE_SESSIONS = (
     "SELECT usename, count(*) FROM pg_stat_activity WHERE datname = current_database() "
@@ -145,6 +149,18 @@ class ScaleFleet:
             self.hosts[host_id] = setup
         self.profile = load_profile(self.hosts["h0"].profile)
         self.submitted = 0
+        # Opened before any engine starts: engines that use up the server's connections
+        # (their failing attempts hold even the superuser's reserved slots for a moment)
+        # cannot lock the harness out.
+        import psycopg
+
+        self._conn = psycopg.connect(dsn, autocommit=True)
+        self._lock = threading.Lock()
+
+    def rows(self, sql: str, *params: Any) -> list[tuple]:
+        """``sql``'s rows on the harness's own connection (kept open for the fleet's life)."""
+        with self._lock:
+            return self._conn.execute(sql, params).fetchall()
 
     def start(self, timeout: float | None = None) -> None:
         """Start every engine; wait until each has its row in ``supervise_hosts``.
@@ -166,7 +182,7 @@ class ScaleFleet:
 
     def beating(self) -> list[str]:
         """Host ids with a row in ``supervise_hosts`` (any state)."""
-        return [h for (h,) in rows(self.dsn, "SELECT host_id FROM supervise_hosts")]
+        return [h for (h,) in self.rows("SELECT host_id FROM supervise_hosts")]
 
     def log_tail(self, host_id: str, lines: int = 5) -> str:
         """The last ``lines`` lines of ``host_id``'s engine log, one string."""
@@ -178,6 +194,7 @@ class ScaleFleet:
         """SIGTERM every engine by PID (SIGKILL after 30 s), then kill their tmux servers."""
         stop_engines(list(self.procs.values()))
         self.procs.clear()
+        self._conn.close()
         for setup in self.hosts.values():
             setup.tmux("kill-server")
             Path(f"/tmp/tmux-{os.getuid()}/{setup.socket_name}").unlink(missing_ok=True)
@@ -196,6 +213,7 @@ class ScaleFleet:
 
     def submit(self, prompt: str, **extra: Any) -> str:
         """Submit one task as ``supervise submit`` does; its id."""
+        from supervisor.cluster.db import ClusterError
         from supervisor.cluster.submit import submit
         from supervisor.config import load_task
 
@@ -203,7 +221,15 @@ class ScaleFleet:
         setup = self.hosts["h0"]
         file = self.root / "task.toml"
         file.write_text(tomli_w.dumps(setup.task(f"s{self.submitted}", prompt, **extra)))
-        return submit(self.dsn, self.profile, load_task(file, self.profile)).task_id
+        resolved = load_task(file, self.profile)
+        for attempt in range(SUBMIT_TRIES):
+            try:
+                return submit(self.dsn, self.profile, resolved).task_id
+            except ClusterError:  # no connection slot for a moment: the engines' attempts
+                if attempt == SUBMIT_TRIES - 1:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+        raise AssertionError("unreachable")
 
     def launches(self) -> dict[str, list[str]]:
         """task id -> the host ids whose local event logs launched it, one entry a launch."""
@@ -379,12 +405,12 @@ def idle_connections(fleet: ScaleFleet, settle: float = SETTLE) -> dict[str, Any
     return {**figures, "settled_s": took}
 
 
-def progress(dsn: str) -> dict[str, int]:
+def progress(fleet: ScaleFleet) -> dict[str, int]:
     """``supervise_tasks`` rows per state: what dispatch has done so far."""
-    return dict(rows(dsn, "SELECT state, count(*) FROM supervise_tasks GROUP BY state"))
+    return dict(fleet.rows("SELECT state, count(*) FROM supervise_tasks GROUP BY state"))
 
 
-def wait_all_ended(dsn: str, total: int, stall: float = 90.0) -> dict[str, int]:
+def wait_all_ended(fleet: ScaleFleet, total: int, stall: float = 90.0) -> dict[str, int]:
     """Until ``total`` tasks are in a final state, failing when the rows stop moving: no
     state count changed for ``stall`` seconds (a stalled dispatch, issue 25: 12 jobs stayed
     ``doing`` and their tasks ``queued`` with no log line). No overall bound: a loaded
@@ -393,14 +419,14 @@ def wait_all_ended(dsn: str, total: int, stall: float = 90.0) -> dict[str, int]:
     Raises:
         AssertionError: a stall, with the counts and the jobs ``doing``.
     """
-    last, moved = progress(dsn), time.monotonic()
+    last, moved = progress(fleet), time.monotonic()
     while sum(last.get(state, 0) for state in TERMINAL) < total:
         time.sleep(0.5)
-        now = progress(dsn)
+        now = progress(fleet)
         if now != last:
             last, moved = now, time.monotonic()
         elif time.monotonic() - moved > stall:
-            doing = rows(dsn, "SELECT count(*) FROM procrastinate_jobs WHERE status = 'doing'")
+            doing = fleet.rows(DOING)
             raise AssertionError(
                 f"dispatch stalled: no task changed state for {stall:g} s: "
                 f"{last}; procrastinate jobs doing: {doing[0][0]}"
