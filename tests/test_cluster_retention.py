@@ -114,7 +114,7 @@ def test_prune_removes_ended_tasks_their_rows_and_retired_hosts_only(db: str) ->
 
 
 def test_prune_final_states_are_fleetstates_final(db: str) -> None:
-    """The states migration 0005's function removes are FINAL (one list, checked here)."""
+    """The states migration 0007's function removes are FINAL (one list, checked here)."""
     [(source,)] = rows(db, "SELECT prosrc FROM pg_proc WHERE proname = 'supervise_prune'")
     listed = re.search(r"state IN \(([^)]*)\)", source)
     assert listed is not None

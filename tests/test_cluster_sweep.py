@@ -255,25 +255,30 @@ def test_engine_killed_then_back_stops_its_copy_nothing_runs_twice(tmp_path: Pat
     assert launched == [("h0", 1), ("h1", 3)]
 
 
-def test_a_sweep_job_left_doing_by_a_killed_host_blocks_no_later_sweep(tmp_path: Path,
-                                                                     dsn: str) -> None:  # fmt: skip
-    """A host SIGKILLed in the middle of a sweep leaves that procrastinate job ``doing``
-    forever (only a sweep retries stalled jobs). Later sweeps must still run: a host
-    silent past its host_timeout is declared dead with such a job in the table."""
+def test_a_sweep_killed_mid_transaction_blocks_no_later_sweep(tmp_path: Path, dsn: str) -> None:
+    """A host SIGKILLed in the middle of a sweep: while its transaction holds the sweep's
+    advisory lock no other sweep runs (one at a time, fleet-wide), and once its backend is
+    gone the lock is gone with it, so the next sweep declares a silent host dead."""
+    from supervisor.cluster.sweeper import SWEEP_LOCK
+
+    ghost = "SELECT state FROM supervise_hosts WHERE host_id = 'ghost'"
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("INSERT INTO procrastinate_jobs (queue_name, task_name, lock, args, "
-                     "status) VALUES ('supervise:sweep', 'supervise.sweep', "
-                     "'supervise.sweep', '{\"timestamp\": 0}', 'doing')")  # fmt: skip
         conn.execute(
             "INSERT INTO supervise_hosts (host_id, capacity, heartbeat_at, "
             "host_timeout) VALUES ('ghost', 1, now() - interval '1 minute', 4)"
         )
+    holder = psycopg.connect(dsn)  # not autocommit: the lock lives as long as its transaction
+    holder.execute("SELECT pg_advisory_xact_lock(%s)", (SWEEP_LOCK,))
     h0 = host(tmp_path, dsn, "h0")
     engines = [start_engine(h0)]
     try:
-        ghost = "SELECT state FROM supervise_hosts WHERE host_id = 'ghost'"
+        wait_beats(dsn, "h0", 16)  # 8 s: h0 tries a sweep every second meanwhile
+        assert rows(dsn, ghost) == [("alive",)]
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (holder.info.backend_pid,))
         wait_for(lambda: rows(dsn, ghost) == [("dead",)], timeout=15)
     finally:
+        holder.close()
         cleanup([h0], engines)
 
 
@@ -546,3 +551,36 @@ def _accepts(url: str) -> bool:
     except psycopg.OperationalError:
         return False
     return True
+
+
+def test_a_sweep_that_raises_does_not_end_the_sweeps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sweeper is a coroutine of the engine's (no procrastinate job any more, which
+    procrastinate would log and run again): an unexpected error in one sweep is logged and
+    the next sweep runs."""
+    import asyncio
+
+    from supervisor.cluster import sweeper
+
+    calls: list[float] = []
+    done = asyncio.Event()
+
+    def sweep_once(source: Any, watched: float, prune: Any = None) -> None:
+        calls.append(watched)
+        if len(calls) == 1:
+            raise RuntimeError("a bug")
+        if len(calls) == 3:
+            loop.call_soon_threadsafe(done.set)
+
+    async def run() -> None:
+        task = asyncio.create_task(sweeper.serve("dsn"))
+        await asyncio.wait_for(done.wait(), timeout=10)
+        task.cancel()
+
+    monkeypatch.setattr(sweeper, "sweep_once", sweep_once)
+    monkeypatch.setattr(sweeper, "SWEEP_EVERY", 0.01)
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(run())
+    finally:
+        loop.close()
+    assert len(calls) >= 3 and calls[1] == 0.0  # the failed sweep restarted the count

@@ -119,7 +119,7 @@ def prune(dsn: str, older_than: float, batch: int = BATCH) -> Pruned:
                 done = prune_some(conn, older_than, batch)
             except psycopg.errors.UndefinedFunction as exc:
                 raise ClusterError(
-                    "the cluster database has no supervise_prune (schema older than 5); "
+                    "the cluster database has no supervise_prune (schema older than 7); "
                     "run 'supervise cluster init'"
                 ) from exc
             except psycopg.Error as exc:

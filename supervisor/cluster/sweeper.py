@@ -344,6 +344,9 @@ async def serve(
                 outage.failed(exc, "the sweeper")
             else:
                 log.error("cluster: %s", exc)
+        except Exception:  # a bug in one sweep must not end this host's sweeps for good
+            since = None
+            log.exception("cluster: a sweep failed; sweeping again in %g s", SWEEP_EVERY)
         else:
             since = time.monotonic() if since is None else since
         await asyncio.sleep(SWEEP_EVERY)

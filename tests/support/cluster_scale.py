@@ -281,17 +281,14 @@ def xact_commit(conn: Any) -> int:
 
 def fleet_channels(host_ids: list[str], queues: tuple[str, ...] = ("supervise",)) -> list[str]:
     """Every NOTIFY channel of the fleet: procrastinate's (``procrastinate_any_queue_v1``
-    and ``procrastinate_queue_v1#<queue>`` for the shared queues, the sweeper's queue where
-    it has one and each ``host.<id>``: its ``schema.sql`` triggers) and the control channels
-    (:mod:`supervisor.cluster.control`, those it has). A new channel of the fleet belongs
-    here too."""
-    from supervisor.cluster import control, sweeper
-    from supervisor.config.cluster import host_queue
+    and ``procrastinate_queue_v1#<queue>`` for the shared queues and each ``host.<id>``,
+    which also carries that host's control requests: :func:`supervisor.cluster.control.
+    host_channel`; its ``schema.sql`` triggers) and the control replies' channel. A new
+    channel of the fleet belongs here too."""
+    from supervisor.cluster.control import REPLY_CHANNEL, host_channel
 
-    sweep = [sweeper.SWEEP_QUEUE] if hasattr(sweeper, "SWEEP_QUEUE") else []
-    queues = (*queues, *sweep, *(host_queue(h) for h in host_ids))
-    names = [getattr(control, n) for n in ("CHANNEL", "REPLY_CHANNEL") if hasattr(control, n)]
-    return ["procrastinate_any_queue_v1", *(f"procrastinate_queue_v1#{q}" for q in queues), *names]
+    shared = [f"procrastinate_queue_v1#{q}" for q in queues]
+    return ["procrastinate_any_queue_v1", *shared, *map(host_channel, host_ids), REPLY_CHANNEL]
 
 
 class Notifications(threading.Thread):

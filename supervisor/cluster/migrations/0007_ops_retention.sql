@@ -1,4 +1,4 @@
--- Version 5 (issue 25, retention): supervise_prune(older_than, batch) removes one batch of
+-- Version 7 (issue 25, retention): supervise_prune(older_than, batch) removes one batch of
 -- ended tasks (a final state, unchanged for older_than seconds), their events, control
 -- requests and ended procrastinate jobs, then retired hosts (not alive, no heartbeat for
 -- older_than seconds, no task left naming them). SECURITY DEFINER: supervise_engine (the
