@@ -181,3 +181,55 @@ def test_adopted_tasks_hold_their_worker_slots(tmp_path: Path, dsn: str) -> None
                                       [(t, 1, "h1") for t in later])  # fmt: skip
     assert json.loads((h0.state / "tasks" / first[0] / "cluster.json").read_text()) == {
         "host_id": "h0", "generation": 1}  # fmt: skip
+
+
+def test_waiting_for_an_earlier_copy_holds_no_connection(tmp_path: Path, dsn: str) -> None:
+    """A claim that waits (up to ``EARLIER_COPY_WAIT`` s) for this host's earlier copy of
+    its task to end holds no connection meanwhile: the engine's pool is small (issue 25:
+    one steady connection) and its heartbeats and fetches borrow from it. Here the copy
+    does not end and the engine stops: one statement before the wait, one after it (the
+    task's job again, for any host)."""
+    import contextlib
+    import threading
+    import types
+    from collections.abc import Iterator
+
+    from supervisor.cluster import schema
+    from supervisor.cluster.ownership import ready_to_claim
+
+    schema.init(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO supervise_tasks (id, name, spec, queue, state) "
+            "VALUES ('t1', 't1', '{}', 'supervise', 'queued')"
+        )
+    tasks = tmp_path / "tasks"
+    (tasks / "t1").mkdir(parents=True)
+    (tasks / "t1" / "manifest.json").write_text('{"status": "running"}')  # the earlier copy
+    lent, held = [], threading.Event()
+
+    @contextlib.contextmanager
+    def lend() -> Iterator[psycopg.Connection]:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            held.set()
+            lent.append(conn.info.backend_pid)
+            try:
+                yield conn
+            finally:
+                held.clear()
+
+    profile = types.SimpleNamespace(tasks_dir=tasks, state_dir=tmp_path / "state")
+    stopping, result = threading.Event(), []
+    waiter = threading.Thread(
+        target=lambda: result.append(ready_to_claim(lend, profile, "t1", stopping))  # type: ignore[arg-type]
+    )
+    waiter.start()
+    try:
+        wait_for(lambda: len(lent) == 1 and not held.is_set() and waiter.is_alive())
+    finally:
+        stopping.set()
+        waiter.join(timeout=30)
+    assert result == [False] and len(lent) == 2
+    jobs = "SELECT count(*) FROM procrastinate_jobs WHERE queueing_lock = 't1' AND status = 'todo'"
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute(jobs).fetchone() == (1,)

@@ -14,9 +14,12 @@ with the reason, and its file kept in ``spool/rejected/``.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import logging
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,6 +67,37 @@ def claim_task(
     """
     assert profile.spec.cluster is not None
     host_id = profile.spec.cluster.host_id
+    lend = functools.partial(lent, source, stopping)
+    if not ready_to_claim(lend, profile, task_id, stopping):
+        return None
+    with lend() as conn:
+        claimed = claim_queued(conn, host_id, task_id)
+    if claimed is None:
+        log.info("cluster: %s is taken already; its job does nothing", task_id)
+        return None
+    generation, document = claimed
+    try:  # the task folder: disk work, with no connection held
+        made = materialize(profile, task_id, generation, document)
+    except Exception as exc:  # claimed but not runnable here: say so, never hang
+        log.exception("cluster: cannot materialize %s", task_id)
+        made = f"cannot materialize on host {host_id}: {exc!r}"
+    if isinstance(made, str):
+        with lend() as conn:
+            reject_claimed(conn, task_id, generation, made)
+        return None
+    return made
+
+
+@contextlib.contextmanager
+def lent(source: Source, stopping: threading.Event) -> Iterator[psycopg.Connection]:
+    """A connection from ``source`` for one ``with`` block, given back at its end. One
+    that cannot be had (the server down or restarting, or out of connection slots: the
+    pool tells the engine's outage log) is tried again every
+    :data:`~supervisor.cluster.health.RECONNECT_EVERY` s: no statement was sent yet.
+
+    Raises:
+        ClusterError: ``stopping`` is set while no connection can be had.
+    """
     while True:
         try:
             conn = acquire(source)
@@ -72,24 +106,9 @@ def claim_task(
             if stopping.wait(RECONNECT_EVERY):
                 raise
     try:
-        if not ready_to_claim(conn, profile, task_id, stopping):
-            return None
-        claimed = claim_queued(conn, host_id, task_id)
-        if claimed is None:
-            log.info("cluster: %s is taken already; its job does nothing", task_id)
-            return None
-        generation, document = claimed
-        try:
-            made = materialize(profile, task_id, generation, document)
-        except Exception as exc:  # claimed but not runnable here: say so, never hang
-            log.exception("cluster: cannot materialize %s", task_id)
-            made = f"cannot materialize on host {host_id}: {exc!r}"
-        if isinstance(made, str):
-            reject_claimed(conn, task_id, generation, made)
-            return None
+        yield conn
     finally:
         release(source, conn)
-    return made
 
 
 def materialize(

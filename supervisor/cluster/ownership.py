@@ -23,6 +23,8 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +42,9 @@ from supervisor.terminal import escape_controls
 if TYPE_CHECKING:
     from supervisor.config import LoadedProfile
 
+#: Lends a connection for a ``with`` block (the claim's :func:`supervisor.cluster.claim.
+#: lent`): borrowed from the engine's pool at the block's start, given back at its end.
+Lend = Callable[[], AbstractContextManager[psycopg.Connection]]
 log = logging.getLogger("supervise.cluster")
 
 
@@ -228,21 +233,28 @@ def defer_again(conn: psycopg.Connection, task_name: str, task_id: str, seconds:
 
 
 def ready_to_claim(
-    conn: psycopg.Connection, profile: LoadedProfile, task_id: str, stopping: threading.Event
+    lend: Lend, profile: LoadedProfile, task_id: str, stopping: threading.Event
 ) -> bool:
     """Whether this host's job may go on to claim ``task_id``: yes when no folder of it is
     here, or the row is not ``queued`` (a duplicate job: its claim takes nothing), or an
     earlier copy's folder was set aside (:func:`set_aside_earlier_copy`). When that copy
     does not end in time the task is left ``queued`` with a job 5 s later (any host).
+    ``lend()`` lends a connection for one statement: none is held while the earlier copy
+    is waited for (up to :data:`EARLIER_COPY_WAIT` s), so the engine's small pool stays free
+    for its heartbeats and fetches (issue 25).
 
     Raises:
         psycopg.Error: the database refused (the job fails; the task stays ``queued``).
     """
     tasks_dir, state_dir = profile.tasks_dir, profile.state_dir
-    if not (tasks_dir / task_id).exists() or not still_queued(conn, task_id):
+    if not (tasks_dir / task_id).exists():
         return True
+    with lend() as conn:
+        if not still_queued(conn, task_id):
+            return True
     if set_aside_earlier_copy(tasks_dir, state_dir, task_id, stopping):
         return True
     log.warning("cluster: an earlier copy of %s still runs here; left for later", task_id)
-    defer_again(conn, TASK_NAME, task_id, 5.0)
+    with lend() as conn:
+        defer_again(conn, TASK_NAME, task_id, 5.0)
     return False
