@@ -88,6 +88,20 @@ def test_stopped_host_grace_must_be_positive_seconds(setup: Setup) -> None:
         assert len(lines) == 1 and "cluster.stopped_host_grace" in lines[0], result.stderr
 
 
+def test_a_grace_shorter_than_the_fence_is_one_line(setup: Setup) -> None:
+    """With the default host_timeout 30 s and heartbeat 5 s a stopped host's agents take up
+    to the fence's bound, 19.5 s, to stop: a 10 s grace could restart a task elsewhere while
+    it still runs, so it is refused in one line that names the key and the bound."""
+    profile = setup.write_profile(extra={"cluster": {"stopped_host_grace": 10}})
+    result = supervise("validate", str(profile))
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "stopped_host_grace (10 s)" in lines[0], result.stderr
+    assert "19.5 s" in lines[0] and str(profile) in lines[0]
+    fine = setup.write_profile(extra={"cluster": {"stopped_host_grace": 19.5}})
+    assert supervise("validate", str(fine)).returncode == 0
+
+
 def test_four_sweeps_at_once_give_a_stopped_hosts_task_up_once(dsn: str) -> None:
     """Sweeps racing (threads) on a host stopped past its grace: one restart, one event,
     one waiting job, generation moved once."""

@@ -74,8 +74,9 @@ def epoch(value: Any) -> float:
 
 def test_machine_loss_requeues_loses_and_restarts(tmp_path: Path, dsn: str) -> None:
     """h0 (on_host_lost = restart) is SIGKILLed with its tmux server while it holds a task
-    still preparing its worktree (never launched), a running task and a running task pinned
-    to it. The unlaunched one starts elsewhere within 10 s; h0 is dead and its running
+    still preparing its worktree (never launched), a running task (busy on its first run, so
+    it still runs at the kill however long the other hosts take to start) and a running task
+    pinned to it. The unlaunched one starts elsewhere within 10 s; h0 is dead and its running
     tasks host_lost within host_timeout + 5 s; the unpinned running one runs again
     elsewhere and completes, restarted_from naming the lost run; the pinned one is only
     host_lost. Every task starts once per generation (every host's logs and the
@@ -93,7 +94,7 @@ def test_machine_loss_requeues_loses_and_restarts(tmp_path: Path, dsn: str) -> N
         ids = {
             "slow": submit(dsn, h0, "slow", "print: prepared\nexit: 0",
                            make_repo(projects / "repo")),
-            "run": submit(dsn, h0, "run", "print: run\nsleep: 5\nexit: 0", projects / "run"),
+            "run": submit(dsn, h0, "run", "print: run\nbusy_runs: 1\nexit: 0", projects / "run"),
             "pinned": submit(dsn, h0, "pinned", "print: pinned\nsleep: 60\nexit: 0",
                              projects / "pinned", host="h0"),
         }  # fmt: skip

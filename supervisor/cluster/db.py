@@ -28,6 +28,9 @@ STATEMENT_TIMEOUT = 10.0
 #: (``pg_stat_activity``): ``supervise:<host_id>:<role>`` for an engine's
 #: (:func:`application_name`), ``supervise:cli`` for a command's.
 APPLICATION_PREFIX = "supervise"
+#: The one line for a database that ``supervise cluster init`` has not set up (a query met
+#: PostgreSQL's ``undefined_table``, SQLSTATE 42P01).
+NO_TABLES = "the cluster database has no supervise tables; run 'supervise cluster init -c PROFILE'"
 
 #: Where a connection comes from: a DSN (a new connection, closed after use: the CLI, the
 #: tests) or the engine's shared pool (:mod:`supervisor.cluster.connections`).

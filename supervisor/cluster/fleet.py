@@ -10,7 +10,7 @@ import psycopg
 from psycopg.rows import dict_row
 from tabulate import tabulate
 
-from supervisor.cluster.db import ClusterError, connect, one_line
+from supervisor.cluster.db import NO_TABLES, ClusterError, connect, one_line
 from supervisor.cluster.sqlfiles import query
 from supervisor.terminal import escape_controls
 
@@ -38,9 +38,7 @@ def _rows(dsn: str, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, An
         try:
             return list(conn.cursor(row_factory=dict_row).execute(sql, params).fetchall())
         except psycopg.errors.UndefinedTable as exc:
-            raise ClusterError(
-                "the cluster database has no supervise tables; run 'supervise cluster init'"
-            ) from exc
+            raise ClusterError(NO_TABLES) from exc
         except psycopg.Error as exc:
             raise ClusterError(f"cannot read the fleet: {one_line(exc)}") from exc
 

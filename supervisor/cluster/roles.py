@@ -21,7 +21,7 @@ from importlib import resources
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from supervisor.cluster.db import ClusterError, connect, one_line
+from supervisor.cluster.db import NO_TABLES, ClusterError, connect, one_line
 from supervisor.cluster.schema import INIT_LOCK
 from supervisor.cluster.sqlfiles import query
 
@@ -47,10 +47,7 @@ def apply(dsn: str) -> None:
             conn.execute(query("init_lock"), (INIT_LOCK,))
             found = conn.execute(query("tasks_table")).fetchone()
             if found is None or found[0] is None:
-                raise ClusterError(
-                    "the cluster database has no supervise tables; run "
-                    "'supervise cluster init' first"
-                )
+                raise ClusterError(NO_TABLES)
             conn.execute(sql())
             conn.commit()
         except psycopg.Error as exc:

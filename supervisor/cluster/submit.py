@@ -28,6 +28,7 @@ from procrastinate import App, SyncPsycopgConnector
 
 from supervisor.cluster.db import (
     CONNECT_TIMEOUT,
+    NO_TABLES,
     STATEMENT_TIMEOUT,
     ClusterError,
     connect,
@@ -184,9 +185,7 @@ def _insert(
     try:
         row = conn.execute(query("insert_task"), (task_id, name, document, host, queue)).fetchone()
     except psycopg.errors.UndefinedTable as exc:
-        raise ClusterError(
-            "the cluster database has no supervise tables; run 'supervise cluster init -c PROFILE'"
-        ) from exc
+        raise ClusterError(NO_TABLES) from exc
     except psycopg.Error as exc:
         raise ClusterError(f"cannot store the task: {one_line(exc)}") from exc
     return row is not None

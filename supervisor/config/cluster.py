@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from supervisor.cluster import DSN_ENV
+from supervisor.config.fence import fence_of
 from supervisor.config.monitor import PositiveSeconds
 from supervisor.errors import ConfigError
 
@@ -107,6 +108,16 @@ class ClusterSpec(BaseModel):
                 f"host_timeout ({self.host_timeout:g} s) must exceed heartbeat "
                 f"({self.heartbeat:g} s) by at least {MIN_FENCE:g} s: an agent whose engine "
                 "died is stopped within that gap, before another host may run its task"
+            )
+        # A stopped host's agents stop by the released lease within the fence's bound; a
+        # shorter grace lets the sweeper restart their tasks elsewhere while they still run.
+        bound = fence_of(self.host_timeout, self.heartbeat).bound
+        if self.stopped_host_grace < bound:
+            raise ValueError(
+                f"stopped_host_grace ({self.stopped_host_grace:g} s) must be at least "
+                f"{bound:g} s, the time a stopped host's agents may take to stop (the fence's "
+                f"bound for host_timeout {self.host_timeout:g} s and heartbeat "
+                f"{self.heartbeat:g} s), or another host could restart a task while it still runs"
             )
         return self
 

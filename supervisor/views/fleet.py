@@ -131,7 +131,7 @@ def read(dsn: str, local_host: str) -> Fleet:
         import psycopg
         from psycopg.rows import dict_row
 
-        from supervisor.cluster.db import ClusterError, connect, one_line
+        from supervisor.cluster.db import NO_TABLES, ClusterError, connect, one_line
         from supervisor.cluster.sqlfiles import query
     except ImportError as exc:
         return Fleet(local_host, error=f"the fleet needs the 'cluster' extra ({exc.name})")
@@ -144,10 +144,7 @@ def read(dsn: str, local_host: str) -> Fleet:
     except ClusterError as exc:
         return Fleet(local_host, error=str(exc))
     except psycopg.errors.UndefinedTable:
-        return Fleet(
-            local_host,
-            error="the cluster database has no supervise tables; run 'supervise cluster init'",
-        )
+        return Fleet(local_host, error=NO_TABLES)
     except psycopg.Error as exc:
         return Fleet(local_host, error=f"cannot read the fleet: {one_line(exc)}")
     return group_by_host(local_host, host_rows, task_rows, int(total[0]) if total else 0)

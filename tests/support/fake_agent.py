@@ -13,6 +13,8 @@ into its working directory and exits. What it does is read from cue lines in the
     crash            kill itself with SIGKILL instead of exiting
     crash_runs: N    on each of its first N runs in this folder: SIGKILL itself at once
     hang_runs: N     on each of its first N runs: print one line, then hang silently
+    busy_runs: N     on each of its first N runs: print a line every second until ended
+                     (an agent at long work: a host loss, not its own end, stops it)
     ignore_term      ignore SIGTERM (a stubborn agent)
     die_on_signal    die from SIGTERM / SIGHUP (the default action) instead of trapping them
     flood: N [S]     on every run, right after the start line (before crash_runs and
@@ -260,6 +262,10 @@ def main() -> int:
         _flood(int(flood[0]), float(flood[1]) if len(flood) > 1 else 0.0)
     if run <= int((cues(prompt, "crash_runs") or ["0"])[0]):
         os.kill(os.getpid(), signal.SIGKILL)
+    if run <= int((cues(prompt, "busy_runs") or ["0"])[0]):
+        while True:
+            print("working...", flush=True)
+            time.sleep(1)
     if run <= int((cues(prompt, "hang_runs") or ["0"])[0]):
         print("thinking very hard...", flush=True)
         while True:
