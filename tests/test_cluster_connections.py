@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 import tomli_w
 from conftest import Setup, wait_for
+from hypothesis import given
+from hypothesis import strategies as st
 from support import cluster_engines
 from support.cluster_engines import ENGINES, engines, rows, supervise, wait_beats
 
@@ -153,6 +155,64 @@ def test_out_of_connection_slots_is_said_once_and_dispatch_resumes(tmp_path: Pat
         assert text.count("database unreachable") <= 1  # the LISTEN connection ended first
         assert text.count("database answering again") == 1
         assert "Traceback" not in text
+
+
+@given(
+    alive=st.integers(min_value=-3, max_value=10_000),
+    slots=st.integers(min_value=0, max_value=100_000),
+    reserved=st.integers(min_value=0, max_value=100),
+)
+def test_the_burst_is_the_engines_share_of_the_slots(alive: int, slots: int, reserved: int) -> None:
+    """The pool's burst is within [POOL_MIN, POOL_MAX] whatever the server says, and
+    wherever the slots allow two per engine, the fleet's engines at their burst (and one
+    LISTEN each) leave CLI_HEADROOM slots free."""
+    from supervisor.cluster.connections import CLI_HEADROOM, POOL_MAX, POOL_MIN, burst_size
+
+    size = burst_size(alive, slots, reserved)
+    assert POOL_MIN <= size <= POOL_MAX
+    hosts, free = max(1, alive), slots - reserved - CLI_HEADROOM
+    if free >= 2 * hosts:
+        assert hosts * (size + 1) <= free
+    if free >= (POOL_MAX + 1) * hosts:
+        assert size == POOL_MAX
+
+
+def test_a_large_fleet_shrinks_every_pools_burst(tmp_path: Path) -> None:
+    """With 40 more hosts alive (rows of hosts that beat, as a large fleet's), the engine's
+    next heartbeat sizes its pool to its share of PostgreSQL's default 100 slots: 1
+    connection, said in one line; four tasks at once then borrow that one (never more than
+    one pooled connection); when the fleet is small again, the burst is back to 4."""
+    from support.cluster_support import postgres_executor
+
+    from supervisor.cluster.connections import POOL_MAX
+
+    with (
+        postgres_executor(max_connections=100) as (dsn, _),
+        engines(tmp_path, dsn, count=1, max_concurrent=4) as hosts,
+    ):
+        setup = hosts["h0"]
+        wait_for(lambda: _by_role(dsn).get("supervise:h0:listen"), timeout=90)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for i in range(40):
+                conn.execute(
+                    "INSERT INTO supervise_hosts (host_id, capacity, host_timeout, on_host_lost) "
+                    "VALUES (%s, 2, 3600, 'report')",
+                    (f"big{i}",),
+                )
+        log = setup.root / "engine.log"
+        shrunk = "the pool opens at most 1 connection(s): 41 host(s) alive"
+        wait_for(lambda: shrunk in log.read_text(), timeout=30)
+        tasks = [_submit(dsn, setup, f"t{i}", "sleep: 2\nexit: 0") for i in range(4)]
+        seen = []
+        ended = "SELECT count(*) FROM supervise_tasks WHERE state = 'completed'"
+        while rows(dsn, ended) != [(len(tasks),)]:
+            seen.append(_by_role(dsn).get("supervise:h0:pool", 0))
+            assert len(seen) < 2000, "the four tasks did not end"
+        assert max(seen) <= 1, seen
+        rows(dsn, "DELETE FROM supervise_hosts WHERE host_id LIKE 'big%%' RETURNING 1")
+        grown = f"the pool opens at most {POOL_MAX} connection(s): 1 host(s) alive"
+        wait_for(lambda: grown in log.read_text(), timeout=30)
+        assert "Traceback" not in log.read_text()
 
 
 def test_a_full_host_listens_on_its_own_channel_only() -> None:

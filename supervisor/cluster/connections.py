@@ -46,9 +46,13 @@ log = logging.getLogger("supervise.cluster")
 # psycopg_pool logs each failed reconnection; Outage says it once per outage.
 logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
-#: Connections the pool keeps open (the steady one), and its most for a moment.
+#: Connections the pool keeps open (the steady one), and its most for a moment (less in a
+#: large fleet: :func:`burst_size`).
 POOL_MIN = 1
 POOL_MAX = 4
+#: Connection slots a fleet's engines leave free for ``supervise`` commands (submit,
+#: ``status --cluster``, ``hosts``: one each while they run) and an operator's psql.
+CLI_HEADROOM = 10
 #: Seconds an extra connection stays unused before the pool closes it (psycopg_pool's
 #: ``max_idle``: it shrinks by one per such period).
 POOL_IDLE = 30.0
@@ -97,6 +101,26 @@ def describe(exc: BaseException) -> str:
             "or put a pooler (PgBouncer, session mode) in front of it"
         )
     return line
+
+
+def burst_size(alive_hosts: int, max_connections: int, reserved: int) -> int:
+    """The most connections one engine's pool may open: its equal share of the server's
+    slots for logins that are not superusers (``max_connections - reserved``, PostgreSQL's
+    ``superuser_reserved_connections``), less :data:`CLI_HEADROOM` for the fleet, less its
+    LISTEN connection; between :data:`POOL_MIN` and :data:`POOL_MAX`.
+
+    Measured (issue 25, ``benchmarks/cluster.py --hosts 40`` on PostgreSQL's default 100):
+    with a burst of 4 for every engine, 40 engines held all 93 slots the engines could
+    get under load, each failed connect an outage line; a share of 1 keeps them at 80.
+    Bursts beyond the share are what the steady two connections per engine avoid.
+
+    Args:
+        alive_hosts: the fleet's hosts alive now (at least 1 is assumed).
+        max_connections: the server's ``max_connections``.
+        reserved: the server's ``superuser_reserved_connections``.
+    """
+    share = (max_connections - reserved - CLI_HEADROOM) // max(1, alive_hosts)
+    return max(POOL_MIN, min(POOL_MAX, share - 1))
 
 
 class Outage:
@@ -235,6 +259,32 @@ class EnginePool(ConnectionPool):
                 self._nconns_min = min(self._nconns_min, len(self._pool))
         if to_close is not None:
             self._close_connection(to_close)
+
+    def fit(self, alive_hosts: int, max_connections: int, reserved: int) -> None:
+        """Size the pool's burst to this engine's share of the server's slots
+        (:func:`burst_size`; called by the writer after each heartbeat). Idle connections
+        above a smaller burst are closed at once, busy ones as they come back idle (the
+        periodic shrink). One log line when the size changes."""
+        size = burst_size(alive_hosts, max_connections, reserved)
+        if size == self.max_size:
+            return
+        self.resize(POOL_MIN, size)
+        extra = []
+        with self._lock:
+            while self._nconns > self._max_size and self._pool:
+                extra.append(self._pool.popleft())
+                self._nconns -= 1
+        for conn in extra:
+            self._close_connection(conn)
+        log.info(
+            "cluster: the pool opens at most %d connection(s): %d host(s) alive share "
+            "max_connections %d (%d reserved, %d left for commands)",
+            size,
+            alive_hosts,
+            max_connections,
+            reserved,
+            CLI_HEADROOM,
+        )
 
     def connections(self) -> int:
         """Connections open in the pool now (in use or idle)."""

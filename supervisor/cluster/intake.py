@@ -137,6 +137,7 @@ class ClusterIntake:
             self.outage,
             self.connections,
             self.cluster.stopped_host_grace,
+            self.pool.fit,
         )
         # Operator requests routed here from other machines (supervisor.cluster.listener).
         self.listener = ControlListener(

@@ -96,6 +96,9 @@ class Writer:
         stopped_host_grace: seconds a clean stop of this host may keep its tasks before
             the sweeper applies ``on_host_lost`` to them (``[cluster] stopped_host_grace``;
             written in every heartbeat; None: for ever).
+        on_fleet: called on the writer thread after each heartbeat with the hosts alive,
+            the server's ``max_connections`` and its ``superuser_reserved_connections``
+            (:meth:`supervisor.cluster.connections.EnginePool.fit`).
     """
 
     def __init__(
@@ -116,8 +119,10 @@ class Writer:
         outage: Outage | None = None,
         connections: Callable[[], int | None] | None = None,
         stopped_host_grace: float | None = None,
+        on_fleet: Callable[[int, int, int], None] | None = None,
     ) -> None:
         self.source = source
+        self.on_fleet = on_fleet
         self.outage = outage
         self.connections = connections
         self.host_id = host_id
@@ -236,7 +241,9 @@ class Writer:
         error = self._last_error or (self.outage.error if self.outage is not None else None)
         held = self.connections() if self.connections is not None else None
         declared = (self.host_timeout, self.on_host_lost, held, self.stopped_host_grace)
-        conn.execute(query("heartbeat"), (*beat, error, *declared))
+        fleet = conn.execute(query("heartbeat"), (*beat, error, *declared)).fetchone()
+        if fleet is not None and self.on_fleet is not None:
+            self.on_fleet(*fleet)
         # Reported once, by the first beat that got through; the next good beat clears
         # it, so 'hosts' shows only an error that is recent.
         self._last_error = None

@@ -113,7 +113,8 @@ VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (transition_id) DO NOTHING;
 -- heartbeat --
 -- Every beat says 'alive': a host the sweeper declared dead that beats again is alive
 -- again (its lost tasks stay lost: their generation moved on). lost_at/stopped_at keep
--- the last loss and stop for the operator.
+-- the last loss and stop for the operator. It returns the hosts alive (before this beat,
+-- at least 1) and the server's connection slots, which size the engine's pool's burst.
 INSERT INTO supervise_hosts (host_id, capacity, running, version, queues, last_error,
     host_timeout, on_host_lost, connections, stopped_host_grace)
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
@@ -122,7 +123,10 @@ ON CONFLICT (host_id) DO UPDATE SET heartbeat_at = now(), capacity = excluded.ca
     last_error = excluded.last_error,
     host_timeout = excluded.host_timeout, on_host_lost = excluded.on_host_lost,
     connections = excluded.connections, stopped_host_grace = excluded.stopped_host_grace,
-    state = 'alive';
+    state = 'alive'
+RETURNING greatest(1, (SELECT count(*) FROM supervise_hosts WHERE state = 'alive'))::int,
+    current_setting('max_connections')::int,
+    current_setting('superuser_reserved_connections')::int;
 
 -- host_stopped --
 -- A clean stop: the sweeper never declares a stopped host dead.
