@@ -255,6 +255,9 @@ def loss(
         if fleet.rows(queued_sql)[0][0] >= backlog:
             break
     queued_at_kill = fleet.rows(queued_sql)[0][0]
+    # A CPU-starved victim may have been declared dead (and its tasks moved) before the
+    # kill: then the figures below measure nothing, and the report says so.
+    before = before_kill(fleet, victim, ids)
     fleet.kill(victim)
     killed = time.monotonic()
     seen = watch_loss(fleet, victim, ids, killed, bound=host_timeout + 300)
@@ -265,8 +268,17 @@ def loss(
         "backlog_sleep_s": round(sleep, 2),
         "queued_at_kill": queued_at_kill,
         "load_at_kill": load(),
+        **before,
         **seen,
     }
+
+
+def before_kill(fleet: ScaleFleet, victim: str, ids: list[str]) -> dict[str, Any]:
+    """The victim's row state and how many of its tasks it still owned, just before the kill."""
+    [(state,)] = fleet.rows("SELECT state FROM supervise_hosts WHERE host_id = %s", victim)
+    owned_sql = "SELECT count(*) FROM supervise_tasks WHERE id = ANY(%s) AND owner_host = %s"
+    [(owned,)] = fleet.rows(owned_sql, ids, victim)
+    return {"victim_state_at_kill": state, "victim_owned_at_kill": owned}
 
 
 def watch_loss(

@@ -68,6 +68,8 @@ def _loss(result: dict[str, Any]) -> list[str]:
         f"  {'host loss':28} {loss['victim']} with {loss['tasks']} tasks, "
         f"{loss['queued_at_kill']} queued at the kill (each ~{loss['backlog_sleep_s']} s), "
         f"host_timeout {loss['host_timeout_s']:g} s, load {loss['load_at_kill']}",
+        f"  {'  victim at the kill':28} {loss.get('victim_state_at_kill', '?')}, owning "
+        f"{loss.get('victim_owned_at_kill', '?')} of its {loss['tasks']} tasks",
         f"  {'  kill -> dead / requeued':28} {loss.get('kill_to_dead_s')} s / "
         f"{loss.get('kill_to_requeued_s')} s",
         f"  {'  kill -> running elsewhere':28} first "

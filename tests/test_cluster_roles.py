@@ -35,6 +35,15 @@ def _login(dsn: str, group: str) -> tuple[str, str]:
     return name, dsn.replace("user=postgres", f"user={name}")
 
 
+#: The rights ``engine_preflight``'s first check looks at (queries.sql, engine_rights).
+FIRST_CHECK = (
+    "UPDATE ON supervise_tasks",
+    "INSERT ON supervise_hosts",
+    "INSERT ON supervise_events",
+    "UPDATE ON procrastinate_jobs",
+)
+
+
 def _submit_as(setup: Setup, dsn: str, name: str, prompt: str, **task: object) -> str:
     """``supervise submit`` of a task ``name`` with a profile on ``dsn`` (a login's); its id."""
     file = setup.root / f"{name}.toml"
@@ -182,6 +191,26 @@ def test_engine_refuses_a_login_without_engine_rights_in_one_line(setup: Setup,
     assert done.stderr == (f"supervise run: the database login '{name}' cannot run an engine "
                            "(it may not update tasks or write heartbeats); grant it the "
                            "supervise_engine role ('supervise cluster roles')\n")  # fmt: skip
+
+
+def test_engine_refuses_a_login_missing_any_grant(setup: Setup, roles: str) -> None:
+    """A login given the four rights the first check looks at (update tasks, write
+    heartbeats and events, update jobs) but not the rest of supervise_engine's: ``run``
+    names a missing grant and the GRANT that fixes it, exit 1, and starts with the role."""
+    name, bob = _login(roles, "supervise_submit")
+    with psycopg.connect(roles, autocommit=True) as conn:
+        for grant in FIRST_CHECK:
+            conn.execute(f"GRANT {grant} TO {name}")
+    cluster_profile(setup, bob, "h0")
+    done = supervise("run", str(setup.profile), "--exit-when-idle")
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1, done.stderr
+    lacks = f"supervise run: the database login '{name}' lacks what supervise_engine grants: "
+    assert done.stderr.startswith(lacks)
+    assert f"fix: GRANT supervise_engine TO {name}" in done.stderr
+    with psycopg.connect(roles, autocommit=True) as conn:
+        conn.execute(f"GRANT supervise_engine TO {name}")
+    assert supervise("run", str(setup.profile), "--exit-when-idle").returncode == 0
 
 
 def test_operator_stops_a_task_no_host_has_claimed(setup: Setup, roles: str) -> None:

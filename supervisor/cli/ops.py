@@ -69,18 +69,22 @@ def log_handler(args: argparse.Namespace) -> Any:
 
 
 def _cluster_preflight(profile: LoadedProfile) -> str | None:
-    """:func:`supervisor.cluster.schema.engine_preflight`, or the DSN's own problem."""
+    """:func:`supervisor.cluster.schema.engine_preflight`, then the login's rights
+    (:func:`supervisor.cluster.roles.engine_role_problem`), or the DSN's own problem."""
     from supervisor.errors import ConfigError
 
     try:
         from supervisor.cluster.db import dsn_of
+        from supervisor.cluster.roles import engine_role_problem
         from supervisor.cluster.schema import engine_preflight
     except ImportError:
         return "[cluster] needs the 'cluster' extra: pip install 'supervise-agents[cluster]'"
     try:
         cluster = profile.spec.cluster
         assert cluster is not None
-        return engine_preflight(dsn_of(profile), cluster.host_id, cluster.heartbeat)
+        dsn = dsn_of(profile)
+        problem = engine_preflight(dsn, cluster.host_id, cluster.heartbeat)
+        return problem or engine_role_problem(dsn)
     except ConfigError as exc:
         return "; ".join(exc.problems)
 

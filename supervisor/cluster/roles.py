@@ -133,6 +133,19 @@ def check_role(dsn: str, role: str) -> RoleCheck:
     )
 
 
+def engine_role_problem(dsn: str) -> str | None:
+    """Before ``supervise run`` starts a cluster engine, after
+    :func:`~supervisor.cluster.schema.engine_preflight`: the first line of
+    :func:`check_role` for the role ``run`` needs (:data:`NEEDED`), naming a missing grant
+    and the fix; None when the login holds it all, when roles.sql was not applied (one
+    trusted login), or when the database does not answer (the engine starts anyway)."""
+    try:
+        found = check_role(dsn, NEEDED["run"])
+    except ClusterError:
+        return None
+    return found.problems[0] if found.problems else None
+
+
 def denied(exc: BaseException) -> BaseException | None:
     """The "permission denied" (SQLSTATE 42501) in ``exc`` or its causes, or None."""
     seen: BaseException | None = exc
