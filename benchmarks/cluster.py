@@ -261,6 +261,7 @@ def loss(
     fleet.kill(victim)
     killed = time.monotonic()
     seen = watch_loss(fleet, victim, ids, killed, bound=host_timeout + 300)
+    seen["victim_tasks"] = victim_tasks(fleet, ids)
     return {
         "victim": victim,
         "tasks": len(ids),
@@ -271,6 +272,23 @@ def loss(
         **before,
         **seen,
     }
+
+
+def victim_tasks(fleet: ScaleFleet, ids: list[str]) -> list[list[Any]]:
+    """The evidence of the victim's tasks at the end: each one's row (state, owner,
+    generation) and its events in the fleet's log (host, generation, event, state)."""
+    found: list[list[Any]] = []
+    for task_id in ids:
+        row = fleet.rows(
+            "SELECT state, owner_host, generation FROM supervise_tasks WHERE id = %s", task_id
+        )
+        events = fleet.rows(
+            "SELECT host_id, generation, event, state FROM supervise_events "
+            "WHERE task_id = %s ORDER BY id",
+            task_id,
+        )
+        found.append([task_id, list(row[0]) if row else None, [list(e) for e in events]])
+    return found
 
 
 def before_kill(fleet: ScaleFleet, victim: str, ids: list[str]) -> dict[str, Any]:

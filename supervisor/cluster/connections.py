@@ -109,10 +109,9 @@ def burst_size(alive_hosts: int, max_connections: int, reserved: int) -> int:
     ``superuser_reserved_connections``), less :data:`CLI_HEADROOM` for the fleet, less its
     LISTEN connection; between :data:`POOL_MIN` and :data:`POOL_MAX`.
 
-    Measured (issue 25, ``benchmarks/cluster.py --hosts 40`` on PostgreSQL's default 100):
-    with a burst of 4 for every engine, 40 engines held all 93 slots the engines could
-    get under load, each failed connect an outage line; a share of 1 keeps them at 80.
-    Bursts beyond the share are what the steady two connections per engine avoid.
+    Measured (issue 25, ``benchmarks/cluster.py --hosts 40 --slots 2`` on PostgreSQL's
+    default 100, 2 cores): with a burst of 4 for every engine, 40 engines held all 93 slots
+    they could get, at idle and under load; with this share (1), 80 under load, 2 each.
 
     Args:
         alive_hosts: the fleet's hosts alive now (at least 1 is assumed).
