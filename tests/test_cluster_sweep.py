@@ -585,3 +585,18 @@ def test_a_sweep_that_raises_does_not_end_the_sweeps(monkeypatch: pytest.MonkeyP
     finally:
         loop.close()
     assert len(calls) >= 3 and calls[1] == 0.0  # the failed sweep restarted the count
+
+
+@given(hosts=st.integers(min_value=1, max_value=100_000), draw=st.floats(0.0, 0.999))
+def test_a_larger_fleet_sweeps_no_more_often_in_all(hosts: int, draw: float) -> None:
+    """Each engine sweeps every SWEEP_EVERY s in a small fleet and less often in a larger
+    one, so the whole fleet tries about FLEET_SWEEPS sweeps a second (at the mean draw)
+    whatever its size, never fewer than a small fleet; the draw spreads engines over
+    half to one and a half of that interval."""
+    from supervisor.cluster import sweeper
+
+    every = sweeper.sweep_every(hosts, draw)
+    mean = sweeper.sweep_every(hosts)
+    assert 0.5 * mean <= every < 1.5 * mean
+    assert mean >= sweeper.SWEEP_EVERY
+    assert math.isclose(hosts / mean, min(hosts / sweeper.SWEEP_EVERY, sweeper.FLEET_SWEEPS))

@@ -117,6 +117,7 @@ class ClusterIntake:
         # and the LISTEN connection (the worker's connector's); one account of outages.
         self.outage = Outage()
         self.pool = EnginePool(self.dsn, self.cluster.host_id, self.outage)
+        self.alive = 1  # hosts alive, as the last heartbeat found (_fleet)
         self._connector: SharedConnector | None = None  # the running worker's
         # Fencing (issue 20): the agents of this host's fleet tasks stop when it lapses.
         self.lease = LeaseKeeper(profile.state_dir, host_fence(self.cluster))
@@ -137,7 +138,7 @@ class ClusterIntake:
             self.outage,
             self.connections,
             self.cluster.stopped_host_grace,
-            self.pool.fit,
+            self._fleet,
         )
         # Operator requests routed here from other machines (supervisor.cluster.listener).
         self.listener = ControlListener(
@@ -372,6 +373,12 @@ class ClusterIntake:
             if not self._stopping.is_set():
                 raise
 
+    def _fleet(self, alive: int, max_connections: int, reserved: int) -> None:
+        """After each heartbeat (the writer's thread): the hosts alive size the pool's
+        burst (:meth:`EnginePool.fit`) and space the sweeps (:func:`sweep.sweep_every`)."""
+        self.alive = alive
+        self.pool.fit(alive, max_connections, reserved)
+
     def _serve(self) -> None:
         """The worker thread: run procrastinate's worker; start it again when it dies.
 
@@ -411,7 +418,7 @@ class ClusterIntake:
         beat, timeout = self.cluster.heartbeat, self.cluster.host_timeout
         # The sweeps run on this loop, on the pool (asyncio.run, in _serve, cancels them).
         self._sweeper = asyncio.create_task(
-            sweep.serve(self.pool, self.outage, self.cluster.prune_after)
+            sweep.serve(self.pool, self.outage, self.cluster.prune_after, lambda: self.alive)
         )
         self.health = Health(app.job_manager, self.outage, self._stopping, self.listener.poke)
         self.health.install()

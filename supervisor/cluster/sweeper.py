@@ -1,7 +1,7 @@
 """The sweeper: what becomes of a host that stopped beating, and of its tasks.
 
 Every engine runs it (:func:`serve`: a coroutine on its task worker's loop, every
-:data:`SWEEP_EVERY` seconds, on a connection borrowed from the engine's shared pool: issue
+:func:`sweep_every` seconds, on a connection borrowed from the engine's shared pool: issue
 25, no connection of its own); one sweep runs at a time fleet-wide: the sweep's
 transaction takes ``pg_try_advisory_xact_lock(`` :data:`SWEEP_LOCK` ``)`` and does nothing
 when another holds it. A transaction-level lock ends with its transaction or its session,
@@ -67,8 +67,9 @@ import asyncio
 import json
 import logging
 import math
+import random
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -82,8 +83,12 @@ from supervisor.cluster.submit import TASK_NAME
 from supervisor.taskdir.states import HOST_LOST, LIVE, UNCLAIMED, FleetState
 
 log = logging.getLogger("supervise.cluster")
-#: Seconds between two sweeps of one engine.
+#: Seconds between two sweeps of one engine in a fleet of up to :data:`FLEET_SWEEPS` hosts.
 SWEEP_EVERY = 1.0
+#: Sweeps a second the whole fleet tries (one gets the lock, the others skip): each engine
+#: sweeps every ``hosts / FLEET_SWEEPS`` seconds at least (:func:`sweep_every`), so a
+#: fleet's idle transactions for sweeping stay at about this many whatever its size.
+FLEET_SWEEPS = 4.0
 #: ``pg_try_advisory_xact_lock`` key of a sweep ("swep" in ASCII).
 SWEEP_LOCK = 0x73776570
 #: procrastinate priority of a job for a task put back to ``queued`` (rules (b), (c) and a
@@ -323,12 +328,25 @@ def worker_options(heartbeat: float, host_timeout: float) -> dict[str, Any]:
     return {"update_heartbeat_interval": heartbeat, "stalled_worker_timeout": host_timeout}
 
 
+def sweep_every(alive_hosts: int, draw: float = 0.5) -> float:
+    """Seconds until this engine's next sweep: :data:`SWEEP_EVERY`, or ``alive_hosts /``
+    :data:`FLEET_SWEEPS` in a larger fleet, times ``0.5 + draw`` (``draw`` uniform in
+    [0, 1): engines that started together do not sweep together). A lost host is found by
+    whichever engine sweeps first after its ``host_timeout``: about ``1 / FLEET_SWEEPS``
+    seconds later on average, whatever the fleet's size."""
+    return max(SWEEP_EVERY, alive_hosts / FLEET_SWEEPS) * (0.5 + draw)
+
+
 async def serve(
-    source: Source, outage: Outage | None = None, prune_after: float | None = None
+    source: Source,
+    outage: Outage | None = None,
+    prune_after: float | None = None,
+    hosts: Callable[[], int] = lambda: 1,
 ) -> None:
-    """Sweep every :data:`SWEEP_EVERY` seconds until cancelled (each sweep in a thread,
-    on a connection from ``source``). ``watched`` (:func:`dead_hosts`) counts from the
-    first good sweep and starts again after a failed one. A failure goes to ``outage``
+    """Sweep until cancelled, every :func:`sweep_every` seconds for the ``hosts()`` alive
+    (each sweep in a thread, on a connection from ``source``). ``watched``
+    (:func:`dead_hosts`) counts from the first good sweep and starts again after a failed
+    one. A failure goes to ``outage``
     (one line per outage), or is logged when there is none. ``prune_after`` (seconds;
     ``[cluster] prune_after``): each sweep also runs the periodic prune
     (:class:`supervisor.cluster.retention.Schedule`)."""
@@ -346,7 +364,7 @@ async def serve(
                 log.error("cluster: %s", exc)
         except Exception:  # a bug in one sweep must not end this host's sweeps for good
             since = None
-            log.exception("cluster: a sweep failed; sweeping again in %g s", SWEEP_EVERY)
+            log.exception("cluster: a sweep failed; sweeping again soon")
         else:
             since = time.monotonic() if since is None else since
-        await asyncio.sleep(SWEEP_EVERY)
+        await asyncio.sleep(sweep_every(hosts(), random.random()))
