@@ -229,7 +229,8 @@ def pin_to_victim(fleet: ScaleFleet, victim: str, slots: int, bound: float) -> l
     for proc in others:
         os.kill(proc.pid, signal.SIGSTOP)
     try:
-        ids = [fleet.submit("sleep: 600\nexit: 0") for _ in range(slots)]
+        # A line every 5 s: a silent agent would be judged stale (and end) before the kill.
+        ids = [fleet.submit("tick: 5\nsleep: 600\nexit: 0") for _ in range(slots)]
         sql = "SELECT count(*) FROM supervise_tasks WHERE id = ANY(%s) AND owner_host = %s"
         wait_for(lambda: fleet.rows(sql, ids, victim) == [(slots,)], timeout=bound)
     finally:
