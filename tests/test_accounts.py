@@ -270,3 +270,70 @@ def test_the_cap_per_account_keeps_one_run_at_a_time(setup: Setup) -> None:
         spans.append((_launched_at(setup, task_id), parse_iso(ended[-1]["ts"])))
     (_a_start, a_end), (b_start, _b_end) = sorted(spans)
     assert a_end is not None and b_start >= a_end, spans
+
+
+# ------------------------------------------------------------------ the views
+
+
+def _held_views(root: Path, until: float) -> dict[str, str]:
+    """``status``, ``status --json``, the ``top`` column, and the web board of a state dir
+    with one queued task whose account the book limits until ``until``."""
+    import contextlib
+    import io
+
+    from supervisor.cli import app as cli
+    from supervisor.taskdir.folder import Manifest, TaskDir, utc_iso
+    from supervisor.views import model, tui_columns, webpage
+    from supervisor.views.webauth import Access
+
+    profile = root / "profile.toml"
+    profile.write_text(
+        f'[paths]\nspool_dir = "{root / "spool"}"\nstate_dir = "{root / "state"}"\n'
+        '[tmux]\nsocket_name = "sv-accounts-views"\n[agent]\ncommand = ["true"]\n'
+    )
+    folder = root / "state" / "tasks" / "held-1a2b3c"
+    folder.mkdir(parents=True)
+    (root / "spool").mkdir()
+    fields = {
+        "task_id": "held-1a2b3c",
+        "task_name": "held",
+        "status": "queued",
+        "model": "m",
+        "project_dir": "/tmp/p",
+        "session_name": "x",
+        "session_id": "s",
+        "tmpdir": str(folder),
+        "created_at": utc_iso(),
+        "account": ACCOUNT,
+    }
+    TaskDir(folder).write_manifest(Manifest.model_validate(fields))
+    book = {ACCOUNT: {"until": until, "by": "other-000000", "last_start": None}}
+    (root / "state" / "accounts.json").write_text(json.dumps(book))
+    out: dict[str, str] = {}
+    for verb in (["status"], ["status", "--json"]):
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            cli.main([verb[0], "-c", str(profile), *verb[1:]])
+        out[" ".join(verb)] = buffer.getvalue()
+    snap = model.Reader(root / "state", root / "spool").snapshot()
+    out["top"] = tui_columns.outcome(snap.tasks[0])
+    access = Access(token=None, allow_actions=False, loopback=True)
+    out["web board"] = webpage.Pages(load_profile(profile), access).board()
+    return out
+
+
+def test_status_top_and_serve_show_why_a_queued_task_waits(tmp_path: Path) -> None:
+    until = time.time() + 600
+    line = accounts.limited_text(until)
+    assert line == f"account limited until {time.strftime('%H:%M', time.localtime(until))}"
+    views = _held_views(tmp_path, until)
+    for name, text in views.items():
+        assert line in text, (name, text)
+    row = json.loads(views["status --json"])[0]
+    assert (row["held"], row["account"], row["status"]) == (line, ACCOUNT, "queued")
+
+
+def test_a_past_reset_shows_no_hold(tmp_path: Path) -> None:
+    views = _held_views(tmp_path, time.time() - 1)
+    assert all("account limited" not in text for text in views.values()), views
+    assert json.loads(views["status --json"])[0]["held"] is None
