@@ -337,3 +337,60 @@ def test_a_past_reset_shows_no_hold(tmp_path: Path) -> None:
     views = _held_views(tmp_path, time.time() - 1)
     assert all("account limited" not in text for text in views.values()), views
     assert json.loads(views["status --json"])[0]["held"] is None
+
+
+# ------------------------------------------------------------------ attacks
+
+
+def test_the_same_start_asked_at_once_from_many_threads_is_admitted_once(tmp_path: Path) -> None:
+    """Checks (the dispatcher's pool) and the intake admit starts side by side: of eight
+    asked in the same instant after the reset, one starts; the book on disk says when."""
+    import threading
+
+    book = AccountBook(tmp_path, AccountsSpec(stagger=10))
+    now = time.time()
+    book.note(ACCOUNT, now + 1, "t1", now)
+    barrier = threading.Barrier(8)
+    answers: list[object] = []
+
+    def ask() -> None:
+        barrier.wait()
+        answers.append(book.admit(ACCOUNT, now + 2))
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(answer is None for answer in answers) == 1, answers
+    assert load(tmp_path / "accounts.json")[ACCOUNT].last_start == now + 2
+
+
+def test_held_tasks_survive_a_sigkill_of_the_engine_and_launch_once(setup: Setup) -> None:
+    """An engine SIGKILLed while it holds two queued tasks of a limited account: the next
+    engine holds them on until the reset (the book on disk), then launches each once."""
+    from conftest import wait_for
+
+    key = {"ANTHROPIC_API_KEY": "sk-test-kill"}
+    _profile_with_env(setup, key, stagger=0.5)
+    account = accounts.of_task(key, {}, os.environ)
+    until = time.time() + 8
+    setup.state.mkdir(parents=True, exist_ok=True)
+    book = {account: {"until": until, "by": "earlier", "last_start": None}}
+    (setup.state / "accounts.json").write_text(json.dumps(book))
+    for name in ("a", "b"):
+        setup.drop(f"{name}.toml", setup.task(name, "print: hi"))
+    engine = setup.start()
+    try:
+        wait_for(lambda: len(setup.manifests()) == 2, timeout=60)
+    finally:
+        engine.kill()  # SIGKILL, by its PID
+        engine.wait(timeout=30)
+    assert {m["status"] for m in setup.manifests().values()} == {"queued"}
+    assert accounts.read_limits(setup.state)[account]["until"] == until
+    done = setup.run(timeout=120)
+    assert done.returncode == 0, done.stderr
+    manifests = setup.manifests()
+    assert {m["status"] for m in manifests.values()} == {"completed"}, manifests
+    for m in manifests.values():
+        assert _launched_at(setup, m["task_id"]) >= until  # exactly one launch each
