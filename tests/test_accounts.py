@@ -276,11 +276,13 @@ def test_the_cap_per_account_keeps_one_run_at_a_time(setup: Setup) -> None:
 
 
 def _held_views(root: Path, until: float) -> dict[str, str]:
-    """``status``, ``status --json``, the ``top`` column, and the web board of a state dir
+    """``status``, ``status --json``, the ``top`` column, the web board and the MCP ``status``
+    tool of a state dir
     with one queued task whose account the book limits until ``until``."""
     import contextlib
     import io
 
+    from supervisor import mcp_tools
     from supervisor.cli import app as cli
     from supervisor.taskdir.folder import Manifest, TaskDir, utc_iso
     from supervisor.views import model, tui_columns, webpage
@@ -319,6 +321,7 @@ def _held_views(root: Path, until: float) -> dict[str, str]:
     out["top"] = tui_columns.outcome(snap.tasks[0])
     access = Access(token=None, allow_actions=False, loopback=True)
     out["web board"] = webpage.Pages(load_profile(profile), access).board()
+    out["mcp status"] = json.dumps(mcp_tools.status(load_profile(profile))["tasks"])
     return out
 
 
