@@ -397,3 +397,39 @@ def test_held_tasks_survive_a_sigkill_of_the_engine_and_launch_once(setup: Setup
     assert {m["status"] for m in manifests.values()} == {"completed"}, manifests
     for m in manifests.values():
         assert _launched_at(setup, m["task_id"]) >= until  # exactly one launch each
+
+
+def test_the_check_notes_a_limit_first_and_staggers_the_resumes_after_it(tmp_path: Path) -> None:
+    """The engine's gate on a check (``Accounts._account_gate``): a limit wait with a reset
+    time puts the account in the book before the decision is applied; after the reset the
+    first waiting task's resume goes through, the second's (same instant) is held as a
+    ``waiting`` task looked at again ``stagger`` s later, and an operator's resume is not."""
+    from types import SimpleNamespace
+
+    from supervisor.engine.accounts import Accounts
+
+    gate = Accounts()
+    gate.book = AccountBook(tmp_path, AccountsSpec(stagger=4))
+    gate.live, gate.task_accounts, gate.held_kinds = {}, {}, {}
+
+    def runtime(task_id: str, state: TaskState) -> object:
+        manifest = SimpleNamespace(account=ACCOUNT)
+        return SimpleNamespace(
+            manifest=manifest, state=state, task=SimpleNamespace(task_id=task_id)
+        )
+
+    running = TaskState(status=Status.RUNNING)
+    waiting = TaskState(status=Status.WAITING, limit_waits=1, resume_at=120.0)
+    limit = Signals(now=100.0, limit=True, limit_resume_at=120.0)
+    wait = Decision(state=waiting, events=(Event.WAITING,))
+    assert gate._account_gate(runtime("t1", running), limit, wait) is wait  # type: ignore[arg-type]
+    assert load(tmp_path / "accounts.json")[ACCOUNT].until == 120.0  # written ahead
+    resume = Decision(state=TaskState(status=Status.RUNNING), events=(Event.RESUMED,))
+    at_reset = Signals(now=121.0)
+    assert gate._account_gate(runtime("t1", waiting), at_reset, resume) is resume  # type: ignore[arg-type]
+    held = gate._account_gate(runtime("t2", waiting), at_reset, resume)  # type: ignore[arg-type]
+    assert held.state == waiting and held.events == () and held.next_check == pytest.approx(4.0)
+    asked = Signals(now=121.0, resume_requested=True)
+    assert gate._account_gate(runtime("t3", waiting), asked, resume) is resume  # type: ignore[arg-type]
+    later = Signals(now=125.0)
+    assert gate._account_gate(runtime("t2", waiting), later, resume) is resume  # type: ignore[arg-type]

@@ -33,6 +33,7 @@ class Accounts:
     book: AccountBook
     live: dict[str, Runtime]
     task_accounts: dict[str, str | None]  # a queued task's account, read once from disk
+    held_kinds: dict[str, str]  # a held queued task's kind of hold, as last logged
 
     def _account_of(self, task: TaskDir) -> str | None:
         """The account in a queued task's manifest (``None``: none recorded, or unreadable;
@@ -56,7 +57,11 @@ class Accounts:
         hold = self.book.admit(account, clock.now(), running)
         if hold is None:
             self.task_accounts.pop(task.task_id, None)
+            self.held_kinds.pop(task.task_id, None)
             return False
+        if self.held_kinds.get(task.task_id) != hold.kind:  # logged once per kind of hold
+            self.held_kinds[task.task_id] = hold.kind
+            log.info("%s stays queued: %s", task.task_id, rules.hold_reason(hold))
         return True
 
     def _account_gate(

@@ -117,6 +117,7 @@ class Engine(Checks, Launches, Kicks, Accounts):
         self.live: dict[str, Runtime] = {}
         self.book = AccountBook(profile.state_dir, profile.spec.accounts)  # issue 26
         self.task_accounts: dict[str, str | None] = {}  # engine/accounts.py
+        self.held_kinds: dict[str, str] = {}  # engine/accounts.py
         self.queue: deque[TaskDir] = deque()  # queued tasks, oldest first; loaded at launch
         self.stopping = threading.Event()
         self.sessions = Sessions(self.tmux)
