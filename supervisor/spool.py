@@ -6,9 +6,8 @@ Claiming works the same whether the spool and ``state_dir`` share a filesystem o
 2. ``rename(2)`` ``spool/<file>.toml`` to the hidden ``spool/.claim.<id>.<file>.toml``. The
    rename stays inside the spool folder, so it is atomic on every filesystem: it happens once
    or not at all, and two engines (or two ticks) can never both take a file;
-3. move the claimed file to ``<task_dir>/task.toml``: one more rename on the same
-   filesystem, else (``EXDEV``) a copy that is fsynced and renamed into place, then the
-   claim is unlinked.
+3. move the claimed file to ``<task_dir>/task.toml``: one more rename on the same filesystem,
+   else (``EXDEV``) a copy that is fsynced and renamed into place, then the claim is unlinked.
 
 If supervise dies between the steps, :func:`recover_claims` finishes or undoes each claim on
 the next start: a claim whose ``task.toml`` exists is done (the claim is unlinked), any other
@@ -487,6 +486,7 @@ def materialize(task: TaskDir, resolved: ResolvedTask, source: str, state_dir: P
         tmpdir=str(task.path),
         created_at=utc_iso(),
         workspace=workspace,
+        account=resolved.account,
     )
     task.append_event(
         Event.QUEUED,

@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from supervisor import accounts
 from supervisor.config.argsize import env_problems, prompt_problems
 from supervisor.config.env import read_env_overrides
 from supervisor.config.models import (
@@ -255,6 +256,7 @@ def resolve_task(
         rules=tuple(rules),
         acceptance=spec.acceptance or profile.spec.acceptance,
         workspace=effective_workspace(profile.spec.workspace, spec.workspace),
+        account=accounts.of_task(profile.spec.agent.env, spec.env),
     )
 
 

@@ -31,6 +31,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from supervisor.agents import kinds
+from supervisor.config.accounts import AccountsSpec
 from supervisor.config.argsize import check_args, check_env
 from supervisor.config.argv import argv_placeholders_ok
 from supervisor.config.cluster import NAME_RE, ClusterSpec
@@ -392,6 +393,7 @@ class Profile(BaseModel):
     workspace: WorkspaceSpec = Field(default_factory=WorkspaceSpec)
     security: SecuritySpec = Field(default_factory=SecuritySpec)
     cluster: ClusterSpec | None = None
+    accounts: AccountsSpec = Field(default_factory=AccountsSpec)
     tasks: list[TaskSpec] = Field(default_factory=list)
 
 
@@ -443,6 +445,9 @@ class ResolvedTask:
         acceptance: the task's ``[acceptance]``, else the profile's, else ``None``.
         workspace: the effective ``[workspace]``: the task's keys laid over the profile's
             (:func:`supervisor.config.workspace.effective_workspace`).
+        account: the credentials it runs with (:func:`supervisor.accounts.of_task`: the
+            resolving process's environment, the profile's ``[agent] env``, the task's
+            ``env``), recorded in the manifest as ``account``.
     """
 
     spec: TaskSpec
@@ -453,3 +458,4 @@ class ResolvedTask:
     rules: tuple[ApprovalRule, ...] = ()
     acceptance: AcceptanceSpec | None = None
     workspace: WorkspaceSpec = field(default_factory=WorkspaceSpec)
+    account: str | None = None

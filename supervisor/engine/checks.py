@@ -61,6 +61,7 @@ class Checks:
     _kicked: set[str]
     write_stats: Callable[[], None]
     _kick: Callable[[str], None]
+    _account_gate: Callable[[Runtime, policy.Signals, policy.Decision], policy.Decision]
 
     def _count(self, counter: str) -> None:
         """Add one to an engine counter (from any thread)."""
@@ -156,6 +157,7 @@ class Checks:
         if not disk_full:  # a held decision keeps the operator's requests for later
             runtime.requests.clear()
         decision = policy.decide(runtime.state, signals, runtime.policy)
+        decision = self._account_gate(runtime, signals, decision)  # issue 26
         if policy.Action.FINISH in decision.actions and tail_pending(task, signals.now):
             # The agent's last lines are still on their way through tmux and sed: look
             # again in a moment instead of holding a check thread, and only at output.log

@@ -52,10 +52,12 @@ class Launches:
     _decide_and_apply: Callable[[Runtime], None]
     _schedule_check: Callable[[Runtime, float], None]
     _count: Callable[[str], None]
+    _account_holds: Callable[[TaskDir], bool]
 
     def _fill_slots(self) -> None:
         """Record the worktrees and launches made off the worker, then start queued tasks,
-        oldest first, while fewer than ``max_concurrent`` are live (none on a full disk)."""
+        oldest first, while fewer than ``max_concurrent`` are live (none on a full disk); a
+        task its account holds back stays queued and the ones behind it still start."""
         limit = self.profile.spec.max_concurrent
         for runtime, error in self.preparer.take():  # worktrees made off the check pool
             self._one(runtime, self._prepared, error)
@@ -63,8 +65,12 @@ class Launches:
             self._one(runtime, self._launched, result)
         if self.queue and self.disk.full():
             return  # a launch writes launch.json, events and the manifest: wait for room
+        held: list[TaskDir] = []
         while self.queue and len(self.live) < limit:
             task = self.queue.popleft()
+            if self._account_holds(task):  # its account is limited (engine/accounts.py)
+                held.append(task)
+                continue
             try:
                 runtime = runtimes.load_queued(self.profile, self.tmux, task)
             except (OSError, ValueError, ConfigError):
@@ -75,6 +81,7 @@ class Launches:
                 continue
             self.live[task.task_id] = runtime  # holds its slot while it is launched
             self.starts.start(runtime)
+        self.queue.extendleft(reversed(held))  # still queued, in their order
 
     def _one(self, runtime: Runtime, record: Callable[[Runtime, Any], None], result: Any) -> None:
         """Record one finished worktree or launch; one that raises is logged and the others

@@ -52,6 +52,8 @@ from supervisor.engine import (
     workspaces,
 )
 from supervisor.engine import runtime as runtimes
+from supervisor.engine.accountbook import AccountBook
+from supervisor.engine.accounts import Accounts
 from supervisor.engine.actions import Actions
 from supervisor.engine.background import engine_scheduler
 from supervisor.engine.checks import Checks
@@ -79,7 +81,7 @@ ADOPT_RETRY = 5.0
 STATS_EVERY = 5.0
 
 
-class Engine(Checks, Launches, Kicks):
+class Engine(Checks, Launches, Kicks, Accounts):
     """Runs one profile: ``Engine(profile).run()``.
 
     Args:
@@ -113,6 +115,9 @@ class Engine(Checks, Launches, Kicks):
             profile.socket_name, owner=str(profile.state_dir), scope=scope, control=True
         )
         self.live: dict[str, Runtime] = {}
+        self.book = AccountBook(profile.state_dir, profile.spec.accounts)  # issue 26
+        self.task_accounts: dict[str, str | None] = {}  # engine/accounts.py
+        self.held_kinds: dict[str, str] = {}  # engine/accounts.py
         self.queue: deque[TaskDir] = deque()  # queued tasks, oldest first; loaded at launch
         self.stopping = threading.Event()
         self.sessions = Sessions(self.tmux)

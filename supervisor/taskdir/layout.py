@@ -29,8 +29,9 @@ its adapter (``supervisor/agents/``), not here: this package names no agent kind
 Layout of ``state_dir``: ``tasks/`` (:data:`TASKS`), ``control/`` (operator requests,
 :data:`CONTROL`), ``archive/`` (:data:`ARCHIVE`), ``children/`` (:data:`CHILDREN`), the
 heartbeat ``engine-stats.json``, ``engine.log`` and ``engine-log.json``, ``clock.json``,
-``cluster-lease``, ``cluster-outbox.jsonl``, ``serve.sock`` and ``.shutdown.lock``. The
-spool keeps refused files in ``rejected/`` with a ``.error`` beside each.
+``cluster-lease``, ``cluster-outbox.jsonl``, ``accounts.json``, ``serve.sock`` and
+``.shutdown.lock``. The spool keeps refused files in ``rejected/`` with a ``.error`` beside
+each.
 
 The in-pane wrapper (``supervisor/wrapper.py``, run as ``python3 -I -S``) cannot import
 this module; it keeps its own copy of the names it writes, and
@@ -94,6 +95,9 @@ CLOCK = "clock.json"
 CLUSTER_LEASE = "cluster-lease"
 #: Fleet updates not yet written to the database.
 CLUSTER_OUTBOX = "cluster-outbox.jsonl"
+#: The accounts' usage limits the engine holds launches for (issue 26,
+#: :mod:`supervisor.engine.accountbook`): ``{ACCOUNT: {"until", "by", "last_start"}}``.
+ACCOUNTS = "accounts.json"
 #: ``supervise serve --socket``'s unix socket.
 SERVE_SOCKET = "serve.sock"
 #: Two ``supervise shutdown`` runs take turns on this lock.

@@ -88,6 +88,7 @@ class _ManifestTail(BaseModel):
     workspace: WorkspaceReport | None = None
     turn: int = 1
     turns: list[TurnRecord] = Field(default_factory=list)
+    account: str | None = Field(None, pattern=r"^acct-[0-9a-f]{12}$", title="Account")
 
 
 # The keys of manifest.json keep their order: pydantic lists a base's fields before a
@@ -114,6 +115,9 @@ class Manifest(_ManifestTail, *kinds.manifest_models(), _ManifestHead):  # type:
     (:class:`~supervisor.workspace.model.WorkspaceReport`) says where the task worked.
     ``turn`` is 1 for the first run of the task's prompt and counts each ``supervise
     continue``; ``turns`` keeps each earlier turn's outcome (:class:`TurnRecord`).
+    ``account`` (issue 26) names the credentials the task runs with: ``acct-`` and 12 hex
+    digits (:func:`supervisor.accounts.fingerprint`, never the secret itself), set when the
+    task is claimed.
     All timestamps are ISO-8601 UTC strings.
     """
 

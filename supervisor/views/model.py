@@ -35,11 +35,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from supervisor import accounts
 from supervisor.agents import kinds
 from supervisor.diskio import read_end
 from supervisor.taskdir import layout
@@ -143,7 +144,9 @@ class Task:
     ``insertions``, ``deletions``: the task's workspace (``None`` without one);
     ``escalation``: ``{"reason", "tool", "subject"}`` of an escalated task; ``requests``:
     operator requests (``stop``, ``resume``, ``approve``, ``deny``) the engine has not
-    taken yet; ``session_name``: its tmux session.
+    taken yet; ``session_name``: its tmux session; ``account``: its credentials'
+    fingerprint (:mod:`supervisor.accounts`); ``held``: why a queued task its account
+    holds back waits (``account limited until HH:MM``, issue 26).
     """
 
     task_id: str
@@ -173,6 +176,8 @@ class Task:
     requests: list[str] = field(default_factory=list)
     session_name: str | None = None
     columns: dict[str, Any] = field(default_factory=dict)
+    account: str | None = None
+    held: str | None = None
 
     def row(self) -> dict[str, Any]:
         """The task as a plain dict (``supervise status --json``'s row): what
@@ -319,16 +324,23 @@ def task_from_manifest(m: dict[str, Any], folder: str, has_output: bool) -> Task
         escalation=escalation,
         session_name=_text(m.get("session_name")),
         columns=columns,
+        account=_text(m.get("account")),
     )
     return task
 
 
 def finish(
-    task: Task, now: float, requests: list[str], started: float | None, output_mtime: float | None
+    task: Task,
+    now: float,
+    requests: list[str],
+    started: float | None,
+    output_mtime: float | None,
+    limits: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Task:
     """A copy of a cached :class:`Task` with its time-dependent fields computed for ``now``
     (epoch s): ``started`` (``started_at``, else ``created_at``) and ``output_mtime`` (of
-    ``output.log``) are epochs or ``None``; ``requests`` the task's pending requests."""
+    ``output.log``) are epochs or ``None``; ``requests`` the task's pending requests;
+    ``limits`` the accounts' limits (:func:`supervisor.accounts.read_limits`)."""
 
     def ago(moment: float | None) -> float | None:
         return None if moment is None else round(now - moment, 1)
@@ -340,6 +352,8 @@ def finish(
     if task.resume_at is not None:
         out.resume_in_s = round(max(0.0, task.resume_at - now), 1)
     out.requests = requests
+    if task.status == Status.QUEUED and limits:
+        out.held = accounts.hold_of(limits, task.account, now)
     if "stop" in requests and task.status not in ENDED:
         out.group = "recovering"  # a stop in progress
     return out
@@ -403,13 +417,14 @@ class Reader:
         except OSError:
             entries = []
         requests = pending_requests(self.state_dir)
+        limits = accounts.read_limits(self.state_dir)
         tasks = []
         for entry in entries:
             parts = self._task(entry)
             if parts is not None:
                 task, started, output_mtime = parts
                 wanted = requests.get(task.task_id, [])
-                tasks.append(finish(task, now, wanted, started, output_mtime))
+                tasks.append(finish(task, now, wanted, started, output_mtime, limits))
         names = {e.name for e in entries}
         for gone in set(self._cache) - names:
             del self._cache[gone]

@@ -94,8 +94,8 @@ def table_row(task: model.Task) -> dict[str, Any]:
     if len(line) > LAST_LINE_CHARS:
         line = line[: LAST_LINE_CHARS - 1] + "…"
     outcome = task.verdict or ""
-    if task.reason or task.damaged:
-        outcome = f"{outcome} {task.reason or task.damaged}".strip()
+    if task.reason or task.damaged or task.held:
+        outcome = f"{outcome} {task.reason or task.damaged or task.held}".strip()
     waiting = task.resume_in_s is not None and task.status not in (Status.RUNNING, Status.VERIFYING)
     state = model.duration(task.state_s) + (
         f" (resume in {model.duration(task.resume_in_s)})" if waiting else ""

@@ -97,8 +97,9 @@ def short_id(task_id: str, width: int) -> str:
 
 def outcome(task: model.Task) -> str:
     """The verdict and the reason (``FAIL auth``, ``ABANDONED stopped``; ``damaged``'s
-    reason for a damaged folder); empty while neither is known. Terminal-safe."""
-    parts = [task.verdict or "", task.reason or task.damaged or ""]
+    reason for a damaged folder; why a queued task's account holds it back, issue 26);
+    empty while none is known. Terminal-safe."""
+    parts = [task.verdict or "", task.reason or task.damaged or task.held or ""]
     return escape_controls(" ".join(p for p in parts if p))
 
 

@@ -73,8 +73,8 @@ def _environment() -> Environment:
 
 def fingerprint(profile: LoadedProfile) -> tuple[Any, ...]:
     """What the board hub compares at each poll: one ``stat`` per ``manifest.json`` (the
-    engine replaces it atomically: new mtime and inode), the task folders' names, and the
-    spool and control folders' listings. No file is read."""
+    engine replaces it atomically: new mtime and inode), the task folders' names, the
+    spool and control folders' listings, and the accounts' limits. No file is read."""
     out: list[Any] = []
     try:
         entries = sorted(os.scandir(profile.tasks_dir), key=lambda e: e.name)
@@ -87,6 +87,7 @@ def fingerprint(profile: LoadedProfile) -> tuple[Any, ...]:
             out.append(tuple(sorted(os.listdir(folder))))
         except OSError:
             out.append(None)
+    out.append(_stat_key(str(profile.state_dir / layout.ACCOUNTS)))  # the held tasks' reason
     return tuple(out)
 
 

@@ -1,0 +1,118 @@
+"""The engine's book of the accounts' usage limits (issue 26): what
+:mod:`supervisor.policy.accounts` decides over, kept in memory and in
+``state_dir/accounts.json`` (written atomically and fsynced, so a limit holds across an
+engine restart).
+
+A limit is written *before* the decision that met it is applied (write-ahead): an engine
+killed between the two finds the account held at its next start, and the task's next check
+decides its wait again. A start admitted after a reset is written before the task starts, so
+a restart never lets a second start of the account skip the stagger.
+
+Thread safety: checks (on the dispatcher's pool) note limits and admit resumes; the intake
+job admits launches. One lock guards the book; no other lock is taken under it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from pathlib import Path
+
+from supervisor.accounts import is_account
+from supervisor.config.accounts import AccountsSpec
+from supervisor.diskio import atomic_write
+from supervisor.policy import accounts as rules
+from supervisor.policy.accounts import AccountLimit, Hold
+from supervisor.taskdir import layout
+
+log = logging.getLogger("supervise.engine")
+
+
+def load(path: Path) -> dict[str, AccountLimit]:
+    """The book in ``path``; ``{}`` when it is missing. An entry that does not read as one
+    (a hand edit, a torn disk) is skipped with a warning: it holds nothing back."""
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        log.warning("%s: unreadable (%s); no account is held by it", path, exc)
+        return {}
+    book: dict[str, AccountLimit] = {}
+    for account, entry in data.items() if isinstance(data, dict) else ():
+        try:
+            last = entry.get("last_start")
+            book[account] = AccountLimit(
+                until=float(entry["until"]),
+                by=str(entry["by"]),
+                last_start=None if last is None else float(last),
+            )
+        except (AttributeError, KeyError, TypeError, ValueError):
+            log.warning("%s: entry %r is not a limit; skipped", path, account)
+            continue
+        if not is_account(account) or book[account].until != book[account].until:  # NaN
+            log.warning("%s: entry %r is not a limit; skipped", path, account)
+            del book[account]
+    return book
+
+
+class AccountBook:
+    """The accounts' limits of one engine, under its own lock.
+
+    Args:
+        state_dir: the profile's state dir (the book is ``accounts.json`` in it).
+        spec: the profile's ``[accounts]`` (``stagger``, ``max_concurrent``).
+    """
+
+    def __init__(self, state_dir: Path, spec: AccountsSpec) -> None:
+        self.path = state_dir / layout.ACCOUNTS
+        self.spec = spec
+        self._lock = threading.Lock()
+        self._book = load(self.path)
+
+    def note(self, account: str | None, reset_at: float, by: str, now: float) -> None:
+        """``account`` met a usage limit that resets at ``reset_at`` (epoch s) in task
+        ``by``'s run (:func:`~supervisor.policy.accounts.noted`); written at once."""
+        if account is None:
+            return
+        with self._lock:
+            book = rules.noted(self._book, account, reset_at, by, now)
+            if book != self._book:
+                log.warning("account %s limited until %s (met by %s)", account, reset_at, by)
+                self._write(book)
+
+    def admit(self, account: str | None, now: float, running: int = 0) -> Hold | None:
+        """Whether a run of ``account`` may start at ``now`` (``running``: its live runs,
+        0 for a resume: it holds its slot already); ``None`` admits it, and a start after a
+        reset is recorded (:func:`~supervisor.policy.accounts.admit`)."""
+        if account is None:
+            return None
+        with self._lock:
+            book = rules.pruned(self._book, now, self.spec.stagger)
+            answer = rules.admit(
+                book, account, now, self.spec.stagger, running, self.spec.max_concurrent
+            )
+            if answer.book != self._book:
+                self._write(dict(answer.book))
+            return answer.hold
+
+    def snapshot(self) -> dict[str, AccountLimit]:
+        """A copy of the book (for tests and the log)."""
+        with self._lock:
+            return dict(self._book)
+
+    def _write(self, book: dict[str, AccountLimit]) -> None:
+        """Keep ``book`` and write it; a failed write (a full disk) keeps it in memory and
+        logs why: the holds go on in this engine, a restart would not see them."""
+        self._book = book
+        data = {
+            account: {"until": e.until, "by": e.by, "last_start": e.last_start}
+            for account, e in sorted(book.items())
+        }
+        try:
+            atomic_write(self.path, json.dumps(data, indent=1).encode())
+        except OSError as exc:
+            log.error(
+                "cannot write %s: %s; the accounts' limits are kept in memory", self.path, exc
+            )
