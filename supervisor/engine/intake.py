@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from supervisor import folderaccess, heartbeats, spool
+from supervisor import folderaccess, heartbeats, plans, spool
 from supervisor.config import LoadedProfile, ResolvedTask, resolve_task
 from supervisor.engine import statefs
 from supervisor.errors import SuperviseError
@@ -196,6 +196,8 @@ class SpoolIntake:
         try:
             for path in spool.recover_claims(self.profile):
                 log.warning("claim of %s was cut short; put back into the spool", path)
+            for line in plans.recover(self.profile):  # plan files (issue 26)
+                log.warning("%s", line)
         except OSError:
             log.exception("cannot recover interrupted spool claims")
 
@@ -235,26 +237,33 @@ class SpoolIntake:
         for path in claimable[:INTAKE_BATCH]:
             self._complete.discard(path.name)
             try:
-                claimed = spool.claim(path, self.profile)
+                made = plans.claim(path, self.profile) if plans.is_plan(path) else None
+                claimed = spool.claim(path, self.profile) if made is None else None
             except Exception as exc:  # a bad file must never stop the engine
                 log.exception("cannot claim %s", path)
                 self._quarantine(path, exc)
                 continue
-            if claimed is None:
-                continue
-            if claimed.error:
-                taken.rejected += 1
-                log.warning("rejected %s -> %s", path, claimed.rejected_to)
-                for problem in claimed.error.splitlines():  # one log line per problem
-                    log.warning("  %s", problem)
-                continue
-            taken.claimed += 1
-            assert claimed.task_dir is not None and claimed.resolved is not None
-            taken.tasks.append((claimed.task_dir, claimed.resolved))
+            for one in made or [claimed]:
+                self._count_claim(taken, path, one)
         # More files than one batch, or a file dropped while this run was busy (APScheduler
         # skips a kick that lands on a running job): run again right after the due checks.
         taken.more = len(ready) > INTAKE_BATCH or self._kicked
         return taken
+
+    @staticmethod
+    def _count_claim(taken: Taken, path: Path, claimed: spool.Claimed | None) -> None:
+        """Add one claim's result to ``taken`` (a rejection is logged, one line a problem)."""
+        if claimed is None:
+            return
+        if claimed.error:
+            taken.rejected += 1
+            log.warning("rejected %s -> %s", path, claimed.rejected_to)
+            for problem in claimed.error.splitlines():  # one log line per problem
+                log.warning("  %s", problem)
+            return
+        taken.claimed += 1
+        assert claimed.task_dir is not None and claimed.resolved is not None
+        taken.tasks.append((claimed.task_dir, claimed.resolved))
 
     def waiting(self) -> bool:
         """True while task files wait in the spool folder."""

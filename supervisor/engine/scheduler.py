@@ -61,6 +61,7 @@ from supervisor.engine.kicks import Kicks
 from supervisor.engine.launches import Launches
 from supervisor.engine.observe import Observer
 from supervisor.engine.panes import Sessions
+from supervisor.engine.plans import Plans
 from supervisor.engine.pools import Pools
 from supervisor.engine.runtime import Runtime
 from supervisor.engine.starts import Starts
@@ -79,7 +80,7 @@ ADOPT_RETRY = 5.0
 STATS_EVERY = 5.0
 
 
-class Engine(Checks, Launches, Kicks):
+class Engine(Checks, Launches, Kicks, Plans):
     """Runs one profile: ``Engine(profile).run()``.
 
     Args:
@@ -114,6 +115,7 @@ class Engine(Checks, Launches, Kicks):
         )
         self.live: dict[str, Runtime] = {}
         self.queue: deque[TaskDir] = deque()  # queued tasks, oldest first; loaded at launch
+        self.blocked: dict[str, TaskDir] = {}  # blocked tasks (after = [...]): engine/plans.py
         self.stopping = threading.Event()
         self.sessions = Sessions(self.tmux)
         self.disk = statefs.StateDisk(profile.state_dir, log)
@@ -301,6 +303,8 @@ class Engine(Checks, Launches, Kicks):
             if verb == control.CONTINUE:  # supervise continue (engine/followups.py)
                 followups.take(self, task_id)
                 continue
+            if self._stop_blocked(task_id, verb):  # a blocked task (engine/plans.py)
+                continue
             queued = next((t for t in self.queue if t.task_id == task_id), None)
             runtime = self.live.get(task_id)
             if runtime is None and queued is not None and verb in ("stop", "supersede"):
@@ -323,7 +327,7 @@ class Engine(Checks, Launches, Kicks):
             self._schedule_check(runtime, delay=0.0)
 
     def _enqueue(self, task: TaskDir, resolved: ResolvedTask) -> None:
-        self.queue.append(task)
+        self._hold_or_queue(task, after=bool(resolved.spec.after))
         log.info("queued %s (%s)", task.task_id, resolved.spec.name)
 
     # ------------------------------------------------------------------ adoption
@@ -338,7 +342,7 @@ class Engine(Checks, Launches, Kicks):
                 if found.resolved is not None:
                     self._enqueue(found.task, found.resolved)
                 else:
-                    self.queue.append(found.task)
+                    self._hold_or_queue(found.task)
                 continue
             runtime = found.runtime
             self.live[runtime.task.task_id] = runtime

@@ -88,6 +88,8 @@ class _ManifestTail(BaseModel):
     workspace: WorkspaceReport | None = None
     turn: int = 1
     turns: list[TurnRecord] = Field(default_factory=list)
+    after: list[str] = Field(default_factory=list)
+    requires: str | None = None
 
 
 # The keys of manifest.json keep their order: pydantic lists a base's fields before a

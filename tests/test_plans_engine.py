@@ -1,0 +1,103 @@
+"""Issue 26, part 1 (must show): a plan A -> B, A -> C run by a real engine, real tmux, the
+fake agent and a git repository for the worktrees."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+from conftest import Setup
+from support.repos import make_repo, sh
+
+#: A's acceptance: prints a marker that becomes A's summary, exits with the given code.
+ACCEPT = "import sys; print('A-RESULT-4242'); sys.exit({code})"
+PROMPT_B = "print: b\nexit: 0\nA said <<{after.A.summary}>> on {after.A.branch} {braces}"
+
+
+def plan(setup: Setup, a_passes: bool) -> str:
+    """The plan file: A, then B and C after A, both building on A's branch."""
+    accept = {"command": [sys.executable, "-c", ACCEPT.format(code=0 if a_passes else 1)]}
+    tasks: list[dict[str, Any]] = [
+        setup.task("A", "print: a\nexit: 0", acceptance=accept),
+        setup.task("B", PROMPT_B, after=["A"], workspace={"base": "after:A"}),
+        setup.task("C", "print: c\nexit: 0", after=["A"], workspace={"base": "after:A"}),
+    ]
+    return tomli_w.dumps({"tasks": tasks})
+
+
+def event_lines(setup: Setup, manifests: dict[str, dict]) -> str:
+    """``NAME ts event status [reason]`` for every event of the plan (the report's lines)."""
+    lines = []
+    for name in ("A", "B", "C"):
+        for e in setup.events(manifests[name]["task_id"]):
+            if e["event"] in ("hook",):
+                continue
+            extra = e.get("abandon_reason") or ""
+            lines.append(f"{name} {e['ts']} {e['event']} {e.get('status', '')} {extra}".rstrip())
+    return "\n".join(lines)
+
+
+def names(setup: Setup, task_id: str) -> list[str]:
+    return [e["event"] for e in setup.events(task_id)]
+
+
+def first_ts(setup: Setup, task_id: str, event: str) -> str:
+    return next(e["ts"] for e in setup.events(task_id) if e["event"] == event)
+
+
+def profile(setup: Setup) -> None:
+    make_repo(setup.project)
+    may = ["model", "acceptance", "workspace"]
+    setup.write_profile(max_concurrent=4, extra={"security": {"task_may_set": may}})
+
+
+def test_b_and_c_start_after_a_passes_from_a_branch_with_a_summary(setup: Setup) -> None:
+    profile(setup)
+    setup.drop("plan.toml", plan(setup, a_passes=True))
+    done = setup.run(timeout=120)
+    assert done.returncode == 0, done.stderr
+    m = setup.manifests()
+    print(done.stderr[-3000:])
+    print(event_lines(setup, m))
+    a = m["A"]
+    assert (a["status"], a["verdict"]) == ("completed", "PASS"), a["summary"]
+    done_a = first_ts(setup, a["task_id"], "completed")
+    for name in ("B", "C"):
+        task = m[name]
+        assert (task["status"], task["verdict"]) == ("completed", "PASS"), task["summary"]
+        assert task["after"] == [a["task_id"]] and task["requires"] == "pass"
+        seen = names(setup, task["task_id"])
+        assert seen[:3] == ["queued", "blocked", "unblocked"], seen
+        assert first_ts(setup, task["task_id"], "launched") >= done_a
+        ws = task["workspace"]
+        assert ws["base"] == a["workspace"]["branch"]
+        assert ws["base_commit"] == a["workspace"]["head_commit"]
+        # A's committed work is in B's and C's history
+        head_a = a["workspace"]["head_commit"]
+        sh(setup.project, "merge-base", "--is-ancestor", head_a, ws["branch"])
+    worktree_b = Path(m["B"]["workspace"]["path"])
+    prompt = (worktree_b / "received_prompt.bin").read_text()
+    assert "A said <<Acceptance passed (exit 0): A-RESULT-4242>>" in prompt
+    assert f"on {a['workspace']['branch']} {{braces}}" in prompt
+
+
+def test_b_and_c_end_abandoned_dependency_without_launching_when_a_fails(setup: Setup) -> None:
+    profile(setup)
+    setup.drop("plan.toml", plan(setup, a_passes=False))
+    done = setup.run(timeout=120)
+    assert done.returncode == 0, done.stderr
+    m = setup.manifests()
+    print(done.stderr[-3000:])
+    print(event_lines(setup, m))
+    a = m["A"]
+    assert (a["status"], a["verdict"]) == ("completed", "FAIL")
+    for name in ("B", "C"):
+        task = m[name]
+        assert (task["status"], task["abandon_reason"]) == ("abandoned", "dependency")
+        assert task["verdict"] == "ABANDONED" and task["launched_at"] is None
+        assert a["task_id"] in task["summary"] and "verdict FAIL" in task["summary"]
+        seen = names(setup, task["task_id"])
+        assert seen == ["queued", "blocked", "abandoned"], seen
+        assert not (setup.state / "tasks" / task["task_id"] / "launch.json").exists()
