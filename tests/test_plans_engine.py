@@ -3,12 +3,14 @@ fake agent and a git repository for the worktrees."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 import tomli_w
-from conftest import Setup
+from conftest import Setup, stop_engine, wait_for
 from support.repos import make_repo, sh
 
 #: A's acceptance: prints a marker that becomes A's summary, exits with the given code.
@@ -101,3 +103,55 @@ def test_b_and_c_end_abandoned_dependency_without_launching_when_a_fails(setup: 
         seen = names(setup, task["task_id"])
         assert seen == ["queued", "blocked", "abandoned"], seen
         assert not (setup.state / "tasks" / task["task_id"] / "launch.json").exists()
+
+
+def _ids(setup: Setup) -> dict[str, str]:
+    return {name: m["task_id"] for name, m in setup.manifests().items()}
+
+
+def test_a_blocked_task_survives_an_engine_kill_and_launches_once(setup: Setup) -> None:
+    setup.write_profile(max_concurrent=4)
+    tasks = [
+        setup.task("A", "print: a\nsleep: 4\nexit: 0"),
+        setup.task("B", "print: b\nexit: 0", after=["A"]),
+    ]
+    setup.drop("plan.toml", tomli_w.dumps({"tasks": tasks}))
+    engine = setup.start()
+    try:
+        wait_for(lambda: "launched" in names(setup, _ids(setup).get("A", "-")), timeout=60)
+        b = _ids(setup)["B"]
+        assert setup.manifests()["B"]["status"] == "blocked"
+        os.kill(engine.pid, signal.SIGKILL)  # halfway: A runs, B is blocked
+        engine.wait(timeout=10)
+    finally:
+        stop_engine(engine)
+    done = setup.run(timeout=120)
+    assert done.returncode == 0, done.stderr
+    m = setup.manifests()
+    assert (m["A"]["status"], m["B"]["status"]) == ("completed", "completed")
+    seen = names(setup, b)
+    assert seen.count("launched") == 1 and seen.count("unblocked") == 1, seen
+    assert seen.index("unblocked") < seen.index("launched")
+    assert first_ts(setup, b, "launched") >= first_ts(setup, m["A"]["task_id"], "completed")
+
+
+def test_a_blocked_task_can_be_stopped_and_never_launches(setup: Setup) -> None:
+    setup.write_profile(max_concurrent=4)
+    tasks = [
+        setup.task("A", "print: a\nsleep: 3\nexit: 0"),
+        setup.task("B", "print: b\nexit: 0", after=["A"]),
+    ]
+    setup.drop("plan.toml", tomli_w.dumps({"tasks": tasks}))
+    engine = setup.start()
+    try:
+        wait_for(lambda: "B" in setup.manifests(), timeout=60)
+        b = _ids(setup)["B"]
+        wait_for(lambda: "blocked" in names(setup, b), timeout=30)
+        out = setup.supervise("stop", "-c", str(setup.profile), b)
+        assert out.returncode == 0, out.stderr
+        wait_for(lambda: setup.manifests()["A"]["status"] == "completed", timeout=60)
+    finally:
+        stop_engine(engine)
+    m = setup.manifests()["B"]
+    assert (m["status"], m["abandon_reason"], m["launched_at"]) == ("abandoned", "stopped", None)
+    assert names(setup, b) == ["queued", "blocked", "stop_requested", "abandoned"]
