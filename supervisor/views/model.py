@@ -44,6 +44,7 @@ from supervisor.agents import kinds
 from supervisor.diskio import read_end
 from supervisor.taskdir import layout
 from supervisor.taskdir.states import DAMAGED, ENDED, HOST_LOST, Status
+from supervisor.views import plangraph
 from supervisor.views.sources import (
     HEARTBEAT,
     STALE_AFTER,
@@ -112,6 +113,7 @@ GROUP_OF: dict[str, str] = {
     Status.ABANDONED: "failed",
     DAMAGED: "failed",
     Status.QUEUED: "queued",
+    Status.BLOCKED: "queued",
     Status.COMPLETED: "done",
     Status.SUPERSEDED: "done",  # the task lives on in the fleet; nothing here needs anyone
 }
@@ -143,7 +145,9 @@ class Task:
     ``insertions``, ``deletions``: the task's workspace (``None`` without one);
     ``escalation``: ``{"reason", "tool", "subject"}`` of an escalated task; ``requests``:
     operator requests (``stop``, ``resume``, ``approve``, ``deny``) the engine has not
-    taken yet; ``session_name``: its tmux session.
+    taken yet; ``session_name``: its tmux session. ``after``: the ids of its predecessors
+    (issue 26); ``blocked_on``: those a ``blocked`` task still waits for (its ``reason``
+    says ``blocked on NAME (ID)``: :mod:`supervisor.views.plangraph`).
     """
 
     task_id: str
@@ -173,6 +177,8 @@ class Task:
     requests: list[str] = field(default_factory=list)
     session_name: str | None = None
     columns: dict[str, Any] = field(default_factory=dict)
+    after: list[str] = field(default_factory=list)
+    blocked_on: list[str] = field(default_factory=list)
 
     def row(self) -> dict[str, Any]:
         """The task as a plain dict (``supervise status --json``'s row): what
@@ -231,6 +237,10 @@ class Snapshot:
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _count(value: Any) -> int | None:
@@ -319,6 +329,7 @@ def task_from_manifest(m: dict[str, Any], folder: str, has_output: bool) -> Task
         escalation=escalation,
         session_name=_text(m.get("session_name")),
         columns=columns,
+        after=[i for i in _list(m.get("after")) if isinstance(i, str)],
     )
     return task
 
@@ -410,6 +421,7 @@ class Reader:
                 task, started, output_mtime = parts
                 wanted = requests.get(task.task_id, [])
                 tasks.append(finish(task, now, wanted, started, output_mtime))
+        plangraph.mark_blocked(tasks)
         names = {e.name for e in entries}
         for gone in set(self._cache) - names:
             del self._cache[gone]
