@@ -72,7 +72,9 @@ def is_plan(path: Path) -> bool:
     return isinstance(data.get("tasks"), list)
 
 
-def members(profile: LoadedProfile, tables: list[Any], shown: Path) -> list[Member]:
+def members(
+    profile: LoadedProfile, tables: list[Any], shown: Path, base: Path | None = None
+) -> list[Member]:
     """Validate a plan's tables as tasks (each as a task file would be), give each an id,
     and resolve every ``after``.
 
@@ -87,7 +89,7 @@ def members(profile: LoadedProfile, tables: list[Any], shown: Path) -> list[Memb
             problems.append(f"{where}: not a table; each [[tasks]] entry is a task's keys")
             continue
         try:
-            resolved = task_from_table(table, profile, profile.spool_dir, where)
+            resolved = task_from_table(table, profile, base or profile.spool_dir, where)
         except ConfigError as exc:
             problems += exc.problems
             continue
@@ -222,3 +224,40 @@ def recover(profile: LoadedProfile) -> list[str]:
                 lines.append(f"plan {staging.name}: its claim was cut short; {target} put back")
         shutil.rmtree(staging, ignore_errors=True)
     return lines
+
+
+def submit(path: Path, profile: LoadedProfile) -> dict[str, Any]:
+    """``supervise submit PLAN.toml``: validate the plan here as the engine will (relative
+    paths against the file's folder, made absolute), then place it in the spool under a
+    fresh name. Returns ``{"plan_file", "tasks"}`` (the spool file, the tasks' names).
+
+    Raises:
+        ConfigError: a ``[cluster]`` profile, or any problem of the plan (every line).
+    """
+    import tomli_w
+
+    from supervisor.config.tomlfile import read_toml
+    from supervisor.submission import place
+
+    if profile.spec.cluster is not None:
+        raise ConfigError(
+            [f"{path}: a [cluster] profile does not run plans yet; submit each task alone"]
+        )
+    _, data = read_toml(path, path, MAX_TASK_FILE_BYTES)
+    extra = sorted(set(data) - {"tasks"})
+    if extra or not isinstance(data.get("tasks"), list):
+        raise ConfigError([f"{path}: a plan file holds only [[tasks]] tables"])
+    made = members(profile, data["tasks"], path, base=path.parent)
+    tables = []
+    for member in made:
+        spec = member.resolved.spec
+        table = spec.model_dump(
+            mode="json", exclude_none=True, exclude_defaults=True, by_alias=True
+        )
+        table["name"] = spec.name
+        table["project_dir"] = str(spec.project_dir)
+        tables.append(table)
+    body = tomli_w.dumps({"tasks": tables}).encode()
+    plan_id = place(profile.spool_dir, profile.tasks_dir, "plan", body)
+    names = [m.resolved.spec.name for m in made]
+    return {"plan_file": str(profile.spool_dir / f"{plan_id}.toml"), "tasks": names}

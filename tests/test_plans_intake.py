@@ -221,3 +221,22 @@ def test_a_plan_claim_cut_short_after_its_commit_is_finished(setup: Setup) -> No
     tasks = sorted(TaskDir(p).read_manifest().task_name for p in loaded.tasks_dir.iterdir())
     assert tasks == ["A", "B"]
     assert plans.recover(loaded) == []  # done once: nothing more to do
+
+
+def test_submit_places_a_valid_plan_and_refuses_a_bad_one(setup: Setup) -> None:
+    loaded = profile(setup)
+    good = setup.root / "good.toml"
+    good.write_text(
+        tomli_w.dumps({"tasks": [setup.task("A", "x"), setup.task("B", "y", after=["A"])]})
+    )
+    done = setup.supervise("submit", "-c", str(setup.profile), str(good), "--json")
+    assert done.returncode == 0, done.stderr
+    placed = json.loads(done.stdout)
+    assert placed["tasks"] == ["A", "B"] and Path(placed["plan_file"]).exists()
+    claimed = plans.claim(Path(placed["plan_file"]), loaded)
+    assert claimed is not None and [c.error for c in claimed] == [None, None]
+    bad = setup.root / "bad.toml"
+    bad.write_text(tomli_w.dumps({"tasks": [setup.task("A", "x", after=["A"])]}))
+    done = setup.supervise("submit", "-c", str(setup.profile), str(bad))
+    assert done.returncode != 0 and "cannot come after itself" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -64,6 +64,7 @@ def test_schema_headers() -> None:
     assert set(manifest["properties"]) == set(Manifest.model_fields)
     assert manifest["properties"]["status"]["enum"] == [
         "queued",
+        "blocked",
         "running",
         "crashed",
         "hung",
