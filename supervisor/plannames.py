@@ -74,3 +74,21 @@ def single(resolved: ResolvedTask, task_id: str, tasks_dir: Path, shown: Path) -
     if not resolved.spec.after:
         return []
     return resolve_after(resolved, {}, known_tasks(tasks_dir, skip=task_id), str(shown))
+
+
+def no_cycle(edges: dict[str, list[str]], shown: Path) -> None:
+    """Refuse tasks that wait for each other (``edges``: id -> predecessors' ids).
+
+    Raises:
+        ConfigError: one line naming the cycle's ids and the fix.
+    """
+    from supervisor.policy.plans import find_cycle
+
+    cycle = find_cycle(edges)
+    if cycle is not None:
+        raise ConfigError(
+            [
+                f"{shown}: key 'after': tasks wait for each other ({' -> '.join(cycle)}); "
+                "break the cycle"
+            ]
+        )

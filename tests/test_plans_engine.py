@@ -155,3 +155,17 @@ def test_a_blocked_task_can_be_stopped_and_never_launches(setup: Setup) -> None:
     m = setup.manifests()["B"]
     assert (m["status"], m["abandon_reason"], m["launched_at"]) == ("abandoned", "stopped", None)
     assert names(setup, b) == ["queued", "blocked", "stop_requested", "abandoned"]
+
+
+def test_the_profiles_inline_tasks_may_name_each_other(setup: Setup) -> None:
+    tasks = [
+        setup.task("B", "print: b\nexit: 0", after=["A"]),  # named before A: resolved anyway
+        setup.task("A", "print: a\nexit: 3"),
+    ]
+    setup.write_profile(extra={"tasks": tasks})
+    done = setup.run(timeout=120)
+    assert done.returncode == 0, done.stderr
+    m = setup.manifests()
+    assert (m["A"]["status"], m["A"]["verdict"]) == ("failed", "FAIL")
+    assert (m["B"]["status"], m["B"]["abandon_reason"]) == ("abandoned", "dependency")
+    assert m["B"]["after"] == [m["A"]["task_id"]]

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from supervisor import folderaccess, heartbeats, plans, spool
+from supervisor import folderaccess, heartbeats, plannames, plans, spool
 from supervisor.config import LoadedProfile, ResolvedTask, resolve_task
 from supervisor.engine import statefs
 from supervisor.errors import SuperviseError
@@ -206,21 +206,21 @@ class SpoolIntake:
         marker = self.profile.state_dir / "inline-tasks.submitted"
         if not self.profile.spec.tasks or marker.exists():
             return []
-        base = self.profile.path.parent
+        base, shown = self.profile.path.parent, self.profile.path
+        ids = [spool.new_task_id(spec.name) for spec in self.profile.spec.tasks]
+        local = {spec.name: i for spec, i in zip(self.profile.spec.tasks, ids, strict=True)}
+        known = plannames.known_tasks(self.profile.tasks_dir)
+        checked = []
+        for spec in self.profile.spec.tasks:  # every task valid before any is made
+            resolved = resolve_task(spec.model_copy(deep=True), self.profile, base, shown)
+            checked.append((resolved, plannames.resolve_after(resolved, local, known, str(shown))))
+        plannames.no_cycle(dict(zip(ids, (after for _, after in checked), strict=True)), shown)
         made = []
-        for spec in self.profile.spec.tasks:
-            task_id = spool.new_task_id(spec.name)
-            folder = self.profile.tasks_dir / task_id
-            folder.mkdir(mode=0o700)
-            copy = spec.model_copy(deep=True)
-            resolved = resolve_task(copy, self.profile, base, self.profile.path)
-            task = TaskDir(folder)
-            spool.materialize(
-                task,
-                resolved,
-                source=f"{self.profile.path} [[tasks]]",
-                state_dir=self.profile.state_dir,
-            )
+        for task_id, (resolved, after) in zip(ids, checked, strict=True):
+            (self.profile.tasks_dir / task_id).mkdir(mode=0o700)
+            task = TaskDir(self.profile.tasks_dir / task_id)
+            source = f"{shown} [[tasks]]"
+            spool.materialize(task, resolved, source, self.profile.state_dir, after=after)
             made.append((task, resolved))
         atomic_write(marker, utc_iso().encode())
         return made
