@@ -132,9 +132,12 @@ class Plans:
         """Decide one blocked task: wait, start (queue it) or end it ``dependency``."""
         runtime = runtimes.load_queued(self.profile, self.tmux, task)
         runtime.state = policy.TaskState(status=Status.BLOCKED)
-        manifest, spec = runtime.manifest, runtime.resolved.spec
-        found = [predecessor(self.profile.tasks_dir, i) for i in manifest.after]
-        requires = manifest.requires or spec.requires
+        spec = runtime.resolved.spec
+        # the blocked event is the record (a manifest rebuilt by repair has no 'after')
+        record = last_of(task.events(), (Event.BLOCKED,)) or {}
+        after = [str(i) for i in record.get("after") or runtime.manifest.after]
+        found = [predecessor(self.profile.tasks_dir, i) for i in after]
+        requires = str(record.get("requires") or spec.requires)
         verdict = rules.gate(requires, [one for one, _ in found])
         now = clock.now()
         if verdict.failed is not None:
