@@ -122,24 +122,33 @@ class Plans:
         ):
             return
         self._plans_look = (self.stats["finished"], time.monotonic())
+        read: dict[str, tuple[rules.Predecessor, dict[str, Any]]] = {}  # once per look
         for task_id, task in list(self.blocked.items()):
             try:
-                self._look_at(task)
+                self._look_at(task, read)
             except Exception:  # one broken folder must not hold the others
                 log.exception("%s: cannot decide whether it may start; looked at again", task_id)
 
-    def _look_at(self, task: TaskDir) -> None:
-        """Decide one blocked task: wait, start (queue it) or end it ``dependency``."""
+    def _look_at(
+        self, task: TaskDir, read: dict[str, tuple[rules.Predecessor, dict[str, Any]]]
+    ) -> None:
+        """Decide one blocked task: wait, start (queue it) or end it ``dependency``. Its
+        ``blocked`` event is the record of its predecessors (a manifest rebuilt by repair
+        has no ``after``); ``read`` keeps each predecessor read once per look. A task that
+        still waits costs its event log and those reads, nothing more."""
+        record = last_of(task.events(), (Event.BLOCKED,)) or {}
+        after = [str(i) for i in record.get("after") or task.read_manifest().after]
+        for task_id in after:
+            if task_id not in read:
+                read[task_id] = predecessor(self.profile.tasks_dir, task_id)
+        found = [read[i] for i in after]
+        requires = str(record.get("requires") or rules.PASS)
+        verdict = rules.gate(requires, [one for one, _ in found])
+        if verdict.failed is None and not verdict.ready:
+            return
         runtime = runtimes.load_queued(self.profile, self.tmux, task)
         runtime.state = policy.TaskState(status=Status.BLOCKED)
-        spec = runtime.resolved.spec
-        # the blocked event is the record (a manifest rebuilt by repair has no 'after')
-        record = last_of(task.events(), (Event.BLOCKED,)) or {}
-        after = [str(i) for i in record.get("after") or runtime.manifest.after]
-        found = [predecessor(self.profile.tasks_dir, i) for i in after]
-        requires = str(record.get("requires") or spec.requires)
-        verdict = rules.gate(requires, [one for one, _ in found])
-        now = clock.now()
+        spec, now = runtime.resolved.spec, clock.now()
         if verdict.failed is not None:
             del self.blocked[task.task_id]
             decision = rules.dependency_failed(
