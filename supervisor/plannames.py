@@ -13,6 +13,11 @@ from supervisor.taskdir import layout
 from supervisor.waiting import load_manifest
 
 
+class UnknownNames(ConfigError):
+    """An ``after`` name means no task (yet): the spool may wait for it a while
+    (:data:`supervisor.engine.intake.AFTER_WAIT`) before it rejects the file."""
+
+
 def known_tasks(tasks_dir: Path, skip: str = "") -> tuple[set[str], dict[str, str]]:
     """The task ids of ``tasks_dir`` (folders holding a readable manifest; ``skip`` left
     out), and each task name's newest task id (by ``created_at``)."""
@@ -61,7 +66,7 @@ def resolve_after(
         else:
             found.append(task_id)
     if problems:
-        raise ConfigError(problems)
+        raise UnknownNames(problems)
     return found
 
 

@@ -3,11 +3,11 @@ plan file (one TOML of ``[[tasks]]`` tables) claimed as several tasks, all or no
 
 **Names.** Each entry of ``after`` is resolved once, at claim, to a task id, in this order:
 a task of the same plan file (by its ``name``), a task id of the profile's state dir, then
-the newest task of the state dir with that ``name``. A name that means nothing then is
-refused in one line (the file goes to ``spool/rejected/``): a predecessor must be known
-when its successor is claimed. The spool claims files oldest first, so a predecessor
-written (or ``supervise submit``-ted) before its successor is always known; tasks that
-name each other belong in one plan file. The manifest records the ids (``after``).
+the newest task of the state dir with that ``name``. A single file whose name means nothing
+yet goes back to the spool and is tried again at each intake run for up to
+:data:`supervisor.engine.intake.AFTER_WAIT` seconds (its predecessor's file may come next),
+then is refused in one line (the file goes to ``spool/rejected/``); a plan's names must
+mean a task of the plan or one claimed already. The manifest records the ids (``after``).
 
 **Plan files.** A spool file whose top level is only ``[[tasks]]`` is a plan. Every table
 is validated as a task file (``task_may_set`` included), names are unique within the plan,

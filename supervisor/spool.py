@@ -101,6 +101,7 @@ class Claimed:
     resolved: ResolvedTask | None = None
     error: str | None = None
     rejected_to: Path | None = None
+    deferred: bool = False  # put back: its 'after' names a task not claimed yet
 
 
 #: What :func:`pending` remembers of a spool entry between looks: its ``st_mtime_ns`` and
@@ -278,7 +279,7 @@ def _new_task_folder(tasks_dir: Path, name: str, preferred: str | None) -> Path:
             continue
 
 
-def claim(path: Path, profile: LoadedProfile) -> Claimed | None:
+def claim(path: Path, profile: LoadedProfile, defer: bool = False) -> Claimed | None:
     """Claim one spool file. Returns ``None`` when another claimer got it first.
 
     On success the file is ``<task_dir>/task.toml``, the prompt is in ``<task_dir>/prompt``
@@ -313,7 +314,7 @@ def claim(path: Path, profile: LoadedProfile) -> Claimed | None:
     except BaseException:
         _undo_claim(claimed, folder, path)
         raise
-    return finish_claim(TaskDir(folder), profile, original=path)
+    return finish_claim(TaskDir(folder), profile, original=path, defer=defer)
 
 
 def _undo_claim(claimed: Path, folder: Path, original: Path) -> Path:
@@ -372,12 +373,15 @@ def recover_claims(profile: LoadedProfile) -> list[Path]:
     return put_back
 
 
-def finish_claim(task: TaskDir, profile: LoadedProfile, original: Path | None = None) -> Claimed:
+def finish_claim(
+    task: TaskDir, profile: LoadedProfile, original: Path | None = None, defer: bool = False
+) -> Claimed:
     """Validate a claimed ``task.toml`` and materialize the task, or reject the file.
 
     Also used on start-up for a claim that a crash interrupted (``original`` unknown: the
     file is then rejected under its task id's name). Relative paths resolve against the
-    spool folder, where the file was dropped.
+    spool folder, where the file was dropped. ``defer``: a file whose only problem is an
+    ``after`` name that means no task yet goes back to the spool (``deferred``) instead.
     """
     target = task.file(layout.TASK_TOML)
     shown = original or profile.spool_dir / f"{task.task_id}.toml"
@@ -385,12 +389,17 @@ def finish_claim(task: TaskDir, profile: LoadedProfile, original: Path | None = 
         resolved = load_task(target, profile, base=profile.spool_dir, shown_as=shown)
         after = plannames.single(resolved, task.task_id, profile.tasks_dir, shown)
     except ConfigError as exc:
-        rejected = reject_from(target, shown, profile.spool_dir, exc.problems)
+        back = defer and isinstance(exc, plannames.UnknownNames) and not os.path.lexists(shown)
+        if back:
+            move_file(target, shown)  # back in the spool: its predecessor may come soon
+        rejected = None if back else reject_from(target, shown, profile.spool_dir, exc.problems)
         for leftover in task.path.iterdir():  # only our own lock file can be there
             if leftover.name.startswith("."):
                 leftover.unlink()
         with contextlib.suppress(OSError):
             task.path.rmdir()
+        if rejected is None:
+            return Claimed(source=shown, deferred=True)
         return Claimed(source=shown, error="\n".join(exc.problems), rejected_to=rejected)
     for line in spool_claim_warnings(profile, resolved.spec.host, shown):
         log.warning("%s", escape_controls(line))

@@ -172,3 +172,19 @@ def test_the_profiles_inline_tasks_may_name_each_other(setup: Setup) -> None:
     assert (m["A"]["status"], m["A"]["verdict"]) == ("failed", "FAIL")
     assert (m["B"]["status"], m["B"]["abandon_reason"]) == ("abandoned", "dependency")
     assert m["B"]["after"] == [m["A"]["task_id"]]
+
+
+def test_files_naming_each_other_are_claimed_whatever_their_order(setup: Setup) -> None:
+    setup.write_profile()
+    b = setup.drop("b.toml", setup.task("B", "print: b\nexit: 0", after=["A"]))
+    os.utime(b, (1_000_000, 1_000_000))  # B is older: the spool takes it first
+    setup.drop("a.toml", setup.task("A", "print: a\nexit: 0"))
+    done = setup.run(timeout=120)
+    assert done.returncode == 0, done.stderr
+    m = setup.manifests()
+    assert (m["A"]["status"], m["B"]["status"]) == ("completed", "completed")
+    assert m["B"]["after"] == [m["A"]["task_id"]]
+    assert first_ts(setup, m["B"]["task_id"], "launched") >= first_ts(
+        setup, m["A"]["task_id"], "completed"
+    )
+    assert not (setup.spool / "rejected").exists()

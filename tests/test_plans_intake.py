@@ -240,3 +240,24 @@ def test_submit_places_a_valid_plan_and_refuses_a_bad_one(setup: Setup) -> None:
     done = setup.supervise("submit", "-c", str(setup.profile), str(bad))
     assert done.returncode != 0 and "cannot come after itself" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_file_whose_predecessor_never_comes_is_rejected_after_the_wait(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import logging
+
+    from supervisor.engine import intake, statefs
+
+    loaded = profile(setup)
+    source = intake.SpoolIntake(loaded, statefs.StateDisk(loaded.state_dir, logging.getLogger()))
+    path = setup.drop("b.toml", setup.task("B", "print: b", after=["A"]))
+    os.utime(path, (1_000_000, 1_000_000))
+    taken = source.take()
+    assert (taken.claimed, taken.rejected) == (0, 0) and path.exists()  # waits in the spool
+    assert not list(loaded.tasks_dir.iterdir())
+    monkeypatch.setattr(intake, "AFTER_WAIT", 0.0)
+    taken = source.take()
+    assert (taken.claimed, taken.rejected) == (0, 1) and not path.exists()
+    error = (loaded.spool_dir / "rejected" / "b.toml.error").read_text()
+    assert "key 'after': no task named 'A'" in error

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import time
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -30,6 +31,10 @@ from supervisor.taskdir.folder import Manifest, TaskDir, atomic_write, utc_iso
 
 log = logging.getLogger("supervise.engine")
 
+#: Seconds a spool file whose ``after`` names a task not claimed yet waits in the spool
+#: (tried again at each intake run) before it is rejected: files of one plan dropped
+#: together are claimed whatever their order (issue 26).
+AFTER_WAIT = 60.0
 #: Spool files claimed per intake run; more are taken on the next run, right after the
 #: checks that are due, so a burst of files never starves the checks.
 INTAKE_BATCH = 25
@@ -181,6 +186,7 @@ class SpoolIntake:
         self._complete: set[str] = set()  # spool names inotify saw finished by their writer
         self._kicked = False  # a spool event arrived since take() last started
         self._seen: spool.Seen = {}  # first looks at future mtimes (spool.pending)
+        self._deferred: dict[str, float] = {}  # spool name -> first put back (monotonic s)
 
     def notice(self, name: str) -> bool:
         """A file event in the spool folder (the watcher thread). True: a task file was
@@ -238,11 +244,17 @@ class SpoolIntake:
             self._complete.discard(path.name)
             try:
                 made = plans.claim(path, self.profile) if plans.is_plan(path) else None
-                claimed = spool.claim(path, self.profile) if made is None else None
+                first = self._deferred.setdefault(path.name, time.monotonic())
+                defer = time.monotonic() - first < AFTER_WAIT
+                claimed = spool.claim(path, self.profile, defer) if made is None else None
             except Exception as exc:  # a bad file must never stop the engine
+                self._deferred.pop(path.name, None)
                 log.exception("cannot claim %s", path)
                 self._quarantine(path, exc)
                 continue
+            if claimed is not None and claimed.deferred:
+                continue  # waits for its predecessor's file (at most AFTER_WAIT s)
+            self._deferred.pop(path.name, None)
             for one in made or [claimed]:
                 self._count_claim(taken, path, one)
         # More files than one batch, or a file dropped while this run was busy (APScheduler
