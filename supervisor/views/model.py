@@ -113,10 +113,10 @@ GROUP_OF: dict[str, str] = {
     Status.ABANDONED: "failed",
     DAMAGED: "failed",
     Status.QUEUED: "queued",
-    Status.BLOCKED: "queued",
     Status.COMPLETED: "done",
     Status.SUPERSEDED: "done",  # the task lives on in the fleet; nothing here needs anyone
 }
+GROUP_OF[Status.BLOCKED] = GROUP_OF[Status.QUEUED]  # waits for its predecessors (issue 26)
 #: The group of each state that only the fleet's database holds (``status --cluster``).
 FLEET_GROUP_OF: dict[str, str] = {"claimed": "queued", "rejected": "failed", HOST_LOST: "failed"}
 _FROM_EVENTS = frozenset(
