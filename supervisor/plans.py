@@ -48,6 +48,8 @@ PLANS = "plans"
 RECORD = "plan.toml"
 #: The plan's task ids, in file order (written before any task folder is made).
 MEMBERS = "members.json"
+#: Most tasks one plan file may hold (each becomes a task folder at once).
+MAX_PLAN_TASKS = 1000
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,13 @@ def members(
     Raises:
         ConfigError: every problem, each line naming the file, the table and the key.
     """
+    if not tables or len(tables) > MAX_PLAN_TASKS:
+        raise ConfigError(
+            [
+                f"{shown}: key 'tasks': a plan holds 1 to {MAX_PLAN_TASKS} [[tasks]] tables, "
+                f"not {len(tables)}; split it into several plan files"
+            ]
+        )
     problems: list[str] = []
     checked: list[tuple[str, ResolvedTask]] = []
     for number, table in enumerate(tables, 1):

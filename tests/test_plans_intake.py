@@ -162,6 +162,8 @@ def test_a_plan_is_claimed_as_several_tasks_in_order(setup: Setup) -> None:
         ),
         ([{"name": "A", "prompt": "x", "project_dir": ".", "after": ["Z"]}], "no task named 'Z'"),
         (["not a table"], "not a table"),
+        ([], "a plan holds 1 to 1000 [[tasks]] tables, not 0"),
+        ([{"name": f"t{i}"} for i in range(1001)], "not 1001; split it"),
     ],
 )
 def test_a_plan_with_one_bad_task_is_rejected_whole(
