@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 def _private_group(gid: int) -> bool:
     """:func:`supervisor.spool.is_private_group`, imported only for a group-readable folder
     (the spool module loads the manifest model: ``validate`` would pay for it every run)."""
-    from supervisor.spool import is_private_group
+    from supervisor.spoolaccess import is_private_group
 
     return is_private_group(gid)
 
@@ -85,7 +85,7 @@ def denied_line(command: str, exc: PermissionError) -> str:
     write (another user's state dir is 0700, as ``supervise`` makes it): the file, and its
     owner when that is another user, found on the nearest folder above it this user can
     stat. Standard library only, for :func:`supervisor.cli.main`'s last resort."""
-    from supervisor.spool import _name_of_user
+    from supervisor.spoolaccess import _name_of_user
 
     path = Path(str(exc.filename)) if exc.filename else None
     line = f"supervise {command}: {path if path else exc.strerror}: permission denied"

@@ -299,6 +299,12 @@ def cmd_submit(args: argparse.Namespace, whole: Parser) -> int:
                 "has none: its spool folder needs no database)"
             ]
         )
+    if args.task not in (None, "-") and _plan(args):
+        from supervisor import plans
+
+        placed = plans.submit(Path(args.task).resolve(), profile)
+        print(json.dumps(placed) if args.json else escape_controls(placed["plan_file"]))
+        return 0
     resolved = _resolved(args, profile)
     if profile.spec.cluster is not None and missing_cluster_extra():
         return EXIT_USAGE
@@ -311,6 +317,23 @@ def cmd_submit(args: argparse.Namespace, whole: Parser) -> int:
     if not args.json:  # the id first, so a caller can act on it while the wait runs
         print(placed["task_id"], flush=True)
     return _wait(args, placed["task_id"], whole)
+
+
+def _plan(args: argparse.Namespace) -> bool:
+    """Whether ``args.task`` is a plan file (issue 26: ``[[tasks]]``); no ``--wait`` then.
+
+    Raises:
+        ConfigError: a plan with ``--wait`` (its tasks end one by one: wait for each).
+    """
+    from supervisor import plans
+
+    if not plans.is_plan(Path(args.task)):
+        return False
+    if args.wait:
+        raise ConfigError(
+            ["supervise submit: --wait takes one task; wait for each task of the plan"]
+        )
+    return True
 
 
 def _wait(args: argparse.Namespace, task_id: str, whole: Parser) -> int:

@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import grp
 import logging
 import os
-import pwd
 import re
 import secrets
 import stat
@@ -38,6 +36,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from supervisor import plannames
 from supervisor.config import (
     MAX_TASK_FILE_BYTES,
     ConfigError,
@@ -50,6 +49,7 @@ from supervisor.config import (
 )
 from supervisor.config.cluster import spool_claim_warnings
 from supervisor.diskio import NotRegularFile, fsync_dir, read_regular
+from supervisor.spoolaccess import is_private_group, sharing_problem
 from supervisor.taskdir import layout
 from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import Manifest, TaskDir, atomic_write, utc_iso
@@ -59,6 +59,7 @@ from supervisor.terminal import escape_controls
 from supervisor.workspace import lifecycle
 
 log = logging.getLogger("supervise.engine")
+__all__ = ["is_private_group", "sharing_problem"]  # their home: supervisor/spoolaccess.py
 
 #: Seconds a spool file must be unchanged before it is claimed.
 SETTLE = 0.2
@@ -70,69 +71,6 @@ MAX_REJECTED_NAME = 200
 #: :func:`pending` nor ``--exit-when-idle`` counts it.
 CLAIM_PREFIX = layout.CLAIM_PREFIX
 _CLAIM_RE = re.compile(re.escape(CLAIM_PREFIX) + r"([a-z0-9-]+)\.(.+)", re.DOTALL)
-
-
-def _name_of_user(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return "?"
-
-
-def _name_of_group(gid: int) -> str:
-    try:
-        return grp.getgrgid(gid).gr_name
-    except KeyError:
-        return "?"
-
-
-def is_private_group(gid: int, uid: int | None = None) -> bool:
-    """Whether ``gid`` is the user private group of ``uid`` (default: this process's user).
-
-    The user private group scheme (Debian, Ubuntu, Fedora, RHEL; the reason their default
-    umask is 002): a group named like the user, that is the user's primary group, and that
-    no other user belongs to, neither as a listed member nor by primary gid. Group write
-    permission on such a group grants nobody else anything.
-    """
-    uid = os.getuid() if uid is None else uid
-    try:
-        user = pwd.getpwuid(uid)
-        group = grp.getgrgid(gid)
-    except KeyError:
-        return False
-    if group.gr_name != user.pw_name or user.pw_gid != gid:
-        return False
-    if set(group.gr_mem) - {user.pw_name}:
-        return False
-    return not any(other.pw_gid == gid and other.pw_uid != uid for other in pwd.getpwall())
-
-
-def sharing_problem(folder: Path) -> str | None:
-    """Why other users could write task files into ``folder``, or ``None`` if only we can.
-
-    Unsafe: another owner, the world-write bit, or the group-write bit for a group other
-    than our user private group (see :func:`is_private_group`), which is what ``umask 002``
-    gives in a clone on Ubuntu or Fedora and grants nobody else anything.
-
-    Raises:
-        OSError: ``folder`` cannot be stat'ed.
-    """
-    info = folder.stat()
-    uid = os.getuid()
-    mode = info.st_mode & 0o7777
-    if info.st_uid != uid:
-        who = f"its owner uid {info.st_uid} ({_name_of_user(info.st_uid)}), not this user"
-    elif mode & 0o002:
-        who = "every user (the world-write bit)"
-    elif mode & 0o020 and not is_private_group(info.st_gid, uid):
-        who = f"the members of group {_name_of_group(info.st_gid)!r}"
-    else:
-        return None
-    return (
-        f"spool {folder} is writable by others: {who} (mode {oct(mode)}, owner uid "
-        f"{info.st_uid} ({_name_of_user(info.st_uid)}), group gid {info.st_gid} "
-        f"({_name_of_group(info.st_gid)}))"
-    )
 
 
 def slug(name: str, limit: int = 40) -> str:
@@ -162,6 +100,7 @@ class Claimed:
     resolved: ResolvedTask | None = None
     error: str | None = None
     rejected_to: Path | None = None
+    deferred: bool = False  # put back: its 'after' names a task not claimed yet
 
 
 #: What :func:`pending` remembers of a spool entry between looks: its ``st_mtime_ns`` and
@@ -317,7 +256,7 @@ def move_file(source: Path, target: Path) -> None:
     fsync_dir(source.parent)
 
 
-def _claim_name(task_id: str, original: str) -> str:
+def claim_name(task_id: str, original: str) -> str:
     """``.claim.<id>.<original>``, the original cut to fit NAME_MAX (255 bytes)."""
     head = f"{CLAIM_PREFIX}{task_id}."
     room = 255 - len(head.encode())
@@ -339,7 +278,7 @@ def _new_task_folder(tasks_dir: Path, name: str, preferred: str | None) -> Path:
             continue
 
 
-def claim(path: Path, profile: LoadedProfile) -> Claimed | None:
+def claim(path: Path, profile: LoadedProfile, defer: bool = False) -> Claimed | None:
     """Claim one spool file. Returns ``None`` when another claimer got it first.
 
     On success the file is ``<task_dir>/task.toml``, the prompt is in ``<task_dir>/prompt``
@@ -355,7 +294,7 @@ def claim(path: Path, profile: LoadedProfile) -> Claimed | None:
     # ``supervise submit`` names the file after the id it printed; keep that id.
     preferred = path.stem if TASK_ID_RE.fullmatch(path.stem) else None
     folder = _new_task_folder(profile.tasks_dir, _guess_name(path), preferred)
-    claimed = path.with_name(_claim_name(folder.name, path.name))
+    claimed = path.with_name(claim_name(folder.name, path.name))
     try:
         os.rename(path, claimed)  # the claim: inside the spool folder, atomic everywhere
     except FileNotFoundError:
@@ -374,7 +313,7 @@ def claim(path: Path, profile: LoadedProfile) -> Claimed | None:
     except BaseException:
         _undo_claim(claimed, folder, path)
         raise
-    return finish_claim(TaskDir(folder), profile, original=path)
+    return finish_claim(TaskDir(folder), profile, original=path, defer=defer)
 
 
 def _undo_claim(claimed: Path, folder: Path, original: Path) -> Path:
@@ -433,28 +372,37 @@ def recover_claims(profile: LoadedProfile) -> list[Path]:
     return put_back
 
 
-def finish_claim(task: TaskDir, profile: LoadedProfile, original: Path | None = None) -> Claimed:
+def finish_claim(
+    task: TaskDir, profile: LoadedProfile, original: Path | None = None, defer: bool = False
+) -> Claimed:
     """Validate a claimed ``task.toml`` and materialize the task, or reject the file.
 
     Also used on start-up for a claim that a crash interrupted (``original`` unknown: the
     file is then rejected under its task id's name). Relative paths resolve against the
-    spool folder, where the file was dropped.
+    spool folder, where the file was dropped. ``defer``: a file whose only problem is an
+    ``after`` name that means no task yet goes back to the spool (``deferred``) instead.
     """
     target = task.file(layout.TASK_TOML)
     shown = original or profile.spool_dir / f"{task.task_id}.toml"
     try:
         resolved = load_task(target, profile, base=profile.spool_dir, shown_as=shown)
+        after = plannames.single(resolved, task.task_id, profile.tasks_dir, shown)
     except ConfigError as exc:
-        rejected = reject_from(target, shown, profile.spool_dir, exc.problems)
+        back = defer and isinstance(exc, plannames.UnknownNames) and not os.path.lexists(shown)
+        if back:
+            move_file(target, shown)  # back in the spool: its predecessor may come soon
+        rejected = None if back else reject_from(target, shown, profile.spool_dir, exc.problems)
         for leftover in task.path.iterdir():  # only our own lock file can be there
             if leftover.name.startswith("."):
                 leftover.unlink()
         with contextlib.suppress(OSError):
             task.path.rmdir()
+        if rejected is None:
+            return Claimed(source=shown, deferred=True)
         return Claimed(source=shown, error="\n".join(exc.problems), rejected_to=rejected)
     for line in spool_claim_warnings(profile, resolved.spec.host, shown):
         log.warning("%s", escape_controls(line))
-    materialize(task, resolved, source=str(shown), state_dir=profile.state_dir)
+    materialize(task, resolved, source=str(shown), state_dir=profile.state_dir, after=after)
     return Claimed(source=shown, task_dir=task, resolved=resolved)
 
 
@@ -463,14 +411,25 @@ def reject_from(current: Path, original: Path, spool_dir: Path, problems: list[s
     return reject(current, spool_dir, problems, name=original.name)
 
 
-def materialize(task: TaskDir, resolved: ResolvedTask, source: str, state_dir: Path) -> Manifest:
+def materialize(
+    task: TaskDir,
+    resolved: ResolvedTask,
+    source: str,
+    state_dir: Path,
+    after: list[str] | None = None,
+    home: Path | None = None,
+) -> Manifest:
     """Write ``prompt``, ``spec.json`` (the validated task, for re-adoption), fsynced, the
     ``queued`` event (fsynced; its creation fsyncs the folder), then the first manifest, no
-    fsync (its ``workspace`` resolved now: :func:`supervisor.workspace.lifecycle.resolve`)."""
+    fsync (its ``workspace`` resolved now: :func:`supervisor.workspace.lifecycle.resolve`).
+
+    ``after``: the predecessors' ids (issue 26): the task is ``blocked`` (a ``blocked``
+    event after ``queued``, the manifest's ``after`` and ``requires``). ``home``: where the
+    folder will live when it is made elsewhere first (a plan's staging, :mod:`supervisor.plans`)."""
     workspace = lifecycle.resolve(
         task.task_id, resolved.spec.project_dir, resolved.workspace, state_dir
     )
-    spec = resolved.spec.model_dump_json(indent=1).encode()
+    spec = resolved.spec.model_dump_json(indent=1, by_alias=True).encode()  # [workspace] copy
     atomic_write(task.file(layout.PROMPT), resolved.prompt.encode("utf-8"), sync_dir=False)
     atomic_write(task.file(layout.SPEC), spec, sync_dir=False)
     if task.file(layout.EVENTS).exists():
@@ -483,7 +442,7 @@ def materialize(task: TaskDir, resolved: ResolvedTask, source: str, state_dir: P
         project_dir=str(resolved.spec.project_dir),
         session_name=task.task_id,
         session_id=str(uuid.uuid4()),
-        tmpdir=str(task.path),
+        tmpdir=str(home or task.path),
         created_at=utc_iso(),
         workspace=workspace,
         account=resolved.account,
@@ -495,6 +454,12 @@ def materialize(task: TaskDir, resolved: ResolvedTask, source: str, state_dir: P
         session_id=manifest.session_id,
         workspace=workspace.model_dump(mode="json"),
     )
+    if after:
+        manifest.status, manifest.after = Status.BLOCKED, after  # type: ignore[assignment]
+        manifest.requires = resolved.spec.requires
+        task.append_event(
+            Event.BLOCKED, status=Status.BLOCKED, after=after, requires=manifest.requires
+        )
     task.write_manifest(manifest, durable=False)
     lifecycle.note_in_place(task, workspace)  # a repository without a commit runs in place
     return manifest

@@ -64,6 +64,7 @@ def test_schema_headers() -> None:
     assert set(manifest["properties"]) == set(Manifest.model_fields)
     assert manifest["properties"]["status"]["enum"] == [
         "queued",
+        "blocked",
         "running",
         "crashed",
         "hung",
@@ -153,10 +154,12 @@ def test_manifest_enums_come_from_states() -> None:
 
 
 def test_terminal_and_live_partition_the_statuses() -> None:
-    """Every status is queued, live or terminal, and only one of them."""
+    """Every status is queued, blocked (issue 26: waits for its predecessors, no slot), live
+    or terminal, and only one of them."""
     assert {"completed", "failed", "abandoned", "superseded"} == TERMINAL
-    assert not LIVE & TERMINAL and Status.QUEUED not in LIVE | TERMINAL
-    assert LIVE | TERMINAL | {Status.QUEUED} == set(Status)
+    waiting = {Status.QUEUED, Status.BLOCKED}
+    assert not LIVE & TERMINAL and not waiting & (LIVE | TERMINAL)
+    assert LIVE | TERMINAL | waiting == set(Status)
     assert Status.RUNNING == "running" and f"{Status.RUNNING}" == "running"
     assert json.dumps({"status": Status.WAITING}) == '{"status": "waiting"}'
 

@@ -225,4 +225,7 @@ def test_every_status_is_an_event_and_a_fleet_state() -> None:
 
     for status in Status:
         assert Event[status.name] == status.value
+        if status == Status.BLOCKED:  # a [cluster] profile refuses 'after' (issue 26)
+            assert status.name not in FleetState.__members__
+            continue
         assert FleetState[status.name] == status.value

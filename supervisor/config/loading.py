@@ -37,6 +37,7 @@ from supervisor.config.models import (
     default_socket_name,
 )
 from supervisor.config.monitor import MonitorOverrides, MonitorPolicy, error_message
+from supervisor.config.plankeys import plan_problems
 from supervisor.config.salvage import without_bad_values
 from supervisor.config.tomlfile import format_errors, key_line, policy_line, read_toml
 from supervisor.config.workspace import effective_workspace
@@ -244,6 +245,7 @@ def resolve_task(
         except ValueError as exc:
             problems.append(f"{where('workspace.root')}: not a usable path ({exc})")
     problems += _exec_problems(spec, profile, prompt, where)
+    problems += _plan_problems(spec, profile, prompt, where)
     if problems or policy is None or prompt is None:
         raise ConfigError(problems)
     rules = (*(spec.approval.rules if spec.approval else ()), *profile.spec.approval.rules)
@@ -276,6 +278,15 @@ def _model(
             + f"; or give a full model id such as {EXAMPLE_MODEL}"
         )
     return wanted
+
+
+def _plan_problems(
+    spec: TaskSpec, profile: LoadedProfile, prompt: str | None, where: Callable[..., str]
+) -> list[str]:
+    """The plan keys' problems (issue 26, :func:`supervisor.config.plankeys.plan_problems`)."""
+    base = effective_workspace(profile.spec.workspace, spec.workspace).base
+    cluster = profile.spec.cluster is not None
+    return plan_problems(spec.name, spec.after, base, prompt, cluster, where)
 
 
 def _exec_problems(

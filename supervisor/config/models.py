@@ -43,6 +43,7 @@ from supervisor.config.monitor import (
     MonitorPolicy,
     PositiveSeconds,
 )
+from supervisor.config.plankeys import After, Requires
 from supervisor.config.workspace import WorkspaceSpec
 from supervisor.taskdir import layout
 
@@ -289,6 +290,10 @@ class TaskSpec(BaseModel):
     workspace: WorkspaceSpec | None = None
     #: ``[cluster]`` profiles only: run on this host id (its queue ``host.<id>``).
     host: str | None = None
+    #: Issue 26: names or ids of tasks that must end first (``supervisor.config.plankeys``).
+    after: After = Field(default_factory=list)
+    #: ``pass``: each predecessor must end with verdict ``PASS``; ``end``: any ending.
+    requires: Requires = "pass"
 
     @field_validator("host")
     @classmethod

@@ -16,13 +16,14 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import time
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from supervisor import folderaccess, heartbeats, spool
+from supervisor import folderaccess, heartbeats, plannames, plans, spool
 from supervisor.config import LoadedProfile, ResolvedTask, resolve_task
 from supervisor.engine import statefs
 from supervisor.errors import SuperviseError
@@ -30,6 +31,10 @@ from supervisor.taskdir.folder import Manifest, TaskDir, atomic_write, utc_iso
 
 log = logging.getLogger("supervise.engine")
 
+#: Seconds a spool file whose ``after`` names a task not claimed yet waits in the spool
+#: (tried again at each intake run) before it is rejected: files of one plan dropped
+#: together are claimed whatever their order (issue 26).
+AFTER_WAIT = 60.0
 #: Spool files claimed per intake run; more are taken on the next run, right after the
 #: checks that are due, so a burst of files never starves the checks.
 INTAKE_BATCH = 25
@@ -181,6 +186,7 @@ class SpoolIntake:
         self._complete: set[str] = set()  # spool names inotify saw finished by their writer
         self._kicked = False  # a spool event arrived since take() last started
         self._seen: spool.Seen = {}  # first looks at future mtimes (spool.pending)
+        self._deferred: dict[str, float] = {}  # spool name -> first put back (monotonic s)
 
     def notice(self, name: str) -> bool:
         """A file event in the spool folder (the watcher thread). True: a task file was
@@ -196,6 +202,8 @@ class SpoolIntake:
         try:
             for path in spool.recover_claims(self.profile):
                 log.warning("claim of %s was cut short; put back into the spool", path)
+            for line in plans.recover(self.profile):  # plan files (issue 26)
+                log.warning("%s", line)
         except OSError:
             log.exception("cannot recover interrupted spool claims")
 
@@ -204,21 +212,21 @@ class SpoolIntake:
         marker = self.profile.state_dir / "inline-tasks.submitted"
         if not self.profile.spec.tasks or marker.exists():
             return []
-        base = self.profile.path.parent
+        base, shown = self.profile.path.parent, self.profile.path
+        ids = [spool.new_task_id(spec.name) for spec in self.profile.spec.tasks]
+        local = {spec.name: i for spec, i in zip(self.profile.spec.tasks, ids, strict=True)}
+        known = plannames.known_tasks(self.profile.tasks_dir)
+        checked = []
+        for spec in self.profile.spec.tasks:  # every task valid before any is made
+            resolved = resolve_task(spec.model_copy(deep=True), self.profile, base, shown)
+            checked.append((resolved, plannames.resolve_after(resolved, local, known, str(shown))))
+        plannames.no_cycle(dict(zip(ids, (after for _, after in checked), strict=True)), shown)
         made = []
-        for spec in self.profile.spec.tasks:
-            task_id = spool.new_task_id(spec.name)
-            folder = self.profile.tasks_dir / task_id
-            folder.mkdir(mode=0o700)
-            copy = spec.model_copy(deep=True)
-            resolved = resolve_task(copy, self.profile, base, self.profile.path)
-            task = TaskDir(folder)
-            spool.materialize(
-                task,
-                resolved,
-                source=f"{self.profile.path} [[tasks]]",
-                state_dir=self.profile.state_dir,
-            )
+        for task_id, (resolved, after) in zip(ids, checked, strict=True):
+            (self.profile.tasks_dir / task_id).mkdir(mode=0o700)
+            task = TaskDir(self.profile.tasks_dir / task_id)
+            source = f"{shown} [[tasks]]"
+            spool.materialize(task, resolved, source, self.profile.state_dir, after=after)
             made.append((task, resolved))
         atomic_write(marker, utc_iso().encode())
         return made
@@ -235,26 +243,39 @@ class SpoolIntake:
         for path in claimable[:INTAKE_BATCH]:
             self._complete.discard(path.name)
             try:
-                claimed = spool.claim(path, self.profile)
+                made = plans.claim(path, self.profile) if plans.is_plan(path) else None
+                first = self._deferred.setdefault(path.name, time.monotonic())
+                defer = time.monotonic() - first < AFTER_WAIT
+                claimed = spool.claim(path, self.profile, defer) if made is None else None
             except Exception as exc:  # a bad file must never stop the engine
+                self._deferred.pop(path.name, None)
                 log.exception("cannot claim %s", path)
                 self._quarantine(path, exc)
                 continue
-            if claimed is None:
-                continue
-            if claimed.error:
-                taken.rejected += 1
-                log.warning("rejected %s -> %s", path, claimed.rejected_to)
-                for problem in claimed.error.splitlines():  # one log line per problem
-                    log.warning("  %s", problem)
-                continue
-            taken.claimed += 1
-            assert claimed.task_dir is not None and claimed.resolved is not None
-            taken.tasks.append((claimed.task_dir, claimed.resolved))
+            if claimed is not None and claimed.deferred:
+                continue  # waits for its predecessor's file (at most AFTER_WAIT s)
+            self._deferred.pop(path.name, None)
+            for one in made or [claimed]:
+                self._count_claim(taken, path, one)
         # More files than one batch, or a file dropped while this run was busy (APScheduler
         # skips a kick that lands on a running job): run again right after the due checks.
         taken.more = len(ready) > INTAKE_BATCH or self._kicked
         return taken
+
+    @staticmethod
+    def _count_claim(taken: Taken, path: Path, claimed: spool.Claimed | None) -> None:
+        """Add one claim's result to ``taken`` (a rejection is logged, one line a problem)."""
+        if claimed is None:
+            return
+        if claimed.error:
+            taken.rejected += 1
+            log.warning("rejected %s -> %s", path, claimed.rejected_to)
+            for problem in claimed.error.splitlines():  # one log line per problem
+                log.warning("  %s", problem)
+            return
+        taken.claimed += 1
+        assert claimed.task_dir is not None and claimed.resolved is not None
+        taken.tasks.append((claimed.task_dir, claimed.resolved))
 
     def waiting(self) -> bool:
         """True while task files wait in the spool folder."""

@@ -53,12 +53,14 @@ class Launches:
     _schedule_check: Callable[[Runtime, float], None]
     _count: Callable[[str], None]
     _account_holds: Callable[[TaskDir], bool]
+    _release_blocked: Callable[[], None]
 
     def _fill_slots(self) -> None:
         """Record the worktrees and launches made off the worker, then start queued tasks,
         oldest first, while fewer than ``max_concurrent`` are live (none on a full disk); a
         task its account holds back stays queued and the ones behind it still start."""
         limit = self.profile.spec.max_concurrent
+        self._release_blocked()  # blocked tasks whose predecessors ended join the queue
         for runtime, error in self.preparer.take():  # worktrees made off the check pool
             self._one(runtime, self._prepared, error)
         for runtime, result in self.starts.take():  # launches made off the check pool

@@ -123,7 +123,7 @@ def _adopt_one(
     launch_logged = first_of(events, Event.LAUNCHED) is not None
     # A queued manifest whose launch the log holds (a power cut kept the manifest before
     # the launch's, written without an fsync) is a run in progress, never launched twice.
-    queued = manifest.status == Status.QUEUED and task.task_id not in sessions
+    queued = manifest.status in (Status.QUEUED, Status.BLOCKED) and task.task_id not in sessions
     if queued and not ended and not launch_logged:
         return Requeued(task)
     launch_written = None

@@ -63,6 +63,7 @@ from supervisor.engine.kicks import Kicks
 from supervisor.engine.launches import Launches
 from supervisor.engine.observe import Observer
 from supervisor.engine.panes import Sessions
+from supervisor.engine.plans import Plans
 from supervisor.engine.pools import Pools
 from supervisor.engine.runtime import Runtime
 from supervisor.engine.starts import Starts
@@ -81,7 +82,7 @@ ADOPT_RETRY = 5.0
 STATS_EVERY = 5.0
 
 
-class Engine(Checks, Launches, Kicks, Accounts):
+class Engine(Checks, Launches, Kicks, Accounts, Plans):
     """Runs one profile: ``Engine(profile).run()``.
 
     Args:
@@ -119,6 +120,7 @@ class Engine(Checks, Launches, Kicks, Accounts):
         self.task_accounts: dict[str, str | None] = {}  # engine/accounts.py
         self.held_kinds: dict[str, str] = {}  # engine/accounts.py
         self.queue: deque[TaskDir] = deque()  # queued tasks, oldest first; loaded at launch
+        self.blocked: dict[str, TaskDir] = {}  # blocked tasks (after = [...]): engine/plans.py
         self.stopping = threading.Event()
         self.sessions = Sessions(self.tmux)
         self.disk = statefs.StateDisk(profile.state_dir, log)
@@ -306,6 +308,8 @@ class Engine(Checks, Launches, Kicks, Accounts):
             if verb == control.CONTINUE:  # supervise continue (engine/followups.py)
                 followups.take(self, task_id)
                 continue
+            if self._stop_blocked(task_id, verb):  # a blocked task (engine/plans.py)
+                continue
             queued = next((t for t in self.queue if t.task_id == task_id), None)
             runtime = self.live.get(task_id)
             if runtime is None and queued is not None and verb in ("stop", "supersede"):
@@ -328,7 +332,7 @@ class Engine(Checks, Launches, Kicks, Accounts):
             self._schedule_check(runtime, delay=0.0)
 
     def _enqueue(self, task: TaskDir, resolved: ResolvedTask) -> None:
-        self.queue.append(task)
+        self._hold_or_queue(task, after=bool(resolved.spec.after))
         log.info("queued %s (%s)", task.task_id, resolved.spec.name)
 
     # ------------------------------------------------------------------ adoption
@@ -343,7 +347,7 @@ class Engine(Checks, Launches, Kicks, Accounts):
                 if found.resolved is not None:
                     self._enqueue(found.task, found.resolved)
                 else:
-                    self.queue.append(found.task)
+                    self._hold_or_queue(found.task)
                 continue
             runtime = found.runtime
             self.live[runtime.task.task_id] = runtime

@@ -38,6 +38,11 @@ State table (like supervisord's process states; "stop" = stop the agent's proces
     queued        its worktree could not be made (base      failed      end (reason workspace)
                   missing, branch taken, setup failed, ENOSPC)
     queued        operator: supervise stop                  abandoned   finish
+    blocked       every predecessor (after) ended as        queued      event unblocked
+                  requires says (policy/plans.py)
+    blocked       a required predecessor ended otherwise    abandoned   finish, notify
+                                                                        (reason dependency)
+    blocked       operator: supervise stop                  abandoned   finish
     running       done-file, exit code 0                    completed   end
     running       done-file, exit code != 0                 failed      end
     any live      deadline passed (no done-file)            abandoned   stop, end

@@ -30,6 +30,7 @@ class Event(StrEnum):
 
     # the task's statuses, each recorded when the policy decides it
     QUEUED = Status.QUEUED.value
+    BLOCKED = Status.BLOCKED.value
     RUNNING = Status.RUNNING.value
     CRASHED = Status.CRASHED.value
     HUNG = Status.HUNG.value
@@ -49,6 +50,7 @@ class Event(StrEnum):
     APPROVED = "approved"
     DENIED = "denied"
     FOLLOWED_UP = "followed_up"
+    UNBLOCKED = "unblocked"  # a blocked task's predecessors ended as required: queued
     # the engine's records
     ADOPTED = "adopted"
     RESUME_REDONE = "resume_redone"
@@ -113,6 +115,7 @@ DURABLE: frozenset[str] = frozenset(
         Event.RESUMED,
         Event.CONTINUED,
         Event.FOLLOWED_UP,
+        Event.UNBLOCKED,
         Event.APPROVED,
         Event.DENIED,
         Event.NOTIFYING,

@@ -7,6 +7,7 @@ orchestrators keep working)::
     task.toml        the claimed spool file, moved here unchanged          TASK_TOML
     spec.json        the validated task table the engine launches from    SPEC
     prompt           the prompt text, byte for byte                       PROMPT
+    prompt.template  a plan task's prompt before {after.*} was filled     PROMPT_TEMPLATE
     followup.prompt  a follow-up's prompt waiting for the engine          FOLLOWUP
     turn.prompt      the current turn's prompt (turn 2 and later)         TURN_PROMPT
     launch.json      argv, env and cwd for the in-pane wrapper            LAUNCH
@@ -44,6 +45,10 @@ from __future__ import annotations
 TASK_TOML = "task.toml"
 SPEC = "spec.json"
 PROMPT = "prompt"
+#: Issue 26: a blocked task's prompt as claimed, kept when its ``{after.NAME.summary}`` /
+#: ``{after.NAME.branch}`` are filled into :data:`PROMPT` at unblock (filled again from
+#: it after a crash, never twice into the same text).
+PROMPT_TEMPLATE = "prompt.template"
 #: ``supervise continue`` (issue 22): the prompt of a follow-up that waits for the engine.
 #: Created with ``link(2)`` (never replaced), so of two follow-ups at once exactly one is
 #: taken; the engine renames it to :data:`TURN_PROMPT` once the new turn is recorded.

@@ -89,6 +89,8 @@ class _ManifestTail(BaseModel):
     turn: int = 1
     turns: list[TurnRecord] = Field(default_factory=list)
     account: str | None = Field(None, pattern=r"^acct-[0-9a-f]{12}$", title="Account")
+    after: list[str] = Field(default_factory=list)
+    requires: str | None = None
 
 
 # The keys of manifest.json keep their order: pydantic lists a base's fields before a

@@ -18,7 +18,10 @@ from enum import StrEnum
 class Status(StrEnum):
     """A task's status, as ``manifest.json`` reports it.
 
-    ``queued``: claimed, not launched yet. ``running``: the agent runs. ``crashed`` /
+    ``queued``: claimed, not launched yet. ``blocked``: claimed, waits for its
+    predecessors (``after``, issue 26) to end; holds no ``max_concurrent`` slot and becomes
+    ``queued`` when they ended as ``requires`` says (:mod:`supervisor.policy.plans`).
+    ``running``: the agent runs. ``crashed`` /
     ``hung``: the agent ended without a result or stopped producing output, a resume is
     due. ``waiting``: a usage limit or a transient API failure, resumes at ``resume_at``.
     ``escalated``: waits for a human (a permission request, the circuit breaker).
@@ -30,6 +33,7 @@ class Status(StrEnum):
     """
 
     QUEUED = "queued"
+    BLOCKED = "blocked"
     RUNNING = "running"
     CRASHED = "crashed"
     HUNG = "hung"
@@ -49,7 +53,7 @@ TERMINAL: frozenset[Status] = frozenset(
 )
 #: Statuses of a task that has been launched and has not ended: it holds one of the
 #: profile's ``max_concurrent`` slots (supervisord's RUNNING/BACKOFF/STOPPING, together).
-LIVE: frozenset[Status] = frozenset(Status) - TERMINAL - {Status.QUEUED}
+LIVE: frozenset[Status] = frozenset(Status) - TERMINAL - {Status.QUEUED, Status.BLOCKED}
 #: Status shown by ``supervise status`` for a folder whose manifest is missing or unreadable
 #: (:mod:`supervisor.taskdir.repair`); no manifest holds it, so it is not a :class:`Status`.
 DAMAGED = "damaged"
@@ -88,6 +92,8 @@ class AbandonReason(StrEnum):
     same, when the last failure was a lost tmux session (the server died or the session
     was killed). ``stopped``: ``supervise stop``. ``denied``: ``supervise deny`` of a task
     the circuit breaker paused. ``budget``: ``max_cost_usd`` was spent, so no more resumes.
+    ``dependency``: a predecessor named in ``after`` ended otherwise than ``requires`` asks
+    (issue 26); the task never launched, and the event's ``reason`` names the predecessor.
     """
 
     DEADLINE = "deadline"
@@ -96,6 +102,7 @@ class AbandonReason(StrEnum):
     STOPPED = "stopped"
     DENIED = "denied"
     BUDGET = "budget"
+    DEPENDENCY = "dependency"
 
 
 class FailureReason(StrEnum):

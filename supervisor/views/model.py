@@ -45,6 +45,7 @@ from supervisor.agents import kinds
 from supervisor.diskio import read_end
 from supervisor.taskdir import layout
 from supervisor.taskdir.states import DAMAGED, ENDED, HOST_LOST, Status
+from supervisor.views import plangraph
 from supervisor.views.sources import (
     HEARTBEAT,
     STALE_AFTER,
@@ -116,6 +117,7 @@ GROUP_OF: dict[str, str] = {
     Status.COMPLETED: "done",
     Status.SUPERSEDED: "done",  # the task lives on in the fleet; nothing here needs anyone
 }
+GROUP_OF[Status.BLOCKED] = GROUP_OF[Status.QUEUED]  # waits for its predecessors (issue 26)
 #: The group of each state that only the fleet's database holds (``status --cluster``).
 FLEET_GROUP_OF: dict[str, str] = {"claimed": "queued", "rejected": "failed", HOST_LOST: "failed"}
 _FROM_EVENTS = frozenset(
@@ -146,7 +148,9 @@ class Task:
     operator requests (``stop``, ``resume``, ``approve``, ``deny``) the engine has not
     taken yet; ``session_name``: its tmux session; ``account``: its credentials'
     fingerprint (:mod:`supervisor.accounts`); ``held``: why a queued task its account
-    holds back waits (``account limited until HH:MM``, issue 26).
+    holds back waits (``account limited until HH:MM``, issue 26). ``after``: the ids of its
+    predecessors (issue 26); ``blocked_on``: those a ``blocked`` task still waits for (its
+    ``reason`` says ``blocked on NAME (ID)``: :mod:`supervisor.views.plangraph`).
     """
 
     task_id: str
@@ -178,6 +182,8 @@ class Task:
     columns: dict[str, Any] = field(default_factory=dict)
     account: str | None = None
     held: str | None = None
+    after: list[str] = field(default_factory=list)
+    blocked_on: list[str] = field(default_factory=list)
 
     def row(self) -> dict[str, Any]:
         """The task as a plain dict (``supervise status --json``'s row): what
@@ -236,6 +242,10 @@ class Snapshot:
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _count(value: Any) -> int | None:
@@ -325,6 +335,7 @@ def task_from_manifest(m: dict[str, Any], folder: str, has_output: bool) -> Task
         session_name=_text(m.get("session_name")),
         columns=columns,
         account=_text(m.get("account")),
+        after=[i for i in _list(m.get("after")) if isinstance(i, str)],
     )
     return task
 
@@ -425,6 +436,7 @@ class Reader:
                 task, started, output_mtime = parts
                 wanted = requests.get(task.task_id, [])
                 tasks.append(finish(task, now, wanted, started, output_mtime, limits))
+        plangraph.mark_blocked(tasks)
         names = {e.name for e in entries}
         for gone in set(self._cache) - names:
             del self._cache[gone]

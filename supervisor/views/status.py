@@ -20,9 +20,9 @@ import sys
 import time
 from typing import Any
 
-from supervisor.taskdir.states import Status
+from supervisor.taskdir.states import ENDED, Status
 from supervisor.terminal import escape_controls
-from supervisor.views import model
+from supervisor.views import model, plangraph
 
 #: What ``--status`` accepts: every status of :mod:`supervisor.taskdir.states`, plus ``damaged``
 #: (a folder whose manifest cannot be read), the group names of :data:`model.GROUPS`
@@ -157,5 +157,8 @@ def run(profile: Any, args: argparse.Namespace) -> int:
 
     rows = [table_row(t) for t in (tasks if args.sort else model.sort_tasks(tasks, "group"))]
     print(tabulate(rows, headers="keys", missingval="-", disable_numparse=True))
+    graph = plangraph.edges([t for t in tasks if t.status not in ENDED])
+    if graph:  # the plans of the tasks shown that have not ended (issue 26)
+        print("plans:\n  " + "\n  ".join(graph))
     print(totals_line(snap))
     return 0

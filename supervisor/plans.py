@@ -1,0 +1,272 @@
+"""Plans at intake (issue 26, part 1): which task each name in ``after`` means, and a
+plan file (one TOML of ``[[tasks]]`` tables) claimed as several tasks, all or nothing.
+
+**Names.** Each entry of ``after`` is resolved once, at claim, to a task id, in this order:
+a task of the same plan file (by its ``name``), a task id of the profile's state dir, then
+the newest task of the state dir with that ``name``. A single file whose name means nothing
+yet goes back to the spool and is tried again at each intake run for up to
+:data:`supervisor.engine.intake.AFTER_WAIT` seconds (its predecessor's file may come next),
+then is refused in one line (the file goes to ``spool/rejected/``); a plan's names must
+mean a task of the plan or one claimed already. The manifest records the ids (``after``).
+
+**Plan files.** A spool file whose top level is only ``[[tasks]]`` is a plan. Every table
+is validated as a task file (``task_may_set`` included), names are unique within the plan,
+and a cycle is refused; one bad table rejects the whole file. The claim is crash-safe:
+
+1. the file is renamed to ``spool/.claim.<plan id>.<name>`` (atomic; nothing else claims it);
+2. every task is made in ``state_dir/plans/<plan id>/<task id>/`` (a staging folder no
+   engine adopts), with ``members.json`` listing them first;
+3. the claimed file moves to ``plans/<plan id>/plan.toml``: the commit;
+4. each task folder is renamed into ``tasks/`` (same filesystem).
+
+:func:`recover` (at start, before adoption) rolls a committed plan forward (step 4 for the
+folders still staged) and undoes any other (staging removed, the file back in the spool).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from supervisor import spool
+from supervisor.config import MAX_TASK_FILE_BYTES, ConfigError, LoadedProfile, ResolvedTask
+from supervisor.config.loading import task_from_table
+from supervisor.config.tomlfile import read_bounded, toml_table
+from supervisor.diskio import atomic_write
+from supervisor.plannames import known_tasks, resolve_after
+from supervisor.policy.plans import find_cycle
+from supervisor.taskdir.folder import TaskDir
+
+#: ``state_dir/plans``: one folder per claimed plan file (its staging, then its record).
+PLANS = "plans"
+#: The plan file as dropped, once its tasks are made (the commit of the claim).
+RECORD = "plan.toml"
+#: The plan's task ids, in file order (written before any task folder is made).
+MEMBERS = "members.json"
+#: Most tasks one plan file may hold (each becomes a task folder at once).
+MAX_PLAN_TASKS = 1000
+
+
+@dataclass(frozen=True)
+class Member:
+    """One task of a claim: its id, the validated task and its predecessors' ids."""
+
+    task_id: str
+    resolved: ResolvedTask
+    after: list[str]
+
+
+def is_plan(path: Path) -> bool:
+    """Whether the spool file ``path`` is a plan: a regular TOML file whose top level holds
+    ``tasks`` as an array of tables. Never blocks on a FIFO; an unreadable or malformed
+    file is not a plan (the single-file claim then rejects it with the reason)."""
+    if spool.not_a_task_file(path, path) is not None:
+        return False
+    try:
+        data = tomllib.loads(read_bounded(path, path, MAX_TASK_FILE_BYTES).decode("utf-8"))
+    except (ConfigError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
+        return False
+    return isinstance(data.get("tasks"), list)
+
+
+def members(
+    profile: LoadedProfile, tables: list[Any], shown: Path, base: Path | None = None
+) -> list[Member]:
+    """Validate a plan's tables as tasks (each as a task file would be), give each an id,
+    and resolve every ``after``.
+
+    Raises:
+        ConfigError: every problem, each line naming the file, the table and the key.
+    """
+    if not tables or len(tables) > MAX_PLAN_TASKS:
+        raise ConfigError(
+            [
+                f"{shown}: key 'tasks': a plan holds 1 to {MAX_PLAN_TASKS} [[tasks]] tables, "
+                f"not {len(tables)}; split it into several plan files"
+            ]
+        )
+    problems: list[str] = []
+    checked: list[tuple[str, ResolvedTask]] = []
+    for number, table in enumerate(tables, 1):
+        where = Path(f"{shown} [[tasks]] #{number}")
+        if not isinstance(table, dict):
+            problems.append(f"{where}: not a table; each [[tasks]] entry is a task's keys")
+            continue
+        try:
+            resolved = task_from_table(table, profile, base or profile.spool_dir, where)
+        except ConfigError as exc:
+            problems += exc.problems
+            continue
+        checked.append((str(where), resolved))
+    local: dict[str, str] = {}
+    for where, resolved in checked:
+        if resolved.spec.name in local:
+            problems.append(
+                f"{where}: key 'name': {resolved.spec.name!r} names two tasks of this plan; "
+                "give each task of a plan its own name"
+            )
+        local[resolved.spec.name] = spool.new_task_id(resolved.spec.name)
+    if problems:
+        raise ConfigError(problems)
+    known = known_tasks(profile.tasks_dir)
+    made = [
+        Member(local[r.spec.name], r, resolve_after(r, local, known, where)) for where, r in checked
+    ]
+    cycle = find_cycle({m.task_id: m.after for m in made})
+    if cycle is not None:
+        names = {m.task_id: m.resolved.spec.name for m in made}
+        loop = " -> ".join(names.get(i, i) for i in cycle)
+        raise ConfigError(
+            [
+                f"{shown}: key 'after': the plan's tasks wait for each other ({loop}); "
+                "break the cycle"
+            ]
+        )
+    return made
+
+
+def claim(path: Path, profile: LoadedProfile) -> list[spool.Claimed] | None:
+    """Claim the plan file ``path`` (see the module docstring): one :class:`spool.Claimed`
+    per task made, or one rejection (the whole file, every problem), or ``None`` when
+    another claimer took the file first.
+
+    Raises:
+        OSError: a step could not be written; the claim is undone (the file back in the
+            spool, nothing staged left) as far as the error allows, else at the next start.
+    """
+    plan_id = spool.new_task_id("plan")
+    staging = profile.state_dir / PLANS / plan_id
+    staging.mkdir(parents=True, mode=0o700)
+    claimed = path.with_name(spool.claim_name(plan_id, path.name))
+    try:
+        os.rename(path, claimed)
+    except FileNotFoundError:
+        staging.rmdir()
+        return None
+    try:
+        _, data = toml_table(read_bounded(claimed, path, MAX_TASK_FILE_BYTES), path)
+        extra = sorted(set(data) - {"tasks"})
+        if extra:
+            raise ConfigError(
+                [
+                    f"{path}: key {extra[0]!r}: a plan file holds only [[tasks]] tables; "
+                    "move the key into each task"
+                ]
+            )
+        made = members(profile, data["tasks"], path)
+    except ConfigError as exc:
+        staging.rmdir()
+        rejected = spool.reject(claimed, profile.spool_dir, exc.problems, name=path.name)
+        return [spool.Claimed(source=path, error="\n".join(exc.problems), rejected_to=rejected)]
+    try:
+        _stage(staging, made, path, profile)
+        spool.move_file(claimed, staging / RECORD)  # the commit
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        if os.path.lexists(claimed):
+            os.rename(claimed, path)
+        raise
+    published = publish(staging, profile)
+    by_id = {m.task_id: m.resolved for m in made}
+    return [
+        spool.Claimed(source=path, task_dir=task, resolved=by_id[task.task_id])
+        for task in published
+    ]
+
+
+def _stage(staging: Path, made: list[Member], path: Path, profile: LoadedProfile) -> None:
+    """Write ``members.json``, then every task's folder in the staging folder."""
+    atomic_write(staging / MEMBERS, json.dumps([m.task_id for m in made]).encode())
+    for member in made:
+        folder = staging / member.task_id
+        folder.mkdir(mode=0o700)
+        spool.materialize(
+            TaskDir(folder),
+            member.resolved,
+            source=f"{path} [[tasks]]",
+            state_dir=profile.state_dir,
+            after=member.after,
+            home=profile.tasks_dir / member.task_id,
+        )
+
+
+def publish(staging: Path, profile: LoadedProfile) -> list[TaskDir]:
+    """Move a committed plan's staged task folders into ``tasks/`` (those not moved yet),
+    in the plan's order; returns every task of the plan."""
+    ids = json.loads((staging / MEMBERS).read_bytes())
+    profile.tasks_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tasks = []
+    for task_id in ids:
+        home = profile.tasks_dir / task_id
+        if (staging / task_id).is_dir() and not home.exists():
+            os.rename(staging / task_id, home)
+        tasks.append(TaskDir(home))
+    return tasks
+
+
+def recover(profile: LoadedProfile) -> list[str]:
+    """At start, before adoption: roll committed plan claims forward, undo the others
+    (their staged folders removed, their file back in the spool under its own name).
+    Returns one line per claim it finished or undid, for the engine's log."""
+    lines: list[str] = []
+    root = profile.state_dir / PLANS
+    for staging in sorted(root.iterdir()) if root.is_dir() else ():
+        if (staging / RECORD).exists():
+            moved = [t for t in staging.iterdir() if t.is_dir()]
+            if moved:
+                publish(staging, profile)
+                lines.append(
+                    f"plan {staging.name}: its claim was cut short; its tasks were moved in"
+                )
+            continue
+        prefix = spool.claim_name(staging.name, "")
+        for entry in os.scandir(profile.spool_dir):
+            if entry.name.startswith(prefix):
+                target = profile.spool_dir / entry.name[len(prefix) :]
+                if not os.path.lexists(target):
+                    os.rename(entry.path, target)
+                lines.append(f"plan {staging.name}: its claim was cut short; {target} put back")
+        shutil.rmtree(staging, ignore_errors=True)
+    return lines
+
+
+def submit(path: Path, profile: LoadedProfile) -> dict[str, Any]:
+    """``supervise submit PLAN.toml``: validate the plan here as the engine will (relative
+    paths against the file's folder, made absolute), then place it in the spool under a
+    fresh name. Returns ``{"plan_file", "tasks"}`` (the spool file, the tasks' names).
+
+    Raises:
+        ConfigError: a ``[cluster]`` profile, or any problem of the plan (every line).
+    """
+    import tomli_w
+
+    from supervisor.config.tomlfile import read_toml
+    from supervisor.submission import place
+
+    if profile.spec.cluster is not None:
+        raise ConfigError(
+            [f"{path}: a [cluster] profile does not run plans yet; submit each task alone"]
+        )
+    _, data = read_toml(path, path, MAX_TASK_FILE_BYTES)
+    extra = sorted(set(data) - {"tasks"})
+    if extra or not isinstance(data.get("tasks"), list):
+        raise ConfigError([f"{path}: a plan file holds only [[tasks]] tables"])
+    made = members(profile, data["tasks"], path, base=path.parent)
+    tables = []
+    for member in made:
+        spec = member.resolved.spec
+        table = spec.model_dump(
+            mode="json", exclude_none=True, exclude_defaults=True, by_alias=True
+        )
+        table["name"] = spec.name
+        table["project_dir"] = str(spec.project_dir)
+        tables.append(table)
+    body = tomli_w.dumps({"tasks": tables}).encode()
+    plan_id = place(profile.spool_dir, profile.tasks_dir, "plan", body)
+    names = [m.resolved.spec.name for m in made]
+    return {"plan_file": str(profile.spool_dir / f"{plan_id}.toml"), "tasks": names}

@@ -1,0 +1,65 @@
+"""Issue 26, part 1: a blocked task and what it waits for in ``status`` (table and
+``--json``), ``top``'s outcome column and ``serve``'s board; the plan's edges."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import tomli_w
+from conftest import Setup
+
+from supervisor import plans
+from supervisor.config import load_profile
+from supervisor.taskdir.folder import TaskDir
+from supervisor.views import model, tui_columns, webpage
+from supervisor.views.webauth import Access
+
+
+def claimed_plan(setup: Setup) -> tuple[Any, dict[str, TaskDir]]:
+    loaded = load_profile(setup.write_profile())
+    for folder in (loaded.spool_dir, loaded.tasks_dir):
+        folder.mkdir(parents=True, exist_ok=True)
+    tasks = [
+        setup.task("A", "x"),
+        setup.task("B", "y", after=["A"]),
+        setup.task("C\u202e", "z", after=["A", "B"], requires="end"),  # shown escaped
+    ]
+    made = plans.claim(setup.drop("plan.toml", tomli_w.dumps({"tasks": tasks})), loaded)
+    assert made is not None
+    found = {c.resolved.spec.name[0]: c.task_dir for c in made if c.resolved and c.task_dir}
+    return loaded, found
+
+
+def status(setup: Setup, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "supervisor.cli", "status", "-c", str(setup.profile), *args],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return done.stdout
+
+
+def test_status_top_and_serve_show_what_a_blocked_task_waits_for(setup: Setup) -> None:
+    loaded, t = claimed_plan(setup)
+    a, b, c = (t[k].task_id for k in "ABC")
+    rows = {row["task_id"]: row for row in json.loads(status(setup, "--json"))}
+    assert rows[b]["status"] == "blocked" and rows[b]["blocked_on"] == [a]
+    assert rows[c]["after"] == [a, b] and rows[c]["blocked_on"] == [a, b]
+    assert rows[b]["reason"] == f"blocked on A ({a})"
+    text = status(setup)
+    assert f"blocked on A ({a})" in text and "\u202e" not in text
+    assert f"A ({a}) → B ({b}) [blocked]" in text, text
+    assert f"B ({b}) → C\\u202e ({c}) [blocked]" in text
+    snap = model.Reader(loaded.state_dir, loaded.spool_dir).snapshot()
+    task_b = snap.task(b)
+    assert task_b is not None and task_b.group == "queued"
+    assert f"blocked on A ({a})" in tui_columns.outcome(task_b)
+    board = webpage.Pages(loaded, Access(token=None, allow_actions=False, loopback=True)).board()
+    assert f"blocked on A ({a})" in board
+    # A ended: B's and C's reason says they start at the next intake
+    t["A"].update_manifest(lambda m: setattr(m, "status", "completed"))
+    rows = {row["task_id"]: row for row in json.loads(status(setup, "--json"))}
+    assert rows[b]["blocked_on"] == [] and "predecessors ended" in rows[b]["reason"]
+    assert rows[c]["blocked_on"] == [b]
