@@ -73,6 +73,15 @@ def pending(state_dir: Path) -> list[tuple[str, str, Path]]:
     return [(task_id, verb, Path(path)) for _, task_id, verb, path in sorted(found)]
 
 
+def pending_verbs(state_dir: Path) -> dict[str, list[str]]:
+    """Task id → verbs of the requests waiting in ``state_dir/control`` (:func:`pending`),
+    oldest first: what the views show as asked and not taken yet."""
+    out: dict[str, list[str]] = {}
+    for task_id, verb, _ in pending(state_dir):
+        out.setdefault(task_id, []).append(verb)
+    return out
+
+
 def acted(verb: str, before: dict, after: dict) -> bool:
     """Whether the manifest ``after`` shows ``verb`` applied to the task that was
     ``before`` (both manifest dicts): stop ended it; approve/deny answered the escalation;

@@ -43,7 +43,7 @@ from typing import Any
 from supervisor import accounts
 from supervisor.agents import kinds
 from supervisor.diskio import read_end
-from supervisor.taskdir import layout
+from supervisor.taskdir import control, layout
 from supervisor.taskdir.states import DAMAGED, ENDED, HOST_LOST, Status
 from supervisor.views import plangraph
 from supervisor.views.sources import (
@@ -77,7 +77,6 @@ __all__ = [
     "epoch",
     "finish",
     "lock_held",
-    "pending_requests",
     "pid_alive",
     "read_json",
     "readable_last_line",
@@ -427,7 +426,7 @@ class Reader:
             entries = sorted(os.scandir(self.tasks_dir), key=lambda e: e.name)
         except OSError:
             entries = []
-        requests = pending_requests(self.state_dir)
+        requests = control.pending_verbs(self.state_dir)
         limits = accounts.read_limits(self.state_dir)
         tasks = []
         for entry in entries:
@@ -448,17 +447,6 @@ class Reader:
             tasks=tasks,
             totals=totals(tasks),
         )
-
-
-def pending_requests(state_dir: Path) -> dict[str, list[str]]:
-    """Task id → verbs of the operator requests in ``state_dir/control`` not taken yet
-    (:mod:`supervisor.taskdir.control`)."""
-    from supervisor.taskdir import control
-
-    out: dict[str, list[str]] = {}
-    for task_id, verb, _ in control.pending(state_dir):
-        out.setdefault(task_id, []).append(verb)
-    return out
 
 
 def totals(tasks: Iterable[Task]) -> dict[str, Any]:
