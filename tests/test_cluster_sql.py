@@ -92,13 +92,15 @@ def test_fleet_states_extend_the_statuses() -> None:
     from supervisor.taskdir.states import (
         FINAL,
         HOST_LOST,
+        SPOOL_ONLY,
         TERMINAL,
         UNCLAIMED,
         FleetState,
         Status,
     )
 
-    assert {s.value for s in Status} < {s.value for s in FleetState}
+    assert {s.value for s in Status} - SPOOL_ONLY < {s.value for s in FleetState}
+    assert not SPOOL_ONLY & {s.value for s in FleetState}
     assert FleetState.HOST_LOST == HOST_LOST
     # the sets control.py and sweeper.py held before issue 23
     assert {"completed", "failed", "abandoned", "host_lost", "rejected", "superseded"} == FINAL

@@ -217,19 +217,7 @@ def resolve_task(
                 f"{where('project_dir')}: folder {str(spec.project_dir)!r} does not exist; "
                 "give an existing project folder (absolute, or relative to this file)"
             )
-    prompt = spec.prompt
-    if spec.prompt_file is not None:
-        try:
-            spec.prompt_file = _resolve(base, spec.prompt_file)
-            prompt = _read_prompt_file(spec.prompt_file)
-        except UnicodeDecodeError as exc:
-            problems.append(
-                f"{where('prompt_file')}: cannot read {str(spec.prompt_file)!r} as UTF-8 ({exc})"
-            )
-        except (OSError, ValueError) as exc:  # not a regular file, too big, unreadable
-            problems.append(
-                f"{where('prompt_file')}: cannot read {str(spec.prompt_file)!r} ({exc})"
-            )
+    prompt = _prompt(spec, base, where, problems)
     model = _model(spec, profile, where, problems)
     policy: MonitorPolicy | None = None
     sources: dict[str, str] = {}
@@ -260,6 +248,25 @@ def resolve_task(
         workspace=effective_workspace(profile.spec.workspace, spec.workspace),
         account=accounts.of_task(profile.spec.agent.env, spec.env),
     )
+
+
+def _prompt(
+    spec: TaskSpec, base: Path, where: Callable[..., str], problems: list[str]
+) -> str | None:
+    """The task's prompt: ``prompt``, or ``prompt_file`` (resolved against ``base``) read;
+    None with a line added to ``problems`` when the file cannot be read."""
+    if spec.prompt_file is None:
+        return spec.prompt
+    try:
+        spec.prompt_file = _resolve(base, spec.prompt_file)
+        return _read_prompt_file(spec.prompt_file)
+    except UnicodeDecodeError as exc:
+        problems.append(
+            f"{where('prompt_file')}: cannot read {str(spec.prompt_file)!r} as UTF-8 ({exc})"
+        )
+    except (OSError, ValueError) as exc:  # not a regular file, too big, unreadable
+        problems.append(f"{where('prompt_file')}: cannot read {str(spec.prompt_file)!r} ({exc})")
+    return None
 
 
 def _model(

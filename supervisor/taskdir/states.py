@@ -127,9 +127,15 @@ class FailureReason(StrEnum):
 # The fleet's states
 
 
+#: Statuses no fleet task has: ``blocked`` waits on ``after``, which a ``[cluster]``
+#: profile refuses (issue 26), so :class:`FleetState` and the database's CHECK omit them.
+SPOOL_ONLY: frozenset[Status] = frozenset({Status.BLOCKED})
+
+
 class FleetState(StrEnum):
     """A fleet task's ``state`` (``supervise_tasks.state``; issue 15): every manifest
-    :class:`Status`, which the host that owns the task reports, plus the fleet's own.
+    :class:`Status` but :data:`SPOOL_ONLY`, which the host that owns the task reports, plus
+    the fleet's own.
 
     ``queued`` (also a :class:`Status`): waits for a host's claim. ``claimed``: a host took
     it and has not reported yet. ``rejected``: the claiming host cannot run it (its
