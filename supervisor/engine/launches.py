@@ -23,6 +23,7 @@ from supervisor.config import ConfigError, LoadedProfile
 from supervisor.engine import clock, launch, statefs, workspaces
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.actions import Actions
+from supervisor.engine.dailyspend import DailySpend
 from supervisor.engine.intake import Intake
 from supervisor.engine.runtime import Outcome, Runtime
 from supervisor.engine.starts import Result, Starts
@@ -42,6 +43,7 @@ class Launches:
     live: dict[str, Runtime]
     queue: deque[TaskDir]
     disk: statefs.StateDisk
+    spend: DailySpend
     source: Intake
     actions: Actions
     preparer: workspaces.Preparer
@@ -63,6 +65,8 @@ class Launches:
             self._one(runtime, self._launched, result)
         if self.queue and self.disk.full():
             return  # a launch writes launch.json, events and the manifest: wait for room
+        if self.queue and self.spend.holds(self.queue, clock.now()):
+            return  # the profile's daily budget is spent: queued tasks wait (policy/spend.py)
         while self.queue and len(self.live) < limit:
             task = self.queue.popleft()
             try:

@@ -88,6 +88,7 @@ class _ManifestTail(BaseModel):
     workspace: WorkspaceReport | None = None
     turn: int = 1
     turns: list[TurnRecord] = Field(default_factory=list)
+    budget_hold: dict[str, Any] | None = None
 
 
 # The keys of manifest.json keep their order: pydantic lists a base's fields before a
@@ -114,6 +115,10 @@ class Manifest(_ManifestTail, *kinds.manifest_models(), _ManifestHead):  # type:
     (:class:`~supervisor.workspace.model.WorkspaceReport`) says where the task worked.
     ``turn`` is 1 for the first run of the task's prompt and counts each ``supervise
     continue``; ``turns`` keeps each earlier turn's outcome (:class:`TurnRecord`).
+    ``budget_hold`` (issue 26): on a queued task the profile's daily cap holds back
+    (``[budget] daily_usd``): ``{"day", "reason", "spent_usd", "daily_usd", "until"}``
+    (``reason``: ``daily budget reached: $X of $Y``; ``until``: ISO 8601 UTC, the next local
+    midnight); it holds only while ``status`` is ``queued`` and ``day`` is today.
     All timestamps are ISO-8601 UTC strings.
     """
 
