@@ -156,10 +156,13 @@ def _current_time(manifest: Mapping[str, Any]) -> float | None:
     return None
 
 
-def pieces(manifest: Mapping[str, Any]) -> tuple[tuple[float | None, float], ...]:
+def pieces(
+    manifest: Mapping[str, Any], total: float | None = None
+) -> tuple[tuple[float | None, float], ...]:
     """The task's spend split by turn: ``(epoch s or None, usd)`` for each turn that spent
-    something (see the module docstring). Their sum equals :func:`total_of` exactly."""
-    total = total_of(manifest)
+    something (see the module docstring). Their sum equals :func:`total_of` exactly
+    (``total``: that value when the caller has it already)."""
+    total = total_of(manifest) if total is None else total
     if total is None:
         return ()
     out: list[tuple[float | None, float]] = []
@@ -187,13 +190,14 @@ def task_spend(manifest: Mapping[str, Any], task_id: str) -> TaskSpend:
         manifest.get("account"),
     )
     turn = manifest.get("turn")
+    total = total_of(manifest)
     return TaskSpend(
         task_id=task_id,
         task_name=name if isinstance(name, str) else None,
         status=status if isinstance(status, str) else "-",
         account=account if isinstance(account, str) and account else NO_ACCOUNT,
-        total_usd=total_of(manifest),
-        pieces=pieces(manifest),
+        total_usd=total,
+        pieces=pieces(manifest, total) if total is not None else (),
         turns=turn if isinstance(turn, int) and not isinstance(turn, bool) and turn > 0 else 1,
         held=isinstance(manifest.get("budget_hold"), dict),
     )
