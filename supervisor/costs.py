@@ -415,3 +415,42 @@ def hours_today(found: Iterable[TaskSpend], now: float) -> list[float]:
             if when is not None and start <= when <= now:
                 hours[min(int((when - start) // 3600), len(hours) - 1)] += micro(usd)
     return [h / MICRO for h in hours]
+
+
+def budgets(
+    caps: Iterable[tuple[str, float | None]], found: Iterable[TaskSpend | Unreadable], now: float
+) -> list[dict[str, Any]]:
+    """``budgets``: each profile (name, ``[budget] daily_usd``) with a cap, its spend in the
+    local day of ``now`` and whether that reached the cap (its engine holds launches)."""
+    today = day_of(now)
+    spent: dict[str, int] = {}
+    for item in found:
+        if isinstance(item, TaskSpend):
+            for when, usd in item.pieces:
+                if when is not None and day_of(when) == today:
+                    spent[item.profile] = spent.get(item.profile, 0) + micro(usd)
+    out = []
+    for name, cap in caps:
+        if cap is not None:
+            usd = spent.get(name, 0) / MICRO
+            row = {"profile": name, "daily_usd": cap, "today_usd": round(usd, 6)}
+            out.append({**row, "reached": usd >= cap})
+    return out
+
+
+def profiles_report(
+    profiles: Iterable[tuple[str, Any]], window: Window, now: float, archived: bool = False
+) -> dict[str, Any]:
+    """:func:`report` over the task folders of ``profiles`` (``(name, LoadedProfile)``;
+    with ``archived``, their archives too), plus ``budgets`` (:func:`budgets`): what
+    ``supervise cost --json``, the MCP ``cost`` tool and ``serve`` give."""
+    found: list[TaskSpend | Unreadable] = []
+    caps = []
+    for name, profile in profiles:
+        found.extend(with_profile(scan(profile.tasks_dir), name))
+        if archived:
+            found.extend(with_profile(scan_archive(profile.state_dir), name))
+        caps.append((name, profile.spec.budget.daily_usd))
+    result = report(found, window, now)
+    result["budgets"] = budgets(caps, found, now)
+    return result

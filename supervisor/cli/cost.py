@@ -74,44 +74,10 @@ def window(args: argparse.Namespace, now: float) -> costs.Window:
     return costs.Window(since, until)
 
 
-def _found(profiles: list[Any], archived: bool) -> list[Any]:
-    found: list[Any] = []
-    for name, profile in profiles:
-        found.extend(costs.with_profile(costs.scan(profile.tasks_dir), name))
-        if archived:
-            found.extend(costs.with_profile(costs.scan_archive(profile.state_dir), name))
-    return found
-
-
 def _names(paths: list[str]) -> list[str]:
     """Each profile's name in the report: its file's stem, or its path when two share one."""
     stems = [str(p).rsplit("/", 1)[-1].removesuffix(".toml") for p in paths]
     return [s if stems.count(s) == 1 else str(p) for s, p in zip(stems, paths, strict=True)]
-
-
-def budgets(profiles: list[Any], found: list[Any], now: float) -> list[dict[str, Any]]:
-    """``budgets``: each profile with ``[budget] daily_usd``, today's spend and whether
-    it has reached the cap (what its engine holds launches on)."""
-    from supervisor.policy import spend
-
-    today = spend.local_day(now, costs.utc_offset(now))
-    out = []
-    for name, profile in profiles:
-        cap = profile.spec.budget.daily_usd
-        if cap is None:
-            continue
-        spent = sum(
-            costs.micro(usd)
-            for item in found
-            if isinstance(item, costs.TaskSpend) and item.profile == name
-            for when, usd in item.pieces
-            if costs.day_of(when) == today
-        )
-        usd = spent / costs.MICRO
-        reached = spend.daily_hold(now, 0, usd, cap) is not None
-        out.append({"profile": name, "daily_usd": cap, "today_usd": round(usd, 6)})
-        out[-1]["reached"] = reached
-    return out
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
@@ -124,9 +90,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     names = _names(args.config)
     profiles = [(n, load_profile(p)) for n, p in zip(names, args.config, strict=True)]
-    found = _found(profiles, args.archived)
-    result = costs.report(found, span, now)
-    result["budgets"] = budgets(profiles, found, now)
+    result = costs.profiles_report(profiles, span, now, args.archived)
     for bad in result["unreadable"]:
         err(
             f"supervise cost: {escape_controls(bad['path'])}: unreadable, not counted "
