@@ -9,6 +9,8 @@ Routes::
     GET  /task/{id}               one task: manifest, event timeline, output tail
     GET  /task/{id}/stream        SSE: event "task", data = that page's body, on each change
     GET  /api/snapshot            the status model as JSON
+    GET  /spend                   spend per day and per hour of today (inline SVG, issue 26)
+    GET  /api/cost                ``supervise cost --json`` of the profile
     POST /api/task/{id}/{verb}    approve | deny | stop | resume (``--allow-actions`` only)
     GET  /static/...              the page's CSS and JS (shipped in the package: no CDN)
 
@@ -215,6 +217,13 @@ def create_app(
         data = await asyncio.to_thread(pages.snapshot_json)
         return Response(data, media_type="application/json")
 
+    async def spend(request: Request) -> Response:
+        return HTMLResponse(await asyncio.to_thread(pages.spend))
+
+    async def cost(request: Request) -> Response:
+        data = await asyncio.to_thread(pages.cost_json)
+        return Response(data, media_type="application/json")
+
     async def act(request: Request) -> Response:
         if not access.allow_actions:
             return JSONResponse({"error": "read-only: start with --allow-actions"}, 403)
@@ -232,6 +241,8 @@ def create_app(
         Route("/task/{task_id}", task_page),
         Route("/task/{task_id}/stream", task_stream),
         Route("/api/snapshot", snapshot),
+        Route("/spend", spend),
+        Route("/api/cost", cost),
         Route("/api/task/{task_id}/{verb}", act, methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(Path(webpage.__file__).parent / "static"))),
     ]
