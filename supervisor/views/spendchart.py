@@ -49,14 +49,17 @@ def spend_view(profile: Any, now: float | None = None) -> dict[str, Any]:
     start = costs.day_start(now)
     for _ in range(DAYS - 1):
         start = costs.day_start(start - 1)
-    report = costs.profiles_report([(profile.path.stem, profile)], costs.Window(start, None), now)
+    name = profile.path.stem
+    found = list(costs.with_profile(costs.scan(profile.tasks_dir), name))  # read once
+    report = costs.report(found, costs.Window(start, None), now)
+    report["budgets"] = costs.budgets([(name, profile.spec.budget.daily_usd)], found, now)
     per_day = {row["day"]: row["usd"] for row in report["by_day"]}
     days, moment = [], start
     while moment <= now:
         day = costs.day_of(moment)
         days.append((day[5:], per_day.get(day, 0.0)))
         moment = costs.day_start(moment + 86400 + 3600)  # the next day, DST or not
-    found = [i for i in costs.scan(profile.tasks_dir) if isinstance(i, costs.TaskSpend)]
-    hours = [(f"{n:02d}", usd) for n, usd in enumerate(costs.hours_today(found, now))]
+    spent = [item for item in found if isinstance(item, costs.TaskSpend)]
+    hours = [(f"{n:02d}", usd) for n, usd in enumerate(costs.hours_today(spent, now))]
     today = per_day.get(costs.day_of(now), 0.0)
     return {"days": bars(days), "hours": bars(hours), "report": report, "today": today}
