@@ -167,6 +167,19 @@ async def _task_stream(task_dir: Path, render: Callable[[], str]) -> AsyncIterat
         await asyncio.sleep(POLL_S)
 
 
+def _spend_routes(pages: webpage.Pages) -> list[Route]:
+    """``/spend`` (the spend page) and ``/api/cost`` (``supervise cost --json``), issue 26."""
+
+    async def spend(request: Request) -> Response:
+        return HTMLResponse(await asyncio.to_thread(pages.spend))
+
+    async def cost(request: Request) -> Response:
+        data = await asyncio.to_thread(pages.cost_json)
+        return Response(data, media_type="application/json")
+
+    return [Route("/spend", spend), Route("/api/cost", cost)]
+
+
 def create_app(
     profile: LoadedProfile, token: str | None, allow_actions: bool, loopback: bool = True
 ) -> Any:
@@ -217,13 +230,6 @@ def create_app(
         data = await asyncio.to_thread(pages.snapshot_json)
         return Response(data, media_type="application/json")
 
-    async def spend(request: Request) -> Response:
-        return HTMLResponse(await asyncio.to_thread(pages.spend))
-
-    async def cost(request: Request) -> Response:
-        data = await asyncio.to_thread(pages.cost_json)
-        return Response(data, media_type="application/json")
-
     async def act(request: Request) -> Response:
         if not access.allow_actions:
             return JSONResponse({"error": "read-only: start with --allow-actions"}, 403)
@@ -241,8 +247,7 @@ def create_app(
         Route("/task/{task_id}", task_page),
         Route("/task/{task_id}/stream", task_stream),
         Route("/api/snapshot", snapshot),
-        Route("/spend", spend),
-        Route("/api/cost", cost),
+        *_spend_routes(pages),
         Route("/api/task/{task_id}/{verb}", act, methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(Path(webpage.__file__).parent / "static"))),
     ]
