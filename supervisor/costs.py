@@ -406,6 +406,22 @@ def day_start(when: float) -> float:
     return moment.replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
 
 
+#: The most days a report may reach back (``--days``): 100 years.
+MAX_DAYS = 36525
+
+
+def days_back(now: float, days: int) -> float:
+    """Epoch s of the local midnight that starts the day ``days - 1`` days before ``now``'s
+    (``days`` = 1: today's midnight), whatever DST did in between (counted from noon).
+
+    Raises:
+        ValueError: ``days`` outside 1 to :data:`MAX_DAYS`.
+    """
+    if not 1 <= days <= MAX_DAYS:
+        raise ValueError(f"--days {days}: give 1 to {MAX_DAYS}")
+    return day_start(day_start(now) + 12 * 3600 - (days - 1) * 86400)
+
+
 def hours_today(found: Iterable[TaskSpend], now: float) -> list[float]:
     """USD per local hour of today up to ``now`` (index 0 = 00:00-01:00), for ``serve``."""
     start = day_start(now)

@@ -173,11 +173,7 @@ def cost(profile: LoadedProfile, days: int | None = None) -> dict[str, Any]:
     if days is not None and not 1 <= days <= MAX_COST_DAYS:
         raise ToolRefused(f"days: give 1 to {MAX_COST_DAYS}, or none for all time")
     now = time.time()
-    since = None
-    if days is not None:
-        since = costs.day_start(now)
-        for _ in range(days - 1):
-            since = costs.day_start(since - 1)
+    since = None if days is None else costs.days_back(now, days)
     name = profile.path.stem
     return costs.profiles_report([(name, profile)], costs.Window(since, None), now)
 

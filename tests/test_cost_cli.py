@@ -224,7 +224,15 @@ def test_several_profiles_and_one_section(spent: Setup, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "args",
-    [["--days", "0"], ["--days", "2", "--since", "1d"], ["--since", "yesterday"], ["--by", "x"]],
+    [
+        ["--days", "0"],
+        ["--days", "100000000"],
+        ["--days", "2", "--since", "1d"],
+        ["--since", "yesterday"],
+        ["--since", "9" * 400 + "d"],
+        ["--by", "x"],
+        ["--top", "-1"],
+    ],
 )
 def test_bad_options_are_one_line_and_exit_2(spent: Setup, args: list[str]) -> None:
     done = _cost(spent, *args)

@@ -36,22 +36,25 @@ def parse_when(text: str, now: float) -> float:
     ISO 8601 time (local when it names no zone).
 
     Raises:
-        ValueError: none of these (the message names the accepted forms).
+        ValueError: none of these, or a time outside the calendar (the message says which).
     """
     from supervisor.workspace.prune import parse_duration
 
     try:
-        return now - parse_duration(text)
+        when = now - parse_duration(text)
     except ValueError:
-        pass
+        try:
+            when = datetime.fromisoformat(text).timestamp()
+        except (ValueError, OverflowError, OSError):
+            raise ValueError(
+                f"{text!r} is neither a duration (7d, 12h, 30m) nor a date (2026-11-20) "
+                "nor an ISO 8601 time"
+            ) from None
     try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(
-            f"{text!r} is neither a duration (7d, 12h, 30m) nor a date (2026-11-20) "
-            "nor an ISO 8601 time"
-        ) from None
-    return moment.timestamp()
+        datetime.fromtimestamp(when)
+    except (ValueError, OverflowError, OSError):
+        raise ValueError(f"{text!r} reaches outside the calendar; give a nearer time") from None
+    return when
 
 
 def window(args: argparse.Namespace, now: float) -> costs.Window:
@@ -63,12 +66,7 @@ def window(args: argparse.Namespace, now: float) -> costs.Window:
     if args.days is not None:
         if args.since or args.until:
             raise ValueError("--days cannot be used with --since or --until")
-        if args.days < 1:
-            raise ValueError(f"--days {args.days}: give 1 or more")
-        start = costs.day_start(now)
-        for _ in range(args.days - 1):
-            start = costs.day_start(start - 1)
-        return costs.Window(start, None)
+        return costs.Window(costs.days_back(now, args.days), None)
     since = parse_when(args.since, now) if args.since else None
     until = parse_when(args.until, now) if args.until else None
     return costs.Window(since, until)
@@ -83,6 +81,9 @@ def _names(paths: list[str]) -> list[str]:
 def cmd_cost(args: argparse.Namespace) -> int:
     """``supervise cost``."""
     now = time.time()
+    if args.top < 0:
+        err(f"supervise cost: --top {args.top}: give 0 or more")
+        return EXIT_USAGE
     try:
         span = window(args, now)
     except ValueError as exc:

@@ -46,9 +46,7 @@ def spend_view(profile: Any, now: float | None = None) -> dict[str, Any]:
     (:func:`supervisor.costs.profiles_report` over the last :data:`DAYS` days) and
     ``today`` (USD)."""
     now = time.time() if now is None else now
-    start = costs.day_start(now)
-    for _ in range(DAYS - 1):
-        start = costs.day_start(start - 1)
+    start = costs.days_back(now, DAYS)
     name = profile.path.stem
     found = list(costs.with_profile(costs.scan(profile.tasks_dir), name))  # read once
     report = costs.report(found, costs.Window(start, None), now)
