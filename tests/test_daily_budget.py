@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 from conftest import FAKE_AGENT, Setup, stop_engine, wait_for
+from support.faketime_support import require_libfaketime
+from test_clock_steps import SLEEP_SHIM
 
 from supervisor import costs
 from supervisor.config import load_profile
@@ -219,3 +221,35 @@ def test_pieces_of_a_model_manifest_are_those_of_its_json(setup: Setup) -> None:
     raw = costs.pieces(json.loads((task.path / layout.MANIFEST).read_text()))
     assert model == raw and raw[0][1] == 0.25
     assert spend.local_day(now, costs.utc_offset(now)) == costs.day_of(now)
+
+
+def test_held_launches_resume_at_the_next_local_midnight(setup: Setup, tmp_path: Path) -> None:
+    """The engine's wall clock (libfaketime, as tests/test_clock_steps.py) steps past the
+    next local midnight (``TZ=UTC``): the held task's mark goes and it launches and runs."""
+
+    library = require_libfaketime(threaded=True)
+    offset = tmp_path / "faketime"
+    offset.write_text("+0\n")
+    shim = tmp_path / "faketime-site"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(SLEEP_SHIM)
+    env = {**os.environ, "TZ": "UTC", "PYTHONPATH": str(shim), "LD_PRELOAD": str(library)}
+    env |= {"FAKETIME_TIMESTAMP_FILE": str(offset), "FAKETIME_NO_CACHE": "1"}
+    env["DONT_FAKE_MONOTONIC"] = "1"
+    argv, _ = _notifier(setup.root)
+    setup.write_profile(extra={"budget": {"daily_usd": 1.0}}, notifier=argv)
+    now = time.time()
+    _task(setup.state / "tasks", "spent-today", "completed", 5.0, now)
+    setup.drop("a.toml", setup.task("held", "exit: 0"))
+    engine = setup.start(env=env)
+    try:
+        hold = wait_for(lambda: (_manifest(setup, "held") or {}).get("budget_hold"), 30)
+        assert hold["reason"] == "daily budget reached: $5.00 of $1.00"
+        midnight = (now // 86400 + 1) * 86400  # UTC
+        offset.write_text(f"+{int(midnight - time.time()) + 60}\n")
+        done = wait_for(lambda: (_manifest(setup, "held") or {}).get("status") == "completed", 60)
+        assert done
+        m = _manifest(setup, "held")
+        assert m is not None and m.get("budget_hold") is None
+    finally:
+        stop_engine(engine)
