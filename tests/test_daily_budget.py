@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import FAKE_AGENT, Setup, stop_engine, wait_for
-from support.faketime_support import require_libfaketime
-from test_clock_steps import SLEEP_SHIM
+from support.faketime_support import SLEEP_SHIM, require_libfaketime
 
 from supervisor import costs
 from supervisor.config import load_profile
@@ -183,13 +182,14 @@ def test_the_engine_holds_launches_once_a_task_spent_the_day_s_budget(setup: Set
     engine = setup.start()
     try:
         wait_for(lambda: (_manifest(setup, "spender") or {}).get("status") == "completed", 60)
+        # notified when the cap is reached, before any task waits for it
+        wait_for(lambda: [e for e in _sent(sent) if e["event"] == "daily_budget"], 20)
         setup.drop("b.toml", setup.task("held", "stream_tool: Bash 0\n"))
         held = wait_for(lambda: (_manifest(setup, "held") or {}).get("budget_hold"), 30)
         assert held["reason"] == "daily budget reached: $1.00 of $0.50"
         m = _manifest(setup, "held")
         assert m is not None and m["status"] == "queued"
         assert "launched" not in [e["event"] for e in setup.events(m["task_id"])]
-        wait_for(lambda: [e for e in _sent(sent) if e["event"] == "daily_budget"], 20)
         shown = setup.supervise("status", "-c", str(setup.profile))
         assert "daily budget reached: $1.00 of $0.50" in shown.stdout, shown.stdout
         cost = setup.supervise("cost", "-c", str(setup.profile), "--json")

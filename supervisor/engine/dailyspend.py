@@ -5,8 +5,8 @@ marks each held queued task's manifest with why it waits (``budget_hold``), and 
 notifier once per day the cap is reached.
 
 The total is never re-read from every manifest on a tick: it is built once from the task
-folders (:func:`supervisor.costs.scan`, on the first look after the engine starts; only when
-the profile has a cap) and then kept up to date from each manifest the engine writes
+folders (:func:`supervisor.costs.scan`, at the engine's first intake tick; only when the
+profile has a cap) and then kept up to date from each manifest the engine writes
 (:meth:`DailySpend.saw`, called by :meth:`supervisor.engine.checks.Checks._settle`), each
 task's pieces of spend (:func:`supervisor.costs.pieces`) replacing its earlier ones. The sums
 are whole micro-dollars, so adding and taking back a task's pieces never drifts.
@@ -122,8 +122,9 @@ class DailySpend:
     # ------------------------------------------------------------------ the hold
     def holds(self, queue: Iterable[TaskDir], now: float) -> spend.Hold | None:
         """The hold on new launches at ``now`` (epoch s), or ``None``: queued tasks may
-        start. While it holds, each queued task's manifest says why (once per task and
-        day) and the day's notification is due once; when it lifts, the marks go."""
+        start. Asked on every intake tick, queue or not, so the day's notification comes
+        when the cap is reached, not when a task next waits. While it holds, each queued
+        task's manifest says why (once per task and day); when it lifts, the marks go."""
         if self.limit is None:
             return None
         if not self._built:

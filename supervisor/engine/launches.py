@@ -65,7 +65,7 @@ class Launches:
             self._one(runtime, self._launched, result)
         if self.queue and self.disk.full():
             return  # a launch writes launch.json, events and the manifest: wait for room
-        if self.queue and self.spend.holds(self.queue, clock.now()):
+        if self.spend.holds(self.queue, clock.now()) and self.queue:
             return  # the profile's daily budget is spent: queued tasks wait (policy/spend.py)
         while self.queue and len(self.live) < limit:
             task = self.queue.popleft()
