@@ -139,6 +139,16 @@ def _task_tools(server: MCPServer, profile: LoadedProfile) -> None:
         return await _guard(lambda: text(mcp_tools.status(profile, statuses)))
 
     @server.tool(structured_output=False)
+    async def cost(
+        days: Annotated[
+            int | None, Field(description="today and the days-1 before; none: all time")
+        ] = None,
+    ) -> str:
+        """Spend per day, account and task, and the profile's daily budget (reached: new
+        launches wait); supervise cost --json."""
+        return await _guard(lambda: text(mcp_tools.cost(profile, days)))
+
+    @server.tool(structured_output=False)
     async def show(task_id: TaskId) -> str:
         """One task's manifest: status, verdict, summary, claude.result, cost, reasons."""
         return await _guard(lambda: text(mcp_tools.manifest(profile, task_id)))

@@ -156,6 +156,28 @@ def status(profile: LoadedProfile, statuses: list[str] | None = None) -> dict[st
     return {"engine": snap.engine.line(), "spool": spool, "tasks": rows}
 
 
+#: Days the ``cost`` tool covers at most.
+MAX_COST_DAYS = 366
+
+
+def cost(profile: LoadedProfile, days: int | None = None) -> dict[str, Any]:
+    """``supervise cost --json`` of the server's profile (issue 26): spend per day,
+    account and task, and its daily budget; ``days``: today and the ``days - 1`` before
+    (``None``: all time).
+
+    Raises:
+        ToolRefused: ``days`` outside 1 to :data:`MAX_COST_DAYS`.
+    """
+    from supervisor import costs
+
+    if days is not None and not 1 <= days <= MAX_COST_DAYS:
+        raise ToolRefused(f"days: give 1 to {MAX_COST_DAYS}, or none for all time")
+    now = time.time()
+    since = None if days is None else costs.days_back(now, days)
+    name = profile.path.stem
+    return costs.profiles_report([(name, profile)], costs.Window(since, None), now)
+
+
 def tail(profile: LoadedProfile, task_id: str, lines: int | None = None) -> str:
     """The last ``lines`` lines of the task's output, escaped (``supervise tail``).
 

@@ -29,18 +29,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.faketime_support import require_libfaketime
+from support.faketime_support import SLEEP_SHIM, require_libfaketime
 
 from tests.conftest import Setup, wait_for
-
-SLEEP_SHIM = (
-    "import threading, time\n"
-    "def _sleep(seconds):\n"
-    "    if seconds < 0:\n"
-    "        raise ValueError('sleep length must be non-negative')\n"
-    "    threading.Event().wait(seconds)\n"
-    "time.sleep = _sleep\n"
-)
 
 
 @pytest.fixture

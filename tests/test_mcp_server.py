@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ TOOLS = {
     "show",
     "wait",
     "tail",
+    "cost",
     "continue",
     "approve",
     "deny",
@@ -70,6 +72,26 @@ async def _refused(s: ClientSession, tool: str, **arguments: Any) -> str:
     text = _text(result)
     assert "\n" not in text.strip() and "Traceback" not in text, text
     return text
+
+
+def test_the_cost_tool_gives_the_profile_s_spend_and_daily_budget(setup: Setup) -> None:
+    """Issue 26: ``cost`` is ``supervise cost --json`` of the server's profile."""
+    profile = setup.write_profile(extra={"budget": {"daily_usd": 0.5}})
+    folder = setup.state / "tasks" / "spent-1"
+    folder.mkdir(parents=True)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    manifest = {"task_id": "spent-1", "status": "completed", "finished_at": stamp}
+    (folder / "manifest.json").write_text(
+        json.dumps({**manifest, "claude": {"total_cost_usd": 0.75}})
+    )
+
+    async def body(s: ClientSession) -> None:
+        out = await _ok(s, "cost", days=1)
+        assert out["total_usd"] == 0.75 and out["by_task"][0]["task_id"] == "spent-1"
+        assert out["budgets"][0]["reached"] is True
+        assert "days" in await _refused(s, "cost", days=0)
+
+    _session(profile, body)
 
 
 def test_the_sdk_client_submits_waits_shows_and_tails(setup: Setup) -> None:

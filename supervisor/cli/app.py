@@ -27,6 +27,8 @@ Commands (``--json``: the result as JSON on stdout)::
     supervise diff|merge|discard|prune ...       review a task's worktree (cli/workspace.py)
     supervise init|schema|startup|completion ... set up; --version (cli/setup.py)
     supervise mcp -c PROFILE                     an MCP server over stdio (cli/mcp.py)
+    supervise cost -c PROFILE... [--days N] [--by K] [--json]  spend per day, profile,
+                                                 account, task (cli/cost.py)
 
 Exit codes (the table in README "Exit codes"; their names, ``EXIT_*``, in
 :mod:`supervisor.cli.common`)::
@@ -71,6 +73,7 @@ from typing import TYPE_CHECKING
 
 from supervisor import inline_submit, taskid
 from supervisor.cli import cluster as cli_cluster
+from supervisor.cli import cost as cli_cost
 from supervisor.cli import followup as cli_followup
 from supervisor.cli import mcp as cli_mcp
 from supervisor.cli import ops as cli_ops
@@ -254,6 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_mcp.register(sub)  # the MCP server over stdio (extra 'mcp')
     cli_cluster.register(sub)  # cluster init|check, hosts (extra 'cluster')
     cli_followup.register(sub)  # continue (issue 22)
+    cli_cost.register(sub)  # cost (issue 26)
     return parser
 
 

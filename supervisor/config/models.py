@@ -42,6 +42,7 @@ from supervisor.config.monitor import (
     MonitorOverrides,
     MonitorPolicy,
     PositiveSeconds,
+    UsdAmount,
 )
 from supervisor.config.plankeys import After, Requires
 from supervisor.config.workspace import WorkspaceSpec
@@ -383,6 +384,18 @@ class SecuritySpec(BaseModel):
         )
 
 
+class BudgetSpec(BaseModel):
+    """``[budget]``: the profile's spend limits (issue 26). ``daily_usd``: once the spend of
+    the profile's tasks in the local day reaches it, no queued task is launched until the
+    next local midnight (running tasks go on; :mod:`supervisor.policy.spend`). The per-task
+    limit is ``[monitor] max_cost_usd``."""
+
+    model_config = ConfigDict(extra="forbid")
+    daily_usd: UsdAmount | None = Field(
+        None, description="USD the profile's tasks may spend per local day before launches wait."
+    )
+
+
 class Profile(BaseModel):
     """A whole profile file: ``supervise run PROFILE``."""
 
@@ -397,6 +410,7 @@ class Profile(BaseModel):
     acceptance: AcceptanceSpec | None = None
     workspace: WorkspaceSpec = Field(default_factory=WorkspaceSpec)
     security: SecuritySpec = Field(default_factory=SecuritySpec)
+    budget: BudgetSpec = Field(default_factory=BudgetSpec)
     cluster: ClusterSpec | None = None
     accounts: AccountsSpec = Field(default_factory=AccountsSpec)
     tasks: list[TaskSpec] = Field(default_factory=list)

@@ -95,6 +95,8 @@ def _no_nul(value: str) -> str:
 ArgText = Annotated[str, Field(max_length=MAX_ARG_CHARS), AfterValidator(_no_nul)]
 _ExitCode = Annotated[int, Field(ge=1, le=255)]
 _Usd = Annotated[float, Field(gt=0, le=MAX_COST_USD, allow_inf_nan=False)]
+#: An amount of USD a profile may set (``[budget] daily_usd``): a number, never a boolean.
+UsdAmount = Annotated[_Usd, Strict()]
 #: Events the notifier can be asked to run for (``notify_on``).
 NotifyEvent = Literal[
     "completed",

@@ -22,6 +22,7 @@ from supervisor import policy
 from supervisor.config import LoadedProfile
 from supervisor.engine import clock, followups, workspaces
 from supervisor.engine.actions import Actions
+from supervisor.engine.dailyspend import DailySpend
 from supervisor.engine.dispatch import Dispatcher, Gate
 from supervisor.engine.intake import Intake
 from supervisor.engine.observe import Observer, tail_pending
@@ -53,6 +54,7 @@ class Checks:
     gate: Gate
     dispatch: Dispatcher
     disk: StateDisk
+    spend: DailySpend
     observer: Observer
     actions: Actions
     source: Intake
@@ -174,6 +176,7 @@ class Checks:
     def _settle(self, runtime: Runtime, outcome: Outcome) -> None:
         """Act on what performing a decision changed: count a resume, retire the task, or
         schedule its next check."""
+        self.spend.saw(runtime.task.task_id, runtime.manifest)  # the daily budget's total
         self.source.report(runtime.task, runtime.manifest, runtime.state.status, outcome.retired)
         if outcome.resumed:
             self._count("resumed")

@@ -23,6 +23,7 @@ from supervisor.config import ConfigError, LoadedProfile
 from supervisor.engine import clock, launch, statefs, workspaces
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.actions import Actions
+from supervisor.engine.dailyspend import DailySpend
 from supervisor.engine.intake import Intake
 from supervisor.engine.runtime import Outcome, Runtime
 from supervisor.engine.starts import Result, Starts
@@ -42,6 +43,7 @@ class Launches:
     live: dict[str, Runtime]
     queue: deque[TaskDir]
     disk: statefs.StateDisk
+    spend: DailySpend
     source: Intake
     actions: Actions
     preparer: workspaces.Preparer
@@ -67,6 +69,8 @@ class Launches:
             self._one(runtime, self._launched, result)
         if self.queue and self.disk.full():
             return  # a launch writes launch.json, events and the manifest: wait for room
+        if self.spend.holds(self.queue, clock.now()) and self.queue:
+            return  # the profile's daily budget is spent: queued tasks wait (policy/spend.py)
         held: list[TaskDir] = []
         while self.queue and len(self.live) < limit:
             task = self.queue.popleft()

@@ -24,6 +24,7 @@ from typing import Any
 from supervisor import children
 from supervisor.children import Capture
 from supervisor.config.argv import expand_placeholders
+from supervisor.taskdir.events import Event
 from supervisor.terminal import escape_controls
 
 log = logging.getLogger("supervise.notify")
@@ -59,7 +60,10 @@ def message_for(event: dict[str, Any]) -> str:
     billing, verdict FAIL): Agent: Credit balance is too low. [/state/tasks/fix-bug-1a2b3c]``:
     status, exit code, failure class (``failure_reason``) or ``abandon_reason``, verdict,
     the summary's first sentence (else the reason for the event) and the task dir. Control
-    characters escaped (one line, safe on a terminal)."""
+    characters escaped (one line, safe on a terminal). The profile's daily budget (issue 26,
+    no task) is ``supervise: daily budget reached: $X of $Y [PROFILE]``."""
+    if event.get("event") == Event.DAILY_BUDGET:
+        return escape_controls(f"supervise: {event.get('reason')} [{event.get('profile')}]")
     text = f"supervise: task {event.get('task_id')} {event.get('status')}"
     details = []
     if event.get("exit_code") is not None:

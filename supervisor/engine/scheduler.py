@@ -57,6 +57,7 @@ from supervisor.engine.accounts import Accounts
 from supervisor.engine.actions import Actions
 from supervisor.engine.background import engine_scheduler
 from supervisor.engine.checks import Checks
+from supervisor.engine.dailyspend import DailySpend
 from supervisor.engine.dispatch import Dispatcher, Gate
 from supervisor.engine.intake import Claims, IntakeFactory, check_spool_permissions, spool_intake
 from supervisor.engine.kicks import Kicks
@@ -128,6 +129,7 @@ class Engine(Checks, Launches, Kicks, Accounts, Plans):
         self.observer = Observer(self.tmux, self.sessions)
         self.stats = stats.new_counters()
         self.pools = Pools(self.stats, profile.state_dir)  # one pool per kind (pools.py)
+        self.spend = DailySpend(profile, self.pools.submit)  # [budget] daily_usd
         self.actions = Actions(
             profile, self.tmux, self.sessions, self.disk, self.pools.submit, self._wake
         )

@@ -61,6 +61,9 @@ class Event(StrEnum):
     AGENT_STOPPED = "agent_stopped"
     NOTIFYING = "notifying"
     NOTIFIED = "notified"
+    #: the profile's daily cap was reached (issue 26): the notifier's event of the day,
+    #: and the line of ``state_dir/daily-budget.json`` (:mod:`supervisor.engine.dailyspend`)
+    DAILY_BUDGET = "daily_budget"
     CONTINUE_REFUSED = "continue_refused"
     # an operator's or the fleet's requests (``<verb>_requested``)
     STOP_REQUESTED = "stop_requested"

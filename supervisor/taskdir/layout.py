@@ -96,6 +96,9 @@ ENGINE_LOG = "engine.log"
 ENGINE_LOG_POINTER = "engine-log.json"
 #: The engine clock's mark: wall time, boottime and boot id.
 CLOCK = "clock.json"
+#: The daily cap's record (issue 26): the day it was reached and whether its notifier
+#: ran (``{"day", "state": "notifying"|"notified", "spent_usd", "daily_usd", "until"}``).
+DAILY_BUDGET = "daily-budget.json"
 #: The cluster lease the wrappers of fleet tasks watch.
 CLUSTER_LEASE = "cluster-lease"
 #: Fleet updates not yet written to the database.

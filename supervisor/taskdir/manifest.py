@@ -91,6 +91,7 @@ class _ManifestTail(BaseModel):
     account: str | None = Field(None, pattern=r"^acct-[0-9a-f]{12}$", title="Account")
     after: list[str] = Field(default_factory=list)
     requires: str | None = None
+    budget_hold: dict[str, Any] | None = None
 
 
 # The keys of manifest.json keep their order: pydantic lists a base's fields before a
@@ -120,6 +121,10 @@ class Manifest(_ManifestTail, *kinds.manifest_models(), _ManifestHead):  # type:
     ``account`` (issue 26) names the credentials the task runs with: ``acct-`` and 12 hex
     digits (:func:`supervisor.accounts.fingerprint`, never the secret itself), set when the
     task is claimed.
+    ``budget_hold`` (issue 26): on a queued task the profile's daily cap holds back
+    (``[budget] daily_usd``): ``{"day", "reason", "spent_usd", "daily_usd", "until"}``
+    (``reason``: ``daily budget reached: $X of $Y``; ``until``: ISO 8601 UTC, the next local
+    midnight); it holds only while ``status`` is ``queued`` and ``day`` is today.
     All timestamps are ISO-8601 UTC strings.
     """
 

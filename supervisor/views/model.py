@@ -131,7 +131,8 @@ class Task:
     """One task, for every view. The first eleven fields are ``supervise status``'s
     historical row (kept for ``--json``); the rest were added with this model.
 
-    ``retries``: ``retry_count``; ``reason``: ``failure_reason`` or ``abandon_reason``;
+    ``retries``: ``retry_count``; ``reason``: ``failure_reason`` or ``abandon_reason``, or
+    why a queued task waits (``budget_hold``: ``daily budget reached: $X of $Y``);
     ``age_s``: seconds since it started (else since it was created); ``since_output_s``:
     seconds since ``output.log`` last changed; ``damaged``: why the folder is damaged.
     ``group``: see :data:`GROUPS`; ``since`` (epoch s) and ``state_s`` (seconds): time in
@@ -299,6 +300,15 @@ def _since(m: dict[str, Any], status: str, folder: str) -> float | None:
     return started
 
 
+def _held(m: dict[str, Any]) -> str | None:
+    """Why a queued task waits for the profile's daily budget (``budget_hold.reason``,
+    issue 26), else ``None``."""
+    hold = m.get("budget_hold")
+    if m.get("status") != Status.QUEUED or not isinstance(hold, dict):
+        return None
+    return _text(hold.get("reason"))
+
+
 def task_from_manifest(m: dict[str, Any], folder: str, has_output: bool) -> Task:
     """The time-independent part of a :class:`Task` from a manifest dict (``state_s``,
     ``age_s``, ``since_output_s``, ``resume_in_s`` and ``requests`` are filled in by
@@ -318,7 +328,7 @@ def task_from_manifest(m: dict[str, Any], folder: str, has_output: bool) -> Task
         retries=m.get("retry_count", 0) if isinstance(m.get("retry_count"), int) else 0,
         exit_code=m.get("exit_code") if isinstance(m.get("exit_code"), int) else None,
         verdict=_text(m.get("verdict")),
-        reason=_text(m.get("failure_reason")) or _text(m.get("abandon_reason")),
+        reason=_text(m.get("failure_reason")) or _text(m.get("abandon_reason")) or _held(m),
         damaged=_text(m.get("damaged")),
         group=GROUP_OF.get(status, "failed"),
         since=_since(m, status, folder),

@@ -9,6 +9,8 @@ Routes::
     GET  /task/{id}               one task: manifest, event timeline, output tail
     GET  /task/{id}/stream        SSE: event "task", data = that page's body, on each change
     GET  /api/snapshot            the status model as JSON
+    GET  /spend                   spend per day and per hour of today (inline SVG, issue 26)
+    GET  /api/cost                ``supervise cost --json`` of the profile
     POST /api/task/{id}/{verb}    approve | deny | stop | resume (``--allow-actions`` only)
     GET  /static/...              the page's CSS and JS (shipped in the package: no CDN)
 
@@ -165,6 +167,19 @@ async def _task_stream(task_dir: Path, render: Callable[[], str]) -> AsyncIterat
         await asyncio.sleep(POLL_S)
 
 
+def _spend_routes(pages: webpage.Pages) -> list[Route]:
+    """``/spend`` (the spend page) and ``/api/cost`` (``supervise cost --json``), issue 26."""
+
+    async def spend(request: Request) -> Response:
+        return HTMLResponse(await asyncio.to_thread(pages.spend))
+
+    async def cost(request: Request) -> Response:
+        data = await asyncio.to_thread(pages.cost_json)
+        return Response(data, media_type="application/json")
+
+    return [Route("/spend", spend), Route("/api/cost", cost)]
+
+
 def create_app(
     profile: LoadedProfile, token: str | None, allow_actions: bool, loopback: bool = True
 ) -> Any:
@@ -232,6 +247,7 @@ def create_app(
         Route("/task/{task_id}", task_page),
         Route("/task/{task_id}/stream", task_stream),
         Route("/api/snapshot", snapshot),
+        *_spend_routes(pages),
         Route("/api/task/{task_id}/{verb}", act, methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(Path(webpage.__file__).parent / "static"))),
     ]

@@ -181,6 +181,22 @@ class Pages:
             task_id=task_id, body_html=Markup(body_html), **self._context()
         )
 
+    def spend(self) -> str:
+        """The spend page (issue 26): per day and per hour of today, as inline SVG bars
+        (:mod:`supervisor.views.spendchart`)."""
+        from supervisor.views.spendchart import spend_view
+
+        data = spend_view(self.profile)
+        return self.env.get_template("spend.html").render(**data, **self._context())
+
+    def cost_json(self) -> str:
+        """``/api/cost``: ``supervise cost --json`` of this profile, all time."""
+        from supervisor import costs
+
+        now = time.time()
+        named = [(self.profile.path.stem, self.profile)]
+        return json.dumps(costs.profiles_report(named, costs.Window(), now))
+
     def snapshot_json(self) -> str:
         """The board as JSON (``/api/snapshot``)."""
         return json.dumps(self.snapshot().to_dict())

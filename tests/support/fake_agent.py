@@ -39,7 +39,7 @@ CLAUDE_ARGV...``, the adapter's argv: the prompt after ``--``):
                      it S seconds printing only a ``tool_progress`` heartbeat every
                      ``heartbeat:`` seconds (default 30, measured with CLI 2.1.328, see
                      tests/fixtures/claude/tools/), then its ``tool_result`` and a
-                     ``result`` line
+                     ``result`` line (its ``total_cost_usd``: ``cost: USD``, default 0)
 
 Signals, as the real Claude Code CLI (2.1.328) behaves (measured, see
 ``/work/shared/notes/real-world-facts.md``): by default it traps SIGTERM and exits 143, and
@@ -180,7 +180,8 @@ def _stream_tool(prompt: str, session: str) -> None:
         result = {"type": "tool_result", "tool_use_id": call, "content": "ok", "is_error": False}
         _stream({"type": "user", "message": {"content": [result]}, "session_id": session})
         end = {"type": "result", "subtype": "success", "is_error": False, "result": "done"}
-        _stream({**end, "session_id": session, "num_turns": 2, "total_cost_usd": 0.0})
+        cost = float((cues(prompt, "cost") or ["0"])[0])
+        _stream({**end, "session_id": session, "num_turns": 2, "total_cost_usd": cost})
 
 
 def _claude_argv(argv: list[str]) -> list[str]:

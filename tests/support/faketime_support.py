@@ -10,6 +10,18 @@ from pathlib import Path
 
 import pytest
 
+#: A ``sitecustomize`` for the faked processes: libfaketime 0.9.10 answers Python's
+#: ``time.sleep`` with EINVAL when it leaves the monotonic clock alone, so they sleep on an
+#: ``Event`` instead (tests/test_clock_steps.py).
+SLEEP_SHIM = (
+    "import threading, time\n"
+    "def _sleep(seconds):\n"
+    "    if seconds < 0:\n"
+    "        raise ValueError('sleep length must be non-negative')\n"
+    "    threading.Event().wait(seconds)\n"
+    "time.sleep = _sleep\n"
+)
+
 
 def libfaketime(threaded: bool = False) -> Path | None:
     """The library's path (``threaded``: ``libfaketimeMT``, which a multithreaded process
