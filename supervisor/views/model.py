@@ -46,6 +46,7 @@ from supervisor.diskio import read_end
 from supervisor.taskdir import control, layout
 from supervisor.taskdir.states import DAMAGED, ENDED, HOST_LOST, Status
 from supervisor.views import plangraph
+from supervisor.views.fields import count, items, number, text
 from supervisor.views.sources import (
     HEARTBEAT,
     STALE_AFTER,
@@ -240,22 +241,6 @@ class Snapshot:
 # ---------------------------------------------------------------- tasks
 
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 def readable_last_line(folder: str, manifest: dict[str, Any]) -> str | None:
     """The last line of a task's output as every view shows it: rendered for its agent
     kind (:func:`supervisor.agents.readable.last_line`; imported here, on first use, so the
@@ -306,7 +291,7 @@ def _held(m: dict[str, Any]) -> str | None:
     hold = m.get("budget_hold")
     if m.get("status") != Status.QUEUED or not isinstance(hold, dict):
         return None
-    return _text(hold.get("reason"))
+    return text(hold.get("reason"))
 
 
 def task_from_manifest(m: dict[str, Any], folder: str, has_output: bool) -> Task:
@@ -319,32 +304,32 @@ def task_from_manifest(m: dict[str, Any], folder: str, has_output: bool) -> Task
     record = m.get("escalation") if status == Status.ESCALATED else None
     escalation = None
     if isinstance(record, dict):
-        escalation = {k: _text(record.get(k)) for k in ("reason", "tool", "subject")}
+        escalation = {k: text(record.get(k)) for k in ("reason", "tool", "subject")}
     task = Task(
         task_id=str(m.get("task_id") or os.path.basename(folder)),
-        name=_text(m.get("task_name")),
+        name=text(m.get("task_name")),
         status=status,
-        model=_text(m.get("model")),
+        model=text(m.get("model")),
         retries=m.get("retry_count", 0) if isinstance(m.get("retry_count"), int) else 0,
         exit_code=m.get("exit_code") if isinstance(m.get("exit_code"), int) else None,
-        verdict=_text(m.get("verdict")),
-        reason=_text(m.get("failure_reason")) or _text(m.get("abandon_reason")) or _held(m),
-        damaged=_text(m.get("damaged")),
+        verdict=text(m.get("verdict")),
+        reason=text(m.get("failure_reason")) or text(m.get("abandon_reason")) or _held(m),
+        damaged=text(m.get("damaged")),
         group=GROUP_OF.get(status, "failed"),
         since=_since(m, status, folder),
         resume_at=epoch(m.get("resume_at")) if status not in ENDED else None,
         last_line=readable_last_line(folder, m) if has_output else None,
-        cost_usd=_number(columns.pop("cost_usd", None)),
-        tokens=_count(columns.pop("tokens", None)),
-        branch=_text(ws.get("branch")),
+        cost_usd=number(columns.pop("cost_usd", None)),
+        tokens=count(columns.pop("tokens", None)),
+        branch=text(ws.get("branch")),
         files_changed=ws.get("files_changed") if isinstance(ws.get("files_changed"), int) else None,
         insertions=ws.get("insertions") if isinstance(ws.get("insertions"), int) else None,
         deletions=ws.get("deletions") if isinstance(ws.get("deletions"), int) else None,
         escalation=escalation,
-        session_name=_text(m.get("session_name")),
+        session_name=text(m.get("session_name")),
         columns=columns,
-        account=_text(m.get("account")),
-        after=[i for i in _list(m.get("after")) if isinstance(i, str)],
+        account=text(m.get("account")),
+        after=[i for i in items(m.get("after")) if isinstance(i, str)],
     )
     return task
 
