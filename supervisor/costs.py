@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.agents import kinds
+from supervisor.diskio import iso_epoch as epoch
 from supervisor.diskio import read_regular
 from supervisor.taskdir import layout
 from supervisor.waiting import MANIFEST_MAX
@@ -87,16 +88,6 @@ class Unreadable:
     path: str
     error: str
     profile: str = ""
-
-
-def epoch(iso: Any) -> float | None:
-    """Epoch seconds of an ISO-8601 time as manifests write it (``...Z``), else ``None``."""
-    if not isinstance(iso, str) or not iso:
-        return None
-    try:
-        return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def day_of(when: float | None) -> str:

@@ -31,6 +31,18 @@ def parse_iso(value: str | None) -> float | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
+def iso_epoch(value: object) -> float | None:
+    """Epoch seconds of an ISO-8601 time as a manifest or an event writes it (``...Z``);
+    ``None`` for anything else (missing, not a string, malformed): the views and
+    ``supervise cost`` read files a hand or a torn write may have changed."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
 def fsync_dir(path: Path) -> None:
     """fsync a folder (or a file) by path: makes a rename or a new entry in it durable."""
     fd = os.open(path, os.O_RDONLY)

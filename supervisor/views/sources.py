@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from supervisor.diskio import iso_epoch as epoch
 from supervisor.diskio import read_regular
 from supervisor.taskdir import layout
 from supervisor.waiting import MANIFEST_MAX
@@ -178,19 +179,6 @@ def spool_files(spool_dir: Path, now: float) -> list[SpoolFile]:
             continue
         found.append((mtime, entry.name))
     return [SpoolFile(name, round(max(0.0, now - mtime), 1)) for mtime, name in sorted(found)]
-
-
-def epoch(iso: Any) -> float | None:
-    """Epoch seconds from an ISO-8601 time as the manifest writes it (``...Z``), else
-    ``None`` (missing or malformed)."""
-    if not isinstance(iso, str) or not iso:
-        return None
-    from datetime import datetime
-
-    try:
-        return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def duration(seconds: float | None) -> str:
