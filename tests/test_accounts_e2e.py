@@ -90,3 +90,15 @@ def test_a_limited_account_holds_its_queued_tasks_until_the_reset_then_staggers_
         held = {r["name"]: r["held"] for r in json.loads(rows.stdout)}
         assert all((held[n] or "").startswith("account limited until") for n in QUEUED), held
         assert shown.stdout.count("account limited until") == len(QUEUED), shown.stdout
+    # issue 26's must-show: `supervise cost --json` on this run: one account, five tasks,
+    # and the manifests' own totals, summed
+    spent = h.cli("cost", "-c", str(h.profile), "--json")
+    assert spent.returncode == 0, spent.stderr
+    report = json.loads(spent.stdout)
+    print(f"supervise cost --json:\n{json.dumps(report, indent=1)}")
+    own = sum(m["claude"]["total_cost_usd"] or 0.0 for m in manifests.values())
+    assert report["unreadable"] == [] and report["tasks"] == len(manifests)
+    assert abs(report["total_usd"] - own) < 1e-5, (report["total_usd"], own)
+    [account] = report["by_account"]
+    assert account["account"] == manifests["limited"]["account"]
+    assert account["tasks"] == (len(manifests) if own > 0 else 0), account
