@@ -98,7 +98,10 @@ def place_task(
     spec = resolved.spec
     if profile.spec.cluster is not None:
         return _place_in_fleet(profile, resolved, retry_for)
-    data: dict[str, Any] = spec.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+    # by alias: the file says `[workspace] copy`, the model `copy_paths`
+    data: dict[str, Any] = spec.model_dump(
+        mode="json", exclude_none=True, exclude_defaults=True, by_alias=True
+    )
     data["name"] = spec.name
     data["project_dir"] = str(spec.project_dir)
     if spec.prompt_file is not None:

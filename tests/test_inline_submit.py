@@ -166,6 +166,25 @@ def test_submit_fields_validates_like_a_file_and_returns_the_id(setup: Setup) ->
         raise AssertionError("a missing project folder was accepted")
 
 
+def test_a_submitted_workspace_copy_list_is_spooled_as_the_file_spells_it(setup: Setup) -> None:
+    """``[workspace] copy`` is ``copy_paths`` in the model: the spooled file must say
+    ``copy`` (it said ``copy_paths``, which the claim then refused as an unknown key)."""
+    from supervisor.config import load_task
+
+    may_set = {"security": {"task_may_set": ["workspace"]}}
+    profile = load_profile(setup.write_profile(extra=may_set))
+    fields = {
+        "name": "copies",
+        "prompt": "print: x",
+        "project_dir": str(setup.project),
+        "workspace": {"copy": [".env"]},
+    }
+    task_id = submit_fields(profile, fields)
+    spooled = setup.spool / f"{task_id}.toml"
+    assert tomllib.loads(spooled.read_text())["workspace"] == {"copy": [".env"]}
+    assert load_task(spooled, profile).spec.workspace.copy_paths == [".env"]
+
+
 def test_parse_set_reads_toml_values_and_nests_dotted_keys() -> None:
     table = parse_set(
         [

@@ -54,3 +54,19 @@ def test_inline_submit_to_the_fleet_is_a_queued_row(setup: Setup, dsn: str) -> N
             {"name": "bad", "prompt": "x", "host": "a/b", "project_dir": str(setup.project)},
         )
     assert rows(dsn, "SELECT count(*) FROM supervise_tasks") == [(2,)]
+
+
+def test_a_workspace_copy_list_goes_to_the_fleet_as_the_file_spells_it(
+    setup: Setup, dsn: str
+) -> None:
+    """``[workspace] copy`` (``copy_paths`` in the model) is stored as ``copy``, which the
+    claiming host writes back as its task.toml (``copy_paths`` was refused there)."""
+    assert supervise("cluster", "init", env={"SUPERVISE_CLUSTER_DSN": dsn}).returncode == 0
+    cluster = {"host_id": "h1", "heartbeat": 0.5, "dsn": dsn}
+    may_set = {"task_may_set": ["workspace"]}
+    profile = setup.write_profile(extra={"cluster": cluster, "security": may_set})
+    fields = {"name": "copies", "prompt": "x", "project_dir": str(setup.project),
+              "workspace": {"copy": [".env"]}}  # fmt: skip
+    copies = submit_fields(load_profile(profile), fields)
+    [(spec,)] = rows(dsn, "SELECT spec FROM supervise_tasks WHERE id = %s", copies)
+    assert spec["workspace"] == {"copy": [".env"]}

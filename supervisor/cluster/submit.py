@@ -61,7 +61,10 @@ def task_document(resolved: ResolvedTask) -> dict[str, Any]:
     """The task as stored in ``supervise_tasks.spec``: the file's keys as validated
     (paths absolute), the prompt inline instead of ``prompt_file``."""
     spec = resolved.spec
-    data: dict[str, Any] = spec.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+    # by alias: the file says `[workspace] copy`, the model `copy_paths`
+    data: dict[str, Any] = spec.model_dump(
+        mode="json", exclude_none=True, exclude_defaults=True, by_alias=True
+    )
     data.pop("prompt_file", None)
     data.update(name=spec.name, project_dir=str(spec.project_dir), prompt=resolved.prompt)
     return data
