@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
+from supervisor.diskio import read_regular
 from supervisor.taskdir import layout
 
 #: The variables that name an account, in the order they are hashed.
@@ -32,6 +34,13 @@ KEYS = ("HOME", "CLAUDE_CONFIG_DIR", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"
 #: The fingerprint's prefix; followed by :data:`DIGITS` hex digits.
 PREFIX = "acct-"
 DIGITS = 12
+
+#: Seconds ahead of now a recorded reset is believed: Claude Code's usage limits reset
+#: every five hours and every week (Anthropic's plans), so a reset over 8 days away, or
+#: one that is not a finite number, is a misread or a hand edit and holds nothing.
+MAX_AHEAD = 8 * 86400.0
+#: The most bytes of ``state_dir/accounts.json`` read (a few hundred per account).
+BOOK_MAX = 1 << 20
 
 #: Mixed into the digest, so a fingerprint cannot be looked up in a table of plain sha256
 #: digests of known keys. Fixed: every host of a fleet computes the same fingerprint.
@@ -73,27 +82,74 @@ def is_account(value: object) -> bool:
     return len(digits) == DIGITS and all(c in "0123456789abcdef" for c in digits)
 
 
-def read_limits(state_dir: Path) -> dict[str, dict[str, Any]]:
+def believable(until: object, now: float) -> TypeGuard[float]:
+    """Whether ``until`` is a reset to hold an account for: a finite number of epoch
+    seconds at most :data:`MAX_AHEAD` after ``now``."""
+    return (
+        isinstance(until, int | float)
+        and not isinstance(until, bool)
+        and math.isfinite(until)
+        and until <= now + MAX_AHEAD
+    )
+
+
+def believable_entry(entry: object, now: float) -> TypeGuard[dict[str, Any]]:
+    """Whether ``entry`` (one account's value in the book) is a limit to hold for: a dict
+    with a :func:`believable` ``until``, a string ``by`` and a ``last_start`` that is
+    ``None`` or believable (one far ahead would stagger the account's starts for ever)."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("by"), str):
+        return False
+    last = entry.get("last_start")
+    return believable(entry.get("until"), now) and (last is None or believable(last, now))
+
+
+def read_book(path: Path) -> object:
+    """The JSON of an accounts book (``state_dir/accounts.json``), read as a regular file of
+    at most :data:`BOOK_MAX` bytes, never through a symlink, never blocking on a FIFO.
+
+    Raises:
+        OSError: missing, not a regular file, too big or unreadable.
+        ValueError: not JSON (also JSON nested too deep to parse).
+    """
+    data = read_regular(path, BOOK_MAX, follow=False)
+    try:
+        return json.loads(data)
+    except RecursionError as exc:
+        raise ValueError("JSON nested too deep") from exc
+
+
+def read_limits(state_dir: Path, now: float | None = None) -> dict[str, dict[str, Any]]:
     """``state_dir/accounts.json`` as the engine last wrote it: account → ``{"until",
     "by", "last_start"}`` (epoch seconds, the task id that met the limit); ``{}`` when the
-    file is missing or unreadable (a view shows no hold rather than failing)."""
+    file is missing or unreadable (a view shows no hold rather than failing); an entry
+    that is not :func:`believable_entry` at ``now`` (default: the time now) is left out."""
+    now = time.time() if now is None else now
     try:
-        data = json.loads((state_dir / layout.ACCOUNTS).read_bytes())
+        data = read_book(state_dir / layout.ACCOUNTS)
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict):
         return {}
-    return {k: v for k, v in data.items() if is_account(k) and isinstance(v, dict)}
+    return {k: v for k, v in data.items() if is_account(k) and believable_entry(v, now)}
 
 
-def clock_text(moment: float) -> str:
-    """``moment`` (epoch seconds) as ``HH:MM`` in the machine's local time zone."""
-    return time.strftime("%H:%M", time.localtime(moment))
+def clock_text(moment: float, now: float | None = None) -> str:
+    """``moment`` (epoch seconds) as ``HH:MM`` in the machine's local time zone, or
+    ``YYYY-MM-DD HH:MM`` when it is not on ``now``'s local day (default: today); ``?`` for
+    a time the platform cannot convert."""
+    try:
+        when = time.localtime(moment)
+        today = time.localtime(time.time() if now is None else now)
+    except (OverflowError, OSError, ValueError):
+        return "?"
+    same_day = (when.tm_year, when.tm_yday) == (today.tm_year, today.tm_yday)
+    return time.strftime("%H:%M" if same_day else "%Y-%m-%d %H:%M", when)
 
 
-def limited_text(until: float) -> str:
-    """The reason a held task shows: ``account limited until HH:MM``."""
-    return f"account limited until {clock_text(until)}"
+def limited_text(until: float, now: float | None = None) -> str:
+    """The reason a held task shows: ``account limited until HH:MM`` (with the date when
+    the reset is not today: :func:`clock_text`)."""
+    return f"account limited until {clock_text(until, now)}"
 
 
 def hold_of(limits: Mapping[str, Mapping[str, Any]], account: str | None, now: float) -> str | None:
@@ -101,6 +157,6 @@ def hold_of(limits: Mapping[str, Mapping[str, Any]], account: str | None, now: f
     ``account limited until HH:MM`` before the reset, else ``None``."""
     entry = limits.get(account or "")
     until = entry.get("until") if entry else None
-    if isinstance(until, int | float) and now < until:
-        return limited_text(float(until))
+    if believable(until, now) and now < until:
+        return limited_text(float(until), now)
     return None

@@ -17,23 +17,29 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from pathlib import Path
 
-from supervisor.accounts import is_account
+from supervisor.accounts import believable_entry, is_account, read_book
 from supervisor.config.accounts import AccountsSpec
 from supervisor.diskio import atomic_write
 from supervisor.policy import accounts as rules
 from supervisor.policy.accounts import AccountLimit, Hold
 from supervisor.taskdir import layout
+from supervisor.taskid import shown
 
 log = logging.getLogger("supervise.engine")
 
 
-def load(path: Path) -> dict[str, AccountLimit]:
-    """The book in ``path``; ``{}`` when it is missing. An entry that does not read as one
-    (a hand edit, a torn disk) is skipped with a warning: it holds nothing back."""
+def load(path: Path, now: float | None = None) -> dict[str, AccountLimit]:
+    """The book in ``path`` (:func:`supervisor.accounts.read_book`: a regular file of at
+    most 1 MiB, no symlink, no FIFO); ``{}`` when it is missing. An entry that does not read
+    as one (a hand edit, a torn disk), or whose times are not :func:`~supervisor.accounts.
+    believable` at ``now`` (default: the time now; a reset over 8 days away would hold its
+    account for ever), is skipped with a warning naming it: it holds nothing back."""
+    now = time.time() if now is None else now
     try:
-        data = json.loads(path.read_bytes())
+        data = read_book(path)
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
@@ -41,20 +47,28 @@ def load(path: Path) -> dict[str, AccountLimit]:
         return {}
     book: dict[str, AccountLimit] = {}
     for account, entry in data.items() if isinstance(data, dict) else ():
-        try:
-            last = entry.get("last_start")
-            book[account] = AccountLimit(
-                until=float(entry["until"]),
-                by=str(entry["by"]),
-                last_start=None if last is None else float(last),
+        limit = _entry(entry, now) if is_account(account) else None
+        if limit is None:
+            log.warning(
+                "%s: entry %s is not a limit (a finite reset at most 8 days ahead); skipped",
+                path,
+                shown(str(account)),
             )
-        except (AttributeError, KeyError, TypeError, ValueError):
-            log.warning("%s: entry %r is not a limit; skipped", path, account)
             continue
-        if not is_account(account) or book[account].until != book[account].until:  # NaN
-            log.warning("%s: entry %r is not a limit; skipped", path, account)
-            del book[account]
+        book[account] = limit
     return book
+
+
+def _entry(entry: object, now: float) -> AccountLimit | None:
+    """One entry of the book, or None when it is not a believable limit."""
+    if not believable_entry(entry, now):
+        return None
+    last = entry.get("last_start")
+    return AccountLimit(
+        until=float(entry["until"]),
+        by=entry["by"],
+        last_start=None if last is None else float(last),
+    )
 
 
 class AccountBook:

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from supervisor.accounts import limited_text
+from supervisor.accounts import believable, limited_text
 from supervisor.policy.model import MIN_CHECK, Decision, Signals, TaskState
 from supervisor.taskdir.events import Event
 from supervisor.taskdir.states import Status
@@ -103,10 +103,14 @@ def noted(
     book: Book, account: str, reset_at: float, by: str, now: float
 ) -> dict[str, AccountLimit]:
     """``book`` with ``account`` limited until ``reset_at`` (met by task ``by``): the later
-    of two resets wins; a reset already past at ``now`` changes nothing."""
+    of two resets wins; a reset already past at ``now``, or not
+    :func:`~supervisor.accounts.believable` (not finite, over 8 days ahead: it would hold the
+    account for ever), changes nothing."""
     new = dict(book)
     old = book.get(account)
-    if reset_at <= now or (old is not None and old.until >= reset_at):
+    if not believable(reset_at, now) or reset_at <= now:
+        return new
+    if old is not None and old.until >= reset_at:
         return new
     last = old.last_start if old is not None else None
     new[account] = AccountLimit(until=reset_at, by=by, last_start=last)
