@@ -235,18 +235,14 @@ def recover(profile: LoadedProfile) -> list[str]:
     return lines
 
 
-def submit(path: Path, profile: LoadedProfile) -> dict[str, Any]:
-    """``supervise submit PLAN.toml``: validate the plan here as the engine will (relative
-    paths against the file's folder, made absolute), then place it in the spool under a
-    fresh name. Returns ``{"plan_file", "tasks"}`` (the spool file, the tasks' names).
+def check(path: Path, profile: LoadedProfile) -> list[Member]:
+    """Validate the plan file ``path`` as the engine will (relative paths against the
+    file's folder, made absolute): ``supervise validate`` and ``submit``.
 
     Raises:
         ConfigError: a ``[cluster]`` profile, or any problem of the plan (every line).
     """
-    import tomli_w
-
     from supervisor.config.tomlfile import read_toml
-    from supervisor.submission import place
 
     if profile.spec.cluster is not None:
         raise ConfigError(
@@ -256,7 +252,22 @@ def submit(path: Path, profile: LoadedProfile) -> dict[str, Any]:
     extra = sorted(set(data) - {"tasks"})
     if extra or not isinstance(data.get("tasks"), list):
         raise ConfigError([f"{path}: a plan file holds only [[tasks]] tables"])
-    made = members(profile, data["tasks"], path, base=path.parent)
+    return members(profile, data["tasks"], path, base=path.parent)
+
+
+def submit(path: Path, profile: LoadedProfile) -> dict[str, Any]:
+    """``supervise submit PLAN.toml``: :func:`check` the plan, then place it in the spool
+    under a fresh name. Returns ``{"plan_file", "tasks"}`` (the spool file, the tasks'
+    names).
+
+    Raises:
+        ConfigError: a ``[cluster]`` profile, or any problem of the plan (every line).
+    """
+    import tomli_w
+
+    from supervisor.submission import place
+
+    made = check(path, profile)
     tables = []
     for member in made:
         spec = member.resolved.spec

@@ -244,6 +244,32 @@ def test_submit_places_a_valid_plan_and_refuses_a_bad_one(setup: Setup) -> None:
     assert "Traceback" not in done.stderr
 
 
+def test_validate_checks_a_plan_file_as_a_plan(setup: Setup) -> None:
+    """``supervise validate`` took a plan file (``[[tasks]]`` only) for a profile, since a
+    profile may hold ``[[tasks]]`` too, and said "missing required key 'agent'" for a good
+    plan: a plan is checked as ``submit`` checks it, with or without ``-c``."""
+    profile(setup)
+    good = setup.root / "good.toml"
+    good.write_text(
+        tomli_w.dumps({"tasks": [setup.task("A", "x"), setup.task("B", "y", after=["A"])]})
+    )
+    for config in (["-c", str(setup.profile)], []):
+        done = setup.supervise("validate", *config, str(good))
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip().endswith(f"ok: {good} (plan)"), done.stdout
+    loop = setup.root / "loop.toml"
+    loop.write_text(
+        tomli_w.dumps(
+            {"tasks": [setup.task("X", "x", after=["Y"]), setup.task("Y", "y", after=["X"])]}
+        )
+    )
+    done = setup.supervise("validate", "--json", "-c", str(setup.profile), str(loop))
+    assert done.returncode == 1
+    [row] = json.loads(done.stdout)
+    assert row["kind"] == "plan" and len(row["problems"]) == 1, row
+    assert "wait for each other (X -> Y -> X)" in row["problems"][0]
+
+
 def test_a_file_whose_predecessor_never_comes_is_rejected_after_the_wait(
     setup: Setup, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -24,6 +24,7 @@ usage.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -118,7 +119,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def _check_file(path: Path, profile: LoadedProfile | None, as_json: bool) -> dict[str, Any]:
     """Validate one file; print its lines; return its ``--json`` row."""
     from supervisor.cli import cluster as cli_cluster
-    from supervisor.config import LoadedProfile, Profile, load_task, looks_like_profile
+    from supervisor.config import load_task, looks_like_profile
 
     row: dict[str, Any] = {
         "file": str(path),
@@ -128,15 +129,18 @@ def _check_file(path: Path, profile: LoadedProfile | None, as_json: bool) -> dic
         "warnings": [],
     }
     try:
-        if looks_like_profile(path):
+        if _plan_file(path):
+            from supervisor import plans  # the spool's machinery: only for a plan
+
+            row["kind"] = "plan"
+            plans.check(path.resolve(), profile or _any_profile(path))
+        elif looks_like_profile(path):
             row["kind"] = "profile"
             row["problems"] = _profile_file(path, row["warnings"])
         else:
             row["kind"] = "task"
-            base = profile or LoadedProfile(
-                path=path.resolve(), spec=Profile.model_validate({"agent": {"command": ["x"]}})
-            )
-            cli_cluster.task_warnings(row, load_task(path, base), profile)
+            task = load_task(path, profile or _any_profile(path))
+            cli_cluster.task_warnings(row, task, profile)
     except ConfigError as exc:
         row["problems"] = list(exc.problems)
     for line in row["problems"]:
@@ -145,6 +149,32 @@ def _check_file(path: Path, profile: LoadedProfile | None, as_json: bool) -> dic
     if row["ok"] and not as_json:
         print(escape_controls(f"ok: {path} ({row['kind']})"))
     return row
+
+
+def _any_profile(path: Path) -> LoadedProfile:
+    """A profile that lets a task or plan file be checked without ``-c``: no model
+    aliases, the default policy."""
+    from supervisor.config import LoadedProfile, Profile
+
+    spec = Profile.model_validate({"agent": {"command": ["x"]}})
+    return LoadedProfile(path=path.resolve(), spec=spec)
+
+
+def _plan_file(path: Path) -> bool:
+    """Whether ``path`` is a plan file (issue 26: ``[[tasks]]`` tables and no ``[agent]``;
+    a profile may hold ``[[tasks]]`` too).
+
+    Raises:
+        ConfigError: the file cannot be read or is not valid TOML.
+    """
+    from supervisor.config import MAX_TASK_FILE_BYTES
+    from supervisor.config.tomlfile import read_toml
+
+    with contextlib.suppress(OSError):  # a huge file: no plan (the loaders say why)
+        if os.stat(path).st_size > MAX_TASK_FILE_BYTES:
+            return False
+    _, data = read_toml(path.resolve())
+    return isinstance(data.get("tasks"), list) and "agent" not in data
 
 
 def _profile_file(path: Path, warnings: list[str]) -> list[str]:
