@@ -103,15 +103,16 @@ class Plans:
     _settle: Callable[[Runtime, Outcome], None]
     _plans_look: tuple[int, float] = (-1, 0.0)
 
-    def _hold_or_queue(self, task: TaskDir, after: bool = True) -> None:
+    def _hold_or_queue(self, task: TaskDir, after: bool = True) -> bool:
         """Queue a claimed or adopted task, or hold it while it is blocked (``after``
-        False: it names no predecessor, so its log is not read)."""
+        False: it names no predecessor, so its log is not read); True when held."""
         if after and is_blocked(task):
             self.blocked[task.task_id] = task
             self._plans_look = (-1, 0.0)
             log.info("%s is blocked until its predecessors end", task.task_id)
-        else:
-            self.queue.append(task)
+            return True
+        self.queue.append(task)
+        return False
 
     def _release_blocked(self) -> None:
         """Look at the blocked tasks again (see the module docstring), at most when a task

@@ -334,8 +334,8 @@ class Engine(Checks, Launches, Kicks, Accounts, Plans):
             self._schedule_check(runtime, delay=0.0)
 
     def _enqueue(self, task: TaskDir, resolved: ResolvedTask) -> None:
-        self._hold_or_queue(task, after=bool(resolved.spec.after))
-        log.info("queued %s (%s)", task.task_id, resolved.spec.name)
+        if not self._hold_or_queue(task, after=bool(resolved.spec.after)):
+            log.info("queued %s (%s)", task.task_id, resolved.spec.name)
 
     # ------------------------------------------------------------------ adoption
     def adopt(self) -> None:
