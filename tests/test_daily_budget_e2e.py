@@ -34,7 +34,9 @@ def test_a_real_run_s_cost_holds_the_next_launch(harness: Harness) -> None:
     h.start()  # one slot, oldest first: the second waits for the first, then for tomorrow
     check = lambda: h.manifests().get("second", {}).get("budget_hold")  # noqa: E731
     hold = h.wait_for("second held", check, 180)
-    assert h.status("first") == "completed"
+    # the spend counts once the run reports its cost, which may come a moment before the
+    # first task's ending is recorded: the hold may be seen while it is still running
+    h.wait_for("first completed", lambda: h.status("first") == "completed", 60)
     first = h.manifests()["first"]
     spent = first["claude"]["total_cost_usd"]
     assert spent > 0.0001, h.diagnostics()
