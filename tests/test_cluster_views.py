@@ -88,7 +88,9 @@ def test_wait_gives_up_at_its_own_deadline_while_the_database_is_down(
 
 def test_hosts_last_error_clears_on_the_next_good_heartbeat(tmp_path: Path, dsn: str) -> None:
     """Issue 20: ``hosts`` kept showing a ``last_error`` long after the database answered
-    again. The first heartbeat after an error reports it; the next good one clears it."""
+    again. The first heartbeat after an error reports it; the next good one clears it.
+    The error is made for sure: the hosts' table is renamed away until the writer has met
+    it (killing its backends hit a connection that lives milliseconds only by chance)."""
     from supervisor.cluster.writer import Writer
 
     writer = Writer(dsn, "h0", 2, lambda: 0, "test", ["supervise"], 0.5,
@@ -97,12 +99,15 @@ def test_hosts_last_error_clears_on_the_next_good_heartbeat(tmp_path: Path, dsn:
     writer.start()
     try:
         wait_for(lambda: rows(dsn, error) == [(None,)], timeout=15)
-        kill = ("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()")  # fmt: skip
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("ALTER TABLE supervise_hosts RENAME TO supervise_hosts_away")
+            try:
+                wait_for(lambda: writer._last_error is not None, timeout=15, every=0.05)
+            finally:
+                conn.execute("ALTER TABLE supervise_hosts_away RENAME TO supervise_hosts")
         seen: list[object] = []
 
         def reported() -> bool:
-            rows(dsn, kill)
             seen.append(rows(dsn, error)[0][0])
             return seen[-1] is not None
 
