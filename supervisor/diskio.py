@@ -35,10 +35,10 @@ def iso_epoch(value: object) -> float | None:
     """Epoch seconds of an ISO-8601 time as a manifest or an event writes it (``...Z``);
     ``None`` for anything else (missing, not a string, malformed): the views and
     ``supervise cost`` read files a hand or a torn write may have changed."""
-    if not isinstance(value, str) or not value:
+    if not isinstance(value, str):
         return None
     try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        return parse_iso(value)
     except ValueError:
         return None
 
