@@ -48,6 +48,10 @@ UNDATED = "-"
 NO_ACCOUNT = "-"
 #: Micro-dollars per dollar: the engine's running totals add integers, never drifting floats.
 MICRO = 1_000_000
+#: Largest amount in USD believed from a manifest (a task's total or a turn's): no run costs a
+#: billion dollars, and a larger value (1e308, a hand edit) would overflow the micro-dollar
+#: sums; it is read as "not reported".
+MAX_USD = 1e9
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,10 +125,15 @@ def zone_name(when: float) -> str:
 
 
 def _number(value: Any) -> float | None:
+    """``value`` as a float of USD, ``None`` unless it is a finite number within
+    :data:`MAX_USD` either way (a manifest edited by hand may say anything)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    number = float(value)
-    return number if number == number and abs(number) != float("inf") else None
+    try:
+        number = float(value)
+    except OverflowError:  # an int past the float range
+        return None
+    return number if abs(number) <= MAX_USD else None  # NaN fails the comparison
 
 
 def _get(obj: Any, name: str) -> Any:

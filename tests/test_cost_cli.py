@@ -154,8 +154,10 @@ def test_unreadable_manifests_are_counted_and_named_once(spent: Setup) -> None:
 
 def test_hostile_values_are_ignored_and_escaped(spent: Setup) -> None:
     tasks = spent.state / "tasks"
-    for n, value in enumerate([-5, "1e9", True, None, [1], 1e400]):
+    # 1e308 and 10**400 once overflowed the micro-dollar sums (a traceback, no report).
+    for n, value in enumerate([-5, "1e9", True, None, [1], 1e400, 1e308, 10**400, 2e9]):
         _write(tasks, f"bad-{n}", claude={"total_cost_usd": value}, finished_at="not a time")
+    _write(tasks, "bad-turn", claude={"total_cost_usd": 0.5}, turns=[{"cost_usd": 1e308}])
     evil = "\x1b[31mred\u202e\x07"
     _write(
         tasks,
@@ -167,7 +169,8 @@ def test_hostile_values_are_ignored_and_escaped(spent: Setup) -> None:
         turns="nope",
     )
     out = _json(spent)
-    assert out["total_usd"] == 3.875  # the evil task's 1.0; the bad values count nothing
+    # the evil task's 1.0 and bad-turn's 0.5; the bad values count nothing
+    assert out["total_usd"] == 4.375
     text = _cost(spent)
     assert text.returncode == 0, text.stderr
     assert "\x1b" not in text.stdout and "\u202e" not in text.stdout and "\x07" not in text.stdout

@@ -229,3 +229,32 @@ def test_real_engine_heartbeat_reads_running_then_not_running(setup: Setup) -> N
         proc.terminate()
         assert proc.wait(timeout=30) == 0
     assert model.engine_state(setup.state).state == "not running"
+
+
+@pytest.mark.parametrize(
+    "cost, retries, expected",
+    [
+        (float("nan"), 10**400, (None, 0)),  # NaN; past 64 bits
+        (-5, True, (0.0, 0)),  # a negative total reads as nothing spent, as `cost` reads it
+        (10**400, 2**63, (None, 0)),  # an int past the float range once raised OverflowError
+        (1e308, 3, (None, 3)),  # past costs.MAX_USD: not believed
+        (2.5, 7, (2.5, 7)),
+    ],
+)
+def test_hand_edited_numbers_never_break_or_widen_the_table(
+    tmp_path: Path, cost: object, retries: object, expected: tuple[object, int]
+) -> None:
+    """A manifest edited by hand: the task still shows, with the numbers the views can
+    believe (``status`` once printed ``$nan`` and a 400-digit retries column)."""
+    folder = tmp_path / "tasks" / "edited-0a1b2c"
+    folder.mkdir(parents=True)
+    manifest = {
+        "task_id": "edited-0a1b2c",
+        "task_name": "edited",
+        "status": "completed",
+        "claude": {"total_cost_usd": cost},
+        "retry_count": retries,
+    }
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    task = model.task_from_manifest(manifest, str(folder), has_output=False)
+    assert (task.cost_usd, task.retries) == expected

@@ -40,13 +40,13 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from supervisor import accounts
+from supervisor import accounts, costs
 from supervisor.agents import kinds
 from supervisor.diskio import read_end
 from supervisor.taskdir import control, layout
 from supervisor.taskdir.states import DAMAGED, ENDED, HOST_LOST, Status
 from supervisor.views import plangraph
-from supervisor.views.fields import count, items, number, text
+from supervisor.views.fields import count, items, text
 from supervisor.views.sources import (
     HEARTBEAT,
     STALE_AFTER,
@@ -310,8 +310,8 @@ def task_from_manifest(m: dict[str, Any], folder: str, has_output: bool) -> Task
         name=text(m.get("task_name")),
         status=status,
         model=text(m.get("model")),
-        retries=m.get("retry_count", 0) if isinstance(m.get("retry_count"), int) else 0,
-        exit_code=m.get("exit_code") if isinstance(m.get("exit_code"), int) else None,
+        retries=count(m.get("retry_count")) or 0,
+        exit_code=count(m.get("exit_code")),
         verdict=text(m.get("verdict")),
         reason=text(m.get("failure_reason")) or text(m.get("abandon_reason")) or _held(m),
         damaged=text(m.get("damaged")),
@@ -319,12 +319,12 @@ def task_from_manifest(m: dict[str, Any], folder: str, has_output: bool) -> Task
         since=_since(m, status, folder),
         resume_at=epoch(m.get("resume_at")) if status not in ENDED else None,
         last_line=readable_last_line(folder, m) if has_output else None,
-        cost_usd=number(columns.pop("cost_usd", None)),
+        cost_usd=costs.total_of(m) if columns.pop("cost_usd", None) is not None else None,
         tokens=count(columns.pop("tokens", None)),
         branch=text(ws.get("branch")),
-        files_changed=ws.get("files_changed") if isinstance(ws.get("files_changed"), int) else None,
-        insertions=ws.get("insertions") if isinstance(ws.get("insertions"), int) else None,
-        deletions=ws.get("deletions") if isinstance(ws.get("deletions"), int) else None,
+        files_changed=count(ws.get("files_changed")),
+        insertions=count(ws.get("insertions")),
+        deletions=count(ws.get("deletions")),
         escalation=escalation,
         session_name=text(m.get("session_name")),
         columns=columns,

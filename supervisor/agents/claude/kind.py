@@ -39,7 +39,14 @@ def check(agent: Any) -> None:
 
 
 def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    """A manifest's number as a float; ``None`` for a non-number or an int past the float
+    range (a hand-edited manifest may hold ``10**400``)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return None
 
 
 def _tokens(record: Mapping[str, Any]) -> int | None:
