@@ -63,3 +63,18 @@ def test_status_top_and_serve_show_what_a_blocked_task_waits_for(setup: Setup) -
     rows = {row["task_id"]: row for row in json.loads(status(setup, "--json"))}
     assert rows[b]["blocked_on"] == [] and "predecessors ended" in rows[b]["reason"]
     assert rows[c]["blocked_on"] == [b]
+
+
+def test_status_plans_gives_the_graph_as_text_and_json(setup: Setup) -> None:
+    _, t = claimed_plan(setup)
+    a, b, c = (t[k].task_id for k in "ABC")
+    text = status(setup, "--plans")
+    assert text.startswith("plan 1: 3 tasks, in progress"), text
+    assert f"A ({a}) [queued] → B ({b}) [blocked]" in text
+    assert f"C\\u202e ({c}) waits: blocked on A ({a}), B ({b})" in text
+    graph = json.loads(status(setup, "--plans", "--json"))
+    assert graph["edges_left_out"] == 0 and len(graph["plans"]) == 1
+    edges = graph["plans"][0]["edges"]
+    assert edges == [{"from": a, "to": b}, {"from": a, "to": c}, {"from": b, "to": c}]
+    nodes = {n["task_id"]: n for n in graph["plans"][0]["tasks"]}
+    assert nodes[c]["name"] == "C\u202e" and nodes[c]["blocked_on"] == [a, b]
