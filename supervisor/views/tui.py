@@ -101,9 +101,9 @@ class TopApp(App[None]):
         Binding("s", "request('stop')", "stop"),
         Binding("r", "request('resume')", "resume"),
         Binding("d", "diff", "diff"),
-        Binding("p", "plans", "plans"),
         Binding("slash", "filter", "filter"),
         Binding("question_mark", "help", "help"),
+        Binding("p", "plans", "plans"),
         Binding("q", "quit", "quit"),
     ]
     CSS = """
