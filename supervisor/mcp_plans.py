@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from supervisor import plans, spool
 from supervisor.config import MAX_TASK_FILE_BYTES
+from supervisor.diskio import read_regular
 from supervisor.errors import ConfigError
 from supervisor.mcp_tools import ToolRefused
 from supervisor.taskdir import layout
@@ -43,8 +44,12 @@ if TYPE_CHECKING:
 MAX_PROBLEMS = 5
 #: How error lines name the plan (it has no file).
 PLAN = Path("plan")
-#: Bytes of a rejected plan's ``.error`` file the ``plan`` tool returns.
+#: Bytes of a rejected plan's ``.error`` file the ``plan`` tool returns, and the most it
+#: reads (the engine writes every problem: a plan of 1,000 bad tables makes a long one).
 MAX_ERROR_BYTES = 4096
+ERROR_FILE_BYTES = 4 * 1024 * 1024
+#: Bytes of a claimed plan's ``members.json`` read at most (1,000 ids of 64 characters).
+MAX_MEMBERS = 128 * 1024
 
 
 def _one_line(problems: list[str]) -> str:
@@ -131,13 +136,11 @@ def _claimed_members(profile: LoadedProfile, name: str) -> tuple[Path, list[str]
     except OSError:
         return None
     for folder in folders:
-        try:
-            with open(os.path.join(folder.path, plans.SOURCE), "rb") as handle:
-                if handle.read(1024) != os.fsencode(name):
-                    continue
-            with open(os.path.join(folder.path, plans.MEMBERS), "rb") as handle:
-                ids = json.loads(handle.read())
-        except (OSError, ValueError):
+        try:  # non-blocking, regular files only, bounded
+            if read_regular(os.path.join(folder.path, plans.SOURCE), 1024) != os.fsencode(name):
+                continue
+            ids = json.loads(read_regular(os.path.join(folder.path, plans.MEMBERS), MAX_MEMBERS))
+        except (OSError, ValueError, RecursionError):
             continue
         if isinstance(ids, list) and all(isinstance(i, str) and is_task_id(i) for i in ids):
             return Path(folder.path), ids
@@ -150,11 +153,10 @@ def _rejected(profile: LoadedProfile, name: str) -> dict[str, Any] | None:
     if not target.is_file():
         return None
     try:
-        error_file = target.with_name(name + layout.ERROR_SUFFIX)
-        with open(error_file, "rb") as handle:
-            error = handle.read(MAX_ERROR_BYTES).decode("utf-8", errors="replace")
-    except OSError:
-        error = "(no reason recorded)"
+        raw = read_regular(target.with_name(name + layout.ERROR_SUFFIX), ERROR_FILE_BYTES)
+        error = raw[:MAX_ERROR_BYTES].decode("utf-8", errors="replace")
+    except OSError as exc:
+        error = f"(its .error file cannot be read: {exc})"
     return {"plan": name, "state": "rejected", "error": error.strip(), "file": str(target)}
 
 

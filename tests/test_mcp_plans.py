@@ -7,6 +7,7 @@ on its own tasks."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -154,3 +155,26 @@ def test_a_rejected_plan_is_followed_with_its_reason(setup: Setup) -> None:
     rejected = mcp_plans.follow(loaded, name)
     assert rejected["state"] == "rejected" and "'A'" in rejected["error"], rejected
     assert Path(rejected["file"]).is_file()
+
+
+def test_odd_files_in_the_plans_folder_never_block_plan(setup: Setup) -> None:
+    """Attack (odd file types): a FIFO as a plan's source.txt or a rejected plan's .error,
+    and a 1 MB .error: ``plan`` returns at once, the .error's head only."""
+    loaded = load_profile(setup.write_profile())
+    odd = loaded.state_dir / plans.PLANS / "plan-0a0b0c"
+    odd.mkdir(parents=True)
+    os.mkfifo(odd / plans.SOURCE)
+    name = mcp_plans.submit_plan(loaded, None, _plan(setup))["plan"]
+    made = plans.claim(loaded.spool_dir / name, loaded)
+    assert made is not None and all(c.task_dir for c in made)
+    assert mcp_plans.follow(loaded, name)["counts"] == {"queued": 1, "blocked": 2}
+    rejected = loaded.spool_dir / "rejected"
+    rejected.mkdir()
+    (rejected / "plan-1a1b1c.toml").write_text("x")
+    os.mkfifo(rejected / "plan-1a1b1c.toml.error")
+    answer = mcp_plans.follow(loaded, "plan-1a1b1c.toml")
+    assert answer["state"] == "rejected" and "cannot be read" in answer["error"]
+    (rejected / "plan-2a2b2c.toml").write_text("x")
+    (rejected / "plan-2a2b2c.toml.error").write_text("e" * 1_000_000)
+    answer = mcp_plans.follow(loaded, "plan-2a2b2c")
+    assert len(answer["error"]) == mcp_plans.MAX_ERROR_BYTES
