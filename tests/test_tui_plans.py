@@ -9,7 +9,6 @@ from collections.abc import Callable
 
 from conftest import Setup
 from support.plan_fixture import MARKUP, blocked_plan
-from textual.widgets import Static
 
 from supervisor.config import load_profile
 from supervisor.taskdir.folder import TaskDir
@@ -25,12 +24,12 @@ async def _plans_screen(app: TopApp, change: Callable[[], None]) -> tuple[str, s
         await pilot.pause()
         screen = app.screen
         assert isinstance(screen, PlansScreen)
-        shown = str(screen.query_one("#body", Static).render())
+        shown = screen.body()
         change()
         app.refresh_view()  # the app's own refresh goes on under the plan screen
         screen.follow()
         await pilot.pause()
-        later = str(screen.query_one("#body", Static).render())
+        later = screen.body()
         await pilot.press("q")
         await pilot.pause()
         assert not isinstance(app.screen, PlansScreen)
