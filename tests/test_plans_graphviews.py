@@ -13,7 +13,7 @@ from typing import Any
 import tomli_w
 from conftest import Setup
 from support import web_serve
-from support.plan_fixture import MARKUP, blocked_plan, claim
+from support.plan_fixture import MARKUP, big_plan, blocked_plan
 from support.repos import make_repo
 
 from supervisor.config import load_profile
@@ -92,11 +92,7 @@ def test_blocked_tasks_and_hostile_names_in_serve(setup: Setup, browser: Any) ->
 
 
 def test_a_plan_of_1000_tasks_stays_a_usable_page(setup: Setup, browser: Any) -> None:
-    setup.write_profile()
-    chain = [setup.task("t0", "x"), setup.task("t1", "x", after=["t0"])]
-    for i in range(2, 1000):  # each after the one before, t0 and t1: 2,994 edges
-        chain.append(setup.task(f"t{i}", "x", after=sorted({f"t{i - 1}", "t0", "t1"})))
-    claim(setup, chain)
+    big_plan(setup)
     found = plangraph.graph(snapshot(setup).tasks)
     assert len(found.plans) == 1 and len(found.plans[0].nodes) == 1000
     assert len(found.plans[0].edges) == plangraph.MAX_EDGES

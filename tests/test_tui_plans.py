@@ -8,10 +8,11 @@ import asyncio
 from collections.abc import Callable
 
 from conftest import Setup
-from support.plan_fixture import MARKUP, blocked_plan
+from support.plan_fixture import MARKUP, big_plan, blocked_plan
 
 from supervisor.config import load_profile
 from supervisor.taskdir.folder import TaskDir
+from supervisor.views import plangraph
 from supervisor.views.tui import TopApp
 from supervisor.views.tui_screens import PlansScreen
 
@@ -47,3 +48,29 @@ def test_top_shows_the_plans_with_markup_and_controls_as_text(setup: Setup) -> N
     assert f"{MARKUP} ({b}) waits: blocked on A ({a})" in shown
     assert "\\x1b[31mred" in shown and "\x1b" not in shown
     assert f"A ({a}) [running] → {MARKUP} ({b}) [blocked]" in later, later
+
+
+async def _big(app: TopApp) -> str:
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("p")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, PlansScreen)
+        await pilot.press("end", "pagedown")  # it scrolls; q still closes it
+        await pilot.press("q")
+        await pilot.pause()
+        assert not isinstance(app.screen, PlansScreen)
+        return screen.shown
+
+
+def test_a_plan_of_1000_tasks_in_top(setup: Setup) -> None:
+    """Attack (huge input): 2,994 edges show as 2,000 lines and a count of the others."""
+    ids = big_plan(setup)
+    loaded = load_profile(setup.profile)
+    app = TopApp(loaded.state_dir, loaded.spool_dir, "sock", refresh_every=None)
+    shown = asyncio.run(_big(app)).splitlines()
+    assert shown[0] == "plan 1: 1000 tasks, in progress"
+    assert sum("→" in line for line in shown) == plangraph.MAX_EDGES
+    assert shown[-1] == "994 more edges not shown"
+    assert sum(" waits: blocked on " in line for line in shown) == len(ids) - 1

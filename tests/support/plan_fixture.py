@@ -37,3 +37,13 @@ def blocked_plan(setup: Setup) -> list[str]:
             setup.task(EVIL.replace("<", "").replace("/", ""), "z", after=["A"]),
         ],
     )
+
+
+def big_plan(setup: Setup) -> list[str]:
+    """A plan of 1,000 tasks claimed: t0, t1 after t0, then each after the one before, t0
+    and t1 (2,994 edges); the ids in file order."""
+    setup.write_profile()
+    chain = [setup.task("t0", "x"), setup.task("t1", "x", after=["t0"])]
+    for i in range(2, 1000):
+        chain.append(setup.task(f"t{i}", "x", after=sorted({f"t{i - 1}", "t0", "t1"})))
+    return claim(setup, chain)
