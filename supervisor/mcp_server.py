@@ -11,6 +11,9 @@ typed arguments and a one-line error text (``isError`` results) for a refusal:
                 call (default 60, at most 300): call it again while ``pending`` is not empty
 ``tail``        the end of a task's output (``supervise tail``)
 ``continue``    a follow-up prompt as the task's next turn (``supervise continue``)
+``submit_plan`` a plan: one TOML of ``[[tasks]]`` or a list of task tables, ``after`` naming
+                tasks of the plan (``supervise submit PLAN.toml``; :mod:`supervisor.mcp_plans`)
+``plan``        follow a plan: each task's status, verdict, predecessors and why it waits
 ``approve`` ``deny`` ``stop`` ``resume``   the operator requests (``supervise approve ID``)
 
 Resources (templates): ``supervise://task/{task_id}/manifest`` (JSON) and
@@ -44,7 +47,8 @@ OUTPUT_LINES = 200
 INSTRUCTIONS = (
     "Supervised coding agents (supervise). submit a task (an absolute project_dir and a "
     "prompt), then wait on its task_id (repeat while 'pending' is not empty), read show "
-    "(verdict, summary, claude.result) and tail. A task 'escalated' waits for approve or deny."
+    "(verdict, summary, claude.result) and tail. A task 'escalated' waits for approve or deny. "
+    "submit_plan runs tasks in order ('after'); plan follows it."
 )
 
 TaskId = Annotated[str, Field(description="a task id, as submit and status give it")]
@@ -105,6 +109,7 @@ def build_server(profile: LoadedProfile) -> MCPServer:
     server: MCPServer = Server(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING")
     _task_tools(server, profile)
     _request_tools(server, profile)
+    _plan_tools(server, profile)
     _resources(server, profile)
     return server
 
@@ -182,6 +187,41 @@ def _task_tools(server: MCPServer, profile: LoadedProfile) -> None:
     ) -> str:
         """The last lines of a task's output."""
         return await _guard(lambda: mcp_tools.tail(profile, task_id, lines))
+
+
+def _plan_tools(server: MCPServer, profile: LoadedProfile) -> None:
+    from supervisor import mcp_plans
+
+    text = mcp_tools.as_text
+
+    @server.tool(structured_output=False)
+    async def submit_plan(
+        plan_toml: Annotated[
+            str | None,
+            Field(description="the plan as one TOML text of [[tasks]] tables (or give tasks)"),
+        ] = None,
+        tasks: Annotated[
+            list[dict[str, Any]] | None,
+            Field(
+                description="the plan as task tables: name, prompt, absolute project_dir, "
+                "after = [names of tasks it waits for], requires = 'pass' | 'end'"
+            ),
+        ] = None,
+    ) -> str:
+        """Submit a plan: tasks that start only after the tasks they name in 'after' end
+        (with PASS by default); '{after.NAME.summary}' in a prompt is NAME's result. A
+        cycle or an unknown name is refused. Returns the plan's name: follow it with plan."""
+        return await _guard(lambda: text(mcp_plans.submit_plan(profile, plan_toml, tasks)))
+
+    @server.tool(structured_output=False)
+    async def plan(
+        plan: Annotated[
+            str, Field(description="the plan's name from submit_plan, or any of its task ids")
+        ],
+    ) -> str:
+        """Follow a plan: each task's status, verdict, predecessors ('after'), those it
+        still waits for ('blocked_on') and why ('reason'); 'done' once every task ended."""
+        return await _guard(lambda: text(mcp_plans.follow(profile, plan)))
 
 
 def _request_tools(server: MCPServer, profile: LoadedProfile) -> None:

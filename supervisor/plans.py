@@ -15,7 +15,8 @@ and a cycle is refused; one bad table rejects the whole file. The claim is crash
 
 1. the file is renamed to ``spool/.claim.<plan id>.<name>`` (atomic; nothing else claims it);
 2. every task is made in ``state_dir/plans/<plan id>/<task id>/`` (a staging folder no
-   engine adopts), with ``members.json`` listing them first;
+   engine adopts), with ``members.json`` listing them and ``source.txt`` naming the spool
+   file (how the MCP ``plan`` tool finds a submitted plan) first;
 3. the claimed file moves to ``plans/<plan id>/plan.toml``: the commit;
 4. each task folder is renamed into ``tasks/`` (same filesystem).
 
@@ -48,6 +49,8 @@ PLANS = "plans"
 RECORD = "plan.toml"
 #: The plan's task ids, in file order (written before any task folder is made).
 MEMBERS = "members.json"
+#: The spool file's name the plan was claimed from (one line).
+SOURCE = "source.txt"
 #: Most tasks one plan file may hold (each becomes a task folder at once).
 MAX_PLAN_TASKS = 1000
 
@@ -182,6 +185,7 @@ def claim(path: Path, profile: LoadedProfile) -> list[spool.Claimed] | None:
 def _stage(staging: Path, made: list[Member], path: Path, profile: LoadedProfile) -> None:
     """Write ``members.json``, then every task's folder in the staging folder."""
     atomic_write(staging / MEMBERS, json.dumps([m.task_id for m in made]).encode())
+    atomic_write(staging / SOURCE, os.fsencode(path.name))
     for member in made:
         folder = staging / member.task_id
         folder.mkdir(mode=0o700)
@@ -244,30 +248,58 @@ def check(path: Path, profile: LoadedProfile) -> list[Member]:
     """
     from supervisor.config.tomlfile import read_toml
 
+    refuse_cluster(path, profile)
+    _, data = read_toml(path, path, MAX_TASK_FILE_BYTES)
+    return check_data(data, path, profile, path.parent)
+
+
+def refuse_cluster(shown: Path, profile: LoadedProfile) -> None:
+    """Raise :class:`ConfigError` for a ``[cluster]`` profile: the fleet does not run plans
+    (docs/conformance.md says why)."""
     if profile.spec.cluster is not None:
         raise ConfigError(
-            [f"{path}: a [cluster] profile does not run plans yet; submit each task alone"]
+            [f"{shown}: a [cluster] profile does not run plans yet; submit each task alone"]
         )
-    _, data = read_toml(path, path, MAX_TASK_FILE_BYTES)
-    extra = sorted(set(data) - {"tasks"})
-    if extra or not isinstance(data.get("tasks"), list):
-        raise ConfigError([f"{path}: a plan file holds only [[tasks]] tables"])
-    return members(profile, data["tasks"], path, base=path.parent)
 
 
-def submit(path: Path, profile: LoadedProfile) -> dict[str, Any]:
-    """``supervise submit PLAN.toml``: :func:`check` the plan, then place it in the spool
-    under a fresh name. Returns ``{"plan_file", "tasks"}`` (the spool file, the tasks'
-    names).
+def check_data(
+    data: dict[str, Any], shown: Path, profile: LoadedProfile, base: Path
+) -> list[Member]:
+    """Validate a plan file's parsed top level (only ``tasks``, a list of tables) with
+    relative paths against ``base``; ``shown`` names it in the lines.
 
     Raises:
         ConfigError: a ``[cluster]`` profile, or any problem of the plan (every line).
     """
+    refuse_cluster(shown, profile)
+    extra = sorted(set(data) - {"tasks"})
+    if extra or not isinstance(data.get("tasks"), list):
+        raise ConfigError([f"{shown}: a plan file holds only [[tasks]] tables"])
+    return members(profile, data["tasks"], shown, base=base)
+
+
+def submit(path: Path, profile: LoadedProfile) -> dict[str, Any]:
+    """``supervise submit PLAN.toml``: :func:`check` the plan, then :func:`place` it.
+
+    Raises:
+        ConfigError: a ``[cluster]`` profile, or any problem of the plan (every line).
+    """
+    return place(check(path, profile), profile)
+
+
+def place(made: list[Member], profile: LoadedProfile) -> dict[str, Any]:
+    """Put a checked plan (:func:`check`, :func:`check_data`) in the spool under a fresh
+    name, every path absolute. Returns ``{"plan_file", "tasks"}`` (the spool file, the
+    tasks' names).
+
+    Raises:
+        ConfigError: the spool cannot be written (:class:`supervisor.submission.SpoolUnwritable`)
+            or no free name was found.
+    """
     import tomli_w
 
-    from supervisor.submission import place
+    from supervisor.submission import place as place_file
 
-    made = check(path, profile)
     tables = []
     for member in made:
         spec = member.resolved.spec
@@ -278,6 +310,6 @@ def submit(path: Path, profile: LoadedProfile) -> dict[str, Any]:
         table["project_dir"] = str(spec.project_dir)
         tables.append(table)
     body = tomli_w.dumps({"tasks": tables}).encode()
-    plan_id = place(profile.spool_dir, profile.tasks_dir, "plan", body)
+    plan_id = place_file(profile.spool_dir, profile.tasks_dir, "plan", body)
     names = [m.resolved.spec.name for m in made]
     return {"plan_file": str(profile.spool_dir / f"{plan_id}.toml"), "tasks": names}

@@ -38,7 +38,9 @@ FIXTURE = Path(__file__).parent / "fixtures" / "claude" / "mcp" / "submit-wait.j
 #: Seconds a wait of the brain may block: it returns as soon as the task needs a person
 #: or ends, long before this.
 WAIT = 120
-TOOLS = ("submit", "wait", "approve", "show", "tail", "continue")
+TOOLS = ("submit", "wait", "approve", "show", "tail", "continue", "submit_plan", "plan")
+#: What the CLI sent and got for a plan (submit_plan, then plan), as for ``FIXTURE``.
+PLAN_FIXTURE = FIXTURE.with_name("submit-plan.json")
 
 
 def _brain(root: Path, profile: Path, prompt: str, base_url: str) -> subprocess.CompletedProcess:
@@ -141,6 +143,52 @@ def test_claude_code_submits_through_supervise_mcp_and_waits_for_the_result(
         FIXTURE.parent.mkdir(parents=True, exist_ok=True)
         FIXTURE.write_text(json.dumps(shape, indent=2) + "\n")
     assert shape == json.loads(FIXTURE.read_text())
+
+
+def test_claude_code_submits_a_plan_and_follows_it(setup: Setup) -> None:
+    """Issue 26, part 5: the brain submits A → B with ``submit_plan`` while no engine runs
+    (its answer warns so), follows it with ``plan`` (waiting to be claimed, by the name
+    submit_plan gave); an engine then runs the plan: A, then B, both PASS."""
+    profile = setup.write_profile()
+    tasks = [
+        {"name": "A", "prompt": "print: a\nexit: 0", "project_dir": str(setup.project)},
+        {"name": "B", "prompt": "print: b\nexit: 0", "project_dir": str(setup.project)},
+    ]
+    tasks[1]["after"] = ["A"]
+    setup.project.mkdir(exist_ok=True)
+    prompt = (
+        f"[[tool: mcp__supervise__submit_plan | {json.dumps({'tasks': tasks})}]]\n"
+        '[[tool: mcp__supervise__plan | {"plan": "{{task_id}}"}]]\n'
+        "[[final: the plan waits for an engine]]"
+    )
+    mock = start_mock()
+    try:
+        done = _brain(setup.root, profile, prompt, mock.base_url)
+        seen = _seen(mock)
+    finally:
+        stop_mock(mock)
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    submitted, followed = (json.loads(text) for text in seen["results"][:2])
+    assert submitted["tasks"] == ["A", "B"] and "no engine" in submitted["warning"], submitted
+    assert followed == {
+        "plan": submitted["plan"],
+        "state": "waiting to be claimed",
+        "why": "in the spool: the engine claims it at its next intake",
+    }
+    ran = setup.run(timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    m = setup.manifests()
+    assert [(m[k]["status"], m[k]["verdict"]) for k in "AB"] == [("completed", "PASS")] * 2
+    assert m["B"]["after"] == [m["A"]["task_id"]]
+    assert m["B"]["launched_at"] >= m["A"]["finished_at"]
+    shape = {
+        "offered": {k: v for k, v in seen["offered"].items() if "plan" in k},
+        "result_blocks": seen["blocks"][:2],
+        "result_keys": [sorted(json.loads(t)) for t in seen["results"][:2]],
+    }
+    if os.environ.get("SUPERVISE_RECORD_FIXTURES") == "1":
+        PLAN_FIXTURE.write_text(json.dumps(shape, indent=2) + "\n")
+    assert shape == json.loads(PLAN_FIXTURE.read_text())
 
 
 def _inert(text: str) -> str:

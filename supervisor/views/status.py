@@ -10,6 +10,10 @@ cost, verdict or reason, diffstat, the agent kind's own columns
 holding every key it always had plus the model's new ones (``$defs/Task`` of
 ``schemas/status.schema.json``); the engine and spool lines go to stderr. ``--snapshot``: the
 whole model as one JSON object (engine, spool, tasks, totals; ``schemas/status.schema.json``).
+``--plans``: the plan graph only (:func:`supervisor.views.plangraph.graph`: each edge with
+both tasks' status, why a blocked task waits), as text or with ``--json`` as ``serve``'s
+``/api/plans``. Each ``--json`` row holds ``after`` (its predecessors' ids) and
+``blocked_on`` (those it still waits for), so the rows alone give the edges too.
 """
 
 from __future__ import annotations
@@ -41,6 +45,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="the task rows as a JSON list")
     parser.add_argument(
         "--snapshot", action="store_true", help="everything (engine, spool, tasks) as JSON"
+    )
+    parser.add_argument(
+        "--plans",
+        action="store_true",
+        help="the plans only: each edge (predecessor -> successor) with both tasks' status "
+        "and why a blocked task waits; with --json the graph as /api/plans gives it",
     )
     parser.add_argument(
         "--sort",
@@ -132,6 +142,14 @@ def totals_line(snap: model.Snapshot) -> str:
     return f"{snap.totals['tasks']} tasks: {', '.join(parts)}; {cost}"
 
 
+def _plans(snap: model.Snapshot, args: argparse.Namespace) -> int:
+    """``status --plans``: :func:`plangraph.graph` of every task (a filter would cut plans
+    apart), as text or (``--json``) as ``{"plans", "edges_left_out"}``; returns 0."""
+    found = plangraph.graph(snap.tasks)
+    print(json.dumps(found.to_dict(), indent=2) if args.json else plangraph.text(found))
+    return 0
+
+
 def run(profile: Any, args: argparse.Namespace) -> int:
     """Print the status of ``profile`` (a ``LoadedProfile``) as ``args`` asks; returns 0."""
     snap = model.snapshot(profile, time.time())
@@ -139,6 +157,8 @@ def run(profile: Any, args: argparse.Namespace) -> int:
     if args.snapshot:
         print(json.dumps(snap.to_dict(), indent=2))
         return 0
+    if getattr(args, "plans", False):
+        return _plans(snap, args)
     tasks = select(snap, args.statuses, args.sort)
     if args.json:
         for line in filter(None, head):

@@ -13,7 +13,8 @@ task per refresh costs less than an inotify watch per task folder, and needs no 
 ``benchmarks/views.py`` measures it.)
 
 Keys (see :data:`.tui_screens.HELP`): ``a`` attach read-only, ``t`` tail, ``y``/``n``
-approve/deny, ``s`` stop, ``r`` resume, ``d`` diff, ``?`` help, ``q`` quit. Requests go
+approve/deny, ``s`` stop, ``r`` resume, ``d`` diff, ``p`` the plans (each edge with both
+tasks' status, :mod:`.plangraph`), ``?`` help, ``q`` quit. Requests go
 through :mod:`.actions` (the CLI verbs' code path).
 """
 
@@ -35,10 +36,10 @@ from textual.widgets import DataTable, Footer, Input, Static
 
 from supervisor.taskdir import layout
 from supervisor.terminal import escape_controls
-from supervisor.views import actions, attach, model
+from supervisor.views import actions, attach, model, plangraph
 from supervisor.views.taskfilter import TaskFilter
 from supervisor.views.tui_columns import Column, cells, columns_for
-from supervisor.views.tui_screens import HELP, ConfirmScreen, TailScreen, TextScreen
+from supervisor.views.tui_screens import HELP, ConfirmScreen, PlansScreen, TailScreen, TextScreen
 
 #: Seconds between refreshes (see the module docstring).
 REFRESH_EVERY = 0.5
@@ -102,6 +103,7 @@ class TopApp(App[None]):
         Binding("d", "diff", "diff"),
         Binding("slash", "filter", "filter"),
         Binding("question_mark", "help", "help"),
+        Binding("p", "plans", "plans"),
         Binding("q", "quit", "quit"),
     ]
     CSS = """
@@ -248,7 +250,7 @@ class TopApp(App[None]):
     # ------------------------------------------------------------------ actions
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """The task keys act only on the table's screen (not under help, tail or diff)."""
-        if action in ("request", "attach", "tail", "diff", "help", "filter"):
+        if action in ("request", "attach", "tail", "diff", "plans", "help", "filter"):
             return len(self.screen_stack) == 1
         return True
 
@@ -312,6 +314,15 @@ class TopApp(App[None]):
         """git runs in a worker thread (bounded by its own timeout): the table stays live."""
         text = actions.diff_text(self.state_dir / layout.TASKS, task_id)
         self.call_from_thread(self.push_screen, TextScreen(f"supervise diff {task_id}", text))
+
+    def action_plans(self) -> None:
+        """``p``: the plan graph of the latest snapshot, kept current while it is open."""
+        self.push_screen(PlansScreen(self.plans_text))
+
+    def plans_text(self) -> str:
+        """:func:`supervisor.views.plangraph.text` of the latest snapshot (every task,
+        whatever the filter shows)."""
+        return plangraph.text(plangraph.graph(self.snap.tasks if self.snap else []))
 
     def action_help(self) -> None:
         self.push_screen(TextScreen("help", HELP))

@@ -1,4 +1,4 @@
-"""The screens ``supervise top`` opens over its table: confirm, tail, diff, help.
+"""The screens ``supervise top`` opens over its table: confirm, tail, diff, plans, help.
 
 Every text shown comes from :mod:`.actions`, :mod:`.model` or :mod:`supervisor.agents.
 readable` (the tail, rendered) already terminal-safe, and is put on screen as
@@ -8,6 +8,7 @@ it is).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
@@ -34,6 +35,8 @@ supervise top: every task of the profile, grouped by what it needs from you.
   s   stop: end the task as abandoned, reason "stopped" (asks first)
   r   resume now (asks first)
   d   diff: the task branch against its base (supervise diff)
+  p   plans: each plan's edges (predecessor → successor) with both tasks'
+      status, and what each blocked task waits for
   /   filter: type words of the task id, name or status (Enter keeps it,
       Escape clears it); 'supervise top --status S --filter TEXT' starts with one
   ?   this help          q   quit
@@ -97,6 +100,49 @@ class TextScreen(Screen[None]):
         with VerticalScroll():
             yield Static(Text(self.text), id="body")
         yield Footer()
+
+
+#: Seconds between two looks at the plan graph while the plan screen is open.
+PLANS_EVERY = 1.0
+
+
+class PlansScreen(Screen[None]):
+    """The plan graph (``p``): ``source()`` gives its text (terminal-safe,
+    :func:`supervisor.views.plangraph.text` of the app's latest snapshot), looked at again
+    every :data:`PLANS_EVERY` seconds and shown again when it changed; ``q``/Escape closes
+    it. A :class:`~textual.widgets.Log` (plain text, never markup) renders only the lines on
+    screen: a plan of 1,000 tasks (2,000 edges) scrolls as freely as a short one."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("q,escape", "app.pop_screen", "close")]
+
+    def __init__(self, source: Callable[[], str]) -> None:
+        super().__init__()
+        self.source = source
+        self.shown = source()
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text("plans: predecessor → successor [status]", style="bold"), id="title")
+        yield Log(auto_scroll=False, id="body")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#body", Log).write(self.shown)
+        self.set_interval(PLANS_EVERY, self.follow)
+
+    def body(self) -> str:
+        """The text on screen now (what tests read)."""
+        return "\n".join(self.query_one("#body", Log).lines)
+
+    def follow(self) -> None:
+        """Show the graph again when it changed (the scroll position kept)."""
+        now = self.source()
+        if now != self.shown:
+            self.shown = now
+            log = self.query_one("#body", Log)
+            y = log.scroll_y
+            log.clear()
+            log.write(now)
+            log.scroll_to(y=y, animate=False)
 
 
 class TailScreen(Screen[None]):

@@ -11,6 +11,8 @@ Routes::
     GET  /api/snapshot            the status model as JSON
     GET  /spend                   spend per day and per hour of today (inline SVG, issue 26)
     GET  /api/cost                ``supervise cost --json`` of the profile
+    GET  /plans                   the plans: each edge with both tasks' status (issue 26)
+    GET  /api/plans               the same as JSON (:class:`supervisor.views.plangraph.Graph`)
     POST /api/task/{id}/{verb}    approve | deny | stop | resume (``--allow-actions`` only)
     GET  /static/...              the page's CSS and JS (shipped in the package: no CDN)
 
@@ -168,7 +170,8 @@ async def _task_stream(task_dir: Path, render: Callable[[], str]) -> AsyncIterat
 
 
 def _spend_routes(pages: webpage.Pages) -> list[Route]:
-    """``/spend`` (the spend page) and ``/api/cost`` (``supervise cost --json``), issue 26."""
+    """``/spend`` (the spend page), ``/api/cost`` (``supervise cost --json``), ``/plans`` and
+    ``/api/plans`` (the plan graph), issue 26."""
 
     async def spend(request: Request) -> Response:
         return HTMLResponse(await asyncio.to_thread(pages.spend))
@@ -177,7 +180,19 @@ def _spend_routes(pages: webpage.Pages) -> list[Route]:
         data = await asyncio.to_thread(pages.cost_json)
         return Response(data, media_type="application/json")
 
-    return [Route("/spend", spend), Route("/api/cost", cost)]
+    async def plans(request: Request) -> Response:
+        return HTMLResponse(await asyncio.to_thread(pages.plans))
+
+    async def plans_json(request: Request) -> Response:
+        data = await asyncio.to_thread(pages.plans_json)
+        return Response(data, media_type="application/json")
+
+    return [
+        Route("/spend", spend),
+        Route("/api/cost", cost),
+        Route("/plans", plans),
+        Route("/api/plans", plans_json),
+    ]
 
 
 def create_app(

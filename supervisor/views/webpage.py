@@ -28,7 +28,7 @@ from supervisor.taskdir import control, layout
 from supervisor.taskdir.folder import TaskDir
 from supervisor.taskid import is_task_id
 from supervisor.terminal import escape_controls
-from supervisor.views import fleet, model, timeline
+from supervisor.views import fleet, model, plangraph, timeline
 from supervisor.waiting import MANIFEST_MAX
 
 if TYPE_CHECKING:
@@ -188,6 +188,17 @@ class Pages:
 
         data = spend_view(self.profile)
         return self.env.get_template("spend.html").render(**data, **self._context())
+
+    def plans(self) -> str:
+        """The plans page (issue 26): each plan's edges with each task's status and why a
+        blocked one waits (:func:`supervisor.views.plangraph.graph`, at most
+        :data:`~supervisor.views.plangraph.MAX_EDGES` edges)."""
+        found = plangraph.graph(self.snapshot().tasks)
+        return self.env.get_template("plans.html").render(graph=found, **self._context())
+
+    def plans_json(self) -> str:
+        """``/api/plans``: :meth:`supervisor.views.plangraph.Graph.to_dict` as JSON."""
+        return json.dumps(plangraph.graph(self.snapshot().tasks).to_dict())
 
     def cost_json(self) -> str:
         """``/api/cost``: ``supervise cost --json`` of this profile, all time."""
