@@ -59,11 +59,14 @@ class Member:
     task_id: str
     resolved: ResolvedTask
     after: list[str]
+    #: An attempt's place in its group (issue 26): ``{"group", "index", "of"}``.
+    attempt: dict[str, Any] | None = None
 
 
 def is_plan(path: Path) -> bool:
-    """Whether the spool file ``path`` is a plan: a regular TOML file whose top level holds
-    ``tasks`` as an array of tables. Never blocks on a FIFO; an unreadable or malformed
+    """Whether the spool file ``path`` is claimed as several tasks: a plan (a regular TOML
+    file whose top level holds ``tasks`` as an array of tables) or a task with
+    ``attempts`` (:mod:`supervisor.attempts`). Never blocks on a FIFO; an unreadable or malformed
     file is not a plan (the single-file claim then rejects it with the reason)."""
     if spool.not_a_task_file(path, path) is not None:
         return False
@@ -71,7 +74,7 @@ def is_plan(path: Path) -> bool:
         data = tomllib.loads(read_bounded(path, path, MAX_TASK_FILE_BYTES).decode("utf-8"))
     except (ConfigError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
         return False
-    return isinstance(data.get("tasks"), list)
+    return isinstance(data.get("tasks"), list) or "attempts" in data
 
 
 def members(
@@ -96,6 +99,12 @@ def members(
         where = Path(f"{shown} [[tasks]] #{number}")
         if not isinstance(table, dict):
             problems.append(f"{where}: not a table; each [[tasks]] entry is a task's keys")
+            continue
+        if "attempts" in table:
+            problems.append(
+                f"{where}: key 'attempts': a plan's task cannot have attempts yet; submit "
+                "that task as a file of its own"
+            )
             continue
         try:
             resolved = task_from_table(table, profile, base or profile.spool_dir, where)
@@ -139,7 +148,9 @@ def claim(path: Path, profile: LoadedProfile) -> list[spool.Claimed] | None:
         OSError: a step could not be written; the claim is undone (the file back in the
             spool, nothing staged left) as far as the error allows, else at the next start.
     """
-    plan_id = spool.new_task_id("plan")
+    from supervisor import attempts
+
+    plan_id = spool.new_task_id("plan" if _kind(path) == "plan" else "attempts")
     staging = profile.state_dir / PLANS / plan_id
     staging.mkdir(parents=True, mode=0o700)
     claimed = path.with_name(spool.claim_name(plan_id, path.name))
@@ -148,23 +159,22 @@ def claim(path: Path, profile: LoadedProfile) -> list[spool.Claimed] | None:
     except FileNotFoundError:
         staging.rmdir()
         return None
+    group = None
     try:
-        _, data = toml_table(read_bounded(claimed, path, MAX_TASK_FILE_BYTES), path)
-        extra = sorted(set(data) - {"tasks"})
-        if extra:
-            raise ConfigError(
-                [
-                    f"{path}: key {extra[0]!r}: a plan file holds only [[tasks]] tables; "
-                    "move the key into each task"
-                ]
-            )
-        made = members(profile, data["tasks"], path)
+        text, data = toml_table(read_bounded(claimed, path, MAX_TASK_FILE_BYTES), path)
+        if "attempts" in data and "tasks" not in data:
+            made, group = attempts.members(profile, data, path, plan_id, text)
+        else:
+            _only_tasks(data, path)
+            made = members(profile, data["tasks"], path)
     except ConfigError as exc:
         staging.rmdir()
         rejected = spool.reject(claimed, profile.spool_dir, exc.problems, name=path.name)
         return [spool.Claimed(source=path, error="\n".join(exc.problems), rejected_to=rejected)]
     try:
         _stage(staging, made, path, profile)
+        if group is not None:  # before the commit: a committed group has its record
+            attempts.write(staging / attempts.GROUP, group)
         spool.move_file(claimed, staging / RECORD)  # the commit
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -177,6 +187,34 @@ def claim(path: Path, profile: LoadedProfile) -> list[spool.Claimed] | None:
         spool.Claimed(source=path, task_dir=task, resolved=by_id[task.task_id])
         for task in published
     ]
+
+
+def _kind(path: Path) -> str:
+    """``plan`` or ``attempts``: which of the two a file to claim looks like (read once
+    more; only the claim's id prefix follows it, the claimed text decides)."""
+    if spool.not_a_task_file(path, path) is not None:
+        return "plan"
+    try:
+        data = tomllib.loads(read_bounded(path, path, MAX_TASK_FILE_BYTES).decode("utf-8"))
+    except (ConfigError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError, OSError):
+        return "plan"
+    return "attempts" if "attempts" in data and "tasks" not in data else "plan"
+
+
+def _only_tasks(data: dict[str, Any], path: Path) -> None:
+    """Refuse a plan file with keys beside ``[[tasks]]``.
+
+    Raises:
+        ConfigError: one line naming the first such key.
+    """
+    extra = sorted(set(data) - {"tasks"})
+    if extra:
+        raise ConfigError(
+            [
+                f"{path}: key {extra[0]!r}: a plan file holds only [[tasks]] tables; "
+                "move the key into each task"
+            ]
+        )
 
 
 def _stage(staging: Path, made: list[Member], path: Path, profile: LoadedProfile) -> None:
@@ -192,6 +230,7 @@ def _stage(staging: Path, made: list[Member], path: Path, profile: LoadedProfile
             state_dir=profile.state_dir,
             after=member.after,
             home=profile.tasks_dir / member.task_id,
+            attempt=member.attempt,
         )
 
 

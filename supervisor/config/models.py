@@ -44,6 +44,7 @@ from supervisor.config.monitor import (
     PositiveSeconds,
     UsdAmount,
 )
+from supervisor.config.attemptkeys import Attempts, Models, Pick
 from supervisor.config.plankeys import After, Requires
 from supervisor.config.workspace import WorkspaceSpec
 from supervisor.taskdir import layout
@@ -295,6 +296,12 @@ class TaskSpec(BaseModel):
     after: After = Field(default_factory=list)
     #: ``pass``: each predecessor must end with verdict ``PASS``; ``end``: any ending.
     requires: Requires = "pass"
+    #: Issue 26: run N copies, each in a worktree (``supervisor.config.attemptkeys``).
+    attempts: Attempts = None
+    #: One model alias or id per attempt.
+    models: Models = None
+    #: ``first-pass``: the first attempt to pass wins; ``all``: every attempt runs.
+    pick: Pick = "first-pass"
 
     @field_validator("host")
     @classmethod
@@ -467,6 +474,7 @@ class ResolvedTask:
         account: the credentials it runs with (:func:`supervisor.accounts.of_task`: the
             resolving process's environment, the profile's ``[agent] env``, the task's
             ``env``), recorded in the manifest as ``account``.
+        attempt_models: the ids of ``models`` (issue 26), one per attempt, else empty.
     """
 
     spec: TaskSpec
@@ -478,3 +486,4 @@ class ResolvedTask:
     acceptance: AcceptanceSpec | None = None
     workspace: WorkspaceSpec = field(default_factory=WorkspaceSpec)
     account: str | None = None
+    attempt_models: tuple[str, ...] = ()

@@ -55,6 +55,7 @@ from supervisor.engine import runtime as runtimes
 from supervisor.engine.accountbook import AccountBook
 from supervisor.engine.accounts import Accounts
 from supervisor.engine.actions import Actions
+from supervisor.engine.attempts import Groups
 from supervisor.engine.background import engine_scheduler
 from supervisor.engine.checks import Checks
 from supervisor.engine.dailyspend import DailySpend
@@ -83,7 +84,7 @@ ADOPT_RETRY = 5.0
 STATS_EVERY = 5.0
 
 
-class Engine(Checks, Launches, Kicks, Accounts, Plans):
+class Engine(Checks, Launches, Kicks, Accounts, Plans, Groups):
     """Runs one profile: ``Engine(profile).run()``.
 
     Args:
@@ -291,6 +292,7 @@ class Engine(Checks, Launches, Kicks, Accounts, Plans):
                 self._enqueue(task, resolved)
         if time.monotonic() - self._stats_written >= STATS_EVERY:
             self.write_stats()
+        self._look_at_groups()  # winners and discards of attempts (engine/attempts.py)
         self._take_requests()
         self._fill_slots()
         # Idle is judged between batches: one in flight may have moved a file out of the
@@ -314,7 +316,7 @@ class Engine(Checks, Launches, Kicks, Accounts, Plans):
                 continue
             queued = next((t for t in self.queue if t.task_id == task_id), None)
             runtime = self.live.get(task_id)
-            if runtime is None and queued is not None and verb in ("stop", "supersede"):
+            if runtime is None and queued is not None and verb in ("stop", "supersede", "discard"):
                 self.queue.remove(queued)
                 runtime = runtimes.load_queued(self.profile, self.tmux, queued)
             if runtime is None:
@@ -334,6 +336,7 @@ class Engine(Checks, Launches, Kicks, Accounts, Plans):
             self._schedule_check(runtime, delay=0.0)
 
     def _enqueue(self, task: TaskDir, resolved: ResolvedTask) -> None:
+        self._note_group(task, resolved)  # an attempt (engine/attempts.py)
         if not self._hold_or_queue(task, after=bool(resolved.spec.after)):
             log.info("queued %s (%s)", task.task_id, resolved.spec.name)
 
