@@ -192,9 +192,13 @@ def attempt_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
     """The record's well-formed attempt rows (``index``, ``task_id``, ``model``)."""
     rows = []
     for row in record.get("attempts") or []:
-        if isinstance(row, dict) and isinstance(row.get("task_id"), str):
-            if is_task_id(row["task_id"]) and isinstance(row.get("index"), int):
-                rows.append(row)
+        if (
+            isinstance(row, dict)
+            and isinstance(row.get("task_id"), str)
+            and is_task_id(row["task_id"])
+            and isinstance(row.get("index"), int)
+        ):
+            rows.append(row)
     return rows
 
 
@@ -203,3 +207,68 @@ def summed_cost(manifests: list[dict[str, Any]]) -> float | None:
     when none reported one."""
     found = [c for c in (costs.total_of(m) for m in manifests) if c is not None]
     return round(sum(found), 6) if found else None
+
+
+def diff_size(workspace: dict[str, Any] | None) -> tuple[int | None, int | None, int | None]:
+    """``(files_changed, insertions, deletions)`` of an attempt against its base commit:
+    the manifest's (recorded when it ended), else ``git diff --shortstat BASE`` in its
+    worktree now (bounded by :data:`supervisor.workspace.git.GIT_TIMEOUT`); ``None``\\ s
+    when neither can be had (no worktree, git failing)."""
+    from supervisor.workspace import git
+
+    ws = workspace or {}
+    if ws.get("files_changed") is not None:
+        return ws.get("files_changed"), ws.get("insertions"), ws.get("deletions")
+    path, base = ws.get("path"), ws.get("base_commit")
+    if ws.get("mode") != "worktree" or not path or not base or ws.get("removed"):
+        return None, None, None
+    try:
+        done = git.run_git(["diff", "--shortstat", str(base)], Path(path))
+    except (git.GitError, OSError):
+        return None, None, None
+    return git.parse_shortstat(done.stdout)
+
+
+def listing(profile: LoadedProfile, ident: str) -> dict[str, Any]:
+    """``supervise attempts ID``'s object: the group (``group``, ``name``, ``pick``,
+    ``winner``, ``outcome``, ``cost_usd``: the attempts' sum now) and one row per attempt
+    (``index``, ``task_id``, ``model``, ``status``, ``verdict``, ``abandon_reason``,
+    ``cost_usd``, ``files_changed``, ``insertions``, ``deletions``, ``branch``).
+
+    Raises:
+        NotFound: the id names no group and no attempt (one line).
+    """
+    group_id, record = group_of(profile, ident)
+    rows, manifests = [], []
+    for row in attempt_rows(record):
+        try:
+            data = load_manifest(profile.tasks_dir / row["task_id"] / layout.MANIFEST)
+        except (OSError, ValueError):
+            data = {}
+        manifests.append(data)
+        ws = data.get("workspace") if isinstance(data.get("workspace"), dict) else None
+        files, plus, minus = diff_size(ws)
+        rows.append(
+            {
+                "index": row["index"],
+                "task_id": row["task_id"],
+                "model": row.get("model"),
+                "status": data.get("status", "gone"),
+                "verdict": data.get("verdict"),
+                "abandon_reason": data.get("abandon_reason"),
+                "cost_usd": costs.total_of(data) if data else None,
+                "files_changed": files,
+                "insertions": plus,
+                "deletions": minus,
+                "branch": (ws or {}).get("branch"),
+            }
+        )
+    return {
+        "group": group_id,
+        "name": record.get("name"),
+        "pick": record.get("pick"),
+        "winner": record.get("winner"),
+        "outcome": record.get("outcome"),
+        "cost_usd": summed_cost(manifests),
+        "attempts": rows,
+    }

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from supervisor import accounts
 from supervisor.config.argsize import env_problems, prompt_problems
+from supervisor.config.attemptkeys import attempt_problems
 from supervisor.config.env import read_env_overrides
 from supervisor.config.models import (
     ALIAS_RE,
@@ -37,7 +38,6 @@ from supervisor.config.models import (
     default_socket_name,
 )
 from supervisor.config.monitor import MonitorOverrides, MonitorPolicy, error_message
-from supervisor.config.attemptkeys import attempt_problems
 from supervisor.config.plankeys import plan_problems
 from supervisor.config.salvage import without_bad_values
 from supervisor.config.tomlfile import format_errors, key_line, policy_line, read_toml
@@ -295,7 +295,8 @@ def _model(
         return models[wanted]
     if ALIAS_RE.match(wanted):
         problems.append(
-            f"{where('models' if one else 'model')}: unknown model alias {wanted!r}; known aliases: "
+            f"{where('models' if one else 'model')}: unknown model alias {wanted!r}; "
+            "known aliases: "
             + ", ".join(f"{k} ({v})" for k, v in sorted(models.items()))
             + f"; or give a full model id such as {EXAMPLE_MODEL}"
         )

@@ -34,6 +34,7 @@ from supervisor.agents import kinds
 from supervisor.config.accounts import AccountsSpec
 from supervisor.config.argsize import check_args, check_env
 from supervisor.config.argv import argv_placeholders_ok
+from supervisor.config.attemptkeys import Attempts, Models, Pick
 from supervisor.config.cluster import NAME_RE, ClusterSpec
 from supervisor.config.monitor import (
     MAX_LIST_ITEMS,
@@ -44,7 +45,6 @@ from supervisor.config.monitor import (
     PositiveSeconds,
     UsdAmount,
 )
-from supervisor.config.attemptkeys import Attempts, Models, Pick
 from supervisor.config.plankeys import After, Requires
 from supervisor.config.workspace import WorkspaceSpec
 from supervisor.taskdir import layout

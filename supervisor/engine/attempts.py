@@ -70,7 +70,8 @@ def read_attempts(
             continue
         manifests.append(data)
         finished = iso_epoch(data.get("finished_at"))
-        found.append(rules.Attempt(task_id, index, data.get("status"), data.get("verdict"), finished))
+        status, verdict = data.get("status"), data.get("verdict")
+        found.append(rules.Attempt(task_id, index, status, verdict, finished))
     return found, manifests
 
 

@@ -197,7 +197,8 @@ class Plans:
 
     def _stop_blocked(self, task_id: str, verb: str) -> bool:
         """``supervise stop`` (or the engine's ``discard``) of a blocked task: it ends
-        ``abandoned`` (reason ``stopped``, or ``discarded``) without launching. False when ``task_id`` is not blocked here."""
+        ``abandoned`` (reason ``stopped``, or ``discarded``) without launching. False when
+        ``task_id`` is not blocked here."""
         task = self.blocked.get(task_id)
         if task is None or verb not in ("stop", "discard"):
             return False
