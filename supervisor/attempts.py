@@ -13,7 +13,7 @@ short leaves no group, and a committed one leaves every attempt.
 
     {"group": ID, "name": NAME, "pick": "first-pass" | "all",
      "attempts": [{"index": 1, "task_id": ID, "model": MODEL}, ...],
-     "winner": ID | null, "outcome": null | "passed" | "failed" | "ended",
+     "winner": ID | null, "outcome": null | "passed" | "none_passed" | "ended",
      "cost_usd": USD | null, "closed": false, "updated_at": ISO}
 
 ``winner``, ``outcome``, ``cost_usd`` and ``closed`` are the engine's
@@ -33,6 +33,7 @@ from supervisor import costs
 from supervisor.config import ConfigError, LoadedProfile
 from supervisor.config.loading import task_from_table
 from supervisor.diskio import atomic_write, utc_iso
+from supervisor.errors import SuperviseError
 from supervisor.plannames import known_tasks, resolve_after
 from supervisor.plans import PLANS, Member
 from supervisor.taskdir import layout
@@ -46,7 +47,7 @@ GROUP = "group.json"
 MAX_RECORD_BYTES = 64 * 1024
 
 
-class NotFound(LookupError):
+class NotFound(SuperviseError, LookupError):
     """The id names no group and no attempt; ``str()`` is the one line to print."""
 
 

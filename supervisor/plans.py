@@ -64,17 +64,25 @@ class Member:
 
 
 def is_plan(path: Path) -> bool:
-    """Whether the spool file ``path`` is claimed as several tasks: a plan (a regular TOML
-    file whose top level holds ``tasks`` as an array of tables) or a task with
-    ``attempts`` (:mod:`supervisor.attempts`). Never blocks on a FIFO; an unreadable or malformed
-    file is not a plan (the single-file claim then rejects it with the reason)."""
+    """Whether the spool file ``path`` is claimed as several tasks: a plan or a task with
+    ``attempts`` (:func:`several`)."""
+    return several(path) is not None
+
+
+def several(path: Path) -> str | None:
+    """``plan`` for a plan (a regular TOML file whose top level holds ``tasks`` as an array
+    of tables), ``attempts`` for a task file with ``attempts`` (:mod:`supervisor.attempts`),
+    else ``None``. Never blocks on a FIFO; an unreadable or malformed file is neither (the
+    single-file claim then rejects it with the reason)."""
     if spool.not_a_task_file(path, path) is not None:
-        return False
+        return None
     try:
         data = tomllib.loads(read_bounded(path, path, MAX_TASK_FILE_BYTES).decode("utf-8"))
-    except (ConfigError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
-        return False
-    return isinstance(data.get("tasks"), list) or "attempts" in data
+    except (ConfigError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError, OSError):
+        return None
+    if isinstance(data.get("tasks"), list):
+        return "plan"
+    return "attempts" if "attempts" in data else None
 
 
 def members(
@@ -150,7 +158,7 @@ def claim(path: Path, profile: LoadedProfile) -> list[spool.Claimed] | None:
     """
     from supervisor import attempts
 
-    plan_id = spool.new_task_id("plan" if _kind(path) == "plan" else "attempts")
+    plan_id = _claim_id(path, profile)
     staging = profile.state_dir / PLANS / plan_id
     staging.mkdir(parents=True, mode=0o700)
     claimed = path.with_name(spool.claim_name(plan_id, path.name))
@@ -189,16 +197,19 @@ def claim(path: Path, profile: LoadedProfile) -> list[spool.Claimed] | None:
     ]
 
 
-def _kind(path: Path) -> str:
-    """``plan`` or ``attempts``: which of the two a file to claim looks like (read once
-    more; only the claim's id prefix follows it, the claimed text decides)."""
-    if spool.not_a_task_file(path, path) is not None:
-        return "plan"
-    try:
-        data = tomllib.loads(read_bounded(path, path, MAX_TASK_FILE_BYTES).decode("utf-8"))
-    except (ConfigError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError, OSError):
-        return "plan"
-    return "attempts" if "attempts" in data and "tasks" not in data else "plan"
+def _claim_id(path: Path, profile: LoadedProfile) -> str:
+    """The claim's id: a fresh ``plan-…``, or for attempts the file's own id when
+    ``supervise submit`` named it (it printed that id: the group's) and no group or task
+    has it yet, else ``attempts-…``. Only the id follows this look; the claimed text
+    decides what the claim makes."""
+    if several(path) == "plan":
+        return spool.new_task_id("plan")
+    wanted = path.stem if spool.TASK_ID_RE.fullmatch(path.stem) else None
+    taken = wanted is None or any(
+        os.path.lexists(folder / wanted)
+        for folder in (profile.state_dir / PLANS, profile.tasks_dir)
+    )
+    return spool.new_task_id("attempts") if taken or wanted is None else wanted
 
 
 def _only_tasks(data: dict[str, Any], path: Path) -> None:

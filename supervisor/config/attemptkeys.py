@@ -12,10 +12,11 @@ checked at claim (:mod:`supervisor.attempts`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, StrictInt
+from pydantic import AfterValidator, Field, StrictInt, WithJsonSchema
 
 #: Fewest attempts: one attempt is a plain task.
 MIN_ATTEMPTS = 2
@@ -35,9 +36,27 @@ def _count_ok(value: int | None) -> int | None:
     return value
 
 
+def _models_ok(values: list[Any] | None) -> list[str] | None:
+    """Each entry a model alias or id: a string of 1 to 200 characters, no space or control
+    character (checked as one key: a bad entry never leaves a shorter list behind)."""
+    for number, value in enumerate(values or (), 1):
+        ok = isinstance(value, str) and 0 < len(value) <= 200
+        if not ok or re.search(r"[\x00-\x20\x7f-\x9f]", value):
+            shown = repr(value[:60] if isinstance(value, str) else value)[:80]
+            raise ValueError(
+                f"entry {number} ({shown}) is not a model alias or id (a string of 1 to 200 "
+                "characters, no space or control character); fix or remove it"
+            )
+    return values
+
+
 Attempts = Annotated[StrictInt | None, AfterValidator(_count_ok)]
-ModelName = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x20\x7f-\x9f]+$")]
-Models = Annotated[list[ModelName] | None, Field(max_length=MAX_ATTEMPTS)]
+Models = Annotated[
+    list[Any] | None,
+    Field(max_length=MAX_ATTEMPTS),
+    AfterValidator(_models_ok),
+    WithJsonSchema({"type": "array", "items": {"type": "string"}, "maxItems": MAX_ATTEMPTS}),
+]
 
 
 def attempt_problems(

@@ -11,7 +11,8 @@ Rules:
   winner, whatever is read later (a restart never picks another). Once there is a winner,
   every attempt that has not ended is discarded: it ends ``abandoned`` with reason
   ``discarded`` (:func:`discard`). An attempt that passed too but did not win keeps its
-  ``completed`` end. When every attempt ended and none passed, the group ``failed``.
+  ``completed`` end. When every attempt ended and none passed, the group failed: its
+  outcome is ``none_passed``.
 - ``pick = "all"``: nothing is discarded and there is no winner; the group has ``ended``
   once every attempt ended (a person or the Brain merges one).
 
@@ -40,7 +41,7 @@ from supervisor.taskdir.states import ENDED, AbandonReason, Status, Verdict
 #: ``pick`` values (:data:`supervisor.config.attemptkeys.Pick`).
 FIRST_PASS, ALL = "first-pass", "all"
 #: Group outcomes (the record's ``outcome``).
-PASSED, FAILED, OVER = "passed", "failed", "ended"
+PASSED, FAILED, OVER = "passed", "none_passed", "ended"
 
 
 @dataclass(frozen=True)
