@@ -16,7 +16,7 @@ import tomli_w
 from conftest import Setup
 from support.repos import make_repo
 
-from supervisor import attempts, plans, spool
+from supervisor import attempts, plans
 from supervisor.config import ConfigError, LoadedProfile, load_profile
 from supervisor.config.loading import task_from_table
 
@@ -60,7 +60,7 @@ HOSTILE: list[tuple[dict[str, Any], str, str]] = [
     ({"pick": "all"}, "pick", "add 'attempts'"),
     ({"attempts": 2, "pick": "best"}, "pick", "'first-pass' or 'all'"),
     ({"attempts": 2, "pick": 1}, "pick", "'first-pass' or 'all'"),
-    ({"attempts": 2, "workspace": {"mode": "shared"}}, "attempts", "mode = \"worktree\""),
+    ({"attempts": 2, "workspace": {"mode": "shared"}}, "attempts", 'mode = "worktree"'),
 ]
 
 
