@@ -5,11 +5,13 @@ worktrees."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
-from conftest import Setup
+from conftest import Setup, stop_engine, wait_for
 from support.repos import make_repo
 
 #: The acceptance check of every attempt: it fails the work of ``model-a``.
@@ -36,7 +38,10 @@ def attempts_task(setup: Setup, models: list[str], **extra: Any) -> dict[str, An
 
 def group(setup: Setup) -> dict[str, Any]:
     """The one group record of the state dir."""
-    (path,) = (setup.state / "plans").glob("*/group.json")
+    found = list((setup.state / "plans").glob("*/group.json"))
+    if not found:
+        return {}
+    (path,) = found
     return json.loads(path.read_text())
 
 
@@ -148,3 +153,66 @@ def test_attempts_of_an_unknown_id_or_a_plain_task_is_one_line(setup: Setup) -> 
         assert out.returncode == 1 and out.stdout == ""
         assert words in out.stderr and len(out.stderr.splitlines()) == 1, out.stderr
         assert "\x1b" not in out.stderr and "Traceback" not in out.stderr
+
+
+def _launched(setup: Setup, task_id: str) -> bool:
+    return any(e["event"] == "launched" for e in setup.events(task_id))
+
+
+def test_a_kill_after_the_winner_passed_still_discards_the_loser_on_restart(
+    setup: Setup,
+) -> None:
+    """The engine records the winner, then cannot leave the loser's discard request (its
+    control folder is a file: the request fails), and is SIGKILLed. On restart the loser
+    is still discarded and the recorded winner stays the winner."""
+    profile(setup)
+    prompt = "as_model: model-b sleep: 3\nas_model: model-c sleep: 120\nexit: 0"
+    accept = {"command": [sys.executable, "-c", ACCEPT]}
+    setup.drop("k.toml", setup.task("k", prompt, attempts=2, models=["model-b", "model-c"],
+                                    acceptance=accept))  # fmt: skip
+    engine = setup.start()
+    try:
+        wait_for(lambda: (setup.state / "plans").is_dir() and group(setup), timeout=60)
+        b, c = (row["task_id"] for row in group(setup)["attempts"])
+        wait_for(lambda: _launched(setup, b) and _launched(setup, c), timeout=60)
+        (setup.state / "control").rmdir() if (setup.state / "control").is_dir() else None
+        (setup.state / "control").write_text("not a folder")  # the requests fail
+        wait_for(lambda: group(setup)["winner"] == b, timeout=60)
+        os.kill(engine.pid, signal.SIGKILL)
+        engine.wait(timeout=10)
+    finally:
+        stop_engine(engine)
+    assert manifest(setup, c)["status"] == "running"  # not stopped before the kill
+    assert "discard_requested" not in [e["event"] for e in setup.events(c)]
+    (setup.state / "control").unlink()
+    done = setup.run(timeout=120)
+    assert done.returncode == 0, done.stderr
+    record = group(setup)
+    assert (record["winner"], record["outcome"], record["closed"]) == (b, "passed", True)
+    m = manifest(setup, c)
+    assert (m["status"], m["abandon_reason"]) == ("abandoned", "discarded")
+    assert [e["event"] for e in setup.events(c)].count("discard_requested") == 1
+    assert manifest(setup, b)["verdict"] == "PASS"
+
+
+def test_stop_of_the_group_id_stops_every_live_attempt(setup: Setup) -> None:
+    profile(setup)
+    setup.drop("s.toml", setup.task("s", "sleep: 120\nexit: 0", attempts=3, pick="all"))
+    engine = setup.start()
+    try:
+        wait_for(lambda: (setup.state / "plans").is_dir() and group(setup), timeout=60)
+        record = group(setup)
+        ids = [row["task_id"] for row in record["attempts"]]
+        wait_for(lambda: all(_launched(setup, i) for i in ids[:2]), timeout=60)
+        out = setup.supervise("stop", "-c", str(setup.profile), record["group"])
+        assert out.returncode == 0, out.stderr
+        assert sorted(line.split(":")[0] for line in out.stdout.splitlines()) == sorted(ids)
+        again = setup.supervise("stop", "-c", str(setup.profile), record["group"])
+        assert again.returncode == 1 and "every attempt already ended" in again.stderr
+        wait_for(lambda: group(setup)["closed"], timeout=60)
+    finally:
+        stop_engine(engine)
+    for task_id in ids:
+        m = manifest(setup, task_id)
+        assert (m["status"], m["abandon_reason"]) == ("abandoned", "stopped")
+    assert group(setup)["outcome"] == "ended"

@@ -106,7 +106,8 @@ def discard(state: TaskState) -> Decision:
     ``discarded`` and verdict ``ABANDONED``. A live one is stopped (the bounded stop of an
     operator's ``stop``), finished and cleaned up (its worktree then follows the prune
     rules: commits and changes nobody saw are kept); a ``queued`` or ``blocked`` one never
-    launched, so it only finishes. No notification: the group's outcome is the news."""
+    launched, so it only finishes. The notifier follows ``notify_on`` as for any
+    ``abandoned`` end (:func:`supervisor.policy.decide`)."""
     new = dataclasses.replace(
         state,
         status=Status.ABANDONED,
