@@ -31,6 +31,7 @@ from typing import Any
 
 from supervisor import costs
 from supervisor.config import ConfigError, LoadedProfile
+from supervisor.config.attemptkeys import FIRST_PASS
 from supervisor.config.loading import task_from_table
 from supervisor.diskio import atomic_write, utc_iso
 from supervisor.errors import SuperviseError
@@ -141,7 +142,8 @@ def members(
         copy = dataclasses.replace(resolved, spec=one, model=ids[index - 1], attempt_models=())
         ref = {"group": group_id, "index": index, "of": count}
         made.append(Member(_new_id(spec.name), copy, after, attempt=ref))
-    record = new_record(group_id, spec.name, spec.pick, [m.task_id for m in made], ids)
+    pick = spec.pick or FIRST_PASS
+    record = new_record(group_id, spec.name, pick, [m.task_id for m in made], ids)
     return made, record
 
 
@@ -161,6 +163,11 @@ def group_of(profile: LoadedProfile, ident: str) -> tuple[str, dict[str, Any]]:
     if record is not None:
         return ident, record
     folder = profile.tasks_dir / ident if is_task_id(ident) else None
+    if folder is not None and (profile.spool_dir / f"{ident}.toml").is_file():
+        raise NotFound(
+            f"{ident} waits in the spool {profile.spool_dir}: its attempts are made when the "
+            "engine claims it (supervise run)"
+        )
     if folder is None or not folder.is_dir():
         raise NotFound(f"no attempts group or task {ident!r} in {profile.state_dir}")
     try:

@@ -149,6 +149,14 @@ def _task_tools(server: MCPServer, profile: LoadedProfile) -> None:
         return await _guard(lambda: text(mcp_tools.cost(profile, days)))
 
     @server.tool(structured_output=False)
+    async def attempts(
+        id: Annotated[str, Field(description="the attempts group id, or any attempt's id")],
+    ) -> str:
+        """The attempts of a task submitted with attempts = N: pick, winner, summed cost,
+        and per attempt its model, status, verdict, cost and diff size; supervise attempts."""
+        return await _guard(lambda: text(mcp_tools.attempts(profile, id)))
+
+    @server.tool(structured_output=False)
     async def show(task_id: TaskId) -> str:
         """One task's manifest: status, verdict, summary, claude.result, cost, reasons."""
         return await _guard(lambda: text(mcp_tools.manifest(profile, task_id)))

@@ -16,7 +16,7 @@ import tomli_w
 from conftest import Setup
 from support.repos import make_repo
 
-from supervisor import attempts, plans
+from supervisor import attempts, plans, spool
 from supervisor.config import ConfigError, LoadedProfile, load_profile
 from supervisor.config.loading import task_from_table
 
@@ -143,7 +143,7 @@ def test_validate_and_submit_an_attempts_file(setup: Setup) -> None:
 CLAIMER = """
 import os, signal, sys
 from pathlib import Path
-from supervisor import attempts, plans
+from supervisor import attempts, plans, spool
 from supervisor.config import load_profile
 
 where = sys.argv[3]
@@ -184,3 +184,24 @@ def test_a_claim_killed_halfway_is_all_or_nothing_on_restart(setup: Setup, where
     record = json.loads((group_dir / attempts.GROUP).read_text())
     assert sorted(r["task_id"] for r in record["attempts"]) == tasks and len(tasks) == 3
     assert not path.exists() and plans.recover(loaded) == []
+
+
+def test_every_claimed_task_re_resolves_from_its_spec_json(setup: Setup) -> None:
+    """Found by attack: ``pick``'s default was written into every task's ``spec.json``,
+    and its re-validation ("only a task with 'attempts' takes 'pick'") left every queued
+    task unlaunchable. A plain task and each attempt re-resolve as the engine does."""
+    from supervisor.config.loading import resolve_task
+    from supervisor.config.models import TaskSpec
+    from supervisor.taskdir import layout
+
+    loaded = profile(setup)
+    plain = setup.drop("p.toml", setup.task("p", "x"))
+    made = [spool.claim(plain, loaded)]
+    group_file = setup.drop("g.toml", setup.task("g", "x", attempts=2, pick="all"))
+    made += plans.claim(group_file, loaded) or []
+    assert len(made) == 3
+    for claimed in made:
+        assert claimed is not None and claimed.task_dir is not None, claimed
+        spec_json = claimed.task_dir.file(layout.SPEC)
+        spec = TaskSpec.model_validate_json(spec_json.read_bytes())
+        resolve_task(spec, loaded, claimed.task_dir.path, spec_json)

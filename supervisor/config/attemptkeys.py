@@ -70,7 +70,7 @@ def attempt_problems(
 ) -> list[str]:
     """One line per attempts key that cannot work, each naming the file, the key and the
     fix (``where(*keys)`` gives ``FILE:LINE: key 'KEY'``). ``pick`` is ``None`` when the
-    file does not set it; ``mode`` is the effective ``[workspace] mode``."""
+    file does not set it (``first-pass``); ``mode`` is the effective ``[workspace] mode``."""
     if attempts is None:
         return [
             f"{where(key)}: only a task with 'attempts = N' takes {key!r}; add 'attempts' "

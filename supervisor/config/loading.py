@@ -318,7 +318,7 @@ def _attempt_problems(
     """The attempts keys' problems (issue 26, :func:`supervisor.config.attemptkeys.
     attempt_problems`)."""
     mode = effective_workspace(profile.spec.workspace, spec.workspace).mode
-    pick = spec.pick if "pick" in spec.model_fields_set else None
+    pick = spec.pick
     cluster = profile.spec.cluster is not None
     return attempt_problems(
         spec.attempts, spec.models, pick, spec.model is not None, mode, cluster, where

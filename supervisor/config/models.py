@@ -300,8 +300,9 @@ class TaskSpec(BaseModel):
     attempts: Attempts = None
     #: One model alias or id per attempt.
     models: Models = None
-    #: ``first-pass``: the first attempt to pass wins; ``all``: every attempt runs.
-    pick: Pick = "first-pass"
+    #: ``first-pass`` (``None``: the default): the first attempt to pass wins; ``all``:
+    #: every attempt runs.
+    pick: Pick | None = None
 
     @field_validator("host")
     @classmethod

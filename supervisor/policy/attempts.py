@@ -29,17 +29,18 @@ State table rows (added to :mod:`supervisor.policy`'s)::
 
 from __future__ import annotations
 
+__all__ = ["ALL", "FIRST_PASS", "Attempt", "Outcome", "decide", "discard"]
+
 import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from supervisor.config.attemptkeys import ALL, FIRST_PASS
 from supervisor.policy.model import Action, Decision, TaskState
 from supervisor.taskdir.events import Event
 from supervisor.taskdir.states import ENDED, AbandonReason, Status, Verdict
 
-#: ``pick`` values (:data:`supervisor.config.attemptkeys.Pick`).
-FIRST_PASS, ALL = "first-pass", "all"
 #: Group outcomes (the record's ``outcome``).
 PASSED, FAILED, OVER = "passed", "none_passed", "ended"
 
