@@ -85,12 +85,24 @@ class Groups:
     _discarding: set[str] | None = None  # attempts asked to end (once per engine)
 
     def _note_group(self, task: TaskDir, resolved: ResolvedTask) -> None:
-        """A claimed attempt: its group is looked at from the next intake run on."""
-        if resolved.spec.attempts is None or self._groups is None:
-            return  # not an attempt, or the first look scans every group anyway
+        """A claimed attempt: logged, and its group is looked at from the next intake run
+        on (the first look scans every group anyway)."""
+        if resolved.spec.attempts is None:
+            return
         ref = task.read_manifest().attempt or {}
-        if isinstance(ref.get("group"), str):
-            self._groups.add(ref["group"])
+        group = ref.get("group")
+        if not isinstance(group, str):
+            return
+        log.info(
+            "%s is attempt %s of %s of %s (model %s)",
+            task.task_id,
+            ref.get("index"),
+            ref.get("of"),
+            group,
+            escape_controls(resolved.model),
+        )
+        if self._groups is not None:
+            self._groups.add(group)
             self._groups_look = (-1, 0.0)
 
     def _look_at_groups(self) -> None:
