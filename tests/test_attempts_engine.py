@@ -216,3 +216,56 @@ def test_stop_of_the_group_id_stops_every_live_attempt(setup: Setup) -> None:
         m = manifest(setup, task_id)
         assert (m["status"], m["abandon_reason"]) == ("abandoned", "stopped")
     assert group(setup)["outcome"] == "ended"
+
+
+def test_a_queued_attempt_is_discarded_without_launching(setup: Setup) -> None:
+    """One slot: attempt 1 runs and passes while attempts 2 and 3 wait queued; they end
+    ``abandoned``/``discarded`` and never launch (no ``launch.json``)."""
+    make_repo(setup.project)
+    setup.write_profile(max_concurrent=1)
+    setup.drop("q.toml", setup.task("q", "print: x\nexit: 0", attempts=3))
+    done = setup.run(timeout=120)
+    assert done.returncode == 0, done.stderr
+    record = group(setup)
+    first, *rest = (row["task_id"] for row in record["attempts"])
+    launched = [i for i in (first, *rest) if _launched(setup, i)]
+    assert len(launched) == 1 and record["winner"] == launched[0]
+    for task_id in (first, *rest):
+        if task_id == record["winner"]:
+            continue
+        m = manifest(setup, task_id)
+        assert (m["status"], m["abandon_reason"], m["launched_at"]) == (
+            "abandoned",
+            "discarded",
+            None,
+        )
+        assert not (setup.state / "tasks" / task_id / "launch.json").exists()
+        assert [e["event"] for e in setup.events(task_id)] == [
+            "queued",
+            "discard_requested",
+            "abandoned",
+        ]
+
+
+def test_two_attempts_passing_together_give_one_winner(setup: Setup) -> None:
+    """Both attempts end at once (often in the same intake tick): one winner, the first
+    the engine's look finds passed (of several found at one look: the earlier
+    ``finished_at``, then the lower index; the policy tests pin that tie). The other keeps
+    its ``completed``/``PASS`` when it passed before the discard was taken (the discard is
+    then ignored), or ends ``discarded`` when its own pass was not decided yet: never two
+    winners, never a passed attempt discarded."""
+    profile(setup)
+    setup.drop("w.toml", setup.task("w", "print: x\nexit: 0", attempts=2))
+    done = setup.run(timeout=120)
+    assert done.returncode == 0, done.stderr
+    record = group(setup)
+    ids = [row["task_id"] for row in record["attempts"]]
+    ms = [manifest(setup, i) for i in ids]
+    print(done.stderr[-2500:], event_lines(setup, record))
+    passed = [m for m in ms if (m["status"], m["verdict"]) == ("completed", "PASS")]
+    assert record["winner"] in {m["task_id"] for m in passed} and record["outcome"] == "passed"
+    assert record["closed"] is True
+    for m in ms:
+        if m not in passed:
+            assert (m["status"], m["abandon_reason"]) == ("abandoned", "discarded")
+            assert not any(e["event"] == "completed" for e in setup.events(m["task_id"]))

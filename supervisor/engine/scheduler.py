@@ -74,6 +74,7 @@ from supervisor.statelock import engine_lock
 from supervisor.taskdir import control
 from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import TaskDir
+from supervisor.taskdir.states import TERMINAL
 from supervisor.tmux import Tmux, TmuxError
 
 log = logging.getLogger("supervise.engine")
@@ -321,6 +322,9 @@ class Engine(Checks, Launches, Kicks, Accounts, Plans, Groups):
                 runtime = runtimes.load_queued(self.profile, self.tmux, queued)
             if runtime is None:
                 log.warning("ignored '%s' for %s: no such live task", verb, task_id)
+                continue
+            if verb == "discard" and runtime.state.status in TERMINAL:  # it ended meanwhile
+                log.info("%s ended %s before its discard; kept", task_id, runtime.state.status)
                 continue
             with contextlib.suppress(OSError):  # a full disk: the request is still applied
                 runtime.task.append_event(Event.requested(verb), status=runtime.state.status)

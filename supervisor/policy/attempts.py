@@ -6,8 +6,9 @@ answer; no I/O and no clock here.
 Rules:
 
 - ``pick = "first-pass"`` (the default): the winner is the attempt that ended ``completed``
-  with verdict ``PASS`` first (its ``finished_at``; the lower index on a tie, so two
-  attempts passing in the same tick give one winner). A winner once recorded stays the
+  with verdict ``PASS`` first among those the engine reads passed at one look (its
+  ``finished_at``; the lower index on a tie, so two attempts passing in the same tick give
+  one winner). A winner once recorded stays the
   winner, whatever is read later (a restart never picks another). Once there is a winner,
   every attempt that has not ended is discarded: it ends ``abandoned`` with reason
   ``discarded`` (:func:`discard`). An attempt that passed too but did not win keeps its

@@ -24,6 +24,8 @@ VERBS = ("stop", "resume", "approve", "deny")
 #: cluster intake found the task's row given to a newer generation, issue 15) and
 #: ``discard`` (another attempt of the task's group won, issue 26).
 ENGINE_VERBS = ("supersede", "discard")
+#: The requests that end a task: a worktree being made for it is given up.
+ENDING = ("stop", "discard")
 #: ``supervise continue ID PROMPT`` (issue 22): its prompt waits in the task folder
 #: (:data:`supervisor.taskdir.folder.FOLLOWUP`); the request only wakes the engine.
 CONTINUE = "continue"
