@@ -97,8 +97,14 @@ def test_first_pass_the_passing_attempt_wins_and_the_running_one_is_discarded(
         e["ts"] for e in setup.events(c["task_id"]) if e["event"] == "discard_requested"
     )
     assert asked_at >= passed_at
-    # nothing a user has not seen is deleted: the discarded worktree stays (prune rules)
+    # nothing a user has not seen is deleted: the discarded worktree stays, and prune
+    # keeps it (its branch holds a commit nobody merged) unless forced
     assert Path(c["workspace"]["path"]).is_dir()
+    pruned = setup.supervise("prune", "-c", str(setup.profile))
+    print(pruned.stdout, pruned.stderr)
+    assert Path(c["workspace"]["path"]).is_dir()
+    kept = [line for line in pruned.stdout.splitlines() if line.startswith(c["task_id"])]
+    assert kept and kept[0].split()[1] == "keep" and "unmerged" in kept[0], pruned.stdout
 
 
 #: pick = "all": both pass; each attempt's work (the files the fake agent leaves, its argv
