@@ -137,6 +137,10 @@ def test_pick_all_runs_both_lists_them_and_one_is_merged(setup: Setup) -> None:
     assert text.returncode == 0, text.stderr
     print(text.stdout)
     assert "pick all" in text.stdout and "model-y" in text.stdout and "BRANCH" in text.stdout
+    status = setup.supervise("status", "-c", str(setup.profile), "--json")
+    rows = {r["task_id"]: r for r in json.loads(status.stdout)}
+    for row in found["attempts"]:
+        assert rows[row["task_id"]]["attempt"] == f"{row['index']}/2 {record['group']}"
     chosen = found["attempts"][1]
     merged = setup.supervise("merge", "-c", str(setup.profile), chosen["task_id"])
     assert merged.returncode == 0, merged.stderr
