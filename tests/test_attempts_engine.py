@@ -279,3 +279,19 @@ def test_two_attempts_passing_together_give_one_winner(setup: Setup) -> None:
         if m not in passed:
             assert (m["status"], m["abandon_reason"]) == ("abandoned", "discarded")
             assert not any(e["event"] == "completed" for e in setup.events(m["task_id"]))
+
+
+def test_the_group_fails_when_no_attempt_passes(setup: Setup) -> None:
+    profile(setup)
+    accept = {"command": [sys.executable, "-c", "raise SystemExit(1)"]}
+    setup.drop("n.toml", setup.task("n", "exit: 0", attempts=2, acceptance=accept))
+    done = setup.run(timeout=120)
+    assert done.returncode == 0, done.stderr
+    record = group(setup)
+    assert (record["winner"], record["outcome"], record["closed"]) == (None, "none_passed", True)
+    for row in record["attempts"]:
+        m = manifest(setup, row["task_id"])
+        assert (m["status"], m["verdict"]) == ("completed", "FAIL")
+    text = setup.supervise("attempts", "-c", str(setup.profile), record["group"])
+    assert "outcome none_passed" in text.stdout and "winner -" in text.stdout
+    assert f"attempts {record['group']}: none_passed" in done.stderr
