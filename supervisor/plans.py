@@ -19,6 +19,11 @@ and a cycle is refused; one bad table rejects the whole file. The claim is crash
 3. the claimed file moves to ``plans/<plan id>/plan.toml``: the commit;
 4. each task folder is renamed into ``tasks/`` (same filesystem).
 
+**Attempts** (issue 26, part 2): a task file with ``attempts = N`` is claimed the same way,
+its N attempts made by :func:`supervisor.attempts.members` and its group record
+(``group.json``) written in the staging folder before the commit; the claim's id is the
+group's (the file's own id when ``supervise submit`` named it).
+
 :func:`recover` (at start, before adoption) rolls a committed plan forward (step 4 for the
 folders still staged) and undoes any other (staging removed, the file back in the spool).
 """
