@@ -323,20 +323,21 @@ def cmd_submit(args: argparse.Namespace, whole: Parser) -> int:
 
 
 def _plan(args: argparse.Namespace) -> bool:
-    """Whether ``args.task`` is a plan file (issue 26: ``[[tasks]]``); no ``--wait`` then.
+    """Whether ``args.task`` is a plan file (issue 26: ``[[tasks]]``); no ``--wait`` then,
+    nor for a task with ``attempts`` (submitted as a task: the id printed is its group's).
 
     Raises:
-        ConfigError: a plan with ``--wait`` (its tasks end one by one: wait for each).
+        ConfigError: a plan or attempts with ``--wait`` (they end one by one).
     """
     from supervisor import plans
 
-    if not plans.is_plan(Path(args.task)):
+    kind = plans.several(Path(args.task))
+    if kind is None:
         return False
     if args.wait:
-        raise ConfigError(
-            ["supervise submit: --wait takes one task; wait for each task of the plan"]
-        )
-    return True
+        what = "task of the plan" if kind == "plan" else "attempt (supervise attempts ID)"
+        raise ConfigError([f"supervise submit: --wait takes one task; wait for each {what}"])
+    return kind == "plan"
 
 
 def _wait(args: argparse.Namespace, task_id: str, whole: Parser) -> int:

@@ -108,6 +108,7 @@ def build_server(profile: LoadedProfile) -> MCPServer:
 
     server: MCPServer = Server(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING")
     _task_tools(server, profile)
+    _work_tools(server, profile)
     _request_tools(server, profile)
     _plan_tools(server, profile)
     _resources(server, profile)
@@ -142,16 +143,6 @@ def _task_tools(server: MCPServer, profile: LoadedProfile) -> None:
     ) -> str:
         """The engine line, the spool and one row per task (status, verdict, reason)."""
         return await _guard(lambda: text(mcp_tools.status(profile, statuses)))
-
-    @server.tool(structured_output=False)
-    async def cost(
-        days: Annotated[
-            int | None, Field(description="today and the days-1 before; none: all time")
-        ] = None,
-    ) -> str:
-        """Spend per day, account and task, and the profile's daily budget (reached: new
-        launches wait); supervise cost --json."""
-        return await _guard(lambda: text(mcp_tools.cost(profile, days)))
 
     @server.tool(structured_output=False)
     async def show(task_id: TaskId) -> str:
@@ -222,6 +213,29 @@ def _plan_tools(server: MCPServer, profile: LoadedProfile) -> None:
         """Follow a plan: each task's status, verdict, predecessors ('after'), those it
         still waits for ('blocked_on') and why ('reason'); 'done' once every task ended."""
         return await _guard(lambda: text(mcp_plans.follow(profile, plan)))
+
+
+def _work_tools(server: MCPServer, profile: LoadedProfile) -> None:
+    """Issue 26's tools: ``cost`` and ``attempts``."""
+    text = mcp_tools.as_text
+
+    @server.tool(structured_output=False)
+    async def cost(
+        days: Annotated[
+            int | None, Field(description="today and the days-1 before; none: all time")
+        ] = None,
+    ) -> str:
+        """Spend per day, account and task, and the profile's daily budget (reached: new
+        launches wait); supervise cost --json."""
+        return await _guard(lambda: text(mcp_tools.cost(profile, days)))
+
+    @server.tool(structured_output=False)
+    async def attempts(
+        id: Annotated[str, Field(description="the attempts group id, or any attempt's id")],
+    ) -> str:
+        """The attempts of a task submitted with attempts = N: pick, winner, summed cost,
+        and per attempt its model, status, verdict, cost and diff size; supervise attempts."""
+        return await _guard(lambda: text(mcp_tools.attempts(profile, id)))
 
 
 def _request_tools(server: MCPServer, profile: LoadedProfile) -> None:

@@ -178,6 +178,23 @@ def cost(profile: LoadedProfile, days: int | None = None) -> dict[str, Any]:
     return costs.profiles_report([(name, profile)], costs.Window(since, None), now)
 
 
+def attempts(profile: LoadedProfile, ident: str) -> dict[str, Any]:
+    """``supervise attempts ID --json`` (issue 26): the group ``ident`` names (its id, or
+    any attempt's task id) and each attempt's model, status, verdict, cost and diff size.
+
+    Raises:
+        ToolRefused: a bad id, or one that names no group nor an attempt.
+    """
+    from supervisor import attempts as groups
+
+    if not is_task_id(ident):
+        raise ToolRefused(refusal(ident))
+    try:
+        return groups.listing(profile, ident)
+    except groups.NotFound as exc:
+        raise ToolRefused(str(exc)) from None
+
+
 def tail(profile: LoadedProfile, task_id: str, lines: int | None = None) -> str:
     """The last ``lines`` lines of the task's output, escaped (``supervise tail``).
 

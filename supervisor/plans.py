@@ -20,6 +20,11 @@ and a cycle is refused; one bad table rejects the whole file. The claim is crash
 3. the claimed file moves to ``plans/<plan id>/plan.toml``: the commit;
 4. each task folder is renamed into ``tasks/`` (same filesystem).
 
+**Attempts** (issue 26, part 2): a task file with ``attempts = N`` is claimed the same way,
+its N attempts made by :func:`supervisor.attempts.members` and its group record
+(``group.json``) written in the staging folder before the commit; the claim's id is the
+group's (the file's own id when ``supervise submit`` named it).
+
 :func:`recover` (at start, before adoption) rolls a committed plan forward (step 4 for the
 folders still staged) and undoes any other (staging removed, the file back in the spool).
 """
@@ -62,19 +67,30 @@ class Member:
     task_id: str
     resolved: ResolvedTask
     after: list[str]
+    #: An attempt's place in its group (issue 26): ``{"group", "index", "of"}``.
+    attempt: dict[str, Any] | None = None
 
 
 def is_plan(path: Path) -> bool:
-    """Whether the spool file ``path`` is a plan: a regular TOML file whose top level holds
-    ``tasks`` as an array of tables. Never blocks on a FIFO; an unreadable or malformed
-    file is not a plan (the single-file claim then rejects it with the reason)."""
+    """Whether the spool file ``path`` is claimed as several tasks: a plan or a task with
+    ``attempts`` (:func:`several`)."""
+    return several(path) is not None
+
+
+def several(path: Path) -> str | None:
+    """``plan`` for a plan (a regular TOML file whose top level holds ``tasks`` as an array
+    of tables), ``attempts`` for a task file with ``attempts`` (:mod:`supervisor.attempts`),
+    else ``None``. Never blocks on a FIFO; an unreadable or malformed file is neither (the
+    single-file claim then rejects it with the reason)."""
     if spool.not_a_task_file(path, path) is not None:
-        return False
+        return None
     try:
         data = tomllib.loads(read_bounded(path, path, MAX_TASK_FILE_BYTES).decode("utf-8"))
-    except (ConfigError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
-        return False
-    return isinstance(data.get("tasks"), list)
+    except (ConfigError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError, OSError):
+        return None
+    if isinstance(data.get("tasks"), list):
+        return "plan"
+    return "attempts" if "attempts" in data else None
 
 
 def members(
@@ -99,6 +115,12 @@ def members(
         where = Path(f"{shown} [[tasks]] #{number}")
         if not isinstance(table, dict):
             problems.append(f"{where}: not a table; each [[tasks]] entry is a task's keys")
+            continue
+        if "attempts" in table:
+            problems.append(
+                f"{where}: key 'attempts': a plan's task cannot have attempts yet; submit "
+                "that task as a file of its own"
+            )
             continue
         try:
             resolved = task_from_table(table, profile, base or profile.spool_dir, where)
@@ -142,7 +164,9 @@ def claim(path: Path, profile: LoadedProfile) -> list[spool.Claimed] | None:
         OSError: a step could not be written; the claim is undone (the file back in the
             spool, nothing staged left) as far as the error allows, else at the next start.
     """
-    plan_id = spool.new_task_id("plan")
+    from supervisor import attempts
+
+    plan_id = _claim_id(path, profile)
     staging = profile.state_dir / PLANS / plan_id
     staging.mkdir(parents=True, mode=0o700)
     claimed = path.with_name(spool.claim_name(plan_id, path.name))
@@ -151,23 +175,22 @@ def claim(path: Path, profile: LoadedProfile) -> list[spool.Claimed] | None:
     except FileNotFoundError:
         staging.rmdir()
         return None
+    group = None
     try:
-        _, data = toml_table(read_bounded(claimed, path, MAX_TASK_FILE_BYTES), path)
-        extra = sorted(set(data) - {"tasks"})
-        if extra:
-            raise ConfigError(
-                [
-                    f"{path}: key {extra[0]!r}: a plan file holds only [[tasks]] tables; "
-                    "move the key into each task"
-                ]
-            )
-        made = members(profile, data["tasks"], path)
+        text, data = toml_table(read_bounded(claimed, path, MAX_TASK_FILE_BYTES), path)
+        if "attempts" in data and "tasks" not in data:
+            made, group = attempts.members(profile, data, path, plan_id, text)
+        else:
+            _only_tasks(data, path)
+            made = members(profile, data["tasks"], path)
     except ConfigError as exc:
         staging.rmdir()
         rejected = spool.reject(claimed, profile.spool_dir, exc.problems, name=path.name)
         return [spool.Claimed(source=path, error="\n".join(exc.problems), rejected_to=rejected)]
     try:
         _stage(staging, made, path, profile)
+        if group is not None:  # before the commit: a committed group has its record
+            attempts.write(staging / attempts.GROUP, group)
         spool.move_file(claimed, staging / RECORD)  # the commit
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -180,6 +203,37 @@ def claim(path: Path, profile: LoadedProfile) -> list[spool.Claimed] | None:
         spool.Claimed(source=path, task_dir=task, resolved=by_id[task.task_id])
         for task in published
     ]
+
+
+def _claim_id(path: Path, profile: LoadedProfile) -> str:
+    """The claim's id: a fresh ``plan-…``, or for attempts the file's own id when
+    ``supervise submit`` named it (it printed that id: the group's) and no group or task
+    has it yet, else ``attempts-…``. Only the id follows this look; the claimed text
+    decides what the claim makes."""
+    if several(path) == "plan":
+        return spool.new_task_id("plan")
+    wanted = path.stem if spool.TASK_ID_RE.fullmatch(path.stem) else None
+    taken = wanted is None or any(
+        os.path.lexists(folder / wanted)
+        for folder in (profile.state_dir / PLANS, profile.tasks_dir)
+    )
+    return spool.new_task_id("attempts") if taken or wanted is None else wanted
+
+
+def _only_tasks(data: dict[str, Any], path: Path) -> None:
+    """Refuse a plan file with keys beside ``[[tasks]]``.
+
+    Raises:
+        ConfigError: one line naming the first such key.
+    """
+    extra = sorted(set(data) - {"tasks"})
+    if extra:
+        raise ConfigError(
+            [
+                f"{path}: key {extra[0]!r}: a plan file holds only [[tasks]] tables; "
+                "move the key into each task"
+            ]
+        )
 
 
 def _stage(staging: Path, made: list[Member], path: Path, profile: LoadedProfile) -> None:
@@ -196,6 +250,7 @@ def _stage(staging: Path, made: list[Member], path: Path, profile: LoadedProfile
             state_dir=profile.state_dir,
             after=member.after,
             home=profile.tasks_dir / member.task_id,
+            attempt=member.attempt,
         )
 
 

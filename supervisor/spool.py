@@ -35,6 +35,7 @@ import tomllib
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from supervisor import plannames
 from supervisor.config import (
@@ -418,6 +419,7 @@ def materialize(
     state_dir: Path,
     after: list[str] | None = None,
     home: Path | None = None,
+    attempt: dict[str, Any] | None = None,
 ) -> Manifest:
     """Write ``prompt``, ``spec.json`` (the validated task, for re-adoption), fsynced, the
     ``queued`` event (fsynced; its creation fsyncs the folder), then the first manifest, no
@@ -425,7 +427,9 @@ def materialize(
 
     ``after``: the predecessors' ids (issue 26): the task is ``blocked`` (a ``blocked``
     event after ``queued``, the manifest's ``after`` and ``requires``). ``home``: where the
-    folder will live when it is made elsewhere first (a plan's staging, :mod:`supervisor.plans`)."""
+    folder will live when it is made elsewhere first (a plan's staging, :mod:`supervisor.plans`).
+    ``attempt``: its place in a group of attempts (``{"group", "index", "of"}``, issue 26),
+    in the manifest and the ``queued`` event."""
     workspace = lifecycle.resolve(
         task.task_id, resolved.spec.project_dir, resolved.workspace, state_dir
     )
@@ -446,13 +450,16 @@ def materialize(
         created_at=utc_iso(),
         workspace=workspace,
         account=resolved.account,
+        attempt=attempt,
     )
+    extra = {"attempt": attempt} if attempt else {}
     task.append_event(
         Event.QUEUED,
         status=Status.QUEUED,
         source=source,
         session_id=manifest.session_id,
         workspace=workspace.model_dump(mode="json"),
+        **extra,
     )
     if after:
         manifest.status, manifest.after = Status.BLOCKED, after  # type: ignore[assignment]

@@ -30,6 +30,7 @@ TOOLS = {
     "wait",
     "tail",
     "cost",
+    "attempts",
     "continue",
     "approve",
     "deny",
@@ -56,6 +57,35 @@ def test_the_cost_tool_gives_the_profile_s_spend_and_daily_budget(setup: Setup) 
         assert out["total_usd"] == 0.75 and out["by_task"][0]["task_id"] == "spent-1"
         assert out["budgets"][0]["reached"] is True
         assert "days" in await _refused(s, "cost", days=0)
+
+    _session(profile, body)
+
+
+def test_the_attempts_tool_lists_a_group_submitted_through_mcp(setup: Setup) -> None:
+    """Issue 26: ``submit`` with ``attempts`` in ``task`` returns the group's id; the
+    ``attempts`` tool lists its attempts (claimed by the engine); bad ids are one line."""
+    from support.repos import make_repo
+
+    make_repo(setup.project)
+    profile = setup.write_profile()
+
+    async def body(s: ClientSession) -> None:
+        keys = {"attempts": 2, "models": ["model-p", "model-q"], "pick": "all"}
+        done = await _ok(
+            s, "submit", name="two", prompt="exit: 0", project_dir=str(setup.project), task=keys
+        )
+        waiting = await _refused(s, "attempts", id=done["task_id"])  # not claimed yet
+        assert "waits in the spool" in waiting
+        run = setup.run(timeout=120)
+        assert run.returncode == 0, run.stderr
+        found = await _ok(s, "attempts", id=done["task_id"])
+        assert found["group"] == done["task_id"] and found["pick"] == "all"
+        assert [a["model"] for a in found["attempts"]] == ["model-p", "model-q"]
+        assert {a["status"] for a in found["attempts"]} == {"completed"}
+        again = await _ok(s, "attempts", id=found["attempts"][0]["task_id"])
+        assert again["group"] == found["group"]
+        for bad in ("../x", "a\x1b[31mb", ""):
+            assert "a task id is lowercase letters" in await _refused(s, "attempts", id=bad)
 
     _session(profile, body)
 

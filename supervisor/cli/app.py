@@ -72,6 +72,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from supervisor import inline_submit, taskid
+from supervisor.cli import attempts as cli_attempts
 from supervisor.cli import cluster as cli_cluster
 from supervisor.cli import cost as cli_cost
 from supervisor.cli import followup as cli_followup
@@ -258,6 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_cluster.register(sub)  # cluster init|check, hosts (extra 'cluster')
     cli_followup.register(sub)  # continue (issue 22)
     cli_cost.register(sub)  # cost (issue 26)
+    cli_attempts.register(sub)  # attempts (issue 26)
     return parser
 
 

@@ -13,13 +13,15 @@ single id (as before issue 22) and a list otherwise. The logic is
 :mod:`supervisor.requests`'s; exit codes there and in README "Exit codes": 0 applied, 1
 nothing requested, 3 queued (no engine), 4 not applied within ``--wait``; several tasks
 exit with the worst (1 > 4 > 3 > 0); ``--all``/``--status`` matching nothing: one line,
-exit 1; ids together with ``--all``/``--status``: usage, exit 2.
+exit 1; ids together with ``--all``/``--status``: usage, exit 2. ``stop`` of an attempts
+group's id (issue 26) stops every attempt of it that has not ended.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from supervisor.cli.common import EXIT_USAGE, err, load_profile, seconds
 from supervisor.terminal import escape_controls
@@ -45,6 +47,10 @@ def cmd_request(args: argparse.Namespace) -> int:
         err(f"supervise {verb}: give one or more task ids, --all, or --status S")
         return EXIT_USAGE
     profile = load_profile(args.config)
+    if verb == "stop" and ids:  # a group id stops every live attempt (issue 26)
+        ids = _groups_expanded(profile, ids)
+        if not ids:
+            return 1
     if chosen:
         ids = requests.select(profile, verb, args.statuses)
         if not ids:
@@ -64,6 +70,24 @@ def cmd_request(args: argparse.Namespace) -> int:
     elif args.json:
         print(json.dumps([r.as_dict() for r in results], indent=2))
     return requests.worst(r.code for r in results)
+
+
+def _groups_expanded(profile: Any, ids: list[str]) -> list[str]:
+    """``ids`` with each attempts group id replaced by its attempts not ended yet (one
+    line on stderr for a group with none)."""
+    from supervisor import attempts
+
+    out: list[str] = []
+    for task_id in ids:
+        record = attempts.read(profile.state_dir, task_id)
+        if record is None:
+            out.append(task_id)
+            continue
+        live = attempts.live_attempts(profile, record)
+        if not live:
+            err(f"supervise stop: attempts group {task_id}: every attempt already ended")
+        out += [one for one in live if one not in out]
+    return out
 
 
 def _applied_line(task_id: str, manifest: dict) -> str:

@@ -141,6 +141,8 @@ def _check_file(path: Path, profile: LoadedProfile | None, as_json: bool) -> dic
             row["kind"] = "task"
             task = load_task(path, profile or _any_profile(path))
             cli_cluster.task_warnings(row, task, profile)
+            if task.spec.attempts is not None:  # issue 26: each attempt needs a worktree
+                _attempts_problems(path, task, profile or _any_profile(path), row)
     except ConfigError as exc:
         row["problems"] = list(exc.problems)
     for line in row["problems"]:
@@ -149,6 +151,15 @@ def _check_file(path: Path, profile: LoadedProfile | None, as_json: bool) -> dic
     if row["ok"] and not as_json:
         print(escape_controls(f"ok: {path} ({row['kind']})"))
     return row
+
+
+def _attempts_problems(path: Path, task: Any, profile: LoadedProfile, row: dict[str, Any]) -> None:
+    """Add to ``row`` why the attempts of ``task`` would not each get a worktree."""
+    from supervisor import attempts
+
+    problem = attempts.worktree_problem(task, profile, path)
+    if problem is not None:
+        row["problems"].append(problem)
 
 
 def _any_profile(path: Path) -> LoadedProfile:

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from supervisor import accounts
 from supervisor.config.argsize import env_problems, prompt_problems
+from supervisor.config.attemptkeys import attempt_problems
 from supervisor.config.env import read_env_overrides
 from supervisor.config.models import (
     ALIAS_RE,
@@ -172,6 +173,12 @@ def _checked_profile(spec: Profile, path: Path, text: str) -> tuple[LoadedProfil
             + ", ".join(sorted(spec.agent.known_models()))
         )
     for index, task in enumerate(spec.tasks):
+        if task.attempts is not None:  # issue 26: a group is claimed from the spool
+            problems.append(
+                f"{path}:{key_line(text, ('tasks', index, 'attempts'))}: key "
+                f"'tasks.{index}.attempts': a profile's [[tasks]] cannot have attempts; "
+                "drop the task file with 'attempts' into the spool (supervise submit)"
+            )
         try:
             resolve_task(task, loaded, base, path, text, loc_prefix=("tasks", index))
         except ConfigError as exc:
@@ -234,6 +241,8 @@ def resolve_task(
             problems.append(f"{where('workspace.root')}: not a usable path ({exc})")
     problems += _exec_problems(spec, profile, prompt, where)
     problems += _plan_problems(spec, profile, prompt, where)
+    problems += _attempt_problems(spec, profile, where)
+    models = tuple(_model(spec, profile, where, problems, one) for one in spec.models or ())
     if problems or policy is None or prompt is None:
         raise ConfigError(problems)
     rules = (*(spec.approval.rules if spec.approval else ()), *profile.spec.approval.rules)
@@ -247,6 +256,7 @@ def resolve_task(
         acceptance=spec.acceptance or profile.spec.acceptance,
         workspace=effective_workspace(profile.spec.workspace, spec.workspace),
         account=accounts.of_task(profile.spec.agent.env, spec.env),
+        attempt_models=models,
     )
 
 
@@ -270,17 +280,23 @@ def _prompt(
 
 
 def _model(
-    spec: TaskSpec, profile: LoadedProfile, where: Callable[..., str], problems: list[str]
+    spec: TaskSpec,
+    profile: LoadedProfile,
+    where: Callable[..., str],
+    problems: list[str],
+    one: str | None = None,
 ) -> str:
-    """The task's model id: its alias looked up in the profile's models; an unknown alias
-    adds one line (listing the known ones) to ``problems``."""
+    """The task's model id (or that of ``one``, an entry of ``models``): its alias looked
+    up in the profile's models; an unknown alias adds one line (listing the known ones) to
+    ``problems``."""
     models = profile.spec.agent.known_models()
-    wanted = spec.model or profile.spec.agent.default_model
+    wanted = one or spec.model or profile.spec.agent.default_model
     if wanted in models:
         return models[wanted]
     if ALIAS_RE.match(wanted):
         problems.append(
-            f"{where('model')}: unknown model alias {wanted!r}; known aliases: "
+            f"{where('models' if one else 'model')}: unknown model alias {wanted!r}; "
+            "known aliases: "
             + ", ".join(f"{k} ({v})" for k, v in sorted(models.items()))
             + f"; or give a full model id such as {EXAMPLE_MODEL}"
         )
@@ -294,6 +310,19 @@ def _plan_problems(
     base = effective_workspace(profile.spec.workspace, spec.workspace).base
     cluster = profile.spec.cluster is not None
     return plan_problems(spec.name, spec.after, base, prompt, cluster, where)
+
+
+def _attempt_problems(
+    spec: TaskSpec, profile: LoadedProfile, where: Callable[..., str]
+) -> list[str]:
+    """The attempts keys' problems (issue 26, :func:`supervisor.config.attemptkeys.
+    attempt_problems`)."""
+    mode = effective_workspace(profile.spec.workspace, spec.workspace).mode
+    pick = spec.pick
+    cluster = profile.spec.cluster is not None
+    return attempt_problems(
+        spec.attempts, spec.models, pick, spec.model is not None, mode, cluster, where
+    )
 
 
 def _exec_problems(
@@ -393,6 +422,8 @@ def _at_line(text: str, key: str) -> str:
 def _refused_keys(data: dict[str, Any], security: SecuritySpec) -> list[str]:
     """Optional keys in a task file that the profile's ``task_may_set`` does not allow."""
     keys = [k for k in ("model", "env", "approval", "acceptance", "workspace") if k in data]
+    if "models" in data and not security.allows("model"):  # issue 26: one model per attempt
+        keys.append("models")
     monitor = data.get("monitor")
     if isinstance(monitor, dict):
         # an unknown key is the model's problem line, not a refusal as well

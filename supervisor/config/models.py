@@ -34,6 +34,7 @@ from supervisor.agents import kinds
 from supervisor.config.accounts import AccountsSpec
 from supervisor.config.argsize import check_args, check_env
 from supervisor.config.argv import argv_placeholders_ok
+from supervisor.config.attemptkeys import Attempts, Models, Pick
 from supervisor.config.cluster import NAME_RE, ClusterSpec
 from supervisor.config.monitor import (
     MAX_LIST_ITEMS,
@@ -295,6 +296,13 @@ class TaskSpec(BaseModel):
     after: After = Field(default_factory=list)
     #: ``pass``: each predecessor must end with verdict ``PASS``; ``end``: any ending.
     requires: Requires = "pass"
+    #: Issue 26: run N copies, each in a worktree (``supervisor.config.attemptkeys``).
+    attempts: Attempts = None
+    #: One model alias or id per attempt.
+    models: Models = None
+    #: ``first-pass`` (``None``: the default): the first attempt to pass wins; ``all``:
+    #: every attempt runs.
+    pick: Pick | None = None
 
     @field_validator("host")
     @classmethod
@@ -467,6 +475,7 @@ class ResolvedTask:
         account: the credentials it runs with (:func:`supervisor.accounts.of_task`: the
             resolving process's environment, the profile's ``[agent] env``, the task's
             ``env``), recorded in the manifest as ``account``.
+        attempt_models: the ids of ``models`` (issue 26), one per attempt, else empty.
     """
 
     spec: TaskSpec
@@ -478,3 +487,4 @@ class ResolvedTask:
     acceptance: AcceptanceSpec | None = None
     workspace: WorkspaceSpec = field(default_factory=WorkspaceSpec)
     account: str | None = None
+    attempt_models: tuple[str, ...] = ()

@@ -27,6 +27,7 @@ from supervisor.engine.dailyspend import DailySpend
 from supervisor.engine.intake import Intake
 from supervisor.engine.runtime import Outcome, Runtime
 from supervisor.engine.starts import Result, Starts
+from supervisor.taskdir import control
 from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import TaskDir
 from supervisor.taskdir.states import FailureReason
@@ -107,7 +108,7 @@ class Launches:
         it ends as :func:`policy.launch_failed` says, ``failure_reason`` workspace)."""
         if error is not None:
             self._launch_failed(runtime, runtime.state, clock.now(), error, FailureReason.WORKSPACE)
-        elif "stop" in runtime.requests:  # stopped while its worktree was made
+        elif runtime.requests.intersection(control.ENDING):  # ended while its worktree was made
             self._schedule_check(runtime, 0.0)  # on the check pool, one check at a time
         else:
             self.live.pop(runtime.task.task_id, None)

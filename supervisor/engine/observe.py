@@ -67,6 +67,7 @@ class Observer:
             approve_requested="approve" in runtime.requests,
             deny_requested="deny" in runtime.requests,
             superseded="supersede" in runtime.requests,
+            discarded="discard" in runtime.requests,
             session_alive=None if seen.agent_alive else pane is not None,
             has_acceptance=runtime.resolved.acceptance is not None,
             acceptance_running=runtime.accepting,

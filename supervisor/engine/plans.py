@@ -35,6 +35,7 @@ from supervisor.engine import runtime as runtimes
 from supervisor.engine.actions import Actions
 from supervisor.engine.runtime import Outcome, Runtime
 from supervisor.policy import plans as rules
+from supervisor.policy.attempts import discard
 from supervisor.taskdir import layout
 from supervisor.taskdir.events import Event, last_of
 from supervisor.taskdir.folder import TaskDir
@@ -195,17 +196,18 @@ class Plans:
         task.update_manifest(change)
 
     def _stop_blocked(self, task_id: str, verb: str) -> bool:
-        """``supervise stop`` of a blocked task: it ends ``abandoned`` (reason ``stopped``)
-        without launching. False when ``task_id`` is not blocked here."""
+        """``supervise stop`` (or the engine's ``discard``) of a blocked task: it ends
+        ``abandoned`` (reason ``stopped``, or ``discarded``) without launching. False when
+        ``task_id`` is not blocked here."""
         task = self.blocked.get(task_id)
-        if task is None or verb != "stop":
+        if task is None or verb not in ("stop", "discard"):
             return False
         del self.blocked[task_id]
         runtime = runtimes.load_queued(self.profile, self.tmux, task)
         runtime.state = policy.TaskState(status=Status.BLOCKED)
         with contextlib.suppress(OSError):
             task.append_event(Event.requested(verb), status=Status.BLOCKED)
-        self._settle(
-            runtime, self.actions.apply(runtime, rules.stopped(runtime.state), clock.now())
-        )
+        # discard: another attempt of its group won (policy/attempts.py)
+        decision = rules.stopped(runtime.state) if verb == "stop" else discard(runtime.state)
+        self._settle(runtime, self.actions.apply(runtime, decision, clock.now()))
         return True

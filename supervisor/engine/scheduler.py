@@ -55,6 +55,7 @@ from supervisor.engine import runtime as runtimes
 from supervisor.engine.accountbook import AccountBook
 from supervisor.engine.accounts import Accounts
 from supervisor.engine.actions import Actions
+from supervisor.engine.attempts import Groups
 from supervisor.engine.background import engine_scheduler
 from supervisor.engine.checks import Checks
 from supervisor.engine.dailyspend import DailySpend
@@ -73,6 +74,7 @@ from supervisor.statelock import engine_lock
 from supervisor.taskdir import control
 from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import TaskDir
+from supervisor.taskdir.states import TERMINAL
 from supervisor.tmux import Tmux, TmuxError
 
 log = logging.getLogger("supervise.engine")
@@ -83,7 +85,7 @@ ADOPT_RETRY = 5.0
 STATS_EVERY = 5.0
 
 
-class Engine(Checks, Launches, Kicks, Accounts, Plans):
+class Engine(Checks, Launches, Kicks, Accounts, Plans, Groups):
     """Runs one profile: ``Engine(profile).run()``.
 
     Args:
@@ -291,6 +293,7 @@ class Engine(Checks, Launches, Kicks, Accounts, Plans):
                 self._enqueue(task, resolved)
         if time.monotonic() - self._stats_written >= STATS_EVERY:
             self.write_stats()
+        self._look_at_groups()  # winners and discards of attempts (engine/attempts.py)
         self._take_requests()
         self._fill_slots()
         # Idle is judged between batches: one in flight may have moved a file out of the
@@ -314,11 +317,14 @@ class Engine(Checks, Launches, Kicks, Accounts, Plans):
                 continue
             queued = next((t for t in self.queue if t.task_id == task_id), None)
             runtime = self.live.get(task_id)
-            if runtime is None and queued is not None and verb in ("stop", "supersede"):
+            if runtime is None and queued is not None and verb in ("stop", "supersede", "discard"):
                 self.queue.remove(queued)
                 runtime = runtimes.load_queued(self.profile, self.tmux, queued)
             if runtime is None:
                 log.warning("ignored '%s' for %s: no such live task", verb, task_id)
+                continue
+            if verb == "discard" and runtime.state.status in TERMINAL:  # it ended meanwhile
+                log.info("%s ended %s before its discard; kept", task_id, runtime.state.status)
                 continue
             with contextlib.suppress(OSError):  # a full disk: the request is still applied
                 runtime.task.append_event(Event.requested(verb), status=runtime.state.status)
@@ -334,6 +340,7 @@ class Engine(Checks, Launches, Kicks, Accounts, Plans):
             self._schedule_check(runtime, delay=0.0)
 
     def _enqueue(self, task: TaskDir, resolved: ResolvedTask) -> None:
+        self._note_group(task, resolved)  # an attempt (engine/attempts.py)
         if not self._hold_or_queue(task, after=bool(resolved.spec.after)):
             log.info("queued %s (%s)", task.task_id, resolved.spec.name)
 

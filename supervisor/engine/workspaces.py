@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from supervisor.engine.runtime import Runtime
-from supervisor.taskdir import repair
+from supervisor.taskdir import control, repair
 from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import Manifest
 from supervisor.taskdir.states import Status
@@ -67,7 +67,7 @@ class Preparer:
         error: str | None = None
 
         def cancelled() -> bool:
-            return self.cancel.is_set() or "stop" in runtime.requests
+            return self.cancel.is_set() or bool(runtime.requests.intersection(control.ENDING))
 
         try:
             lifecycle.prepare(

@@ -141,6 +141,8 @@ class Signals:
             Code's ``total_cost_usd`` summed over the task's runs); ``None``: not reported.
         superseded: the fleet's database gives this cluster task to a newer generation
             (or another host): this host's copy must stop and never resume (issue 15).
+        discarded: another attempt of the task's group won (issue 26): it ends
+            ``abandoned`` with reason ``discarded`` (:func:`supervisor.policy.attempts.discard`).
         turn_failure: an interactive agent's turn ended on an API failure that its process
             outlives (Claude Code's ``StopFailure`` hook; the TUI stays at its prompt,
             measured with CLI 2.1.328): the hook's error (``authentication_failed``,
@@ -184,6 +186,7 @@ class Signals:
     requests: int = 0
     spent_usd: float | None = None
     superseded: bool = False
+    discarded: bool = False
     turn_failure: str | None = None
     agent_working: bool = False
     tool_since: float | None = None

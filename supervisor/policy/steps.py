@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Callable
 
 from supervisor.config import MonitorPolicy
+from supervisor.policy.attempts import discard
 from supervisor.policy.budget import within_budget
 from supervisor.policy.model import (
     EXIT_SETTLE,
@@ -85,12 +86,15 @@ def with_rulings(state: TaskState, signals: Signals, decision: Decision) -> Deci
 
 
 def _decide(state: TaskState, signals: Signals, policy: MonitorPolicy) -> Decision:
-    if state.status in TERMINAL or (state.status == Status.QUEUED and not signals.superseded):
+    ending = signals.superseded or signals.discarded
+    if state.status in TERMINAL or (state.status == Status.QUEUED and not ending):
         return _not_live(state, signals, policy)
     if signals.state_disk_full:
         return hold_disk_full(state, policy)
     if signals.superseded:  # before the done-file: the task is no longer this host's
         return supersede(state)
+    if signals.discarded:  # before the done-file: another attempt of its group won
+        return discard(state)
     if state.status == Status.VERIFYING:
         return verifying(state, signals, policy)
     if state.status == Status.WAITING:

@@ -21,13 +21,16 @@ from supervisor.taskid import is_task_id, shown
 
 VERBS = ("stop", "resume", "approve", "deny")
 #: Requests only the engine's own parts leave, never an operator: ``supersede`` (the
-#: cluster intake found the task's row given to a newer generation, issue 15).
-ENGINE_VERBS = ("supersede",)
+#: cluster intake found the task's row given to a newer generation, issue 15) and
+#: ``discard`` (another attempt of the task's group won, issue 26).
+ENGINE_VERBS = ("supersede", "discard")
+#: The requests that end a task: a worktree being made for it is given up.
+ENDING = ("stop", "discard")
 #: ``supervise continue ID PROMPT`` (issue 22): its prompt waits in the task folder
 #: (:data:`supervisor.taskdir.folder.FOLLOWUP`); the request only wakes the engine.
 CONTINUE = "continue"
 CONTROL = layout.CONTROL
-_NAME_RE = re.compile(r"^([a-z0-9-]+)\.(stop|resume|approve|deny|supersede|continue)$")
+_NAME_RE = re.compile(r"^([a-z0-9-]+)\.(stop|resume|approve|deny|supersede|discard|continue)$")
 
 
 def request(state_dir: Path, task_id: str, verb: str) -> Path:

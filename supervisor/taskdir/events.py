@@ -71,6 +71,7 @@ class Event(StrEnum):
     APPROVE_REQUESTED = "approve_requested"
     DENY_REQUESTED = "deny_requested"
     SUPERSEDE_REQUESTED = "supersede_requested"
+    DISCARD_REQUESTED = "discard_requested"
     CONTINUE_REQUESTED = "continue_requested"
     # the agent adapter's records
     HOOK = "hook"

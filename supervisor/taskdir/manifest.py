@@ -92,6 +92,9 @@ class _ManifestTail(BaseModel):
     after: list[str] = Field(default_factory=list)
     requires: str | None = None
     budget_hold: dict[str, Any] | None = None
+    #: Issue 26: an attempt's place in its group, ``{"group", "index", "of"}``
+    #: (:mod:`supervisor.attempts`).
+    attempt: dict[str, Any] | None = None
 
 
 # The keys of manifest.json keep their order: pydantic lists a base's fields before a

@@ -94,6 +94,8 @@ class AbandonReason(StrEnum):
     the circuit breaker paused. ``budget``: ``max_cost_usd`` was spent, so no more resumes.
     ``dependency``: a predecessor named in ``after`` ended otherwise than ``requires`` asks
     (issue 26); the task never launched, and the event's ``reason`` names the predecessor.
+    ``discarded``: another attempt of its group passed first (``attempts`` with ``pick =
+    "first-pass"``, issue 26); it was stopped, or never launched.
     """
 
     DEADLINE = "deadline"
@@ -103,6 +105,7 @@ class AbandonReason(StrEnum):
     DENIED = "denied"
     BUDGET = "budget"
     DEPENDENCY = "dependency"
+    DISCARDED = "discarded"
 
 
 class FailureReason(StrEnum):

@@ -45,6 +45,7 @@ from supervisor.agents import kinds
 from supervisor.diskio import read_end
 from supervisor.taskdir import control, layout
 from supervisor.taskdir.states import DAMAGED, ENDED, HOST_LOST, Status
+from supervisor.taskid import is_task_id
 from supervisor.views import plangraph
 from supervisor.views.fields import count, items, text
 from supervisor.views.sources import (
@@ -151,7 +152,8 @@ class Task:
     fingerprint (:mod:`supervisor.accounts`); ``held``: why a queued task its account
     holds back waits (``account limited until HH:MM``, issue 26). ``after``: the ids of its
     predecessors (issue 26); ``blocked_on``: those a ``blocked`` task still waits for (its
-    ``reason`` says ``blocked on NAME (ID)``: :mod:`supervisor.views.plangraph`).
+    ``reason`` says ``blocked on NAME (ID)``: :mod:`supervisor.views.plangraph`);
+    ``attempt``: ``K/N GROUP`` for an attempt of a group (issue 26, ``supervise attempts``).
     """
 
     task_id: str
@@ -185,6 +187,7 @@ class Task:
     held: str | None = None
     after: list[str] = field(default_factory=list)
     blocked_on: list[str] = field(default_factory=list)
+    attempt: str | None = None
 
     def row(self) -> dict[str, Any]:
         """The task as a plain dict (``supervise status --json``'s row): what
@@ -330,8 +333,17 @@ def task_from_manifest(m: dict[str, Any], folder: str, has_output: bool) -> Task
         columns=columns,
         account=text(m.get("account")),
         after=[i for i in items(m.get("after")) if isinstance(i, str)],
+        attempt=_attempt(m.get("attempt")),
     )
     return task
+
+
+def _attempt(ref: Any) -> str | None:
+    """``K/N GROUP`` of a manifest's ``attempt`` (two counts and a task id), else ``None``."""
+    ref = ref if isinstance(ref, dict) else {}
+    k, n, group = count(ref.get("index")), count(ref.get("of")), text(ref.get("group"))
+    ok = k is not None and n is not None and group is not None and is_task_id(group)
+    return f"{k}/{n} {group}" if ok else None
 
 
 def finish(

@@ -22,6 +22,7 @@ into its working directory and exits. What it does is read from cue lines in the
                      xxx...`` (64 KiB writes), as fast as the terminal takes them or, with
                      S, spread evenly over S seconds; then ``flood done N bytes``. Appends
                      ``N SECONDS`` (how long the writes took) to ``flood_times``
+    as_model: M CUE  the line CUE, put first, when the agent runs with ``--model M``
     stamp: FILE      append ``start EPOCH TASK_DIR`` to FILE at the start and ``end EPOCH
                      TASK_DIR`` at the end (an exit, or a trapped SIGTERM/SIGHUP); a run
                      killed by SIGKILL has no end line (the fleet chaos test)
@@ -77,6 +78,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+
+def _as_model(prompt: str, model: str) -> str:
+    """The prompt with each ``as_model: MODEL CUE`` line whose MODEL is ``model`` put
+    first as the line ``CUE`` (one brain per model: attempts of one task, issue 26)."""
+    found = re.findall(r"^as_model: (\S+) (.*)$", prompt, re.MULTILINE)
+    chosen = [cue for name, cue in found if name == model]
+    return "\n".join([*chosen, prompt])
 
 
 def cues(prompt: str, key: str) -> list[str]:
@@ -244,7 +253,7 @@ def main() -> int:
     Path("received_prompt.bin").write_bytes(raw)
     Path("received_argv.json").write_text(json.dumps(sys.argv[1:]), encoding="utf-8")
     Path("agent_pid").write_text(str(os.getpid()), encoding="utf-8")
-    prompt = raw.decode("utf-8", errors="replace")
+    prompt = _as_model(raw.decode("utf-8", errors="replace"), args.model)
     if args.tui and re.search(r"^context_limit$", prompt, re.MULTILINE):
         print("  ⎿  Context limit reached · /compact or /clear to continue", flush=True)
         time.sleep(3600)

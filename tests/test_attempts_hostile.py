@@ -1,0 +1,77 @@
+"""Issue 26, part 2: a hostile or damaged group record (``group.json``) is no group, and
+whatever it holds is shown escaped; the engine's scan of open groups skips it."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest import Setup
+
+from supervisor import attempts
+from supervisor.cli.attempts import lines
+from supervisor.config import LoadedProfile, load_profile
+from supervisor.engine.attempts import open_groups
+
+
+def _profile(setup: Setup) -> LoadedProfile:
+    loaded = load_profile(setup.write_profile())
+    loaded.tasks_dir.mkdir(parents=True)
+    return loaded
+
+
+def _record_at(setup: Setup, group_id: str) -> Path:
+    folder = setup.state / "plans" / group_id
+    folder.mkdir(parents=True)
+    return folder / attempts.GROUP
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[]",
+        b'{"attempts": 3}',
+        b"not json",
+        b"\xff\xfe",
+        b'{"attempts": []' + b" " * (70 * 1024) + b"}",  # over MAX_RECORD_BYTES
+        b"[" * 100_000,  # nesting
+    ],
+)
+def test_a_damaged_record_is_no_group(setup: Setup, body: bytes) -> None:
+    loaded = _profile(setup)
+    _record_at(setup, "attempts-abcdef").write_bytes(body)
+    assert attempts.read(loaded.state_dir, "attempts-abcdef") is None
+    assert open_groups(loaded.state_dir) == set()
+    with pytest.raises(attempts.NotFound):
+        attempts.listing(loaded, "attempts-abcdef")
+
+
+def test_a_symlinked_or_fifo_record_is_not_read(setup: Setup) -> None:
+    loaded = _profile(setup)
+    outside = setup.root / "outside.json"
+    outside.write_text(json.dumps({"attempts": []}))
+    _record_at(setup, "attempts-111111").symlink_to(outside)
+    os.mkfifo(_record_at(setup, "attempts-222222"))
+    for group_id in ("attempts-111111", "attempts-222222"):
+        assert attempts.read(loaded.state_dir, group_id) is None  # never blocks on the FIFO
+    assert attempts.read(loaded.state_dir, "../outside") is None
+
+
+def test_hostile_values_in_a_record_are_dropped_or_shown_escaped(setup: Setup) -> None:
+    loaded = _profile(setup)
+    record = attempts.new_record(
+        "attempts-333333", "n\x1b[31m", "all", ["t-aaaaaa"], ["m\x1b]0;x\x07"]
+    )
+    record["attempts"] += [
+        {"index": 2, "task_id": "../../etc"},
+        {"index": "3", "task_id": "t-bbbbbb"},
+        "not a row",
+    ]
+    _record_at(setup, "attempts-333333").write_text(json.dumps(record))
+    found = attempts.listing(loaded, "attempts-333333")
+    assert [r["task_id"] for r in found["attempts"]] == ["t-aaaaaa"]
+    assert found["attempts"][0]["status"] == "gone"
+    text = "\n".join(lines(found))
+    assert "\x1b" not in text and "\x07" not in text and "t-aaaaaa" in text
