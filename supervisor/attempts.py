@@ -38,6 +38,8 @@ from supervisor.errors import SuperviseError
 from supervisor.plannames import known_tasks, resolve_after
 from supervisor.plans import PLANS, Member
 from supervisor.taskdir import layout
+from supervisor.taskdir.events import Event
+from supervisor.taskdir.folder import TaskDir
 from supervisor.taskid import is_task_id
 from supervisor.waiting import load_manifest
 from supervisor.workspace import lifecycle
@@ -237,11 +239,25 @@ def diff_size(workspace: dict[str, Any] | None) -> tuple[int | None, int | None,
     return git.parse_shortstat(done.stdout)
 
 
+def merged_into(task_dir: Path) -> str | None:
+    """The target of the task's last ``merged`` event (``supervise merge``), ``None`` when
+    it was never merged or its events cannot be read."""
+    try:
+        events = TaskDir(task_dir).events()
+    except (OSError, ValueError):
+        return None
+    for event in reversed(events):
+        if event.get("event") == Event.MERGED and isinstance(event.get("into"), str):
+            return str(event["into"])
+    return None
+
+
 def listing(profile: LoadedProfile, ident: str) -> dict[str, Any]:
     """``supervise attempts ID``'s object: the group (``group``, ``name``, ``pick``,
     ``winner``, ``outcome``, ``cost_usd``: the attempts' sum now) and one row per attempt
     (``index``, ``task_id``, ``model``, ``status``, ``verdict``, ``abandon_reason``,
-    ``cost_usd``, ``files_changed``, ``insertions``, ``deletions``, ``branch``).
+    ``cost_usd``, ``files_changed``, ``insertions``, ``deletions``, ``branch``,
+    ``merged_into``: the branch ``supervise merge`` merged it into, else ``None``).
 
     Raises:
         NotFound: the id names no group and no attempt (one line).
@@ -269,6 +285,7 @@ def listing(profile: LoadedProfile, ident: str) -> dict[str, Any]:
                 "insertions": plus,
                 "deletions": minus,
                 "branch": (ws or {}).get("branch"),
+                "merged_into": merged_into(profile.tasks_dir / row["task_id"]),
             }
         )
     return {

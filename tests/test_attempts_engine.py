@@ -136,7 +136,7 @@ def test_pick_all_runs_both_lists_them_and_one_is_merged(setup: Setup) -> None:
     text = setup.supervise("attempts", "-c", str(setup.profile), found["attempts"][1]["task_id"])
     assert text.returncode == 0, text.stderr
     print(text.stdout)
-    assert "pick all" in text.stdout and "model-y" in text.stdout and "BRANCH" in text.stdout
+    assert "pick all" in text.stdout and "model-y" in text.stdout and "branch" in text.stdout
     status = setup.supervise("status", "-c", str(setup.profile), "--json")
     rows = {r["task_id"]: r for r in json.loads(status.stdout)}
     for row in found["attempts"]:
@@ -146,6 +146,13 @@ def test_pick_all_runs_both_lists_them_and_one_is_merged(setup: Setup) -> None:
     assert merged.returncode == 0, merged.stderr
     print(merged.stdout)
     assert "model-y" in (setup.project / "received_argv.json").read_text()
+    # the listing says which attempt was merged, and where
+    after = setup.supervise("attempts", "-c", str(setup.profile), record["group"], "--json")
+    into = {r["task_id"]: r["merged_into"] for r in json.loads(after.stdout)["attempts"]}
+    assert into == {found["attempts"][0]["task_id"]: None, chosen["task_id"]: "main"}
+    text = setup.supervise("attempts", "-c", str(setup.profile), record["group"])
+    print(text.stdout)
+    assert [line.split()[-1] for line in text.stdout.splitlines()[3:]] == ["-", "main"]
 
 
 def test_attempts_of_an_unknown_id_or_a_plain_task_is_one_line(setup: Setup) -> None:

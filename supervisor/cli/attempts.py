@@ -6,10 +6,12 @@ Brain to choose one to ``supervise merge``.
 ``ID`` is the group id (``attempts-…``, printed at claim and in each attempt's manifest as
 ``attempt.group``) or any attempt's task id. One line for the group (pick, winner, outcome,
 summed cost in USD), then one per attempt: index, task id, model, status, verdict, cost
-(USD), diff size against the attempt's base commit (files changed, insertions, deletions)
-and branch. ``--json`` prints :func:`supervisor.attempts.listing`'s object. Every value from
-a task file or a manifest is shown with control characters escaped. Exit 0; 1 for an id that
-names no group or a task that is no attempt (one line); 2 for a bad option.
+(USD), diff size against the attempt's base commit (files changed, insertions, deletions),
+branch, and the branch ``supervise merge`` merged it into (a ``tabulate`` table, as
+``status`` and ``cost`` print). ``--json`` prints :func:`supervisor.attempts.listing`'s
+object. Every value from a task file or a manifest is shown with control characters
+escaped. Exit 0; 1 for an id that names no group or a task that is no attempt (one line); 2
+for a bad option.
 """
 
 from __future__ import annotations
@@ -20,8 +22,6 @@ from typing import Any
 
 from supervisor.cli.common import err, load_profile
 from supervisor.terminal import escape_controls
-
-HEADER = ("#", "TASK", "MODEL", "STATUS", "VERDICT", "COST", "DIFF", "BRANCH")
 
 
 def _usd(value: Any) -> str:
@@ -34,32 +34,33 @@ def _diff(row: dict[str, Any]) -> str:
     return f"{row['files_changed']}f +{row['insertions']} -{row['deletions']}"
 
 
+def _row(row: dict[str, Any]) -> dict[str, str]:
+    status = row["status"] + (f" ({row['abandon_reason']})" if row["abandon_reason"] else "")
+    cells = {
+        "#": str(row["index"]),
+        "task": row["task_id"],
+        "model": str(row["model"] or "-"),
+        "status": status,
+        "verdict": str(row["verdict"] or "-"),
+        "cost": _usd(row["cost_usd"]),
+        "diff": _diff(row),
+        "branch": str(row["branch"] or "-"),
+        "merged": f"into {row['merged_into']}" if row.get("merged_into") else "-",
+    }
+    return {k: escape_controls(v) for k, v in cells.items()}
+
+
 def lines(found: dict[str, Any]) -> list[str]:
     """The text listing of :func:`supervisor.attempts.listing`'s object (escaped)."""
+    from tabulate import tabulate
+
     head = (
         f"{found['group']} ({found.get('name')}): pick {found.get('pick')}, "
         f"winner {found.get('winner') or '-'}, outcome {found.get('outcome') or 'running'}, "
         f"cost {_usd(found.get('cost_usd'))}"
     )
-    table = [HEADER]
-    for row in found["attempts"]:
-        status = row["status"] + (f" ({row['abandon_reason']})" if row["abandon_reason"] else "")
-        table.append(
-            (
-                str(row["index"]),
-                row["task_id"],
-                str(row["model"] or "-"),
-                status,
-                str(row["verdict"] or "-"),
-                _usd(row["cost_usd"]),
-                _diff(row),
-                str(row["branch"] or "-"),
-            )
-        )
-    cells = [[escape_controls(str(c)) for c in r] for r in table]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(HEADER))]
-    rows = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
-    return [escape_controls(head), *rows]
+    table = tabulate([_row(r) for r in found["attempts"]], headers="keys", disable_numparse=True)
+    return [escape_controls(head), *table.splitlines()]
 
 
 def cmd_attempts(args: argparse.Namespace) -> int:
