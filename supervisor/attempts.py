@@ -33,6 +33,7 @@ from supervisor import costs
 from supervisor.config import ConfigError, LoadedProfile
 from supervisor.config.attemptkeys import FIRST_PASS
 from supervisor.config.loading import task_from_table
+from supervisor.config.workspace import TASK_ID_FIELD
 from supervisor.diskio import atomic_write, utc_iso
 from supervisor.errors import SuperviseError
 from supervisor.plannames import known_tasks, resolve_after
@@ -105,12 +106,24 @@ def worktree_problem(resolved: Any, profile: LoadedProfile, shown: Path) -> str 
         "attempt-probe", resolved.spec.project_dir, resolved.workspace, profile.state_dir
     )
     if report.mode == "worktree":
-        return None
+        return _branch_problem(resolved.workspace.branch, shown)
     why = report.warning or f"{resolved.spec.project_dir} is not in a git repository"
     return (
         f"{shown}: key 'attempts': attempts need a git worktree each, and this task would "
         f"run in its project folder ({why}); give a project_dir inside a git repository "
         "with a commit, or remove 'attempts'"
+    )
+
+
+def _branch_problem(template: str, shown: Path) -> str | None:
+    """A branch template without ``{task_id}`` names one branch for every attempt: the
+    second ``git worktree add -b`` would fail ("a branch named ... already exists")."""
+    if TASK_ID_FIELD in template:
+        return None
+    return (
+        f"{shown}: key 'attempts': [workspace] branch = {template!r} names the same branch "
+        f"for every attempt; put {TASK_ID_FIELD} in the profile's branch template, or "
+        "remove 'attempts'"
     )
 
 

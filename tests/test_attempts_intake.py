@@ -105,6 +105,18 @@ def test_no_worktree_no_attempts_and_a_plan_task_cannot_have_them(setup: Setup) 
     assert not list((loaded.state_dir / plans.PLANS).iterdir())
 
 
+def test_a_branch_template_without_the_task_id_cannot_have_attempts(setup: Setup) -> None:
+    """Found by trying it: with ``[workspace] branch = "fixed"`` the second attempt failed
+    at launch ("a branch named 'fixed' already exists"); it is refused at the claim."""
+    loaded = profile(setup, workspace={"branch": "fixed"})
+    path = setup.drop("x.toml", setup.task("x", "p", attempts=2))
+    (claimed,) = plans.claim(path, loaded) or []
+    assert claimed.error and len(claimed.error.splitlines()) == 1
+    assert "branch = 'fixed' names the same branch for every attempt" in claimed.error
+    assert "{task_id}" in claimed.error and claimed.rejected_to is not None
+    assert not list(loaded.tasks_dir.iterdir())
+
+
 def test_an_inline_profile_task_cannot_have_attempts(setup: Setup) -> None:
     make_repo(setup.project)
     setup.write_profile(extra={"tasks": [setup.task("t", "x", attempts=2)]})

@@ -17,8 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field, Strict
 
 from supervisor.config.monitor import MAX_LIST_ITEMS, ArgText, ChildSeconds
 
-#: The default task branch; ``{task_id}`` is the only placeholder.
-DEFAULT_BRANCH = "supervise/{task_id}"
+#: The branch template's only placeholder: the task's id.
+TASK_ID_FIELD = "{task_id}"
+#: The default task branch.
+DEFAULT_BRANCH = f"supervise/{TASK_ID_FIELD}"
 
 
 class WorkspaceSpec(BaseModel):

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from supervisor import children
-from supervisor.config.workspace import WorkspaceSpec
+from supervisor.config.workspace import TASK_ID_FIELD, WorkspaceSpec
 from supervisor.errors import SuperviseError
 from supervisor.taskdir import layout
 from supervisor.taskdir.events import Event
@@ -91,7 +91,7 @@ def resolve(
         mode="worktree",
         path=str(root / task_id),
         repository=repository,
-        branch=spec.branch.replace("{task_id}", task_id),
+        branch=spec.branch.replace(TASK_ID_FIELD, task_id),
         base=spec.base,
     )
     if top is None:

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from supervisor.config.workspace import TASK_ID_FIELD
 from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import MANIFEST, TaskDir, parse_iso
 from supervisor.taskdir.states import TERMINAL, FailureReason
@@ -279,7 +280,7 @@ def plan(
             item = PruneItem(task.task_id, "keep", f"cannot judge: {exc}", str(ws and ws.path))
         if item is not None:
             items.append(item)
-    prefix = branch_template.split("{task_id}")[0] or "supervise/"
+    prefix = branch_template.split(TASK_ID_FIELD)[0] or "supervise/"
     return items + _orphans(tasks_dir, root, prefix, known, repos)
 
 
