@@ -302,3 +302,41 @@ def test_the_group_fails_when_no_attempt_passes(setup: Setup) -> None:
     text = setup.supervise("attempts", "-c", str(setup.profile), record["group"])
     assert "outcome none_passed" in text.stdout and "winner -" in text.stdout
     assert f"attempts {record['group']}: none_passed" in done.stderr
+
+
+def test_a_successor_of_an_attempt_builds_on_its_group_s_winner(setup: Setup) -> None:
+    """A task whose ``after`` names an attempt (by id, or by the name all attempts share)
+    waits for its group's winner and builds on it: found by trying it, a successor of the
+    attempt that failed its check was abandoned ``dependency`` though its group passed."""
+    make_repo(setup.project)
+    may = ["model", "acceptance", "workspace"]
+    setup.write_profile(max_concurrent=4, extra={"security": {"task_may_set": may}})
+    prompt = "as_model: model-b sleep: 4\nprint: working\nexit: 0"
+    accept = {"command": [sys.executable, "-c", ACCEPT]}
+    task = setup.task("fix", prompt, attempts=2, models=["model-a", "model-b"], acceptance=accept)
+    setup.drop("fix.toml", task)
+    engine = setup.start()
+    try:
+        wait_for(lambda: len(group(setup).get("attempts", [])) == 2, timeout=30)
+        ids = {row["model"]: row["task_id"] for row in group(setup)["attempts"]}
+        failed = ids["model-a"]
+        wait_for(lambda: manifest(setup, failed)["status"] == "completed", timeout=30)
+        assert manifest(setup, failed)["verdict"] == "FAIL"
+        after = {"after": [failed], "workspace": {"base": f"after:{failed}"}}
+        setup.drop("next.toml", setup.task("next", "print: n\nexit: 0", **after))
+        wait_for(lambda: "next" in setup.manifests(), timeout=30)
+        nxt = setup.manifests()["next"]["task_id"]
+        wait_for(lambda: manifest(setup, nxt)["status"] in ("completed", "abandoned"), 60)
+    finally:
+        stop_engine(engine)
+    winner = manifest(setup, ids["model-b"])
+    successor = manifest(setup, nxt)
+    assert group(setup)["winner"] == winner["task_id"]
+    assert (successor["status"], successor["verdict"]) == ("completed", "PASS"), successor
+    # it waited for the winner, and its worktree started at the winner's final commit
+    assert first_ts(setup, nxt, "unblocked") >= first_ts(setup, winner["task_id"], "completed")
+    assert successor["workspace"]["base_commit"] == winner["workspace"]["head_commit"]
+
+
+def first_ts(setup: Setup, task_id: str, event: str) -> str:
+    return next(e["ts"] for e in setup.events(task_id) if e["event"] == event)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from supervisor import policy
 from supervisor.config import MonitorPolicy
 from supervisor.policy import Action, Signals, TaskState
+from supervisor.policy import attempts as rules
 from supervisor.policy.attempts import ALL, FIRST_PASS, Attempt, decide, discard
 from supervisor.taskdir.events import Event
 from supervisor.taskdir.states import DAMAGED, TERMINAL, AbandonReason, Status, Verdict
@@ -112,3 +113,23 @@ def test_the_policy_takes_a_discard_before_a_done_file_and_for_a_queued_task() -
     assert Action.STOP_AGENT not in out.actions  # it never launched
     ended = TaskState(status=Status.COMPLETED, verdict=Verdict.PASS)
     assert policy.decide(ended, Signals(now=1.0, discarded=True), p).state == ended
+
+
+@given(
+    pick=st.sampled_from([rules.FIRST_PASS, rules.ALL]),
+    winner=st.sampled_from([None, "w-000001", "a-000001"]),
+    outcome=st.sampled_from([None, rules.PASSED, rules.FAILED, rules.OVER]),
+)
+def test_an_attempt_stands_for_its_group_s_winner_once_there_is_one(
+    pick: str, winner: str | None, outcome: str | None
+) -> None:
+    """What a successor's gate reads for the attempt ``a-000001``: under first-pass the
+    winner once recorded, itself once the group is over without one, nothing (wait) while
+    undecided; under pick = all always itself."""
+    got = rules.stands_for("a-000001", pick, winner, outcome)
+    if pick == rules.ALL:
+        assert got == "a-000001"
+    elif winner is not None:
+        assert got == winner
+    else:
+        assert got == ("a-000001" if outcome is not None else None)

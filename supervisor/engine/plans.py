@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from supervisor import policy
+from supervisor import attempts, policy
 from supervisor.config import LoadedProfile
 from supervisor.config.plankeys import PLACEHOLDER_RE, base_after
 from supervisor.diskio import atomic_write
@@ -34,6 +34,7 @@ from supervisor.engine import clock
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.actions import Actions
 from supervisor.engine.runtime import Outcome, Runtime
+from supervisor.policy import attempts as attempt_rules
 from supervisor.policy import plans as rules
 from supervisor.policy.attempts import discard
 from supervisor.taskdir import layout
@@ -61,7 +62,30 @@ def is_blocked(task: TaskDir) -> bool:
 
 def predecessor(tasks_dir: Path, task_id: str) -> tuple[rules.Predecessor, dict[str, Any]]:
     """What the gate needs of one predecessor, and its manifest (``{}`` when unreadable).
-    A folder without a readable manifest counts as ``damaged`` (ended, never run again)."""
+    A folder without a readable manifest counts as ``damaged`` (ended, never run again).
+    An attempt stands for its group (:func:`supervisor.policy.attempts.stands_for`): the
+    winner's ending and manifest, or not ended (status ``None`` is never given for it)
+    while the group is undecided."""
+    found, data = _own(tasks_dir, task_id)
+    group = data.get("attempt") if isinstance(data.get("attempt"), dict) else None
+    if group is None or not isinstance(group.get("group"), str):
+        return found, data
+    record = attempts.read(tasks_dir.parent, group["group"])
+    if record is None:
+        return found, data
+    pick = str(record.get("pick") or attempt_rules.FIRST_PASS)
+    winner = record.get("winner") if isinstance(record.get("winner"), str) else None
+    target = attempt_rules.stands_for(task_id, pick, winner, record.get("outcome"))
+    if target is None:
+        return rules.Predecessor(task_id, Status.RUNNING), data
+    if target == task_id:
+        return found, data
+    chosen, manifest = _own(tasks_dir, target)
+    return rules.Predecessor(task_id, chosen.status, chosen.verdict), manifest
+
+
+def _own(tasks_dir: Path, task_id: str) -> tuple[rules.Predecessor, dict[str, Any]]:
+    """:func:`predecessor` of the task folder itself."""
     folder = tasks_dir / task_id
     if not folder.is_dir():
         return rules.Predecessor(task_id, None), {}

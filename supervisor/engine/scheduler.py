@@ -301,6 +301,9 @@ class Engine(Checks, Launches, Kicks, Accounts, Plans, Groups):
         found_nothing = taken is not None and not (taken.tasks or taken.more)
         idle = found_nothing and not self.live and not self.queue
         if self.exit_when_idle and idle and not self.source.waiting():
+            # The last attempt of a group may have ended since the look above: decide its
+            # group before stopping, so the record is closed when `run` returns.
+            self._look_at_groups()
             log.info("idle: spool empty, nothing queued or running")
             self.stopping.set()
             return

@@ -30,7 +30,7 @@ State table rows (added to :mod:`supervisor.policy`'s)::
 
 from __future__ import annotations
 
-__all__ = ["ALL", "FIRST_PASS", "Attempt", "Outcome", "decide", "discard"]
+__all__ = ["ALL", "FIRST_PASS", "Attempt", "Outcome", "decide", "discard", "stands_for"]
 
 import dataclasses
 import math
@@ -127,3 +127,21 @@ def discard(state: TaskState) -> Decision:
         actions = (Action.STOP_AGENT, Action.FINISH, Action.CLEANUP)
     why = "discarded: another attempt of its group passed first (pick = 'first-pass')"
     return Decision(state=new, actions=actions, events=(Event.ABANDONED,), reason=why)
+
+
+def stands_for(task_id: str, pick: str, winner: str | None, outcome: str | None) -> str | None:
+    """Which task's ending a successor's gate reads when its ``after`` names the attempt
+    ``task_id`` (a name means the newest task of that name: any attempt of the group).
+
+    - ``first-pass``: the group's ``winner`` once recorded (its verdict, summary, branch
+      and commit are what the successor builds on); the attempt itself once the group is
+      over with no winner (``none_passed``: its own ending fails a ``pass`` gate); ``None``
+      while the group is undecided (the gate waits, even if this attempt already ended:
+      a failed or discarded attempt says nothing of its group).
+    - ``all``: the attempt itself (the choice among them is a person's).
+    """
+    if pick == ALL:
+        return task_id
+    if winner is not None:
+        return winner
+    return task_id if outcome is not None else None

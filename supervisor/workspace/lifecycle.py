@@ -45,7 +45,9 @@ from supervisor.taskdir.folder import TaskDir
 from supervisor.taskdir.states import Status
 from supervisor.workspace import git
 from supervisor.workspace.git import GitError
+from supervisor.workspace.gitops import ReviewError
 from supervisor.workspace.model import WorkspaceReport
+from supervisor.workspace.worktreelock import worktree_lock
 
 log = logging.getLogger(__name__)
 
@@ -306,15 +308,24 @@ def _add_worktree(task: TaskDir, report: WorkspaceReport, spec: WorkspaceSpec, o
         if real in known or path.exists():
             remove(repo, path, None)
         if has_branch:
-            git.run_git(["worktree", "add", str(path), branch], repo, timeout=spec.setup_timeout)
+            try:
+                with worktree_lock(repo):
+                    git.run_git(
+                        ["worktree", "add", str(path), branch], repo, timeout=spec.setup_timeout
+                    )
+            except ReviewError as exc:
+                raise WorkspaceError(str(exc)) from None
             return False
     assert report.base_commit is not None
     try:
-        git.run_git(
-            ["worktree", "add", "-b", branch, str(path), report.base_commit],
-            repo,
-            timeout=spec.setup_timeout,
-        )
+        with worktree_lock(repo):
+            git.run_git(
+                ["worktree", "add", "-b", branch, str(path), report.base_commit],
+                repo,
+                timeout=spec.setup_timeout,
+            )
+    except ReviewError as exc:
+        raise WorkspaceError(str(exc)) from None
     except GitError:
         # git makes the branch before the checkout (which may then fail, e.g. on ENOSPC)
         # and leaves it; it did not exist before this call, so it is ours to delete
@@ -328,7 +339,7 @@ def remove(repo: Path, path: Path, branch: str | None) -> None:
     folder itself if git left it) and, when given, delete ``branch`` (``git branch -D``):
     only ever a branch this task created. Errors are swallowed: this is the undo of a
     failure that is already being reported."""
-    with contextlib.suppress(GitError):
+    with contextlib.suppress(GitError, ReviewError), worktree_lock(repo):
         git.run_git(["worktree", "remove", "--force", "--force", str(path)], repo)
     if os.path.lexists(path):
         shutil.rmtree(path, ignore_errors=True)

@@ -65,6 +65,7 @@ from supervisor.workspace.gitops import (
 from supervisor.workspace.journal import MERGED
 from supervisor.workspace.model import WorkspaceReport
 from supervisor.workspace.repolock import repo_lock
+from supervisor.workspace.worktreelock import worktree_lock
 
 # ---------------------------------------------------------------- the task
 
@@ -421,8 +422,9 @@ def discard_plan(ws: TaskWorkspace) -> DiscardPlan:
 
 def remove_worktree(repo: Path, path: Path) -> None:
     """``git worktree remove --force PATH`` (the caller decided what may be lost; --force
-    also removes a worktree holding submodules, git-worktree(1))."""
-    review_git(["worktree", "remove", "--force", str(path)], repo, LONG_GIT_TIMEOUT)
+    also removes a worktree holding submodules, git-worktree(1)), under the worktree lock."""
+    with worktree_lock(repo):
+        review_git(["worktree", "remove", "--force", str(path)], repo, LONG_GIT_TIMEOUT)
 
 
 def mark_removed(task: TaskDir) -> None:
