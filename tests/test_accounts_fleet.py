@@ -36,7 +36,7 @@ def dsn(server: tuple[str, object]) -> Iterator[str]:
         yield url
 
 
-def _pool(dsn: str):  # noqa: ANN202
+def _pool(dsn: str):
     from psycopg_pool import ConnectionPool
 
     pool = ConnectionPool(dsn, min_size=1, max_size=2, kwargs={"autocommit": True}, open=True)
@@ -44,7 +44,7 @@ def _pool(dsn: str):  # noqa: ANN202
     return pool
 
 
-def _host(dsn: str, tmp: Path, host: str, stagger: float = 30.0):  # noqa: ANN202
+def _host(dsn: str, tmp: Path, host: str, stagger: float = 30.0):
     from supervisor.cluster.accountstore import AccountStore
     from supervisor.config.accounts import AccountsSpec
     from supervisor.engine.accountbook import AccountBook
@@ -90,9 +90,7 @@ def test_one_hosts_limit_holds_the_other_and_the_fleet_starts_one_per_stagger(
         pb.close()
 
 
-def test_a_host_clock_an_hour_ahead_is_held_by_the_database_clock(
-    dsn: str, tmp_path: Path
-) -> None:
+def test_a_host_clock_an_hour_ahead_is_held_by_the_database_clock(dsn: str, tmp_path: Path) -> None:
     a, pa = _host(dsn, tmp_path, "h0")
     try:
         now = time.time()
@@ -135,7 +133,7 @@ def test_two_hosts_noting_at_once_keep_the_later_reset(dsn: str, tmp_path: Path)
         for _ in range(5):
             barrier = threading.Barrier(2)
 
-            def note(i: int) -> None:
+            def note(i: int, barrier: threading.Barrier = barrier) -> None:
                 barrier.wait()
                 books[i][0].note(ACCT, now + 100 + i * 50, f"t{i}", now)
 
@@ -182,3 +180,19 @@ def test_the_database_restarting_during_a_hold_falls_back_to_the_local_book(
         assert a.admit(ACCT, time.time()).kind == "limited"
     finally:
         pa.close()
+
+
+def test_hosts_shows_the_fleets_limited_accounts_escaped(dsn: str) -> None:
+    from supervisor.cluster.accountstore import limited
+
+    ahead = _db_now(dsn) + 600
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "INSERT INTO supervise_accounts VALUES (%s, %s, %s, 'h0', NULL), "
+            "('acct-ffffffffffff', 'NaN', 'x', 'h1', NULL), "
+            "('not-an-account', %s, 'x', 'h1', NULL)",
+            (ACCT, ahead, "t\x1b[2J1", ahead),
+        )
+    [line] = limited(dsn)
+    assert line.startswith(f"account {ACCT} account limited until ")
+    assert "\x1b" not in line and line.endswith("on h0)")

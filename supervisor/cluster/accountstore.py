@@ -60,7 +60,7 @@ class AccountStore:
         "last_start"}``, unchecked: the caller applies ``believable_entry``) or ``None``
         when it has none, and the database's time (epoch s); ``None`` when the database
         did not answer."""
-        row = self._run("account_read", (account,), fetch=True)
+        row = self._run(query("account_read"), (account,), fetch=True)
         if row is None:
             return None
         until, by, last, db_now = row
@@ -71,18 +71,18 @@ class AccountStore:
     def note(self, account: str, until: float, by: str) -> bool:
         """Record that ``account`` is limited until ``until`` (epoch s, met by task
         ``by``); False when the database did not answer (the local book has it)."""
-        return self._run("account_note", (account, until, by, self.host_id)) is not None
+        return self._run(query("account_note"), (account, until, by, self.host_id)) is not None
 
     def start(self, account: str, stagger: float) -> bool | None:
         """Take the account's next start after its reset: True when this host got it (its
         ``last_start`` is now, database time), False when the reset is not past or another
         start was less than ``stagger`` s ago, ``None`` when the database did not answer."""
-        row = self._run("account_start", (account, stagger), fetch=True)
+        row = self._run(query("account_start"), (account, stagger), fetch=True)
         if row is None:
             return None
         return row != ()
 
-    def _run(self, name: str, params: tuple[Any, ...], fetch: bool = False) -> Any:
+    def _run(self, sql: str, params: tuple[Any, ...], fetch: bool = False) -> Any:
         """One statement; its first row (``()`` for none) when ``fetch``, else True;
         ``None`` when the database did not answer (logged once per outage)."""
         if time.monotonic() < self._retry_at:
@@ -92,7 +92,7 @@ class AccountStore:
         except psycopg.Error as exc:  # PoolTimeout is an OperationalError
             return self._failed(exc)
         try:
-            cur = conn.execute(query(name), params)
+            cur = conn.execute(sql, params)
             found = (cur.fetchone() or ()) if fetch else True
         except psycopg.Error as exc:
             return self._failed(exc)
@@ -122,3 +122,34 @@ class AccountStore:
                 "cluster: the accounts' limits are shared again after %.1f s",
                 time.monotonic() - since,
             )
+
+
+def limited(dsn: str) -> list[str]:
+    """``supervise hosts``: one line per account of the fleet limited now, ``account
+    acct-… limited until HH:MM (noted by TASK on HOST)``, its words escaped; a row that holds
+    nothing (:func:`~supervisor.accounts.believable_entry` on the database's clock) is
+    left out; ``[]`` on a database without the table (schema before v8).
+
+    Raises:
+        ClusterError: the database cannot be reached or refused.
+    """
+    from supervisor.accounts import believable_entry, is_account, limited_text
+    from supervisor.cluster.db import ClusterError, connect
+    from supervisor.taskid import shown
+
+    with connect(dsn) as conn:
+        try:
+            found = conn.execute(query("accounts_limited")).fetchall()
+        except psycopg.errors.UndefinedTable:
+            return []
+        except psycopg.Error as exc:
+            raise ClusterError(f"cannot read the accounts: {one_line(exc)}") from exc
+    lines = []
+    for account, until, by, host, db_now in found:
+        entry = {"until": until, "by": by, "last_start": None}
+        if is_account(account) and believable_entry(entry, db_now):
+            lines.append(
+                f"account {account} {limited_text(until)} "
+                f"(noted by {shown(str(by))} on {shown(str(host))})"
+            )
+    return lines
