@@ -194,5 +194,5 @@ def test_hosts_shows_the_fleets_limited_accounts_escaped(dsn: str) -> None:
             (ACCT, ahead, "t\x1b[2J1", ahead),
         )
     [line] = limited(dsn)
-    assert line.startswith(f"account {ACCT} account limited until ")
+    assert line.startswith(f"{ACCT}: account limited until ")
     assert "\x1b" not in line and line.endswith("on h0)")

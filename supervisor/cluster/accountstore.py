@@ -125,8 +125,8 @@ class AccountStore:
 
 
 def limited(dsn: str) -> list[str]:
-    """``supervise hosts``: one line per account of the fleet limited now, ``account
-    acct-… limited until HH:MM (noted by TASK on HOST)``, its words escaped; a row that holds
+    """``supervise hosts``: one line per account of the fleet limited now, ``acct-…:
+    account limited until HH:MM (noted by TASK on HOST)``, its words escaped; a row that holds
     nothing (:func:`~supervisor.accounts.believable_entry` on the database's clock) is
     left out; ``[]`` on a database without the table (schema before v8).
 
@@ -149,7 +149,7 @@ def limited(dsn: str) -> list[str]:
         entry = {"until": until, "by": by, "last_start": None}
         if is_account(account) and believable_entry(entry, db_now):
             lines.append(
-                f"account {account} {limited_text(until)} "
+                f"{account}: {limited_text(until)} "
                 f"(noted by {shown(str(by))} on {shown(str(host))})"
             )
     return lines
