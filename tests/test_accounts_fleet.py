@@ -196,3 +196,34 @@ def test_hosts_shows_the_fleets_limited_accounts_escaped(dsn: str) -> None:
     [line] = limited(dsn)
     assert line.startswith(f"{ACCT}: account limited until ")
     assert "\x1b" not in line and line.endswith("on h0)")
+
+
+def test_a_limit_noted_while_the_database_was_down_is_shared_when_it_answers(
+    server: tuple[str, object], dsn: str, tmp_path: Path
+) -> None:
+    from support.cluster_support import wait_ready
+
+    a, pa = _host(dsn, tmp_path, "h0")
+    b, pb = _host(dsn, tmp_path, "h1")
+    try:
+        executor = server[1]
+        executor.stop()
+        try:
+            now = time.time()
+            a.note(ACCT, now + 600, "t-offline", now)  # the local book only
+        finally:
+            executor.start()
+            wait_ready(dsn)
+        assert _row(dsn) is None
+        for _ in range(20):  # h0's pool replaces its dead connections
+            a.shared._retry_at = 0.0
+            hold = a.admit(ACCT, time.time())
+            if _row(dsn) is not None:
+                break
+        assert hold is not None and hold.kind == "limited"
+        assert _row(dsn)[1:3] == ("t-offline", "h0")
+        hold = b.admit(ACCT, time.time())
+        assert hold is not None and hold.kind == "limited"
+    finally:
+        pa.close()
+        pb.close()

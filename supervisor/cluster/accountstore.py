@@ -27,6 +27,7 @@ import time
 from typing import Any
 
 import psycopg
+import psycopg_pool
 from psycopg_pool import ConnectionPool
 
 from supervisor.cluster.db import one_line
@@ -84,22 +85,34 @@ class AccountStore:
 
     def _run(self, sql: str, params: tuple[Any, ...], fetch: bool = False) -> Any:
         """One statement; its first row (``()`` for none) when ``fetch``, else True;
-        ``None`` when the database did not answer (logged once per outage)."""
+        ``None`` when the database did not answer (logged once per outage). A pooled
+        connection the server ended (a restart) fails once and is discarded: the statement
+        is tried once more on another, so the first admission after a restart is not
+        decided by the local book alone."""
         if time.monotonic() < self._retry_at:
             return None
-        try:
-            conn = self.pool.getconn(timeout=WAIT)
-        except psycopg.Error as exc:  # PoolTimeout is an OperationalError
-            return self._failed(exc)
+        for attempt in range(2):
+            try:
+                found = self._once(sql, params, fetch)
+            except psycopg.OperationalError as exc:
+                if attempt == 0 and not isinstance(exc, psycopg_pool.PoolTimeout):
+                    continue
+                return self._failed(exc)
+            except psycopg.Error as exc:
+                return self._failed(exc)
+            self._answered()
+            return found
+        return None
+
+    def _once(self, sql: str, params: tuple[Any, ...], fetch: bool) -> Any:
+        """:meth:`_run`'s statement on one pooled connection (given back, and discarded by
+        the pool when it broke)."""
+        conn = self.pool.getconn(timeout=WAIT)
         try:
             cur = conn.execute(sql, params)
-            found = (cur.fetchone() or ()) if fetch else True
-        except psycopg.Error as exc:
-            return self._failed(exc)
+            return (cur.fetchone() or ()) if fetch else True
         finally:
             self.pool.putconn(conn)
-        self._answered()
-        return found
 
     def _failed(self, exc: BaseException) -> None:
         with self._lock:

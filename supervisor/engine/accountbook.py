@@ -144,6 +144,8 @@ class AccountBook:
         (:meth:`SharedBook.start`: another host may have taken it). The row is mirrored in
         the local book; a hold's time is given back on this host's clock (``now``)."""
         limit = _entry(entry, db_now)
+        if limit is None:
+            limit = self._unshared(account, db_now)
         book = {account: limit} if limit is not None else {}
         answer = rules.admit(
             book, account, db_now, self.spec.stagger, running, self.spec.max_concurrent
@@ -159,6 +161,18 @@ class AccountBook:
         if hold is None or hold.until is None:
             return hold
         return dataclasses.replace(hold, until=hold.until - db_now + now)
+
+    def _unshared(self, account: str, db_now: float) -> AccountLimit | None:
+        """A limit this host noted while the database did not answer (the fleet has no
+        row for the account, the local book holds it at ``db_now``): written to the fleet
+        now and held by; else ``None``."""
+        with self._lock:
+            local = self._book.get(account)
+        if local is None or local.until <= db_now:
+            return None
+        assert self.shared is not None
+        self.shared.note(account, local.until, local.by)
+        return dataclasses.replace(local, last_start=None)
 
     def snapshot(self) -> dict[str, AccountLimit]:
         """A copy of the book (for tests and the log)."""
