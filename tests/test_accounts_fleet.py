@@ -82,6 +82,8 @@ def test_one_hosts_limit_holds_the_other_and_the_fleet_starts_one_per_stagger(
         # the reset passes (written by the database's owner, as time would)
         with psycopg.connect(dsn) as conn:
             conn.execute("UPDATE supervise_accounts SET until = extract(epoch FROM now()) - 1")
+        for h in (a, b):  # forget the row each read under 0.5 s ago (SEEN_FOR)
+            h._seen.clear()
         first = [h.admit(ACCT, time.time()) for h in (a, b, a, b)]
         assert [x is None for x in first].count(True) == 1, first
         assert {x.kind for x in first if x is not None} == {"stagger"}
@@ -166,6 +168,7 @@ def test_the_database_restarting_during_a_hold_falls_back_to_the_local_book(
                 hold = a.admit(ACCT, time.time())
                 assert hold is not None and hold.kind == "limited"  # the local book
                 a.shared._retry_at = 0.0  # try the database each time
+                a._seen.clear()
         finally:
             executor.start()
             wait_ready(dsn)
@@ -173,6 +176,7 @@ def test_the_database_restarting_during_a_hold_falls_back_to_the_local_book(
         assert len(down) == 1, caplog.messages
         for _ in range(20):  # the pool's dead connections are found and replaced
             a.shared._retry_at = 0.0
+            a._seen.clear()
             a.admit(ACCT, time.time())
             if any("shared again" in m for m in caplog.messages):
                 break
@@ -217,6 +221,7 @@ def test_a_limit_noted_while_the_database_was_down_is_shared_when_it_answers(
         assert _row(dsn) is None
         for _ in range(20):  # h0's pool replaces its dead connections
             a.shared._retry_at = 0.0
+            a._seen.clear()
             hold = a.admit(ACCT, time.time())
             if _row(dsn) is not None:
                 break
@@ -227,3 +232,20 @@ def test_a_limit_noted_while_the_database_was_down_is_shared_when_it_answers(
     finally:
         pa.close()
         pb.close()
+
+
+def test_many_held_tasks_of_one_account_do_not_cost_a_statement_each(
+    dsn: str, tmp_path: Path
+) -> None:
+    a, pa = _host(dsn, tmp_path, "h0")
+    try:
+        now = time.time()
+        a.note(ACCT, now + 600, "t1", now)
+        reads = []
+        read = a.shared.read
+        a.shared.read = lambda account: reads.append(account) or read(account)
+        holds = [a.admit(ACCT, time.time()) for _ in range(50)]
+        assert {h.kind for h in holds} == {"limited"}
+        assert 1 <= len(reads) < 50, len(reads)  # one per SEEN_FOR s, not one per task
+    finally:
+        pa.close()

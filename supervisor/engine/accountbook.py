@@ -32,6 +32,10 @@ from supervisor.taskid import shown
 
 log = logging.getLogger("supervise.engine")
 
+#: Seconds a row read from the fleet's book is reused by the next admissions of its account
+#: (an intake tick admits each held queued task once).
+SEEN_FOR = 0.5
+
 
 def load(path: Path, now: float | None = None) -> dict[str, AccountLimit]:
     """The book in ``path`` (:func:`supervisor.accounts.read_book`: a regular file of at
@@ -103,6 +107,8 @@ class AccountBook:
         self._lock = threading.Lock()
         self._book = load(self.path)
         self.shared: SharedBook | None = None
+        # account -> (monotonic s of the read, the row, the database's time then)
+        self._seen: dict[str, tuple[float, object, float]] = {}
 
     def note(self, account: str | None, reset_at: float, by: str, now: float) -> None:
         """``account`` met a usage limit that resets at ``reset_at`` (epoch s) in task
@@ -116,6 +122,8 @@ class AccountBook:
                 self._write(book)
         if self.shared is not None and believable(reset_at, now) and reset_at > now:
             self.shared.note(account, reset_at, by)
+            with self._lock:
+                self._seen.pop(account, None)
 
     def admit(self, account: str | None, now: float, running: int = 0) -> Hold | None:
         """Whether a run of ``account`` may start at ``now`` (``running``: its live runs,
@@ -124,7 +132,7 @@ class AccountBook:
         if account is None:
             return None
         if self.shared is not None:
-            found = self.shared.read(account)
+            found = self._read_shared(account)
             if found is not None:
                 return self._admit_shared(account, now, running, *found)
         with self._lock:
@@ -135,6 +143,22 @@ class AccountBook:
             if answer.book != self._book:
                 self._write(dict(answer.book))
             return answer.hold
+
+    def _read_shared(self, account: str) -> tuple[object, float] | None:
+        """The fleet's row of ``account`` and the database's time, read at most once per
+        :data:`SEEN_FOR` s (many held tasks of one account cost one statement per tick, not
+        one each); a start or a limit noted here reads it again."""
+        assert self.shared is not None
+        tick = time.monotonic()
+        with self._lock:
+            seen = self._seen.get(account)
+        if seen is not None and tick - seen[0] < SEEN_FOR:
+            return seen[1], seen[2] + (tick - seen[0])
+        found = self.shared.read(account)
+        if found is not None:
+            with self._lock:
+                self._seen[account] = (tick, found[0], found[1])
+        return found
 
     def _admit_shared(
         self, account: str, now: float, running: int, entry: object, db_now: float
@@ -153,6 +177,8 @@ class AccountBook:
         hold = answer.hold
         if hold is None and limit is not None:
             assert self.shared is not None
+            with self._lock:
+                self._seen.pop(account, None)
             if self.shared.start(account, self.spec.stagger) is False:
                 hold = Hold("stagger", until=db_now + self.spec.stagger)
         with self._lock:
