@@ -231,3 +231,33 @@ def test_operator_stops_a_task_no_host_has_claimed(setup: Setup, roles: str) -> 
     assert again.returncode == 1 and "already ended: abandoned" in again.stderr
     waited = supervise("wait", task_id, "--timeout", "5", env={"SUPERVISE_CLUSTER_DSN": carol})
     assert waited.returncode == 1 and "abandoned" in waited.stdout
+
+
+def test_the_accounts_table_is_the_engine_roles_and_checked(roles: str) -> None:
+    """Issue 26 (the fleet's account limits, schema v8): supervise_engine notes a limit and
+    takes a start in ``supervise_accounts``; a login without the role is told it lacks
+    INSERT and UPDATE on it (``cluster check --role engine``, ``run``'s preflight);
+    supervise_submit reads it (``hosts``) and may not write it."""
+    import time
+
+    from psycopg_pool import ConnectionPool
+
+    from supervisor.cluster.accountstore import AccountStore, limited
+    from supervisor.cluster.roles import missing_rights
+
+    _, bob = _login(roles, "supervise_engine")
+    _, alice = _login(roles, "supervise_submit")
+    with ConnectionPool(bob, min_size=1, max_size=1, kwargs={"autocommit": True}) as pool:
+        store = AccountStore(pool, "h0")
+        assert store.note("acct-0123456789ab", time.time() + 600, "t1") is True
+        assert store.start("acct-0123456789ab", 5.0) is False  # before the reset
+    [line] = limited(alice)
+    assert line.startswith("acct-0123456789ab: account limited until")
+    with psycopg.connect(alice) as conn:
+        lacks = missing_rights(conn, "supervise_engine")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("UPDATE supervise_accounts SET until = 0")
+    assert lacks is not None
+    assert {"INSERT on table supervise_accounts", "UPDATE on table supervise_accounts"} <= set(
+        lacks
+    ), lacks

@@ -206,6 +206,10 @@ def _hosts(args: argparse.Namespace, dsn: str) -> int:
             ),
         )
     )
+    from supervisor.cluster.accountstore import limited
+
+    for line in limited(dsn):  # issue 26: the fleet's account holds
+        print(line)
     return 0
 
 

@@ -76,6 +76,9 @@ GRANT EXECUTE ON FUNCTION supervise_cancel_queued(text, text) TO supervise_opera
 -- procrastinate's tables, sequences and functions in full.
 GRANT INSERT, UPDATE ON supervise_tasks, supervise_events, supervise_hosts,
     supervise_controls TO supervise_engine;
+-- The accounts' usage limits shared by the fleet (schema v8, issue 26): note a limit, take
+-- a staggered start. No DELETE: a row past its reset holds nothing.
+GRANT INSERT, UPDATE ON supervise_accounts TO supervise_engine;
 DO $$
 DECLARE
     t text;

@@ -14,13 +14,15 @@ job admits launches. One lock guards the book; no other lock is taken under it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
 import time
 from pathlib import Path
+from typing import Any, Protocol
 
-from supervisor.accounts import believable_entry, is_account, read_book
+from supervisor.accounts import believable, believable_entry, is_account, read_book
 from supervisor.config.accounts import AccountsSpec
 from supervisor.diskio import atomic_write
 from supervisor.policy import accounts as rules
@@ -29,6 +31,10 @@ from supervisor.taskdir import layout
 from supervisor.taskid import shown
 
 log = logging.getLogger("supervise.engine")
+
+#: Seconds a row read from the fleet's book is reused by the next admissions of its account
+#: (an intake tick admits each held queued task once).
+SEEN_FOR = 0.5
 
 
 def load(path: Path, now: float | None = None) -> dict[str, AccountLimit]:
@@ -71,8 +77,24 @@ def _entry(entry: object, now: float) -> AccountLimit | None:
     )
 
 
+class SharedBook(Protocol):
+    """The fleet's book (:class:`supervisor.cluster.accountstore.AccountStore`): each call
+    returns ``None`` when the database did not answer."""
+
+    def read(self, account: str) -> tuple[dict[str, Any] | None, float] | None:
+        """``(entry or None, the database's time)``."""
+
+    def note(self, account: str, until: float, by: str) -> bool:
+        """Record a limit."""
+
+    def start(self, account: str, stagger: float) -> bool | None:
+        """Take the account's next staggered start for the fleet."""
+
+
 class AccountBook:
-    """The accounts' limits of one engine, under its own lock.
+    """The accounts' limits of one engine, under its own lock; with ``shared`` (a
+    ``[cluster]`` profile: set by the engine from its intake) the fleet's book decides and
+    this one mirrors it, and holds alone while the database does not answer.
 
     Args:
         state_dir: the profile's state dir (the book is ``accounts.json`` in it).
@@ -84,6 +106,9 @@ class AccountBook:
         self.spec = spec
         self._lock = threading.Lock()
         self._book = load(self.path)
+        self.shared: SharedBook | None = None
+        # account -> (monotonic s of the read, the row, the database's time then)
+        self._seen: dict[str, tuple[float, object, float]] = {}
 
     def note(self, account: str | None, reset_at: float, by: str, now: float) -> None:
         """``account`` met a usage limit that resets at ``reset_at`` (epoch s) in task
@@ -95,6 +120,10 @@ class AccountBook:
             if book != self._book:
                 log.warning("account %s limited until %s (met by %s)", account, reset_at, by)
                 self._write(book)
+        if self.shared is not None and believable(reset_at, now) and reset_at > now:
+            self.shared.note(account, reset_at, by)
+            with self._lock:
+                self._seen.pop(account, None)
 
     def admit(self, account: str | None, now: float, running: int = 0) -> Hold | None:
         """Whether a run of ``account`` may start at ``now`` (``running``: its live runs,
@@ -102,6 +131,10 @@ class AccountBook:
         reset is recorded (:func:`~supervisor.policy.accounts.admit`)."""
         if account is None:
             return None
+        if self.shared is not None:
+            found = self._read_shared(account)
+            if found is not None:
+                return self._admit_shared(account, now, running, *found)
         with self._lock:
             book = rules.pruned(self._book, now, self.spec.stagger)
             answer = rules.admit(
@@ -110,6 +143,62 @@ class AccountBook:
             if answer.book != self._book:
                 self._write(dict(answer.book))
             return answer.hold
+
+    def _read_shared(self, account: str) -> tuple[object, float] | None:
+        """The fleet's row of ``account`` and the database's time, read at most once per
+        :data:`SEEN_FOR` s (many held tasks of one account cost one statement per tick, not
+        one each); a start or a limit noted here reads it again."""
+        assert self.shared is not None
+        tick = time.monotonic()
+        with self._lock:
+            seen = self._seen.get(account)
+        if seen is not None and tick - seen[0] < SEEN_FOR:
+            return seen[1], seen[2] + (tick - seen[0])
+        found = self.shared.read(account)
+        if found is not None:
+            with self._lock:
+                self._seen[account] = (tick, found[0], found[1])
+        return found
+
+    def _admit_shared(
+        self, account: str, now: float, running: int, entry: object, db_now: float
+    ) -> Hold | None:
+        """:meth:`admit` by the fleet's row ``entry`` on the database's clock ``db_now``:
+        the policy decides; a start after the reset is then taken for the whole fleet
+        (:meth:`SharedBook.start`: another host may have taken it). The row is mirrored in
+        the local book; a hold's time is given back on this host's clock (``now``)."""
+        limit = _entry(entry, db_now)
+        if limit is None:
+            limit = self._unshared(account, db_now)
+        book = {account: limit} if limit is not None else {}
+        answer = rules.admit(
+            book, account, db_now, self.spec.stagger, running, self.spec.max_concurrent
+        )
+        hold = answer.hold
+        if hold is None and limit is not None:
+            assert self.shared is not None
+            with self._lock:
+                self._seen.pop(account, None)
+            if self.shared.start(account, self.spec.stagger) is False:
+                hold = Hold("stagger", until=db_now + self.spec.stagger)
+        with self._lock:
+            if limit is not None and self._book.get(account) != limit:
+                self._write({**self._book, account: limit})
+        if hold is None or hold.until is None:
+            return hold
+        return dataclasses.replace(hold, until=hold.until - db_now + now)
+
+    def _unshared(self, account: str, db_now: float) -> AccountLimit | None:
+        """A limit this host noted while the database did not answer (the fleet has no
+        row for the account, the local book holds it at ``db_now``): written to the fleet
+        now and held by; else ``None``."""
+        with self._lock:
+            local = self._book.get(account)
+        if local is None or local.until <= db_now:
+            return None
+        assert self.shared is not None
+        self.shared.note(account, local.until, local.by)
+        return dataclasses.replace(local, last_start=None)
 
     def snapshot(self) -> dict[str, AccountLimit]:
         """A copy of the book (for tests and the log)."""

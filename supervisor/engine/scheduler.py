@@ -128,6 +128,7 @@ class Engine(Checks, Launches, Kicks, Accounts, Plans, Groups):
         self.sessions = Sessions(self.tmux)
         self.disk = statefs.StateDisk(profile.state_dir, log)
         self.source = (intake or spool_intake)(profile, self.disk, lambda: self._kick("intake"))
+        self.book.shared = getattr(self.source, "accounts", None)  # the fleet's (issue 26)
         self.observer = Observer(self.tmux, self.sessions)
         self.stats = stats.new_counters()
         self.pools = Pools(self.stats, profile.state_dir)  # one pool per kind (pools.py)

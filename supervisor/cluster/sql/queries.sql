@@ -392,3 +392,43 @@ SELECT to_regrole(%s) IS NOT NULL, current_user;
 -- whose answer was lost? Its job's id (0 once the job is gone). Parameters: id, spec.
 SELECT coalesce((SELECT max(j.id) FROM procrastinate_jobs j WHERE j.queueing_lock = t.id), 0)
 FROM supervise_tasks t WHERE t.id = %s AND t.spec = %s::jsonb;
+
+-- ---------------------------------------------------------------- accounts (accountstore.py)
+
+-- account_read --
+-- One account's row and the database's time (epoch s): admission decides on the database's
+-- clock, not the host's. Parameter: the account.
+SELECT a.until, a.noted_by, a.last_start, extract(epoch FROM now())::double precision
+FROM (SELECT 1) one LEFT JOIN supervise_accounts a ON a.account = %s;
+
+-- account_note --
+-- A run met the account's limit: the later of two resets wins (two hosts noting at once
+-- serialize on the row), and a row that holds nothing (NaN, over 8 days = 691200 s ahead:
+-- accounts.MAX_AHEAD) is replaced; last_start is kept (unless it too holds nothing). Parameters: account, until, task, host.
+INSERT INTO supervise_accounts (account, until, noted_by, noted_host)
+VALUES (%s, %s, %s, %s)
+ON CONFLICT (account) DO UPDATE
+    SET until = EXCLUDED.until, noted_by = EXCLUDED.noted_by,
+        noted_host = EXCLUDED.noted_host, updated_at = now(),
+        last_start = CASE WHEN supervise_accounts.last_start = 'NaN'
+            OR supervise_accounts.last_start > extract(epoch FROM now()) + 691200
+            THEN NULL ELSE supervise_accounts.last_start END
+    WHERE supervise_accounts.until < EXCLUDED.until OR supervise_accounts.until = 'NaN'
+        OR supervise_accounts.until > extract(epoch FROM now()) + 691200;
+
+-- account_start --
+-- Take the account's next staggered start after its reset, for the whole fleet: a row comes
+-- back only when the reset is past and the last start is at least stagger seconds ago (by
+-- the database's clock); two hosts at once: one gets it. Parameters: account, stagger.
+UPDATE supervise_accounts SET last_start = extract(epoch FROM now()), updated_at = now()
+WHERE account = %s AND until <= extract(epoch FROM now())
+    AND (last_start IS NULL OR last_start = 'NaN'
+         OR last_start <= extract(epoch FROM now()) - %s
+         OR last_start > extract(epoch FROM now()) + 691200)
+RETURNING last_start;
+
+-- accounts_limited --
+-- The accounts still limited, for status --cluster and hosts: account, until, noted_by,
+-- noted_host, the database's time.
+SELECT account, until, noted_by, noted_host, extract(epoch FROM now())::double precision
+FROM supervise_accounts WHERE until > extract(epoch FROM now()) ORDER BY account LIMIT 100;
