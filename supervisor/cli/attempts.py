@@ -45,7 +45,7 @@ def _row(row: dict[str, Any]) -> dict[str, str]:
         "cost": _usd(row["cost_usd"]),
         "diff": _diff(row),
         "branch": str(row["branch"] or "-"),
-        "merged": f"into {row['merged_into']}" if row.get("merged_into") else "-",
+        "merged into": row.get("merged_into") or "-",
     }
     return {k: escape_controls(v) for k, v in cells.items()}
 
