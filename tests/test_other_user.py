@@ -19,12 +19,18 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import tomli_w
 from conftest import Setup
 from support import other_user as other_user_module
 from support.web_serve import _web_extra, serve
+
+from supervisor.config.accounts import AccountsSpec
+from supervisor.diskio import atomic_write
+from supervisor.engine.accountbook import AccountBook
+from supervisor.taskdir import layout
 
 base, other_user = (
     other_user_module.base,
@@ -95,8 +101,10 @@ def test_another_user_cannot_read_the_board_or_the_state(
     # Both tasks go in through 'supervise submit', which makes the spool (0700) and its
     # files; a spool made by hand with mkdir under umask 022 is listable by everyone.
     _submit(setup, "ran", f"{SECRET}\nprint: {SECRET} in the output\nexit: 0")
+    _submit_plan(setup)
     run = setup.run()
     assert run.returncode == 0, run.stderr[-2000:]
+    _issue26_records(setup)
     _submit(setup, "waiting", SECRET)
     public = base / "public.txt"
     public.write_text("anyone may read this")
@@ -109,16 +117,36 @@ def test_another_user_cannot_read_the_board_or_the_state(
     assert any(SECRET in Path(f).read_text(errors="replace") for f in files[1:])
     assert any(f.startswith(str(setup.spool)) and f.endswith(".toml") for f in files)
     with serve(setup.profile) as tcp, serve(setup.profile, "--socket", bind=None) as unix:
-        urls = [tcp.base + path for path in ("", "api/snapshot", "task/" + _task_id(setup))]
+        pages = ("", "api/snapshot", "task/" + _task_id(setup), "spend", "api/cost")
+        urls = [tcp.base + path for path in pages]
         sock = unix.url.removeprefix("unix:")
         writes = [str(setup.spool / "evil.toml"), str(setup.state / "control" / "x.stop"),
                   str(setup.state / "tasks" / "evil")]  # fmt: skip
         got = _as_user(other_user, {"files": files, "folders": folders, "urls": urls,
                                     "sockets": [sock], "writes": writes})  # fmt: skip
+    assert any("/plans/" in f for f in files)  # the claimed plan's record is tried
     assert got.pop(str(public)) == "read: anyone may read this"  # it does reach the folder
     leaked = {where: what for where, what in got.items() if what not in ("denied", 401)}
     assert not leaked, leaked
     print(f"\nas {other_user}: {len(got)} reads refused", file=sys.stderr)
+
+
+def _issue26_records(setup: Setup) -> None:
+    """The account book and the daily cap's record (issue 26) as the engine writes them,
+    so the walk below tries to read them as the other user too."""
+    book = AccountBook(setup.state, AccountsSpec())
+    book.note("acct-other-user", time.time() + 3600, "t1", time.time())
+    assert (setup.state / layout.ACCOUNTS).exists()
+    atomic_write(setup.state / layout.DAILY_BUDGET, json.dumps({"day": SECRET}).encode())
+
+
+def _submit_plan(setup: Setup) -> None:
+    """A plan file of one task, claimed by the engine into ``state_dir/plans``."""
+    plan = setup.root / "plan.toml"
+    plan.write_text(tomli_w.dumps({"tasks": [setup.task("p1", f"{SECRET}\nexit: 0")]}))
+    done = setup.supervise("submit", "-c", str(setup.profile), str(plan))
+    assert done.returncode == 0, done.stderr
+    plan.unlink()
 
 
 def _submit(setup: Setup, name: str, prompt: str) -> None:
@@ -130,5 +158,5 @@ def _submit(setup: Setup, name: str, prompt: str) -> None:
 
 
 def _task_id(setup: Setup) -> str:
-    (manifest,) = setup.manifests().values()
+    manifest = next(iter(setup.manifests().values()))  # "ran" or the plan's task
     return str(manifest["task_id"])

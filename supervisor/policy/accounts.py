@@ -128,7 +128,9 @@ def admit(
     """May a run of ``account`` start at ``now``? ``running``: the live runs of that
     account now (the engine's slots: ``waiting`` tasks hold one too); ``cap``: ``[accounts]
     max_concurrent`` (``None``: no cap); ``stagger``: seconds between two starts of the
-    account after its reset. A task with no account (``None``) is never held."""
+    account after its reset, counted from the last start or from ``now`` when that start
+    lies ahead of ``now`` (the wall clock stepped back: attack-classes.md, Time). A task
+    with no account (``None``) is never held."""
     if account is None:
         return Admission(None, book)
     if cap is not None and running >= cap:
@@ -138,6 +140,11 @@ def admit(
         return Admission(None, book)
     if now < entry.until:
         return Admission(Hold("limited", until=entry.until), book)
+    if entry.last_start is not None and entry.last_start > now:
+        # A start "in the future" is the wall clock stepped back: count the stagger from
+        # now, never from the start (an hour back would hold the account an hour).
+        entry = dataclasses.replace(entry, last_start=now)
+        book = {**book, account: entry}
     if entry.last_start is not None and now < entry.last_start + stagger:
         return Admission(Hold("stagger", until=entry.last_start + stagger), book)
     started = dataclasses.replace(entry, last_start=now)
