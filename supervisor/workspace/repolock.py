@@ -39,6 +39,24 @@ def common_dir(repo: Path) -> Path:
     return Path(git_out(["rev-parse", "--path-format=absolute", "--git-common-dir"], repo))
 
 
+def acquire(path: Path, wait: float, busy: str) -> FileLock:
+    """Take the flock ``path`` (made if missing), waiting at most ``wait`` seconds; the
+    caller releases it.
+
+    Raises:
+        ReviewError: ``busy`` when another holder kept it for ``wait`` seconds, or one line
+            when the lock file cannot be made.
+    """
+    lock = FileLock(str(path), timeout=wait)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise ReviewError(busy) from None
+    except OSError as exc:
+        raise ReviewError(f"cannot lock {path}: {exc.strerror or exc}") from None
+    return lock
+
+
 @contextmanager
 def repo_lock(repo: Path, verb: str, notes: list[str] | None = None) -> Iterator[Path]:
     """Hold ``repo``'s lock; yields its git common dir. Lines about an interrupted merge
@@ -49,16 +67,11 @@ def repo_lock(repo: Path, verb: str, notes: list[str] | None = None) -> Iterator
             naming the lock file), the lock file cannot be made, or the recovery failed.
     """
     common = common_dir(repo)
-    lock = FileLock(str(common / LOCK_NAME), timeout=LOCK_WAIT)
-    try:
-        lock.acquire()
-    except Timeout:
-        raise ReviewError(
-            f"another supervise merge, discard or prune is working on {repo} (it holds "
-            f"{common / LOCK_NAME}; waited {LOCK_WAIT:g} s): {verb} again when it has ended"
-        ) from None
-    except OSError as exc:
-        raise ReviewError(f"cannot lock {common / LOCK_NAME}: {exc.strerror or exc}") from None
+    busy = (
+        f"another supervise merge, discard or prune is working on {repo} (it holds "
+        f"{common / LOCK_NAME}; waited {LOCK_WAIT:g} s): {verb} again when it has ended"
+    )
+    lock = acquire(common / LOCK_NAME, LOCK_WAIT, busy)
     try:
         note = journal.recover(repo, common)
         if note and notes is not None:

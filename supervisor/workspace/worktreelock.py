@@ -20,10 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from filelock import FileLock, Timeout
-
-from supervisor.workspace.gitops import ReviewError
-from supervisor.workspace.repolock import common_dir
+from supervisor.workspace.repolock import acquire, common_dir
 
 #: File name of the lock in the git common dir.
 LOCK_NAME = "supervise-worktrees.lock"
@@ -41,15 +38,8 @@ def worktree_lock(repo: Path) -> Iterator[None]:
             another holder kept it for :data:`LOCK_WAIT` seconds (one line naming it).
     """
     common = common_dir(repo)
-    lock = FileLock(str(common / LOCK_NAME), timeout=LOCK_WAIT)
-    try:
-        lock.acquire()
-    except Timeout:
-        raise ReviewError(
-            f"another 'git worktree add' held {common / LOCK_NAME} for {LOCK_WAIT:g} s"
-        ) from None
-    except OSError as exc:
-        raise ReviewError(f"cannot lock {common / LOCK_NAME}: {exc.strerror or exc}") from None
+    busy = f"another 'git worktree add' held {common / LOCK_NAME} for {LOCK_WAIT:g} s"
+    lock = acquire(common / LOCK_NAME, LOCK_WAIT, busy)
     try:
         yield
     finally:
