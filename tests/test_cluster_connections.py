@@ -249,3 +249,29 @@ def test_a_full_host_listens_on_its_own_channel_only() -> None:
     assert asyncio.run(look()) == []
     full[0] = False
     assert asyncio.run(look()) == ['LISTEN "procrastinate_queue_v1#supervise";']
+
+
+def test_a_call_that_began_during_an_outage_does_not_open_another(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The writer's wait for a pooled connection (10 s) began during an outage and failed
+    just after the LISTEN connection saw the database answer: one outage, one pair of lines
+    (CI once logged a second pair in test_cluster_restart's must-show)."""
+    import time
+
+    import psycopg
+
+    from supervisor.cluster.connections import Outage
+
+    outage = Outage()
+    with caplog.at_level("WARNING", logger="supervise.cluster"):
+        outage.failed(psycopg.OperationalError("server closed the connection"), "the LISTEN")
+        began = time.monotonic()  # the writer starts waiting for a connection
+        outage.ok()
+        outage.failed(psycopg.OperationalError("couldn't get a connection"), "the writer", began)
+        assert outage.since is None and outage.count == 1
+        outage.failed(psycopg.OperationalError("down again"), "the writer", time.monotonic())
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum("database unreachable" in line for line in lines) == 2, lines
+    assert sum("answering again" in line for line in lines) == 1, lines
+    assert "down again" in lines[-1]

@@ -138,13 +138,22 @@ class Outage:
         self.error: str | None = None
         self.full = False  # the outage is PostgreSQL out of connection slots
         self.count = 0  # outages seen (tests read them through the log)
+        self.ended: float | None = None  # monotonic seconds the last outage ended
 
-    def failed(self, exc: BaseException, what: str = "the database") -> None:
-        """``what`` failed with ``exc``: logged if it starts an outage."""
+    def failed(
+        self, exc: BaseException, what: str = "the database", began: float | None = None
+    ) -> None:
+        """``what`` failed with ``exc``: logged if it starts an outage. ``began``: when the
+        failed call started (monotonic seconds); a call that started before the last
+        outage ended belongs to that outage and is silent (the writer's wait for a pooled
+        connection, 10 s, can end just after another part saw the database answer: a
+        second pair of lines for one outage, seen in CI)."""
         line = describe(exc)
         with self._lock:
             full = out_of_slots(exc)
             if self.since is not None and not (full and not self.full):
+                return
+            if began is not None and self.ended is not None and began < self.ended and not full:
                 return
             self.since = self.since if self.since is not None else time.monotonic()
             self.error, self.full = line, full
@@ -166,6 +175,7 @@ class Outage:
             return
         with self._lock:
             since, self.since, self.error, self.full = self.since, None, None, False
+            self.ended = time.monotonic()
         if since is not None:
             log.warning(
                 "cluster: database answering again after %.1f s; dispatch resumed",

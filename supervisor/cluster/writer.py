@@ -257,6 +257,7 @@ class Writer:
     def _flush(self, beat: bool, stopping: bool = False) -> bool:
         """Write pending transitions in order (and the heartbeat; when ``stopping``, the
         host's ``stopped`` state after them); False on failure."""
+        began = time.monotonic()
         try:
             with borrow(self.source) as conn:
                 self._write(conn, beat, stopping)
@@ -266,7 +267,7 @@ class Writer:
         except (psycopg.Error, ClusterError) as exc:
             message = one_line(exc)
             if self.outage is not None:
-                self.outage.failed(exc, "the writer")
+                self.outage.failed(exc, "the writer", began)
             elif message != self._last_error:
                 log.error("cluster: cannot write to the database: %s", message)
             # what 'hosts' shows after the outage: its cause (and fix), not the pool's wait
