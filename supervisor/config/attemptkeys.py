@@ -50,7 +50,18 @@ def _models_ok(values: list[Any] | None) -> list[str] | None:
     return values
 
 
-Attempts = Annotated[StrictInt | None, AfterValidator(_count_ok)]
+Attempts = Annotated[
+    StrictInt | None,
+    AfterValidator(_count_ok),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": MIN_ATTEMPTS, "maximum": MAX_ATTEMPTS},
+                {"type": "null"},
+            ]
+        }
+    ),
+]
 Models = Annotated[
     list[Any] | None,
     Field(max_length=MAX_ATTEMPTS),
