@@ -178,17 +178,21 @@ def _nodes(profile: LoadedProfile, plan: str) -> tuple[str, list[Node]] | dict[s
     if (profile.spool_dir / name).is_file():
         why = "in the spool: the engine claims it at its next intake"
         return {"plan": name, "state": "waiting to be claimed", "why": why}
+    if any(profile.spool_dir.glob(spool.claim_name("*", name))):  # taken, not staged yet
+        why = "its claim is being finished: its tasks are being made"
+        return {"plan": name, "state": "being claimed", "why": why}
     rejected = _rejected(profile, name)
     if rejected is not None:
         return rejected
-    tasks = model.snapshot(profile, time.time()).tasks
     claimed = _claimed_members(profile, name)
+    if claimed is not None and any((claimed[0] / i).is_dir() for i in claimed[1]):
+        why = "its claim is being finished: its tasks are moving into tasks/"
+        return {"plan": name, "state": "being claimed", "why": why}
+    # The snapshot comes after the claim was seen finished: one taken before could miss
+    # tasks that moved into tasks/ in between, and show a running plan as gone and done.
+    tasks = model.snapshot(profile, time.time()).tasks
     if claimed is not None:
-        folder, ids = claimed
-        if any((folder / i).is_dir() for i in ids):  # committed, not all moved in yet
-            why = "its claim is being finished: its tasks are moving into tasks/"
-            return {"plan": name, "state": "being claimed", "why": why}
-        return "claimed", plangraph.members(tasks, ids)
+        return "claimed", plangraph.members(tasks, claimed[1])
     for found in plangraph.graph(tasks, max_edges=len(tasks) * 64 + 1).plans:
         if stem in found.nodes:
             return "claimed", list(found.nodes.values())

@@ -178,3 +178,43 @@ def test_odd_files_in_the_plans_folder_never_block_plan(setup: Setup) -> None:
     (rejected / "plan-2a2b2c.toml.error").write_text("e" * 1_000_000)
     answer = mcp_plans.follow(loaded, "plan-2a2b2c")
     assert len(answer["error"]) == mcp_plans.MAX_ERROR_BYTES
+
+
+def test_a_claim_finishing_while_plan_reads_never_shows_the_plan_gone(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen in CI: ``plan`` took its snapshot of tasks/, the engine then moved the plan's
+    tasks in, and ``plan`` read the claim as finished: every task ``gone``, the plan
+    ``done`` while it had not started. Here the claim is committed, its tasks still staged,
+    and they move in just after the snapshot (or, now, before it). Also: between the claim's
+    rename of the spool file and its staging, ``plan`` says "being claimed", never "no plan".
+    """
+    from supervisor.views import model
+
+    loaded = load_profile(setup.write_profile())
+    name = mcp_plans.submit_plan(loaded, None, _plan(setup))["plan"]
+    real_stage, real_publish = plans._stage, plans.publish
+    seen_mid_claim: list[dict[str, Any]] = []
+
+    def stage(*args: Any) -> None:
+        seen_mid_claim.append(mcp_plans.follow(loaded, name))
+        real_stage(*args)
+
+    monkeypatch.setattr(plans, "_stage", stage)
+    monkeypatch.setattr(plans, "publish", lambda staging, profile: [])
+    plans.claim(loaded.spool_dir / name, loaded)
+    assert seen_mid_claim[0]["state"] == "being claimed", seen_mid_claim
+    staging = next(p for p in (loaded.state_dir / plans.PLANS).iterdir() if p.is_dir())
+    real_snapshot = model.snapshot
+
+    def snapshot_then_publish(*args: Any) -> Any:
+        taken = real_snapshot(*args)
+        real_publish(staging, loaded)
+        return taken
+
+    monkeypatch.setattr(model, "snapshot", snapshot_then_publish)
+    first = mcp_plans.follow(loaded, name)
+    assert first["state"] == "being claimed", first  # not {"gone": 3}, "done"
+    real_publish(staging, loaded)
+    then = mcp_plans.follow(loaded, name)
+    assert then["counts"] == {"queued": 1, "blocked": 2} and not then["done"], then
