@@ -147,7 +147,9 @@ class Outage:
         failed call started (monotonic seconds); a call that started before the last
         outage ended belongs to that outage and is silent (the writer's wait for a pooled
         connection, 10 s, can end just after another part saw the database answer: a
-        second pair of lines for one outage, seen in CI)."""
+        second pair of lines for one outage, seen in CI for the writer, then the sweeper).
+        Every call that fails after a wait passes it; a long-lived LISTEN does not (its
+        failure is news whenever it began)."""
         line = describe(exc)
         with self._lock:
             full = out_of_slots(exc)
@@ -237,10 +239,11 @@ class EnginePool(ConnectionPool):
                 super()._maybe_grow_pool()
 
     def _connect(self, timeout: float | None = None) -> Any:
+        began = time.monotonic()
         try:
             conn = super()._connect(timeout)
         except psycopg.Error as exc:
-            self.outage.failed(exc, "a new pooled connection")
+            self.outage.failed(exc, "a new pooled connection", began)
             raise
         self.outage.ok(connected=True)
         return conn

@@ -35,6 +35,7 @@ import asyncio
 import logging
 import os
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -143,10 +144,11 @@ class Health:
 
     async def _fetch(self, **kwargs: Any) -> Any:
         """One job, or None while the database is down."""
+        began = time.monotonic()
         try:
             job = await self._original["fetch_job"](**kwargs)
         except DOWN as exc:
-            self.outage.failed(exc, "the task worker")
+            self.outage.failed(exc, "the task worker", began)
             return None  # dispatch pauses; the first LISTEN after the outage resumes it
         self.outage.ok()
         return job

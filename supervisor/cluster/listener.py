@@ -101,20 +101,21 @@ class ControlListener:
             self._poked.clear()
             if self._stopping.is_set():
                 return
+            began = time.monotonic()
             try:
                 with borrow(self.source) as conn:
                     self._take_pending(conn)
                 delay = BACKOFF
             except (psycopg.Error, ClusterError) as exc:
-                self._failed(exc, "the control listener")
+                self._failed(exc, "the control listener", began)
                 self._poked.set()  # read again after the backoff
                 if self._stopping.wait(delay):
                     return
                 delay = min(delay * 2, MAX_BACKOFF)
 
-    def _failed(self, exc: BaseException, what: str) -> None:
+    def _failed(self, exc: BaseException, what: str, began: float | None = None) -> None:
         if self.outage is not None:
-            self.outage.failed(exc, what)
+            self.outage.failed(exc, what, began)
         else:
             log.warning("cluster: %s: %s", what, one_line(exc))
 

@@ -353,13 +353,14 @@ async def serve(
     since: float | None = None  # monotonic time of the first good sweep in a row
     pruning = retention.Schedule(prune_after)
     while True:
-        watched = 0.0 if since is None else time.monotonic() - since
+        began = time.monotonic()
+        watched = 0.0 if since is None else began - since
         try:
             await asyncio.to_thread(sweep_once, source, watched, pruning)
         except ClusterError as exc:
             since = None
             if outage is not None:
-                outage.failed(exc, "the sweeper")
+                outage.failed(exc, "the sweeper", began)
             else:
                 log.error("cluster: %s", exc)
         except Exception:  # a bug in one sweep must not end this host's sweeps for good
