@@ -13,16 +13,16 @@ statement by the server's ``statement_timeout``).
   the whole fleet (one ``UPDATE ... RETURNING``): the fleet resumes one run per stagger,
   not one per host.
 
-The database not answering: each call returns ``None`` (the caller holds by its own book),
-one line is logged when an outage starts and one when it ends, and for :data:`RETRY` s after
-a failure no call is tried (an admission does not wait on a dead server again and again).
+The database not answering: each call returns ``None`` (the caller holds by its own book
+meanwhile), the failure goes to the engine's one account of outages
+(:class:`~supervisor.cluster.connections.Outage`: one line when an outage starts, one when
+it ends, whichever part of the engine saw it first), and for :data:`RETRY` s after a failure
+no call is tried (an admission does not wait on a dead server again and again).
 ``[accounts] max_concurrent`` stays per host (the fleet's rows carry no account).
 """
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
 from typing import Any
 
@@ -30,10 +30,9 @@ import psycopg
 import psycopg_pool
 from psycopg_pool import ConnectionPool
 
+from supervisor.cluster.connections import Outage
 from supervisor.cluster.db import one_line
 from supervisor.cluster.sqlfiles import query
-
-log = logging.getLogger("supervise.cluster")
 
 #: Seconds an admission waits for a pooled connection.
 WAIT = 2.0
@@ -47,13 +46,16 @@ class AccountStore:
     Args:
         pool: the engine's pool (:class:`~supervisor.cluster.connections.EnginePool`).
         host_id: this host (written as ``noted_host``).
+        outage: the engine's account of outages (default: one of its own).
     """
 
-    def __init__(self, pool: ConnectionPool, host_id: str) -> None:
+    #: How an outage's line names this part of the engine.
+    WHAT = "the accounts' book (this host holds by its own until the database answers)"
+
+    def __init__(self, pool: ConnectionPool, host_id: str, outage: Outage | None = None) -> None:
         self.pool = pool
         self.host_id = host_id
-        self._lock = threading.Lock()
-        self._down_since: float | None = None  # monotonic s of the outage's start
+        self.outage = outage if outage is not None else Outage()
         self._retry_at = 0.0  # monotonic s
 
     def read(self, account: str) -> tuple[dict[str, Any] | None, float] | None:
@@ -89,7 +91,8 @@ class AccountStore:
         connection the server ended (a restart) fails once and is discarded: the statement
         is tried once more on another, so the first admission after a restart is not
         decided by the local book alone."""
-        if time.monotonic() < self._retry_at:
+        began = time.monotonic()
+        if began < self._retry_at:
             return None
         for attempt in range(2):
             try:
@@ -97,10 +100,10 @@ class AccountStore:
             except psycopg.OperationalError as exc:
                 if attempt == 0 and not isinstance(exc, psycopg_pool.PoolTimeout):
                     continue
-                return self._failed(exc)
+                return self._failed(exc, began)
             except psycopg.Error as exc:
-                return self._failed(exc)
-            self._answered()
+                return self._failed(exc, began)
+            self.outage.ok()
             return found
         return None
 
@@ -114,27 +117,9 @@ class AccountStore:
         finally:
             self.pool.putconn(conn)
 
-    def _failed(self, exc: BaseException) -> None:
-        with self._lock:
-            self._retry_at = time.monotonic() + RETRY
-            first = self._down_since is None
-            if first:
-                self._down_since = time.monotonic()
-        if first:
-            log.warning(
-                "cluster: the accounts' limits are not shared (%s); "
-                "this host holds by its own book until the database answers",
-                one_line(exc),
-            )
-
-    def _answered(self) -> None:
-        with self._lock:
-            since, self._down_since = self._down_since, None
-        if since is not None:
-            log.warning(
-                "cluster: the accounts' limits are shared again after %.1f s",
-                time.monotonic() - since,
-            )
+    def _failed(self, exc: BaseException, began: float) -> None:
+        self._retry_at = time.monotonic() + RETRY
+        self.outage.failed(exc, self.WHAT, began)
 
 
 def limited(dsn: str) -> list[str]:

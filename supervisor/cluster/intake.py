@@ -118,7 +118,7 @@ class ClusterIntake:
         # and the LISTEN connection (the worker's connector's); one account of outages.
         self.outage = Outage()
         self.pool = EnginePool(self.dsn, self.cluster.host_id, self.outage)
-        self.accounts = AccountStore(self.pool, self.cluster.host_id)  # issue 26, the fleet
+        self.accounts = AccountStore(self.pool, self.cluster.host_id, self.outage)  # issue 26
         self.alive = 1  # hosts alive, as the last heartbeat found (_fleet)
         self._connector: SharedConnector | None = None  # the running worker's
         # Fencing (issue 20): the agents of this host's fleet tasks stop when it lapses.
