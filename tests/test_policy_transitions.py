@@ -33,6 +33,7 @@ from supervisor.policy import (
     launched,
     logged_ending,
     recovered_ending,
+    resume_redone,
 )
 
 A = Action
@@ -176,6 +177,24 @@ def test_a_logged_resume_wins_over_the_manifest():
     assert state.status == "running"
     assert state.launched_at == T0 + 30 and state.resume_at is None
     assert state.retry_count == 1  # counted from the events when the manifest lags
+
+
+def test_a_redone_resume_runs_since_the_redo():
+    """A resume redone after a crash (``resume_redone``) is the run's start: adopted again
+    after a second crash, its output age counts from the redo, not from the decision."""
+    m = manifest(status="crashed", started_at=T0, launched_at=T0, resume_at=T0 + 30)
+    log = [event("launched", T0), event("crashed", T0 + 20), event("resumed", T0 + 30),
+           event("adopted", T0 + 90), event("resume_redone", T0 + 91)]  # fmt: skip
+    state = adopted(m, log)
+    assert (state.status, state.launched_at, state.retry_count) == ("running", T0 + 91, 1)
+
+
+@given(task_states(), st.floats(min_value=T0, max_value=T0 + 1e6))
+def test_resume_redone_starts_the_run_now_and_counts_no_retry(state, now):
+    new = resume_redone(state, now)
+    assert new.launched_at == now and new.retry_count == state.retry_count
+    assert new.stale_since is None and new.gone_since is None and new.active_since is None
+    assert new.status == state.status
 
 
 @pytest.mark.parametrize("intent", sorted(INTENTS))

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -274,12 +275,11 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_restart_redoes_a_resume_cut_off_before_the_agent_started(setup: Setup) -> None:
-    """The engine logs ``resumed`` before it respawns the agent. If it dies in between, the
-    restarted engine must perform that resume (not call the dead pane a crash or a hang,
-    which cost a retry and, at max_retries, the task). Chaos seed 4275908639 found it."""
-    setup.write_profile(max_retries=1)
-    setup.drop("cut.toml", setup.task("cut", "hang_runs: 1\nprint: second run\nexit: 0"))
+def _cut_resume(setup: Setup, second_run: str, down_for: float = 0.0) -> dict:
+    """Run a task whose first run hangs, stop the engine and leave what a SIGKILL between
+    ``resumed`` and the respawn leaves; ``down_for`` seconds later, run an engine to the
+    end. Returns the task's manifest."""
+    setup.drop("cut.toml", setup.task("cut", f"hang_runs: 1\n{second_run}"))
     engine = subprocess.Popen(
         [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -299,11 +299,33 @@ def test_restart_redoes_a_resume_cut_off_before_the_agent_started(setup: Setup) 
     wait_for(lambda: setup.tmux(*dead).stdout.strip() == "1", timeout=10)
     task.append_event("resumed", status="running", retry_count=1, reason="test: cut off")
     task.clear_run_files()
-
+    time.sleep(down_for)  # the engine stays down (a slow restart, a reboot)
     assert setup.run(timeout=60).returncode == 0
-    m = setup.manifests()["cut"]
+    return setup.manifests()["cut"]
+
+
+def test_restart_redoes_a_resume_cut_off_before_the_agent_started(setup: Setup) -> None:
+    """The engine logs ``resumed`` before it respawns the agent. If it dies in between, the
+    restarted engine must perform that resume (not call the dead pane a crash or a hang,
+    which cost a retry and, at max_retries, the task). Chaos seed 4275908639 found it."""
+    setup.write_profile(max_retries=1)
+    m = _cut_resume(setup, "print: second run\nexit: 0")
     assert (m["status"], m["retry_count"]) == ("completed", 1), m
     names = [e["event"] for e in setup.events(m["task_id"])]
     assert "resume_redone" in names, names
     after = names[names.index("resume_redone") :]
     assert "crashed" not in after and "hung" not in after and "resumed" not in after, names
+
+
+def test_a_redone_resume_counts_its_silence_from_the_redo(setup: Setup) -> None:
+    """Seen in CI's chaos test (seed 2191081942): the engine was down 4.6 s between a
+    ``resumed`` event and the respawn; the restarted engine redid the resume, then measured
+    the new run's silence from the old decision and abandoned it as hung 0.6 s after its
+    start. The redone run gets the whole stale threshold and grace period: silent for 2 s
+    (under the 3 s threshold), then done."""
+    setup.write_profile(max_retries=1, stale_threshold=3, grace_period=1)
+    m = _cut_resume(setup, "sleep: 2\nexit: 0", down_for=5.0)
+    assert (m["status"], m["retry_count"]) == ("completed", 1), m
+    names = [e["event"] for e in setup.events(m["task_id"])]
+    after = names[names.index("resume_redone") :]
+    assert "stale" not in after and "hung" not in after, names

@@ -21,7 +21,7 @@ from supervisor.engine import clock
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.runtime import Runtime
 from supervisor.taskdir import control, layout, repair
-from supervisor.taskdir.events import Event, first_of, last_terminal, last_word
+from supervisor.taskdir.events import RESUMES, Event, first_of, last_terminal, last_word
 from supervisor.taskdir.folder import Manifest, TaskDir
 from supervisor.taskdir.states import TERMINAL, Status
 from supervisor.tmux import PaneInfo, Tmux
@@ -143,7 +143,7 @@ def _adopt_one(
     log.info("adopted %s (%s)", task.task_id, state.status)
     if last is not None and last["event"] in TERMINAL:
         return Adopted(runtime, ending=_logged_ending(runtime, last, events), now=clock.now())
-    resume = last is not None and last["event"] == Event.RESUMED
+    resume = last is not None and last["event"] in RESUMES
     return Adopted(runtime, resume=resume and _resume_cut_short(runtime, sessions))
 
 
@@ -244,6 +244,7 @@ def _resume_cut_short(runtime: Runtime, sessions: dict[str, PaneInfo]) -> bool:
     task.append_event(
         Event.RESUME_REDONE, status=Status.RUNNING, retry_count=runtime.state.retry_count
     )
+    runtime.state = policy.resume_redone(runtime.state, clock.now())
     log.warning("%s: its resume was interrupted; resuming it now", task.task_id)
     return True
 

@@ -136,6 +136,7 @@ from supervisor.policy.transitions import (
     launched,
     logged_ending,
     recovered_ending,
+    resume_redone,
 )
 
 __all__ = [
@@ -162,4 +163,5 @@ __all__ = [
     "launched",
     "logged_ending",
     "recovered_ending",
+    "resume_redone",
 ]

@@ -23,7 +23,7 @@ from supervisor.policy.model import (
 )
 from supervisor.policy.turns import CONTINUED
 from supervisor.taskdir.events import INTENTS as INTENTS  # re-exported by supervisor.policy
-from supervisor.taskdir.events import Event, last_terminal
+from supervisor.taskdir.events import RESUMES, Event, last_terminal
 from supervisor.taskdir.events import last_word as last_word  # re-exported by supervisor.policy
 from supervisor.taskdir.folder import Manifest, parse_iso
 from supervisor.taskdir.states import FailureReason, Status, Verdict
@@ -150,7 +150,8 @@ def adopted(
       of its ``launch.json``, epoch s).
     - ``retry_count`` is the larger of the manifest's and the ``resumed`` events' count,
       so a crash between the event and the manifest write neither loses nor invents one.
-    - a last ``resumed`` event: ``running`` since that event, no backoff left.
+    - a last ``resumed`` (or ``resume_redone``) event: ``running`` since that event, no
+      backoff left.
     - a last ``continued`` event: ``running`` in the same run (no second continue).
     - a last intent (crashed, hung, waiting) the manifest does not show: that status,
       resuming without more backoff (the agent's exit since answers our stop).
@@ -163,7 +164,7 @@ def adopted(
     launched_at = parse_iso(manifest.launched_at) or started
     resume_at = parse_iso(manifest.resume_at)
     last = last_word(events)
-    if last is not None and last["event"] == Event.RESUMED:  # died after deciding to resume
+    if last is not None and last["event"] in RESUMES:  # died after deciding to resume
         status, launched_at, resume_at = Status.RUNNING, parse_iso(last["ts"]), None
     elif last is not None and last["event"] == CONTINUED:  # the same run goes on
         status, resume_at = Status.RUNNING, None
@@ -179,6 +180,18 @@ def adopted(
         **escalation_state(manifest, status),
         limit_waits=manifest.limit_waits,
         transient_waits=manifest.transient_waits,
+    )
+
+
+def resume_redone(state: TaskState, now: float) -> TaskState:
+    """The resume a crash of ``supervise`` cut short (its ``resumed`` event written, the
+    agent never started) is performed again at ``now`` (epoch s): the run starts now, so
+    its output age, start timeout and grace period count from ``now``, not from the
+    decision before the crash (seen in CI's chaos test: a resume redone 4.6 s after its
+    decision was judged stale at once, and the task abandoned). Not a retry: it was counted
+    when decided."""
+    return dataclasses.replace(
+        state, launched_at=now, active_since=None, stale_since=None, gone_since=None
     )
 
 

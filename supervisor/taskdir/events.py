@@ -132,7 +132,12 @@ DURABLE: frozenset[str] = frozenset(
     }
 )
 #: The events that may be the log's last word (:func:`last_word`).
-LAST_WORDS: frozenset[str] = frozenset({*TERMINAL, *INTENTS, Event.RESUMED, Event.CONTINUED})
+LAST_WORDS: frozenset[str] = frozenset(
+    {*TERMINAL, *INTENTS, Event.RESUMED, Event.RESUME_REDONE, Event.CONTINUED}
+)
+#: A resume decided (``resumed``) or performed again after a crash cut it short
+#: (``resume_redone``): the run in progress started at the latest of them.
+RESUMES: frozenset[str] = frozenset({Event.RESUMED, Event.RESUME_REDONE})
 
 
 def last_of(events: Iterable[dict[str, Any]], names: Iterable[str]) -> dict[str, Any] | None:
@@ -154,8 +159,8 @@ def last_terminal(events: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
 
 def last_word(events: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
     """The event log's last decision that the manifest may not show yet (the log is
-    written ahead): the last terminal event, intent (:data:`INTENTS`), ``resumed`` or
-    ``continued`` (the agent went on by itself during a wait)."""
+    written ahead): the last terminal event, intent (:data:`INTENTS`), resume
+    (:data:`RESUMES`) or ``continued`` (the agent went on by itself during a wait)."""
     return last_of(events, LAST_WORDS)
 
 
