@@ -149,9 +149,12 @@ def test_adopted_tasks_hold_their_worker_slots(tmp_path: Path, dsn: str) -> None
     """h0 (max_concurrent 2) restarted while its 2 tasks run: its worker fetches nothing
     new, so 2 tasks submitted meanwhile wait in the database and start on h1 once it is
     up, not queued locally on h0. The holds end with the tasks: no job left doing."""
+    go = tmp_path / "go"  # h0's first tasks end when the test says: a loaded machine's
+    # slow restarts must not free h0's slots before h1 is up (seen in CI at 10 s)
     with engines(tmp_path, dsn, count=2) as hosts:
         h0, h1 = hosts["h0"], hosts["h1"]
-        first = [_submit(h0, dsn, f"a{i}", "sleep: 10\nexit: 0", host="h0") for i in range(2)]
+        first = [_submit(h0, dsn, f"a{i}", f"until_file: {go}\nexit: 0", host="h0")
+                 for i in range(2)]  # fmt: skip
         running = "SELECT count(*) FROM supervise_tasks WHERE state = 'running' AND " \
                   "owner_host = 'h0'"  # fmt: skip
         wait_for(lambda: rows(dsn, running) == [(2,)], timeout=30)
@@ -171,6 +174,7 @@ def test_adopted_tasks_hold_their_worker_slots(tmp_path: Path, dsn: str) -> None
         ENGINES[h1.root] = start_engine(h1)
         wait_for(lambda: sorted(rows(dsn, states, later)) == [("completed", "h1")] * 2,
                  timeout=30)  # fmt: skip
+        go.touch()
         assert sorted(os.listdir(h0.state / "tasks")) == sorted(first)
         done = "SELECT count(*) FROM supervise_tasks WHERE state = 'completed'"
         wait_for(lambda: rows(dsn, done) == [(4,)], timeout=30)

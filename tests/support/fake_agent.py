@@ -9,6 +9,8 @@ into its working directory and exits. What it does is read from cue lines in the
     color: TEXT      print TEXT wrapped in ANSI colour escapes
     sleep: S         sleep S seconds (after printing)
     tick: S          while sleeping, print a line every S seconds
+    until_file: PATH after the sleep, wait until PATH exists (a line a second; 300 s at
+                     most): a test decides when the run ends, whatever the machine's load
     exit: N          exit with code N (default 0)
     crash            kill itself with SIGKILL instead of exiting
     crash_runs: N    on each of its first N runs in this folder: SIGKILL itself at once
@@ -301,6 +303,11 @@ def main() -> int:
         time.sleep(max(step, 0))
         if tick:
             print(f"tick {time.time():.1f}", flush=True)
+    for path in cues(prompt, "until_file"):
+        give_up = time.monotonic() + 300
+        while not os.path.exists(path) and time.monotonic() < give_up:
+            print(f"waiting for {path}", flush=True)
+            time.sleep(1)
     if re.search(r"^crash$", prompt, re.MULTILINE):
         os.kill(os.getpid(), signal.SIGKILL)
     code = int((cues(prompt, "exit") or ["0"])[0])
