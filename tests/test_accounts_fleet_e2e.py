@@ -137,7 +137,11 @@ def test_two_hosts_hold_one_account_until_the_reset_then_the_fleet_staggers_it(
     assert len(starts) == 5, starts
     starts.sort()
     gaps = [round(b[0] - a[0], 2) for a, b in itertools.pairwise(starts)]
-    assert all(g >= STAGGER - 0.1 for g in gaps), (gaps, starts)
+    # The fleet takes each start STAGGER s after the last on the database's clock; the
+    # launched events come a launch later, on each host's: a launch's latency differs by
+    # up to about a second between two engines on a loaded 2-core machine (CI saw 2.78 s).
+    assert all(g >= STAGGER - 1.0 for g in gaps), (gaps, starts)
+    assert starts[-1][0] - starts[0][0] >= (len(starts) - 1) * STAGGER - 1.0, (gaps, starts)
     clock = time.strftime("%H:%M:%S", time.localtime(reset_at))
     print(f"\nreset at {reset_at:.1f} ({clock})")
     for at, host, name in starts:
