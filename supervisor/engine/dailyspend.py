@@ -14,7 +14,9 @@ are whole micro-dollars, so adding and taking back a task's pieces never drifts.
 The notification is written ahead in ``state_dir/daily-budget.json``
 (:data:`supervisor.taskdir.layout.DAILY_BUDGET`): ``notifying`` for the day before the
 notifier runs, ``notified`` after it; an engine killed in between calls it again at its next
-start, and one restarted after it does not (:func:`supervisor.policy.spend.notify_due`).
+start, and one restarted after it does not (:func:`supervisor.policy.spend.notify_due`). Its
+``days`` keeps the last days notified, so a wall clock stepped back over midnight does not
+notify the day before again (nor the day after, once the clock is right again).
 
 Limits: a task archived (``supervise archive``) on the day it spent leaves the total at the
 engine's next start; in a fleet each host counts the task folders of its own state dir.
@@ -136,7 +138,8 @@ class DailySpend:
             return None
         self._mark(queue, hold)
         settled = self._record.get("state") == NOTIFIED or self._in_flight
-        if spend.notify_due(hold, self._record.get("day"), settled):
+        days = spend.told(self._record.get("days"))
+        if spend.notify_due(hold, self._record.get("day"), settled, days):
             self._notify(hold)
         return hold
 
@@ -192,7 +195,7 @@ class DailySpend:
         until = datetime.fromtimestamp(hold.until).astimezone().strftime("%Y-%m-%d %H:%M %Z")
         log.warning("%s; queued tasks wait until %s", hold.reason, until)
         record = {"day": hold.day, "state": NOTIFYING, "spent_usd": round(hold.spent_usd, 6)}
-        record |= {"daily_usd": hold.daily_usd, "until": until}
+        record |= {"daily_usd": hold.daily_usd, "until": until, "days": self._record.get("days")}
         self._write_record(record)
         self._in_flight = True
         policy, _ = effective_policy(self.profile.spec.monitor, None)
@@ -212,7 +215,9 @@ class DailySpend:
             try:
                 code = notify.run_notifier(policy.notifier, payload, policy.notifier_timeout)
             finally:
-                self._write_record({**record, "state": NOTIFIED, "notifier_exit_code": code})
+                days = spend.remember(self._record.get("days"), hold.day)
+                told = {"state": NOTIFIED, "notifier_exit_code": code, "days": days}
+                self._write_record({**record, **told})
                 self._in_flight = False
 
         self.submit("notify", body)
