@@ -26,7 +26,8 @@ its N attempts made by :func:`supervisor.attempts.members` and its group record
 group's (the file's own id when ``supervise submit`` named it).
 
 :func:`recover` (at start, before adoption) rolls a committed plan forward (step 4 for the
-folders still staged) and undoes any other (staging removed, the file back in the spool).
+folders still staged, and the spool's copy of a commit across filesystems removed) and undoes
+any other (staging removed, the file back in the spool).
 """
 
 from __future__ import annotations
@@ -271,27 +272,42 @@ def publish(staging: Path, profile: LoadedProfile) -> list[TaskDir]:
 def recover(profile: LoadedProfile) -> list[str]:
     """At start, before adoption: roll committed plan claims forward, undo the others
     (their staged folders removed, their file back in the spool under its own name).
+    A committed claim's copy still in the spool (a commit across filesystems is a copy
+    then an unlink: :func:`supervisor.spool.move_file`) is removed: ``plan.toml`` is whole.
     Returns one line per claim it finished or undid, for the engine's log."""
     lines: list[str] = []
     root = profile.state_dir / PLANS
     for staging in sorted(root.iterdir()) if root.is_dir() else ():
+        claims = _claims_of(profile, staging.name)
         if (staging / RECORD).exists():
+            for leftover in claims:
+                os.unlink(leftover)
             moved = [t for t in staging.iterdir() if t.is_dir()]
             if moved:
                 publish(staging, profile)
+            if moved or claims:
                 lines.append(
                     f"plan {staging.name}: its claim was cut short; its tasks were moved in"
                 )
             continue
         prefix = spool.claim_name(staging.name, "")
-        for entry in os.scandir(profile.spool_dir):
-            if entry.name.startswith(prefix):
-                target = profile.spool_dir / entry.name[len(prefix) :]
-                if not os.path.lexists(target):
-                    os.rename(entry.path, target)
-                lines.append(f"plan {staging.name}: its claim was cut short; {target} put back")
+        for leftover in claims:
+            target = profile.spool_dir / leftover.name[len(prefix) :]
+            if not os.path.lexists(target):
+                os.rename(leftover, target)
+            lines.append(f"plan {staging.name}: its claim was cut short; {target} put back")
         shutil.rmtree(staging, ignore_errors=True)
     return lines
+
+
+def _claims_of(profile: LoadedProfile, claim_id: str) -> list[Path]:
+    """The spool's ``.claim.<claim_id>.*`` files (a claim's file, by its name)."""
+    prefix = spool.claim_name(claim_id, "")
+    try:
+        entries = list(os.scandir(profile.spool_dir))
+    except FileNotFoundError:
+        return []
+    return [Path(e.path) for e in entries if e.name.startswith(prefix)]
 
 
 def check(path: Path, profile: LoadedProfile) -> list[Member]:
