@@ -35,7 +35,8 @@ plans.claim(Path(sys.argv[2]), load_profile(Path(sys.argv[1])))
 
 
 def test_a_claim_killed_in_its_commit_across_filesystems_leaves_no_claim_behind(
-    setup: Setup, small_fs: Path  # noqa: F811
+    setup: Setup,
+    small_fs: Path,  # noqa: F811
 ) -> None:
     """The spool on a tmpfs, the state dir elsewhere (the commit is a copy, then an
     unlink): SIGKILL between the two. The next start's recovery publishes each task once
@@ -65,6 +66,4 @@ def test_a_claim_killed_in_its_commit_across_filesystems_leaves_no_claim_behind(
     names = sorted(TaskDir(p).read_manifest().task_name for p in loaded.tasks_dir.iterdir())
     assert names == ["A", "B"]
     assert plans.recover(loaded) == []  # done once
-    assert sorted(os.listdir(staged[0])) == sorted(
-        [plans.RECORD, plans.MEMBERS, plans.SOURCE]
-    )
+    assert sorted(os.listdir(staged[0])) == sorted([plans.RECORD, plans.MEMBERS, plans.SOURCE])
