@@ -74,7 +74,10 @@ class DailySpend:
         self._days: dict[str, int] = {}
         self._built = False
         self._marked: dict[str, str] = {}  # task id -> the day its manifest says it is held
+        self._unwritten: set[str] = set()  # tasks whose mark failed (logged once each)
+        self._holding = False  # a hold was seen since the last "new day" line
         self._record: dict[str, Any] = {}
+        self._unsaved = False  # the record could not be written yet
         self._in_flight = False
 
     # ------------------------------------------------------------------ the running total
@@ -133,9 +136,12 @@ class DailySpend:
             self._build()
         hold = spend.daily_hold(now, costs.utc_offset(now), self.today(now), self.limit)
         if hold is None:
-            if self._marked:
+            if self._marked or self._holding:
                 self._clear(queue)
             return None
+        self._holding = True
+        if self._unsaved and not self._in_flight:
+            self._write_record(self._record)
         self._mark(queue, hold)
         settled = self._record.get("state") == NOTIFIED or self._in_flight
         days = spend.told(self._record.get("days"))
@@ -152,26 +158,39 @@ class DailySpend:
             "until": datetime.fromtimestamp(hold.until, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
         for task in queue:
-            if self._marked.get(task.task_id) != hold.day:
-                self._write_mark(task, record)
+            if self._marked.get(task.task_id) != hold.day and self._write_mark(task, record):
                 self._marked[task.task_id] = hold.day
 
     def _clear(self, queue: Iterable[TaskDir]) -> None:
+        """Take the marks off the queued tasks; one that cannot be written (a full disk)
+        stays known and is tried again at the next look."""
+        if self._holding:
+            log.info("daily budget: a new day; queued tasks may launch again")
+            self._holding = False
+        left = {}
         for task in queue:
-            if task.task_id in self._marked:
-                self._write_mark(task, None)
-        self._marked.clear()
-        log.info("daily budget: a new day; queued tasks may launch again")
+            day = self._marked.get(task.task_id)
+            if day is not None and not self._write_mark(task, None):
+                left[task.task_id] = day
+        self._marked = left  # the others are cleared, or left the queue
+        self._unwritten &= set(left)
 
-    @staticmethod
-    def _write_mark(task: TaskDir, record: dict[str, Any] | None) -> None:
+    def _write_mark(self, task: TaskDir, record: dict[str, Any] | None) -> bool:
+        """Write (or clear) a task's ``budget_hold``; False when it could not be written
+        (a full disk: tried again at the next look, the line logged once per task)."""
+
         def change(m: Manifest) -> None:
             m.budget_hold = record
 
         try:
             task.update_manifest(change, durable=False)
         except (OSError, ValueError) as exc:  # shown where the manifest can be read
-            log.warning("%s: cannot record the daily budget hold: %s", task.task_id, exc)
+            if task.task_id not in self._unwritten:
+                log.warning("%s: cannot record the daily budget hold: %s", task.task_id, exc)
+            self._unwritten.add(task.task_id)
+            return False
+        self._unwritten.discard(task.task_id)
+        return True
 
     # ------------------------------------------------------------------ the notification
     def _read_record(self) -> dict[str, Any]:
@@ -183,12 +202,19 @@ class DailySpend:
         return data if isinstance(data, dict) else {}
 
     def _write_record(self, record: dict[str, Any]) -> None:
+        """Keep ``record`` and write it; one that cannot be written (a full disk) is logged
+        once and written again at the next look (:meth:`holds`): a restarted engine must
+        find the day notified."""
         self._record = record
         path = self.profile.state_dir / layout.DAILY_BUDGET
         try:
             atomic_write(path, json.dumps(record).encode() + b"\n")
         except OSError as exc:
-            log.error("cannot write %s: %s", path, exc)
+            if not self._unsaved:
+                log.error("cannot write %s: %s", path, exc)
+            self._unsaved = True
+            return
+        self._unsaved = False
 
     def _notify(self, hold: spend.Hold) -> None:
         """Record the day (write-ahead), then run the notifier on the notify pool."""

@@ -77,15 +77,18 @@ NOTIFIED_DAYS = 8
 def notify_due(
     hold: Hold | None, record_day: str | None, settled: bool, notified: Collection[str] = ()
 ) -> bool:
-    """Whether the notifier is to be called now: the cap holds today, the day is not one of
-    the days already ``notified`` (the record's last :data:`NOTIFIED_DAYS`: a wall clock
-    stepped back over midnight comes back to a day told already, issue 26's "notified
-    once"), and the engine's durable record names another day (``record_day``; ``None``:
-    none), or names this day but is not ``settled`` (its call neither ended nor runs now:
-    a killed engine's call, cut short, is made again; one that ended is never made twice)."""
-    if hold is None or hold.day in notified:
+    """Whether the notifier is to be called now: the cap holds today, and the engine's
+    durable record names this day but is not ``settled`` (its call neither ended nor runs
+    now: a killed engine's call, cut short, is made again; one that ended is never made
+    twice), or names another day (``record_day``; ``None``: none) and this day is not one
+    of the days already ``notified`` (the record's last :data:`NOTIFIED_DAYS`: a wall clock
+    stepped back over midnight comes back to a day told already; issue 26's "notified
+    once")."""
+    if hold is None:
         return False
-    return hold.day != record_day or not settled
+    if hold.day == record_day:
+        return not settled
+    return hold.day not in notified
 
 
 def told(notified: object) -> list[str]:
