@@ -4,11 +4,14 @@ in a real process, then what the next start does with what it left."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import tomli_w
 from conftest import Setup
 from support.small_fs import small_fs  # noqa: F401  (a fixture)
@@ -67,3 +70,133 @@ def test_a_claim_killed_in_its_commit_across_filesystems_leaves_no_claim_behind(
     assert names == ["A", "B"]
     assert plans.recover(loaded) == []  # done once
     assert sorted(os.listdir(staged[0])) == sorted([plans.RECORD, plans.MEMBERS, plans.SOURCE])
+
+
+# ---------------------------------------------------------------- a real engine, killed
+
+#: Loaded by every Python process of the engine (``PYTHONPATH``): the process SIGKILLs
+#: itself just before its ``PLAN_KILL_AT``-th change on disk (``mkdir``, ``rename``,
+#: ``replace``, ``unlink``, ``fsync``, ``fdatasync``: every step that makes something
+#: durable or visible) made inside the function ``PLAN_KILL_IN`` (``FILE:FUNCTION``):
+#: :func:`supervisor.plans.claim` (the staging folder, the claim's rename, every file
+#: written, the commit, each publish) or the engine's release of a blocked task.
+KILL_SHIM = """import os, signal, sys
+_at = int(os.environ.get("PLAN_KILL_AT", "0"))
+_file, _, _function = os.environ.get("PLAN_KILL_IN", ":").partition(":")
+_seen = [0]
+def _inside():
+    frame = sys._getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == _function and code.co_filename.endswith(_file):
+            return True
+        frame = frame.f_back
+    return False
+def _wrap(real):
+    def call(*args, **kwargs):
+        if _at and _inside():
+            _seen[0] += 1
+            if _seen[0] == _at:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return real(*args, **kwargs)
+    return call
+for _name in ("mkdir", "rename", "replace", "unlink", "fsync", "fdatasync"):
+    setattr(os, _name, _wrap(getattr(os, _name)))
+"""
+#: Where :data:`KILL_SHIM` kills: the plan file's claim; the release of B and C.
+IN_CLAIM, IN_RELEASE = "supervisor/plans.py:claim", "supervisor/engine/plans.py:_look_at"
+
+
+def _plan(setup: Setup, a_passes: bool) -> str:
+    accept = {"command": ["true" if a_passes else "false"]}
+    tasks = [
+        setup.task("A", "print: a\nexit: 0", acceptance=accept),
+        setup.task("B", "print: b\nexit: 0", after=["A"]),
+        setup.task("C", "print: c\nexit: 0", after=["A"]),
+    ]
+    return tomli_w.dumps({"tasks": tasks})
+
+
+def _check_plan_ran_once(setup: Setup, a_passes: bool, where: str) -> None:
+    """Every task of the plan once, each launched at most once, B and C only after A's
+    verdict (or abandoned ``dependency`` unlaunched), nothing blocked or left behind."""
+    found: dict[str, list[dict]] = {}
+    for path in sorted((setup.state / "tasks").glob("*/manifest.json")):
+        data = json.loads(path.read_text())
+        found.setdefault(data["task_name"], []).append(data)
+    assert sorted(found) == ["A", "B", "C"] and all(len(v) == 1 for v in found.values()), where
+    m = {name: found[name][0] for name in found}
+    events = {name: setup.events(m[name]["task_id"]) for name in m}
+    launched = {name: [e["ts"] for e in events[name] if e["event"] == "launched"] for name in m}
+    assert len(launched["A"]) == 1, (where, events["A"])
+    a_ended = next(e["ts"] for e in events["A"] if e["event"] == "completed")
+    assert m["A"]["verdict"] == ("PASS" if a_passes else "FAIL"), where
+    for name in ("B", "C"):
+        task = m[name]
+        if a_passes:
+            assert (task["status"], task["verdict"]) == ("completed", "PASS"), (where, task)
+            assert len(launched[name]) == 1 and launched[name][0] >= a_ended, where
+        else:
+            assert (task["status"], task["abandon_reason"]) == ("abandoned", "dependency")
+            assert launched[name] == [], where
+    assert sorted(p.name for p in setup.spool.iterdir() if p.name != "rejected") == [], where
+    staged = list((setup.state / plans.PLANS).iterdir())
+    assert len(staged) == 1 and (staged[0] / plans.RECORD).is_file(), where
+    assert [p for p in staged[0].iterdir() if p.is_dir()] == [], where
+
+
+def _kill_at_each_step(setup: Setup, tmp_path: Path, where: str, a_fails_every: int) -> int:
+    """Run the plan with an engine killed before its 1st, 2nd, ... change inside ``where``
+    (:data:`KILL_SHIM`), a clean engine after each kill, and check each outcome; A fails on
+    every ``a_fails_every``-th step. Returns the number of steps killed (the first engine
+    that saw fewer changes ran to idle: the end)."""
+    shim = tmp_path / "shim"
+    shim.mkdir(exist_ok=True)
+    (shim / "sitecustomize.py").write_text(KILL_SHIM)
+    setup.write_profile(max_concurrent=4, extra={"security": {"task_may_set": ["acceptance"]}})
+    argv = [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile), "--exit-when-idle"]
+    for step in range(1, 200):
+        for leftover in (setup.state, setup.spool):
+            shutil.rmtree(leftover, ignore_errors=True)
+        a_passes = step % a_fails_every != 0
+        setup.drop("plan.toml", _plan(setup, a_passes))
+        env = {**os.environ, "PYTHONPATH": str(shim), "PLAN_KILL_AT": str(step)}
+        env["PLAN_KILL_IN"] = where
+        first = subprocess.run(
+            argv, env=env, capture_output=True, text=True, timeout=120, check=False
+        )
+        if first.returncode == 0:
+            _check_plan_ran_once(setup, a_passes, f"no kill (step {step})")
+            return step - 1
+        assert first.returncode == -9, first.stderr[-2000:]
+        done = setup.run(timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        _check_plan_ran_once(setup, a_passes, f"killed before step {step} in {where}")
+    raise AssertionError(f"{where} never ended")
+
+
+@pytest.mark.slow
+def test_an_engine_killed_at_each_step_of_a_plan_claim_runs_the_plan_once(
+    setup: Setup, tmp_path: Path
+) -> None:
+    """A real ``supervise run`` SIGKILLed just before each change on disk of its claim of
+    a plan A -> B, A -> C (26 steps), then a clean engine runs to idle: each task exists
+    once, is launched at most once, B and C launch only after A's verdict (A fails on every
+    third step: they end ``dependency`` unlaunched), nothing stays blocked, staged or
+    claimed."""
+    steps = _kill_at_each_step(setup, tmp_path, IN_CLAIM, 3)
+    print(f"killed at each of {steps} steps of the claim")
+    assert steps > 20
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("a_passes", [True, False])
+def test_an_engine_killed_at_each_step_of_a_release_runs_the_plan_once(
+    setup: Setup, tmp_path: Path, a_passes: bool
+) -> None:
+    """The same, killed at each change the engine makes while it releases B and C after
+    A's verdict (their ``unblocked`` event and manifest) or ends them ``dependency``: after
+    the restart none is launched twice or before A's verdict, and none stays blocked."""
+    steps = _kill_at_each_step(setup, tmp_path, IN_RELEASE, 10**6 if a_passes else 1)
+    print(f"killed at each of {steps} steps of the release (A passes: {a_passes})")
+    assert steps >= 2
