@@ -33,6 +33,7 @@ any other (staging removed, the file back in the spool).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tomllib
@@ -48,6 +49,8 @@ from supervisor.diskio import atomic_write
 from supervisor.plannames import known_tasks, resolve_after
 from supervisor.policy.plans import find_cycle
 from supervisor.taskdir.folder import TaskDir
+
+log = logging.getLogger("supervise.engine")
 
 #: ``state_dir/plans``: one folder per claimed plan file (its staging, then its record).
 PLANS = "plans"
@@ -70,6 +73,35 @@ class Member:
     after: list[str]
     #: An attempt's place in its group (issue 26): ``{"group", "index", "of"}``.
     attempt: dict[str, Any] | None = None
+
+
+#: Draws of a random id before a claim gives up (each a 1 in 16.7 million collision).
+MAX_ID_DRAWS = 64
+
+
+def free_id(name: str, profile: LoadedProfile, drawn: set[str]) -> str:
+    """A fresh task id for ``name`` (:func:`supervisor.spool.new_task_id`) that no task
+    folder, spool claim (``.claim.<id>.*``), submitted spool file (``<id>.toml``: the id
+    ``supervise submit`` printed) nor id ``drawn`` for this claim holds. Ids are 6 random
+    hex digits: among 10,000 tasks of one name a few draws collide, and a plan's task
+    published onto another's folder would be lost and the other queued again.
+
+    Raises:
+        ConfigError: no free id in :data:`MAX_ID_DRAWS` draws (one line; the file stays
+            in the spool's ``rejected/`` with it).
+    """
+    for _ in range(MAX_ID_DRAWS):
+        task_id = spool.new_task_id(name)
+        if task_id in drawn or os.path.lexists(profile.tasks_dir / task_id):
+            continue
+        if os.path.lexists(profile.spool_dir / f"{task_id}.toml"):
+            continue
+        if any(profile.spool_dir.glob(spool.claim_name(task_id, "*"))):
+            continue
+        return task_id
+    raise ConfigError(
+        [f"{profile.tasks_dir}: no free task id for {name!r} in {MAX_ID_DRAWS} draws; try again"]
+    )
 
 
 def is_plan(path: Path) -> bool:
@@ -136,7 +168,7 @@ def members(
                 f"{where}: key 'name': {resolved.spec.name!r} names two tasks of this plan; "
                 "give each task of a plan its own name"
             )
-        local[resolved.spec.name] = spool.new_task_id(resolved.spec.name)
+        local[resolved.spec.name] = free_id(resolved.spec.name, profile, set(local.values()))
     if problems:
         raise ConfigError(problems)
     known = known_tasks(profile.tasks_dir)
@@ -263,8 +295,15 @@ def publish(staging: Path, profile: LoadedProfile) -> list[TaskDir]:
     tasks = []
     for task_id in ids:
         home = profile.tasks_dir / task_id
-        if (staging / task_id).is_dir() and not home.exists():
-            os.rename(staging / task_id, home)
+        if (staging / task_id).is_dir():
+            try:
+                os.rename(staging / task_id, home)  # never over a folder (ENOTEMPTY)
+            except OSError as exc:
+                if not os.path.lexists(home):
+                    raise
+                log.error("plan %s: %s is another task's id; left staged: %s", staging.name,
+                          task_id, exc)  # fmt: skip
+                continue  # another task's folder: never handed back as this plan's
         tasks.append(TaskDir(home))
     return tasks
 

@@ -16,7 +16,7 @@ import tomli_w
 from conftest import Setup
 from support.small_fs import small_fs  # noqa: F401  (a fixture)
 
-from supervisor import plans
+from supervisor import plans, spool
 from supervisor.config import load_profile
 from supervisor.taskdir.folder import TaskDir
 
@@ -25,7 +25,7 @@ from supervisor.taskdir.folder import TaskDir
 #: the spool's copy is gone.
 KILLED_CLAIM = """import os, signal, sys
 from pathlib import Path
-from supervisor import plans
+from supervisor import plans, spool
 from supervisor.config import load_profile
 real = os.unlink
 def unlink(path, *args, **kwargs):
@@ -70,6 +70,57 @@ def test_a_claim_killed_in_its_commit_across_filesystems_leaves_no_claim_behind(
     assert names == ["A", "B"]
     assert plans.recover(loaded) == []  # done once
     assert sorted(os.listdir(staged[0])) == sorted([plans.RECORD, plans.MEMBERS, plans.SOURCE])
+
+
+def test_a_plan_task_whose_random_id_is_taken_gets_another(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plan member's id is drawn at random (6 hex digits: among 10,000 tasks named A,
+    a few draws collide). One drawn equal to an existing task's id: the plan's task gets
+    another id, and the claim never hands back the existing task as one of the plan's
+    (before the fix the member was left staged for ever and the old, completed task was
+    queued again as the plan's A). The draw is forced; everything else is real."""
+    loaded = load_profile(setup.write_profile())
+    old = spool.claim(setup.drop("a.toml", setup.task("A", "exit: 0")), loaded)
+    assert old is not None and old.task_dir is not None
+    taken = old.task_dir.task_id
+    draw = spool.new_task_id
+    forced = iter([taken])
+
+    def collide(name: str) -> str:
+        return next(forced, None) or draw(name) if name == "A" else draw(name)
+
+    monkeypatch.setattr(spool, "new_task_id", collide)
+    tasks = [setup.task("A", "exit: 0"), setup.task("B", "exit: 0", after=["A"])]
+    path = setup.drop("plan.toml", tomli_w.dumps({"tasks": tasks}))
+    made = plans.claim(path, loaded)
+    assert made is not None and [c.error for c in made] == [None, None]
+    ids = [c.task_dir.task_id for c in made if c.task_dir is not None]
+    assert taken not in ids and len(set(ids)) == 2
+    assert sorted(p.name for p in loaded.tasks_dir.iterdir()) == sorted([taken, *ids])
+    plan_a, plan_b = (TaskDir(loaded.tasks_dir / i).read_manifest() for i in ids)
+    assert plan_b.after == [ids[0]] and plan_a.task_name == "A"
+    staged = next((loaded.state_dir / plans.PLANS).iterdir())
+    assert [p for p in staged.iterdir() if p.is_dir()] == []
+
+
+def test_publish_never_hands_back_another_task_s_folder(setup: Setup) -> None:
+    """A staged member whose id a task folder holds (what the draw above now avoids) is
+    left staged with one line, and not handed back as the plan's task (the engine would
+    queue that other task again)."""
+    loaded = load_profile(setup.write_profile())
+    loaded.tasks_dir.mkdir(parents=True)
+    tasks = [setup.task("A", "exit: 0"), setup.task("B", "exit: 0")]
+    made = plans.members(loaded, tasks, setup.root / "plan.toml")
+    staging = loaded.state_dir / plans.PLANS / "plan-abcdef"
+    staging.mkdir(parents=True)
+    plans._stage(staging, made, setup.root / "plan.toml", loaded)
+    other = loaded.tasks_dir / made[0].task_id
+    other.mkdir()
+    (other / "manifest.json").write_text("{}")  # another task's
+    published = plans.publish(staging, loaded)
+    assert [t.task_id for t in published] == [made[1].task_id]
+    assert (staging / made[0].task_id).is_dir() and (other / "manifest.json").read_text() == "{}"
 
 
 # ---------------------------------------------------------------- a real engine, killed
