@@ -5,6 +5,7 @@ in a real process, then what the next start does with what it left."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -18,6 +19,7 @@ from support.small_fs import small_fs  # noqa: F401  (a fixture)
 
 from supervisor import plans, spool
 from supervisor.config import load_profile
+from supervisor.engine import intake, statefs
 from supervisor.taskdir.folder import TaskDir
 
 #: Claims the plan file argv[2] with the profile argv[1], SIGKILLed by itself as it unlinks
@@ -102,6 +104,23 @@ def test_a_plan_task_whose_random_id_is_taken_gets_another(
     assert plan_b.after == [ids[0]] and plan_a.task_name == "A"
     staged = next((loaded.state_dir / plans.PLANS).iterdir())
     assert [p for p in staged.iterdir() if p.is_dir()] == []
+
+
+def test_the_profile_s_inline_tasks_never_take_an_existing_task_s_id(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The profile's ``[[tasks]]`` (made once per state dir) with an id drawn equal to a
+    task folder's: another id, not ``FileExistsError`` out of the engine's start."""
+    loaded = load_profile(setup.write_profile(extra={"tasks": [setup.task("A", "exit: 0")]}))
+    loaded.tasks_dir.mkdir(parents=True)
+    (loaded.tasks_dir / "a-000000").mkdir()
+    draw = spool.new_task_id
+    forced = iter(["a-000000"])
+    monkeypatch.setattr(spool, "new_task_id", lambda name: next(forced, None) or draw(name))
+    disk = statefs.StateDisk(loaded.state_dir, logging.getLogger())
+    made = intake.SpoolIntake(loaded, disk).submit_initial()
+    assert [t.task_id for t, _ in made] != ["a-000000"] and len(made) == 1
+    assert sorted(p.name for p in loaded.tasks_dir.iterdir())[0] == "a-000000"
 
 
 def test_publish_never_hands_back_another_task_s_folder(setup: Setup) -> None:

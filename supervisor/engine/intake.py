@@ -213,7 +213,9 @@ class SpoolIntake:
         if not self.profile.spec.tasks or marker.exists():
             return []
         base, shown = self.profile.path.parent, self.profile.path
-        ids = [spool.new_task_id(spec.name) for spec in self.profile.spec.tasks]
+        ids: list[str] = []
+        for spec in self.profile.spec.tasks:  # free ids, as a plan's (plans.free_id)
+            ids.append(plans.free_id(spec.name, self.profile, set(ids)))
         local = {spec.name: i for spec, i in zip(self.profile.spec.tasks, ids, strict=True)}
         known = plannames.known_tasks(self.profile.tasks_dir)
         checked = []
