@@ -330,10 +330,8 @@ def recover(profile: LoadedProfile) -> list[str]:
                 )
             continue
         prefix = spool.claim_name(staging.name, "")
-        for leftover in claims:
-            target = profile.spool_dir / leftover.name[len(prefix) :]
-            if not os.path.lexists(target):
-                os.rename(leftover, target)
+        for leftover in claims:  # beside a new file of its name, if one came meanwhile
+            target = spool.put_back(leftover, profile.spool_dir / leftover.name[len(prefix) :])
             lines.append(f"plan {staging.name}: its claim was cut short; {target} put back")
         shutil.rmtree(staging, ignore_errors=True)
     return lines

@@ -327,12 +327,22 @@ def _undo_claim(claimed: Path, folder: Path, original: Path) -> Path:
             leftover.unlink()
     with contextlib.suppress(OSError):
         folder.rmdir()
+    return put_back(claimed, original) if os.path.lexists(claimed) else original
+
+
+def put_back(claimed: Path, original: Path) -> Path:
+    """Rename the claimed file ``claimed`` back to ``original``, or to a stamped name beside
+    it (``NAME.<YYYYmmddTHHMMSS>-<4 hex>.toml``) when a new file took that name meanwhile:
+    never over a file, never left hidden. Returns where it is now.
+
+    Raises:
+        OSError: from the rename.
+    """
     target = original
-    if os.path.lexists(claimed):
-        if os.path.lexists(target):  # a new file took the name meanwhile
-            stamp = f".{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(2)}.toml"
-            target = original.with_name(original.name.removesuffix(".toml")[:200] + stamp)
-        os.rename(claimed, target)
+    if os.path.lexists(target):  # a new file took the name meanwhile
+        stamp = f".{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(2)}.toml"
+        target = original.with_name(original.name.removesuffix(".toml")[:200] + stamp)
+    os.rename(claimed, target)
     return target
 
 

@@ -177,6 +177,44 @@ for _name in ("mkdir", "rename", "replace", "unlink", "fsync", "fdatasync"):
 IN_CLAIM, IN_RELEASE = "supervisor/plans.py:claim", "supervisor/engine/plans.py:_look_at"
 
 
+def test_a_claim_undone_while_a_new_file_has_its_name_keeps_both(
+    setup: Setup, tmp_path: Path
+) -> None:
+    """A claim killed before its commit (a real process, SIGKILLed by :data:`KILL_SHIM`
+    once the file is renamed to its claim name) while the writer drops a new plan under
+    the same name: the next start puts the claimed file back under a stamped name beside
+    the new one; both plans are then claimed. (Before the fix the claimed file stayed a
+    hidden ``.claim.`` file for ever, never claimed, while the log said "put back".)"""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(KILL_SHIM)
+    loaded = load_profile(setup.write_profile())
+    loaded.tasks_dir.mkdir(parents=True)
+    (loaded.state_dir / plans.PLANS).mkdir()  # step 1: the staging folder, 2: the rename
+    first = setup.drop("plan.toml", _plan(setup, True))
+    env = {**os.environ, "PYTHONPATH": str(shim), "PLAN_KILL_AT": "3", "PLAN_KILL_IN": IN_CLAIM}
+    script = "import sys; from pathlib import Path; from supervisor import plans; "
+    script += "from supervisor.config import load_profile; "
+    script += "plans.claim(Path(sys.argv[2]), load_profile(Path(sys.argv[1])))"
+    killed = subprocess.run(
+        [sys.executable, "-c", script, str(setup.profile), str(first)],
+        env=env, capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert killed.returncode == -9, killed.stderr
+    (left,) = (p.name for p in setup.spool.iterdir())
+    assert left.startswith(".claim."), left
+    setup.drop("plan.toml", _plan(setup, False))  # the writer's next plan, same name
+
+    lines = plans.recover(loaded)
+    assert len(lines) == 1 and "put back" in lines[0]
+    back = sorted(p.name for p in setup.spool.iterdir())
+    assert len(back) == 2 and "plan.toml" in back and not any(n.startswith(".") for n in back)
+    for name in back:
+        made = plans.claim(setup.spool / name, loaded)
+        assert made is not None and [c.error for c in made] == [None, None, None]
+    assert len(list(loaded.tasks_dir.iterdir())) == 6
+
+
 def _plan(setup: Setup, a_passes: bool) -> str:
     accept = {"command": ["true" if a_passes else "false"]}
     tasks = [
