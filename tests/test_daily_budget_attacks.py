@@ -106,3 +106,68 @@ def test_a_full_disk_while_held_is_one_line_and_the_marks_come_once_there_is_roo
     assert len(sent.read_text().splitlines()) == 1  # a restarted engine does not tell again
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert lines == problems  # each problem was one line, once
+
+
+def test_a_real_engine_stepped_back_over_midnight_notifies_each_day_once(
+    setup: Setup, tmp_path: Path
+) -> None:
+    """A real ``supervise run`` under libfaketime (``TZ=UTC``), started one minute after a
+    midnight, the cap spent on both sides of it: it notifies the new day; its wall clock
+    stepped back over the midnight holds (and tells) the day before, whose cap was reached
+    and never told; stepped forward again, it holds the new day without telling it a second
+    time (before the fix: a third call, and one more at every step over midnight)."""
+    import os
+    import time
+
+    from conftest import stop_engine, wait_for
+    from support.faketime_support import SLEEP_SHIM, require_libfaketime
+
+    library = require_libfaketime(threaded=True)
+    now = time.time()
+    midnight = (now // 86400 + 1) * 86400  # UTC
+    offset = tmp_path / "faketime"
+    offset.write_text(f"+{int(midnight - now) + 60}\n")
+    shim = tmp_path / "faketime-site"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(SLEEP_SHIM)
+    env = {**os.environ, "TZ": "UTC", "PYTHONPATH": str(shim), "LD_PRELOAD": str(library)}
+    env |= {"FAKETIME_TIMESTAMP_FILE": str(offset), "FAKETIME_NO_CACHE": "1"}
+    env["DONT_FAKE_MONOTONIC"] = "1"
+    script, sent = setup.root / "notifier.py", setup.root / "notified.jsonl"
+    script.write_text(NOTIFIER)
+    setup.write_profile(
+        extra={"budget": {"daily_usd": 1.0}}, notifier=[sys.executable, str(script), str(sent)]
+    )
+    tasks = setup.state / "tasks"
+    _task(tasks, "spent-before", "completed", 3.0, midnight - 3600)
+    _task(tasks, "spent-after", "completed", 4.0, midnight + 30)
+    before, after = (time.strftime("%Y-%m-%d", time.gmtime(t)) for t in (midnight - 1, midnight))
+
+    def days() -> list[str]:
+        lines = sent.read_text().splitlines() if sent.exists() else []
+        return [json.loads(line)["day"] for line in lines]
+
+    def marked(name: str, day: str) -> bool:
+        for path in tasks.glob("*/manifest.json"):
+            m = json.loads(path.read_text())
+            if m.get("task_name") == name and (m.get("budget_hold") or {}).get("day") == day:
+                return True
+        return False
+
+    setup.drop("held.toml", setup.task("held", "exit: 0"))
+    engine = setup.start(env=env)
+    try:
+        assert wait_for(lambda: days() == [after], 60)
+        offset.write_text(f"+{int(midnight - now) - 180}\n")  # back over midnight
+        assert wait_for(lambda: days() == [after, before], 60), days()
+        assert wait_for(lambda: marked("held", before), 30)
+        offset.write_text(f"+{int(midnight - now) + 60}\n")  # forward again
+        assert wait_for(lambda: marked("held", after), 30)
+        setup.drop("later.toml", setup.task("later", "exit: 0"))  # a look after that one
+        assert wait_for(lambda: marked("later", after), 30)
+        record = json.loads((setup.state / layout.DAILY_BUDGET).read_text())
+        assert record["day"] == before and record["state"] == "notified", record
+        assert sorted(record["days"]) == sorted([before, after])
+    finally:
+        stop_engine(engine)
+    assert days() == [after, before]  # each day once
