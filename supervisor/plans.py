@@ -301,8 +301,8 @@ def publish(staging: Path, profile: LoadedProfile) -> list[TaskDir]:
             except OSError as exc:
                 if not os.path.lexists(home):
                     raise
-                log.error("plan %s: %s is another task's id; left staged: %s", staging.name,
-                          task_id, exc)  # fmt: skip
+                why = f"plan {staging.name}: {task_id} is another task's id; left staged"
+                log.error("%s: %s", why, exc)
                 continue  # another task's folder: never handed back as this plan's
         tasks.append(TaskDir(home))
     return tasks
