@@ -288,7 +288,7 @@ def test_an_engine_killed_at_each_step_of_a_plan_claim_runs_the_plan_once(
     setup: Setup, tmp_path: Path
 ) -> None:
     """A real ``supervise run`` SIGKILLed just before each change on disk of its claim of
-    a plan A -> B, A -> C (26 steps), then a clean engine runs to idle: each task exists
+    a plan A -> B, A -> C (44 steps), then a clean engine runs to idle: each task exists
     once, is launched at most once, B and C launch only after A's verdict (A fails on every
     third step: they end ``dependency`` unlaunched), nothing stays blocked, staged or
     claimed."""
