@@ -79,26 +79,34 @@ class Member:
 MAX_ID_DRAWS = 64
 
 
-def free_id(name: str, profile: LoadedProfile, drawn: set[str]) -> str:
+def reserved_ids(profile: LoadedProfile) -> set[str]:
+    """The task ids the spool holds (one scan): those of claims in progress
+    (``.claim.<id>.*``) and of submitted files (``<id>.toml``: the id ``supervise submit``
+    printed). :func:`free_id` draws none of them."""
+    try:
+        names = [entry.name for entry in os.scandir(profile.spool_dir)]
+    except OSError:
+        return set()
+    held = {n.removesuffix(".toml") for n in names if n.endswith(".toml")}
+    return held | {m.group(1) for n in names if (m := spool.claimed_id(n)) is not None}
+
+
+def free_id(name: str, profile: LoadedProfile, taken: set[str]) -> str:
     """A fresh task id for ``name`` (:func:`supervisor.spool.new_task_id`) that no task
-    folder, spool claim (``.claim.<id>.*``), submitted spool file (``<id>.toml``: the id
-    ``supervise submit`` printed) nor id ``drawn`` for this claim holds. Ids are 6 random
-    hex digits: among 10,000 tasks of one name a few draws collide, and a plan's task
-    published onto another's folder would be lost and the other queued again.
+    folder nor id in ``taken`` holds, added to ``taken`` (start it with
+    :func:`reserved_ids`, and pass the same set for every member of a claim). Ids are 6
+    random hex digits: among 10,000 tasks of one name a few draws collide, and a plan's
+    task published onto another's folder would be lost and the other queued again.
 
     Raises:
-        ConfigError: no free id in :data:`MAX_ID_DRAWS` draws (one line; the file stays
-            in the spool's ``rejected/`` with it).
+        ConfigError: no free id in :data:`MAX_ID_DRAWS` draws (one line; the file goes to
+            the spool's ``rejected/`` with it).
     """
     for _ in range(MAX_ID_DRAWS):
         task_id = spool.new_task_id(name)
-        if task_id in drawn or os.path.lexists(profile.tasks_dir / task_id):
-            continue
-        if os.path.lexists(profile.spool_dir / f"{task_id}.toml"):
-            continue
-        if any(profile.spool_dir.glob(spool.claim_name(task_id, "*"))):
-            continue
-        return task_id
+        if task_id not in taken and not os.path.lexists(profile.tasks_dir / task_id):
+            taken.add(task_id)
+            return task_id
     raise ConfigError(
         [f"{profile.tasks_dir}: no free task id for {name!r} in {MAX_ID_DRAWS} draws; try again"]
     )
@@ -162,13 +170,14 @@ def members(
             continue
         checked.append((str(where), resolved))
     local: dict[str, str] = {}
+    taken = reserved_ids(profile)
     for where, resolved in checked:
         if resolved.spec.name in local:
             problems.append(
                 f"{where}: key 'name': {resolved.spec.name!r} names two tasks of this plan; "
                 "give each task of a plan its own name"
             )
-        local[resolved.spec.name] = free_id(resolved.spec.name, profile, set(local.values()))
+        local[resolved.spec.name] = free_id(resolved.spec.name, profile, taken)
     if problems:
         raise ConfigError(problems)
     known = known_tasks(profile.tasks_dir)

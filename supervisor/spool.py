@@ -257,6 +257,12 @@ def move_file(source: Path, target: Path) -> None:
     fsync_dir(source.parent)
 
 
+def claimed_id(name: str) -> re.Match[str] | None:
+    """A spool entry's name as a claim's (``.claim.<id>.<original>``: group 1 the id,
+    group 2 the original name), else ``None``."""
+    return _CLAIM_RE.fullmatch(name)
+
+
 def claim_name(task_id: str, original: str) -> str:
     """``.claim.<id>.<original>``, the original cut to fit NAME_MAX (255 bytes)."""
     head = f"{CLAIM_PREFIX}{task_id}."

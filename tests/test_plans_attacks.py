@@ -87,10 +87,11 @@ def test_a_plan_task_whose_random_id_is_taken_gets_another(
     assert old is not None and old.task_dir is not None
     taken = old.task_dir.task_id
     draw = spool.new_task_id
-    forced = iter([taken])
+    forced = {"A": iter([taken]), "B": iter(["b-123456"])}  # a task's, a submitted file's
+    setup.drop("b-123456.toml", setup.task("other", "exit: 0"))  # its id printed by submit
 
     def collide(name: str) -> str:
-        return next(forced, None) or draw(name) if name == "A" else draw(name)
+        return next(forced.get(name, iter([])), None) or draw(name)
 
     monkeypatch.setattr(spool, "new_task_id", collide)
     tasks = [setup.task("A", "exit: 0"), setup.task("B", "exit: 0", after=["A"])]
@@ -98,7 +99,7 @@ def test_a_plan_task_whose_random_id_is_taken_gets_another(
     made = plans.claim(path, loaded)
     assert made is not None and [c.error for c in made] == [None, None]
     ids = [c.task_dir.task_id for c in made if c.task_dir is not None]
-    assert taken not in ids and len(set(ids)) == 2
+    assert taken not in ids and "b-123456" not in ids and len(set(ids)) == 2
     assert sorted(p.name for p in loaded.tasks_dir.iterdir()) == sorted([taken, *ids])
     plan_a, plan_b = (TaskDir(loaded.tasks_dir / i).read_manifest() for i in ids)
     assert plan_b.after == [ids[0]] and plan_a.task_name == "A"
