@@ -37,7 +37,7 @@ from supervisor.config.workspace import TASK_ID_FIELD
 from supervisor.diskio import atomic_write, utc_iso
 from supervisor.errors import SuperviseError
 from supervisor.plannames import known_tasks, resolve_after
-from supervisor.plans import PLANS, Member
+from supervisor.plans import PLANS, Member, free_id, reserved_ids
 from supervisor.taskdir import layout
 from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import TaskDir
@@ -150,22 +150,16 @@ def members(
     after = resolve_after(resolved, {}, known_tasks(profile.tasks_dir), str(shown))
     names = list(spec.models or [spec.model or profile.spec.agent.default_model] * count)
     ids = list(resolved.attempt_models or [resolved.model] * count)
-    made = []
+    made, taken = [], reserved_ids(profile)
     for index in range(1, count + 1):
         one = spec.model_copy(deep=True)
         one.model, one.models = names[index - 1], None
         copy = dataclasses.replace(resolved, spec=one, model=ids[index - 1], attempt_models=())
         ref = {"group": group_id, "index": index, "of": count}
-        made.append(Member(_new_id(spec.name), copy, after, attempt=ref))
+        made.append(Member(free_id(spec.name, profile, taken), copy, after, attempt=ref))
     pick = spec.pick or FIRST_PASS
     record = new_record(group_id, spec.name, pick, [m.task_id for m in made], ids)
     return made, record
-
-
-def _new_id(name: str) -> str:
-    from supervisor.spool import new_task_id
-
-    return new_task_id(name)
 
 
 def group_of(profile: LoadedProfile, ident: str) -> tuple[str, dict[str, Any]]:

@@ -26,12 +26,14 @@ its N attempts made by :func:`supervisor.attempts.members` and its group record
 group's (the file's own id when ``supervise submit`` named it).
 
 :func:`recover` (at start, before adoption) rolls a committed plan forward (step 4 for the
-folders still staged) and undoes any other (staging removed, the file back in the spool).
+folders still staged, and the spool's copy of a commit across filesystems removed) and undoes
+any other (staging removed, the file back in the spool).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tomllib
@@ -47,6 +49,8 @@ from supervisor.diskio import atomic_write
 from supervisor.plannames import known_tasks, resolve_after
 from supervisor.policy.plans import find_cycle
 from supervisor.taskdir.folder import TaskDir
+
+log = logging.getLogger("supervise.engine")
 
 #: ``state_dir/plans``: one folder per claimed plan file (its staging, then its record).
 PLANS = "plans"
@@ -69,6 +73,43 @@ class Member:
     after: list[str]
     #: An attempt's place in its group (issue 26): ``{"group", "index", "of"}``.
     attempt: dict[str, Any] | None = None
+
+
+#: Draws of a random id before a claim gives up (each a 1 in 16.7 million collision).
+MAX_ID_DRAWS = 64
+
+
+def reserved_ids(profile: LoadedProfile) -> set[str]:
+    """The task ids the spool holds (one scan): those of claims in progress
+    (``.claim.<id>.*``) and of submitted files (``<id>.toml``: the id ``supervise submit``
+    printed). :func:`free_id` draws none of them."""
+    try:
+        names = [entry.name for entry in os.scandir(profile.spool_dir)]
+    except OSError:
+        return set()
+    held = {n.removesuffix(".toml") for n in names if n.endswith(".toml")}
+    return held | {m.group(1) for n in names if (m := spool.claimed_id(n)) is not None}
+
+
+def free_id(name: str, profile: LoadedProfile, taken: set[str]) -> str:
+    """A fresh task id for ``name`` (:func:`supervisor.spool.new_task_id`) that no task
+    folder nor id in ``taken`` holds, added to ``taken`` (start it with
+    :func:`reserved_ids`, and pass the same set for every member of a claim). Ids are 6
+    random hex digits: among 10,000 tasks of one name a few draws collide, and a plan's
+    task published onto another's folder would be lost and the other queued again.
+
+    Raises:
+        ConfigError: no free id in :data:`MAX_ID_DRAWS` draws (one line; the file goes to
+            the spool's ``rejected/`` with it).
+    """
+    for _ in range(MAX_ID_DRAWS):
+        task_id = spool.new_task_id(name)
+        if task_id not in taken and not os.path.lexists(profile.tasks_dir / task_id):
+            taken.add(task_id)
+            return task_id
+    raise ConfigError(
+        [f"{profile.tasks_dir}: no free task id for {name!r} in {MAX_ID_DRAWS} draws; try again"]
+    )
 
 
 def is_plan(path: Path) -> bool:
@@ -129,13 +170,14 @@ def members(
             continue
         checked.append((str(where), resolved))
     local: dict[str, str] = {}
+    taken = reserved_ids(profile)
     for where, resolved in checked:
         if resolved.spec.name in local:
             problems.append(
                 f"{where}: key 'name': {resolved.spec.name!r} names two tasks of this plan; "
                 "give each task of a plan its own name"
             )
-        local[resolved.spec.name] = spool.new_task_id(resolved.spec.name)
+        local[resolved.spec.name] = free_id(resolved.spec.name, profile, taken)
     if problems:
         raise ConfigError(problems)
     known = known_tasks(profile.tasks_dir)
@@ -262,8 +304,15 @@ def publish(staging: Path, profile: LoadedProfile) -> list[TaskDir]:
     tasks = []
     for task_id in ids:
         home = profile.tasks_dir / task_id
-        if (staging / task_id).is_dir() and not home.exists():
-            os.rename(staging / task_id, home)
+        if (staging / task_id).is_dir():
+            try:
+                os.rename(staging / task_id, home)  # never over a folder (ENOTEMPTY)
+            except OSError as exc:
+                if not os.path.lexists(home):
+                    raise
+                why = f"plan {staging.name}: {task_id} is another task's id; left staged"
+                log.error("%s: %s", why, exc)
+                continue  # another task's folder: never handed back as this plan's
         tasks.append(TaskDir(home))
     return tasks
 
@@ -271,27 +320,40 @@ def publish(staging: Path, profile: LoadedProfile) -> list[TaskDir]:
 def recover(profile: LoadedProfile) -> list[str]:
     """At start, before adoption: roll committed plan claims forward, undo the others
     (their staged folders removed, their file back in the spool under its own name).
+    A committed claim's copy still in the spool (a commit across filesystems is a copy
+    then an unlink: :func:`supervisor.spool.move_file`) is removed: ``plan.toml`` is whole.
     Returns one line per claim it finished or undid, for the engine's log."""
     lines: list[str] = []
     root = profile.state_dir / PLANS
     for staging in sorted(root.iterdir()) if root.is_dir() else ():
+        claims = _claims_of(profile, staging.name)
         if (staging / RECORD).exists():
+            for leftover in claims:
+                os.unlink(leftover)
             moved = [t for t in staging.iterdir() if t.is_dir()]
             if moved:
                 publish(staging, profile)
+            if moved or claims:
                 lines.append(
                     f"plan {staging.name}: its claim was cut short; its tasks were moved in"
                 )
             continue
         prefix = spool.claim_name(staging.name, "")
-        for entry in os.scandir(profile.spool_dir):
-            if entry.name.startswith(prefix):
-                target = profile.spool_dir / entry.name[len(prefix) :]
-                if not os.path.lexists(target):
-                    os.rename(entry.path, target)
-                lines.append(f"plan {staging.name}: its claim was cut short; {target} put back")
+        for leftover in claims:  # beside a new file of its name, if one came meanwhile
+            target = spool.put_back(leftover, profile.spool_dir / leftover.name[len(prefix) :])
+            lines.append(f"plan {staging.name}: its claim was cut short; {target} put back")
         shutil.rmtree(staging, ignore_errors=True)
     return lines
+
+
+def _claims_of(profile: LoadedProfile, claim_id: str) -> list[Path]:
+    """The spool's ``.claim.<claim_id>.*`` files (a claim's file, by its name)."""
+    prefix = spool.claim_name(claim_id, "")
+    try:
+        entries = list(os.scandir(profile.spool_dir))
+    except FileNotFoundError:
+        return []
+    return [Path(e.path) for e in entries if e.name.startswith(prefix)]
 
 
 def check(path: Path, profile: LoadedProfile) -> list[Member]:

@@ -257,6 +257,12 @@ def move_file(source: Path, target: Path) -> None:
     fsync_dir(source.parent)
 
 
+def claimed_id(name: str) -> re.Match[str] | None:
+    """A spool entry's name as a claim's (``.claim.<id>.<original>``: group 1 the id,
+    group 2 the original name), else ``None``."""
+    return _CLAIM_RE.fullmatch(name)
+
+
 def claim_name(task_id: str, original: str) -> str:
     """``.claim.<id>.<original>``, the original cut to fit NAME_MAX (255 bytes)."""
     head = f"{CLAIM_PREFIX}{task_id}."
@@ -327,12 +333,22 @@ def _undo_claim(claimed: Path, folder: Path, original: Path) -> Path:
             leftover.unlink()
     with contextlib.suppress(OSError):
         folder.rmdir()
+    return put_back(claimed, original) if os.path.lexists(claimed) else original
+
+
+def put_back(claimed: Path, original: Path) -> Path:
+    """Rename the claimed file ``claimed`` back to ``original``, or to a stamped name beside
+    it (``NAME.<YYYYmmddTHHMMSS>-<4 hex>.toml``) when a new file took that name meanwhile:
+    never over a file, never left hidden. Returns where it is now.
+
+    Raises:
+        OSError: from the rename.
+    """
     target = original
-    if os.path.lexists(claimed):
-        if os.path.lexists(target):  # a new file took the name meanwhile
-            stamp = f".{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(2)}.toml"
-            target = original.with_name(original.name.removesuffix(".toml")[:200] + stamp)
-        os.rename(claimed, target)
+    if os.path.lexists(target):  # a new file took the name meanwhile
+        stamp = f".{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(2)}.toml"
+        target = original.with_name(original.name.removesuffix(".toml")[:200] + stamp)
+    os.rename(claimed, target)
     return target
 
 

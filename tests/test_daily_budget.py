@@ -121,6 +121,31 @@ def test_a_restarted_engine_does_not_notify_again_but_redoes_a_call_a_kill_cut_s
     assert third.holds(queued, now) is not None and len(_sent(sent)) == 2
 
 
+def test_a_clock_stepped_back_over_midnight_does_not_notify_a_day_again(setup: Setup) -> None:
+    """The cap held on both sides of a local midnight (each day notified once); the wall
+    clock steps back an hour over that midnight and forward again (a VM snapshot restored,
+    NTP): the hold follows the clock, and neither day is notified a second time, even by a
+    restarted engine. (Before the fix, each step across midnight called the notifier.)"""
+    midnight = spend.next_day(time.time(), costs.utc_offset(time.time()))
+    before, after = midnight - 1800, midnight + 1800
+    ledger, sent = _ledger(setup, daily=1.0)
+    tasks = setup.state / "tasks"
+    _task(tasks, "spent-before", "completed", 3.0, before - 600)
+    _task(tasks, "spent-after", "completed", 4.0, after - 600)
+    queued = [_task(tasks, "waiting", "queued", None, before)]
+    first = ledger.holds(queued, before)
+    second = ledger.holds(queued, after)
+    assert first is not None and second is not None and first.day != second.day
+    assert [e["day"] for e in _sent(sent)] == [first.day, second.day]
+    stepped = ledger.holds(queued, after - 3600)  # stepped back one hour: the day before
+    assert stepped is not None and stepped.day == first.day and stepped.until == midnight
+    assert ledger.holds(queued, after + 60) is not None  # and forward again
+    restarted, _ = _ledger(setup, daily=1.0)
+    assert restarted.holds(queued, after - 3600) is not None
+    assert restarted.holds(queued, after) is not None
+    assert [e["day"] for e in _sent(sent)] == [first.day, second.day]  # each day once
+
+
 def test_no_cap_reads_nothing_and_holds_nothing(setup: Setup) -> None:
     now = time.time()
     ledger, sent = _ledger(setup, daily=None)

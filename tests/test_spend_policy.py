@@ -59,6 +59,43 @@ def test_the_notifier_is_called_once_per_day_the_cap_is_reached(steps) -> None:
         assert calls.count(day) <= 1 + kills.count(day)  # again only after a cut-short call
 
 
+@settings(max_examples=200)
+@given(
+    st.lists(st.tuples(st.floats(-2 * 3600, 3 * 86400), st.booleans(), st.booleans()), max_size=40)
+)
+def test_a_clock_stepped_back_never_notifies_a_day_twice(steps) -> None:
+    """Time moving on and stepping back (up to two hours: over a midnight), the cap reached
+    or not, kills during the call: a day is called again only after a cut-short call, and
+    never for a day the cap did not hold."""
+    record_day, settled, days, calls, kills = None, True, [], [], []
+    now = 1.7e9
+    for advance, reached, killed in steps:
+        now += advance
+        hold = spend.daily_hold(now, 3600, 10.0 if reached else 1.0, 5.0)
+        if spend.notify_due(hold, record_day, settled, days):
+            assert hold is not None
+            calls.append(hold.day)
+            record_day, settled = hold.day, not killed
+            if killed:
+                kills.append(hold.day)
+            else:
+                days = spend.remember(days, hold.day)
+    held_days = {spend.local_day(t, 3600) for t, reached in _times(steps) if reached}
+    assert set(calls) <= held_days
+    for day in set(calls):
+        assert calls.count(day) <= 1 + kills.count(day)
+
+
+def test_the_record_s_days_are_bounded_and_survive_a_hand_edit() -> None:
+    assert spend.told("2026-01-01") == [] and spend.told([1, None, "2026-01-01"]) == ["2026-01-01"]
+    days: object = None
+    for n in range(1, 20):
+        days = spend.remember(days, f"2026-01-{n:02d}")
+    assert days == [f"2026-01-{n:02d}" for n in range(12, 20)]
+    assert spend.remember(days, "2026-01-15")[-1] == "2026-01-15"
+    assert len(spend.remember(days, "2026-01-15")) == spend.NOTIFIED_DAYS
+
+
 def _times(steps: list[tuple[float, bool, bool]]) -> list[tuple[float, bool]]:
     now, out = 1.7e9, []
     for advance, reached, _ in steps:

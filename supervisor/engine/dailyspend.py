@@ -14,7 +14,9 @@ are whole micro-dollars, so adding and taking back a task's pieces never drifts.
 The notification is written ahead in ``state_dir/daily-budget.json``
 (:data:`supervisor.taskdir.layout.DAILY_BUDGET`): ``notifying`` for the day before the
 notifier runs, ``notified`` after it; an engine killed in between calls it again at its next
-start, and one restarted after it does not (:func:`supervisor.policy.spend.notify_due`).
+start, and one restarted after it does not (:func:`supervisor.policy.spend.notify_due`). Its
+``days`` keeps the last days notified, so a wall clock stepped back over midnight does not
+notify the day before again (nor the day after, once the clock is right again).
 
 Limits: a task archived (``supervise archive``) on the day it spent leaves the total at the
 engine's next start; in a fleet each host counts the task folders of its own state dir.
@@ -72,7 +74,10 @@ class DailySpend:
         self._days: dict[str, int] = {}
         self._built = False
         self._marked: dict[str, str] = {}  # task id -> the day its manifest says it is held
+        self._unwritten: set[str] = set()  # tasks whose mark failed (logged once each)
+        self._holding = False  # a hold was seen since the last "new day" line
         self._record: dict[str, Any] = {}
+        self._unsaved = False  # the record could not be written yet
         self._in_flight = False
 
     # ------------------------------------------------------------------ the running total
@@ -131,12 +136,16 @@ class DailySpend:
             self._build()
         hold = spend.daily_hold(now, costs.utc_offset(now), self.today(now), self.limit)
         if hold is None:
-            if self._marked:
+            if self._marked or self._holding:
                 self._clear(queue)
             return None
+        self._holding = True
+        if self._unsaved and not self._in_flight:
+            self._write_record(self._record)
         self._mark(queue, hold)
         settled = self._record.get("state") == NOTIFIED or self._in_flight
-        if spend.notify_due(hold, self._record.get("day"), settled):
+        days = spend.told(self._record.get("days"))
+        if spend.notify_due(hold, self._record.get("day"), settled, days):
             self._notify(hold)
         return hold
 
@@ -149,26 +158,39 @@ class DailySpend:
             "until": datetime.fromtimestamp(hold.until, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
         for task in queue:
-            if self._marked.get(task.task_id) != hold.day:
-                self._write_mark(task, record)
+            if self._marked.get(task.task_id) != hold.day and self._write_mark(task, record):
                 self._marked[task.task_id] = hold.day
 
     def _clear(self, queue: Iterable[TaskDir]) -> None:
+        """Take the marks off the queued tasks; one that cannot be written (a full disk)
+        stays known and is tried again at the next look."""
+        if self._holding:
+            log.info("daily budget: a new day; queued tasks may launch again")
+            self._holding = False
+        left = {}
         for task in queue:
-            if task.task_id in self._marked:
-                self._write_mark(task, None)
-        self._marked.clear()
-        log.info("daily budget: a new day; queued tasks may launch again")
+            day = self._marked.get(task.task_id)
+            if day is not None and not self._write_mark(task, None):
+                left[task.task_id] = day
+        self._marked = left  # the others are cleared, or left the queue
+        self._unwritten &= set(left)
 
-    @staticmethod
-    def _write_mark(task: TaskDir, record: dict[str, Any] | None) -> None:
+    def _write_mark(self, task: TaskDir, record: dict[str, Any] | None) -> bool:
+        """Write (or clear) a task's ``budget_hold``; False when it could not be written
+        (a full disk: tried again at the next look, the line logged once per task)."""
+
         def change(m: Manifest) -> None:
             m.budget_hold = record
 
         try:
             task.update_manifest(change, durable=False)
         except (OSError, ValueError) as exc:  # shown where the manifest can be read
-            log.warning("%s: cannot record the daily budget hold: %s", task.task_id, exc)
+            if task.task_id not in self._unwritten:
+                log.warning("%s: cannot record the daily budget hold: %s", task.task_id, exc)
+            self._unwritten.add(task.task_id)
+            return False
+        self._unwritten.discard(task.task_id)
+        return True
 
     # ------------------------------------------------------------------ the notification
     def _read_record(self) -> dict[str, Any]:
@@ -180,19 +202,26 @@ class DailySpend:
         return data if isinstance(data, dict) else {}
 
     def _write_record(self, record: dict[str, Any]) -> None:
+        """Keep ``record`` and write it; one that cannot be written (a full disk) is logged
+        once and written again at the next look (:meth:`holds`): a restarted engine must
+        find the day notified."""
         self._record = record
         path = self.profile.state_dir / layout.DAILY_BUDGET
         try:
             atomic_write(path, json.dumps(record).encode() + b"\n")
         except OSError as exc:
-            log.error("cannot write %s: %s", path, exc)
+            if not self._unsaved:
+                log.error("cannot write %s: %s", path, exc)
+            self._unsaved = True
+            return
+        self._unsaved = False
 
     def _notify(self, hold: spend.Hold) -> None:
         """Record the day (write-ahead), then run the notifier on the notify pool."""
         until = datetime.fromtimestamp(hold.until).astimezone().strftime("%Y-%m-%d %H:%M %Z")
         log.warning("%s; queued tasks wait until %s", hold.reason, until)
         record = {"day": hold.day, "state": NOTIFYING, "spent_usd": round(hold.spent_usd, 6)}
-        record |= {"daily_usd": hold.daily_usd, "until": until}
+        record |= {"daily_usd": hold.daily_usd, "until": until, "days": self._record.get("days")}
         self._write_record(record)
         self._in_flight = True
         policy, _ = effective_policy(self.profile.spec.monitor, None)
@@ -212,7 +241,9 @@ class DailySpend:
             try:
                 code = notify.run_notifier(policy.notifier, payload, policy.notifier_timeout)
             finally:
-                self._write_record({**record, "state": NOTIFIED, "notifier_exit_code": code})
+                days = spend.remember(self._record.get("days"), hold.day)
+                told = {"state": NOTIFIED, "notifier_exit_code": code, "days": days}
+                self._write_record({**record, **told})
                 self._in_flight = False
 
         self.submit("notify", body)

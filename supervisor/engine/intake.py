@@ -213,7 +213,8 @@ class SpoolIntake:
         if not self.profile.spec.tasks or marker.exists():
             return []
         base, shown = self.profile.path.parent, self.profile.path
-        ids = [spool.new_task_id(spec.name) for spec in self.profile.spec.tasks]
+        taken = plans.reserved_ids(self.profile)  # free ids, as a plan's (plans.free_id)
+        ids = [plans.free_id(spec.name, self.profile, taken) for spec in self.profile.spec.tasks]
         local = {spec.name: i for spec, i in zip(self.profile.spec.tasks, ids, strict=True)}
         known = plannames.known_tasks(self.profile.tasks_dir)
         checked = []

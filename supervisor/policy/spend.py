@@ -13,6 +13,7 @@ zone's offset from UTC at ``now`` (seconds east) and the day's total are paramet
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -68,9 +69,34 @@ def daily_hold(
     return Hold(local_day(now, offset), spent_today, daily_usd, next_day(now, offset), reason)
 
 
-def notify_due(hold: Hold | None, record_day: str | None, settled: bool) -> bool:
+#: Days the engine's record remembers as notified (:func:`notify_due`): enough that a wall
+#: clock stepped back over a midnight, or forward by days and back, never notifies a day twice.
+NOTIFIED_DAYS = 8
+
+
+def notify_due(
+    hold: Hold | None, record_day: str | None, settled: bool, notified: Collection[str] = ()
+) -> bool:
     """Whether the notifier is to be called now: the cap holds today, and the engine's
-    durable record names another day (``record_day``; ``None``: none), or names this day
-    but is not ``settled`` (its call neither ended nor runs now: a killed engine's call,
-    cut short, is made again; one that ended is never made twice)."""
-    return hold is not None and (hold.day != record_day or not settled)
+    durable record names this day but is not ``settled`` (its call neither ended nor runs
+    now: a killed engine's call, cut short, is made again; one that ended is never made
+    twice), or names another day (``record_day``; ``None``: none) and this day is not one
+    of the days already ``notified`` (the record's last :data:`NOTIFIED_DAYS`: a wall clock
+    stepped back over midnight comes back to a day told already; issue 26's "notified
+    once")."""
+    if hold is None:
+        return False
+    if hold.day == record_day:
+        return not settled
+    return hold.day not in notified
+
+
+def told(notified: object) -> list[str]:
+    """The record's ``days`` as read (anything: a hand edit): its strings, else none."""
+    return [d for d in notified if isinstance(d, str)] if isinstance(notified, list) else []
+
+
+def remember(notified: object, day: str) -> list[str]:
+    """The record's ``days`` after ``day`` was notified: the last :data:`NOTIFIED_DAYS`
+    days, oldest first (``notified``: the record's value as read, see :func:`told`)."""
+    return [*(d for d in told(notified) if d != day), day][-NOTIFIED_DAYS:]

@@ -1,0 +1,173 @@
+"""Attacks on the profile's daily cap (issue 26, ``[budget] daily_usd``;
+/work/shared/notes/attack-classes.md): a full disk (a real 4 MiB tmpfs) while the engine
+marks the held tasks and writes its daily-budget record, in process over real folders and
+a real notifier process (as tests/test_daily_budget.py)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Setup
+from support.small_fs import small_fs  # noqa: F401  (a fixture)
+
+from supervisor.config import load_profile
+from supervisor.engine.dailyspend import DailySpend
+from supervisor.taskdir import layout
+from supervisor.taskdir.folder import TaskDir, utc_iso
+
+NOTIFIER = """import json, sys
+with open(sys.argv[1], "a") as out:
+    out.write(json.dumps(json.load(sys.stdin)) + "\\n")
+"""
+
+
+def _task(tasks: Path, task_id: str, status: str, cost: float | None, at: float) -> TaskDir:
+    folder = tasks / task_id
+    folder.mkdir(parents=True)
+    manifest: dict[str, Any] = dict.fromkeys(("task_id", "task_name", "session_name"), task_id)
+    manifest.update(status=status, model="m", project_dir="/tmp", session_id="s")
+    manifest.update(tmpdir=str(folder), created_at=utc_iso(at), last_checked_at=utc_iso(at))
+    if cost is not None:
+        manifest["claude"] = {"total_cost_usd": cost}
+        manifest["finished_at"] = utc_iso(at)
+    (folder / layout.MANIFEST).write_text(json.dumps(manifest))
+    return TaskDir(folder)
+
+
+def _fill(mount: Path) -> Path:
+    """Fill the tmpfs to the last byte; returns the filler (remove it to make room)."""
+    filler = mount / "filler"
+    for size in (65536, 1):  # then what a smaller write could still use
+        with open(filler, "ab", buffering=0) as out:
+            try:
+                while True:
+                    out.write(b"\0" * size)
+            except OSError:
+                pass
+    return filler
+
+
+def test_a_full_disk_while_held_is_one_line_and_the_marks_come_once_there_is_room(
+    setup: Setup,
+    small_fs: Path,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The state dir on a full tmpfs when the cap is reached: no crash, one line per thing
+    not written, the hold holds; once there is room the queued tasks get their
+    ``budget_hold`` (before the fix a mark that failed was taken as made and never
+    written that day: ``status`` did not say why the task waits) and the notifier is not
+    called again."""
+    import time
+
+    now = time.time()
+    script, sent = setup.root / "notifier.py", setup.root / "notified.jsonl"
+    script.write_text(NOTIFIER)
+    state = small_fs / "state"
+    profile_path = setup.write_profile(
+        extra={
+            "paths": {"spool_dir": str(setup.spool), "state_dir": str(state)},
+            "budget": {"daily_usd": 1.0},
+        },
+        notifier=[sys.executable, str(script), str(sent)],
+    )
+    profile = load_profile(profile_path)
+    profile.tasks_dir.mkdir(parents=True)
+    _task(profile.tasks_dir, "spender", "completed", 3.0, now)
+    queued = [_task(profile.tasks_dir, f"queued-{n}", "queued", None, now) for n in range(2)]
+    ledger = DailySpend(profile, lambda kind, body: body())
+    filler = _fill(small_fs)
+    caplog.set_level(logging.WARNING, logger="supervise.engine")
+    hold = ledger.holds(queued, now)
+    assert hold is not None  # held, full disk or not
+    assert ledger.holds(queued, now + 1) is not None
+    assert all(t.read_manifest().budget_hold is None for t in queued)  # no room to mark
+    problems = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any("cannot record the daily budget hold" in line for line in problems), problems
+    assert any("cannot write" in line and layout.DAILY_BUDGET in line for line in problems)
+    assert all("\n" not in line for line in problems)  # one line each, no traceback
+    told = [json.loads(line) for line in sent.read_text().splitlines()]
+    assert [e["event"] for e in told] == ["daily_budget"]  # told once, disk or not
+
+    filler.unlink()  # room again
+    assert ledger.holds(queued, now + 2) is not None
+    for task in queued:
+        mark = task.read_manifest().budget_hold
+        assert mark is not None and mark["reason"] == hold.reason
+    assert len(sent.read_text().splitlines()) == 1
+    record = json.loads((state / layout.DAILY_BUDGET).read_text())  # written once there is room
+    assert (record["day"], record["state"]) == (hold.day, "notified")
+    restarted = DailySpend(profile, lambda kind, body: body())
+    assert restarted.holds(queued, now + 3) is not None
+    assert len(sent.read_text().splitlines()) == 1  # a restarted engine does not tell again
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert lines == problems  # each problem was one line, once
+
+
+def test_a_real_engine_stepped_back_over_midnight_notifies_each_day_once(
+    setup: Setup, tmp_path: Path
+) -> None:
+    """A real ``supervise run`` under libfaketime (``TZ=UTC``), started one minute after a
+    midnight, the cap spent on both sides of it: it notifies the new day; its wall clock
+    stepped back over the midnight holds (and tells) the day before, whose cap was reached
+    and never told; stepped forward again, it holds the new day without telling it a second
+    time (before the fix: a third call, and one more at every step over midnight)."""
+    import os
+    import time
+
+    from conftest import stop_engine, wait_for
+    from support.faketime_support import SLEEP_SHIM, require_libfaketime
+
+    library = require_libfaketime(threaded=True)
+    now = time.time()
+    midnight = (now // 86400 + 1) * 86400  # UTC
+    offset = tmp_path / "faketime"
+    offset.write_text(f"+{int(midnight - now) + 60}\n")
+    shim = tmp_path / "faketime-site"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(SLEEP_SHIM)
+    env = {**os.environ, "TZ": "UTC", "PYTHONPATH": str(shim), "LD_PRELOAD": str(library)}
+    env |= {"FAKETIME_TIMESTAMP_FILE": str(offset), "FAKETIME_NO_CACHE": "1"}
+    env["DONT_FAKE_MONOTONIC"] = "1"
+    script, sent = setup.root / "notifier.py", setup.root / "notified.jsonl"
+    script.write_text(NOTIFIER)
+    setup.write_profile(
+        extra={"budget": {"daily_usd": 1.0}}, notifier=[sys.executable, str(script), str(sent)]
+    )
+    tasks = setup.state / "tasks"
+    _task(tasks, "spent-before", "completed", 3.0, midnight - 3600)
+    _task(tasks, "spent-after", "completed", 4.0, midnight + 30)
+    before, after = (time.strftime("%Y-%m-%d", time.gmtime(t)) for t in (midnight - 1, midnight))
+
+    def days() -> list[str]:
+        lines = sent.read_text().splitlines() if sent.exists() else []
+        return [json.loads(line)["day"] for line in lines]
+
+    def marked(name: str, day: str) -> bool:
+        for path in tasks.glob("*/manifest.json"):
+            m = json.loads(path.read_text())
+            if m.get("task_name") == name and (m.get("budget_hold") or {}).get("day") == day:
+                return True
+        return False
+
+    setup.drop("held.toml", setup.task("held", "exit: 0"))
+    engine = setup.start(env=env)
+    try:
+        assert wait_for(lambda: days() == [after], 60)
+        offset.write_text(f"+{int(midnight - now) - 180}\n")  # back over midnight
+        assert wait_for(lambda: days() == [after, before], 60), days()
+        assert wait_for(lambda: marked("held", before), 30)
+        offset.write_text(f"+{int(midnight - now) + 60}\n")  # forward again
+        assert wait_for(lambda: marked("held", after), 30)
+        setup.drop("later.toml", setup.task("later", "exit: 0"))  # a look after that one
+        assert wait_for(lambda: marked("later", after), 30)
+        record = json.loads((setup.state / layout.DAILY_BUDGET).read_text())
+        assert record["day"] == before and record["state"] == "notified", record
+        assert sorted(record["days"]) == sorted([before, after])
+    finally:
+        stop_engine(engine)
+    assert days() == [after, before]  # each day once
