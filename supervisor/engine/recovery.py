@@ -17,7 +17,7 @@ from typing import Any
 from supervisor import policy, spool
 from supervisor.config import ConfigError, LoadedProfile, ResolvedTask
 from supervisor.diskio import read_regular
-from supervisor.engine import clock
+from supervisor.engine import clock, launch
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.runtime import Runtime
 from supervisor.taskdir import control, layout, repair
@@ -125,6 +125,8 @@ def _adopt_one(
     # the launch's, written without an fsync) is a run in progress, never launched twice.
     queued = manifest.status in (Status.QUEUED, Status.BLOCKED) and task.task_id not in sessions
     if queued and not ended and not launch_logged:
+        # admitted under the credentials it will launch with (engine/accounts.py)
+        launch.record_account(task, manifest, resolved.account)
         return Requeued(task)
     launch_written = None
     if manifest.status == Status.QUEUED and not launch_logged:
