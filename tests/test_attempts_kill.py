@@ -1,7 +1,8 @@
 """Issue 26, part 2, attacked: the engine SIGKILLed while a loser's discard is under way
 (its request taken and logged, its agent ignoring SIGTERM, so the stop waits). Restarted,
 the engine finishes the decision exactly once: one winner (unchanged), the loser ends
-``abandoned``/``discarded`` once, nothing launched twice. Real engine, tmux, git and the
+``abandoned``/``discarded`` once, nothing launched twice. Also: ``supervise stop GROUP``
+twice at once, and a file in place of the requests folder. Real engine, tmux, git and the
 fake agent."""
 
 from __future__ import annotations
@@ -163,3 +164,37 @@ def test_a_file_in_place_of_the_control_folder_holds_back_no_launch(setup: Setup
     stop = setup.supervise("stop", "-c", str(setup.profile), path.parent.name)
     assert stop.returncode == 1 and "Traceback" not in stop.stderr, stop.stderr
     assert "cannot write the requests folder" in stop.stderr and "mv " in stop.stderr
+
+
+def test_two_stops_of_a_group_at_once_end_each_attempt_once(setup: Setup) -> None:
+    """``supervise stop GROUP`` twice at once (with ``supervise attempts`` beside them):
+    both answer, each attempt ends ``abandoned``/``stopped`` once, and no request is logged
+    after its ending (found by attack: the second stop, taken while the first one's agent
+    was still being stopped, logged a ``stop_requested`` after ``abandoned``)."""
+    make_repo(setup.project)
+    setup.write_profile(max_concurrent=4)
+    setup.drop("s.toml", setup.task("s", "sleep: 120\nexit: 0", attempts=3, pick="all"))
+    engine = setup.start()
+    try:
+        wait_for(lambda: (setup.state / "plans").is_dir() and group(setup), timeout=120)
+        record = group(setup)
+        ids = [row["task_id"] for row in record["attempts"]]
+        wait_for(lambda: all("launched" in _events(setup, i) for i in ids), timeout=120)
+        base = [sys.executable, "-m", "supervisor.cli"]
+        verbs = [("stop", "-c", str(setup.profile), record["group"])] * 2
+        verbs += [("attempts", "-c", str(setup.profile), record["group"])] * 2
+        pipe = subprocess.PIPE
+        runs = [subprocess.Popen([*base, *v], stdout=pipe, stderr=pipe, text=True) for v in verbs]
+        outs = [run.communicate(timeout=120) for run in runs]
+        wait_for(lambda: group(setup).get("closed"), timeout=120)
+    finally:
+        stop_engine(engine)
+    for run, (out, errs) in zip(runs, outs, strict=True):
+        assert run.returncode == 0 and "Traceback" not in errs, (out, errs)
+    for task_id in ids:
+        names = _events(setup, task_id)
+        assert names.count("abandoned") == 1 and names.count("launched") == 1, names
+        after = names[names.index("abandoned") :]
+        assert not [n for n in after if n.endswith("_requested")], names
+        m = manifest(setup, task_id)
+        assert (m["status"], m["abandon_reason"]) == ("abandoned", "stopped")

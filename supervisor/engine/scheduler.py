@@ -333,8 +333,8 @@ class Engine(Checks, Launches, Kicks, Accounts, Plans, Groups):
             if runtime is None:
                 log.warning("ignored '%s' for %s: no such live task", verb, task_id)
                 continue
-            if verb == "discard" and runtime.state.status in TERMINAL:  # it ended meanwhile
-                log.info("%s ended %s before its discard; kept", task_id, runtime.state.status)
+            if verb in control.ENDING and runtime.state.status in TERMINAL:  # it ended meanwhile
+                log.info("%s ended %s before its %s; kept", task_id, runtime.state.status, verb)
                 continue
             if verb not in runtime.requests:  # else: re-taken from its log (engine/recovery.py)
                 with contextlib.suppress(OSError):  # a full disk: the request is still applied
