@@ -189,8 +189,12 @@ def test_two_stops_of_a_group_at_once_end_each_attempt_once(setup: Setup) -> Non
         wait_for(lambda: group(setup).get("closed"), timeout=120)
     finally:
         stop_engine(engine)
-    for run, (out, errs) in zip(runs, outs, strict=True):
-        assert run.returncode == 0 and "Traceback" not in errs, (out, errs)
+    codes = [run.returncode for run in runs]
+    assert codes[0] == 0 or codes[1] == 0, outs
+    for code, (out, errs) in zip(codes, outs, strict=True):
+        assert "Traceback" not in errs, errs
+        # a stop that started after the other one ended every attempt says so
+        assert code == 0 or "every attempt already ended" in errs, (code, out, errs)
     for task_id in ids:
         names = _events(setup, task_id)
         assert names.count("abandoned") == 1 and names.count("launched") == 1, names
