@@ -41,6 +41,7 @@ from supervisor.plans import PLANS, Member, free_id, reserved_ids
 from supervisor.taskdir import layout
 from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import TaskDir
+from supervisor.taskdir.states import AbandonReason
 from supervisor.taskid import is_task_id
 from supervisor.waiting import load_manifest
 from supervisor.workspace import lifecycle
@@ -304,3 +305,42 @@ def listing(profile: LoadedProfile, ident: str) -> dict[str, Any]:
         "cost_usd": summed_cost(manifests),
         "attempts": rows,
     }
+
+
+def merge_notes(profile: LoadedProfile, task_id: str) -> list[str]:
+    """What ``supervise merge TASK`` tells a person before merging an attempt that is not
+    its group's choice: one line when it was discarded (stopped unfinished, another
+    attempt passed first) or is not the winner, and one per other attempt of the group
+    already merged (merging a second one mixes two attempts' work). Empty for a plain task,
+    the winner, or a group whose record cannot be read. Found by attack: such a merge went
+    through without a word."""
+    try:
+        group_id, record = group_of(profile, task_id)
+    except NotFound:
+        return []
+    if group_id == task_id:
+        return []
+    rows = attempt_rows(record)
+    index = next((r["index"] for r in rows if r["task_id"] == task_id), "?")
+    where = f"{task_id} is attempt {index} of {len(rows)} of {group_id}"
+    winner = record.get("winner") if isinstance(record.get("winner"), str) else None
+    notes = []
+    try:
+        data = load_manifest(profile.tasks_dir / task_id / layout.MANIFEST)
+    except (OSError, ValueError):
+        data = {}
+    if data.get("abandon_reason") == AbandonReason.DISCARDED:
+        notes.append(
+            f"note: {where}, discarded: it was stopped before it ended because {winner or '?'} "
+            "passed first; its work may be unfinished"
+        )
+    elif winner is not None and winner != task_id:
+        notes.append(f"note: {where}; its group's winner is {winner}")
+    for row in rows:
+        into = merged_into(profile.tasks_dir / row["task_id"])
+        if row["task_id"] != task_id and into is not None:
+            notes.append(
+                f"note: attempt {row['index']} of {group_id} ({row['task_id']}) was already "
+                f"merged into {into}"
+            )
+    return notes

@@ -207,7 +207,18 @@ def _leave(profile: LoadedProfile, task_id: str, verb: str, selected: bool) -> R
     refused = control.refusal(task_id, before["status"], verb)
     if refused:
         return Result(task_id, verb, "skipped" if selected else "refused", before, refused)
-    control.request(profile.state_dir, task_id, verb)
+    try:
+        control.request(profile.state_dir, task_id, verb)
+    except PermissionError:
+        raise  # another user's state dir: the CLI's one line (folderaccess.denied_line)
+    except OSError as exc:  # a file in place of control/ (found by attack: a traceback)
+        return Result(
+            task_id,
+            verb,
+            "refused",
+            before,
+            control.folder_problem(profile.state_dir, exc, "write"),
+        )
     return Result(task_id, verb, "pending", before)
 
 

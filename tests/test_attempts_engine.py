@@ -105,6 +105,11 @@ def test_first_pass_the_passing_attempt_wins_and_the_running_one_is_discarded(
     assert Path(c["workspace"]["path"]).is_dir()
     kept = [line for line in pruned.stdout.splitlines() if line.startswith(c["task_id"])]
     assert kept and kept[0].split()[1] == "keep" and "unmerged" in kept[0], pruned.stdout
+    # found by attack: merging the discarded loser went through without a word
+    merged = setup.supervise("merge", "-c", str(setup.profile), c["task_id"])
+    print(merged.stdout, merged.stderr)
+    note = f"note: {c['task_id']} is attempt 3 of 3 of {record['group']}, discarded"
+    assert note in merged.stdout and f"because {b['task_id']} passed first" in merged.stdout
 
 
 #: pick = "all": both pass; each attempt's work (the files the fake agent leaves, its argv
@@ -153,6 +158,11 @@ def test_pick_all_runs_both_lists_them_and_one_is_merged(setup: Setup) -> None:
     text = setup.supervise("attempts", "-c", str(setup.profile), record["group"])
     print(text.stdout)
     assert [line.split()[-1] for line in text.stdout.splitlines()[3:]] == ["-", "main"]
+    # found by attack: merging a second attempt said nothing of the first one merged
+    other = setup.supervise("merge", "-c", str(setup.profile), found["attempts"][0]["task_id"])
+    print(other.stdout, other.stderr)
+    note = f"note: attempt 2 of {record['group']} ({chosen['task_id']}) was already merged"
+    assert f"{note} into main" in other.stdout
 
 
 def test_attempts_of_an_unknown_id_or_a_plain_task_is_one_line(setup: Setup) -> None:

@@ -75,3 +75,28 @@ def test_hostile_values_in_a_record_are_dropped_or_shown_escaped(setup: Setup) -
     assert found["attempts"][0]["status"] == "gone"
     text = "\n".join(lines(found))
     assert "\x1b" not in text and "\x07" not in text and "t-aaaaaa" in text
+
+
+def test_an_attempt_whose_manifest_is_gone_under_the_engine_is_not_ended(setup: Setup) -> None:
+    """Found by attack: the manifest of a running attempt deleted (or replaced by a folder)
+    under the engine, which writes it again at its next check, counted as ``damaged``,
+    i.e. ended: with the other attempt failed, the group closed ``none_passed`` while this
+    one ran on (and could pass). The engine's own status of a live or queued attempt is
+    taken instead; a folder the engine does not run stays ``damaged`` (ended)."""
+    from supervisor.engine.attempts import read_attempts
+    from supervisor.policy.attempts import FIRST_PASS, decide
+
+    loaded = _profile(setup)
+    failed, running = "k-aaaaaa", "k-bbbbbb"
+    (loaded.tasks_dir / failed).mkdir()
+    (loaded.tasks_dir / failed / "manifest.json").write_text(
+        json.dumps({"status": "completed", "verdict": "FAIL"})
+    )
+    (loaded.tasks_dir / running).mkdir()
+    (loaded.tasks_dir / running / "manifest.json").mkdir()  # not a manifest any more
+    rows = [{"index": 1, "task_id": failed}, {"index": 2, "task_id": running}]
+    found, _ = read_attempts(loaded.tasks_dir, rows, {running: "running"})
+    assert [a.status for a in found] == ["completed", "running"]
+    assert decide(FIRST_PASS, None, found).closed is False
+    gone, _ = read_attempts(loaded.tasks_dir, rows, {})
+    assert decide(FIRST_PASS, None, gone).outcome == "none_passed"  # nothing runs it

@@ -133,3 +133,13 @@ def test_an_attempt_stands_for_its_group_s_winner_once_there_is_one(
         assert got == winner
     else:
         assert got == ("a-000001" if outcome is not None else None)
+
+
+@given(groups(), st.sampled_from(["", "t9", "../etc", "t1 ", "winner"]))
+def test_a_recorded_winner_that_is_no_attempt_of_the_group_is_not_kept(
+    found: list[Attempt], stranger: str
+) -> None:
+    """Found by attack: a hand-edited ``group.json`` whose ``winner`` names no attempt of
+    the group made every live attempt a loser (all discarded, the group ``passed`` with no
+    attempt passing). It is decided as if no winner were recorded."""
+    assert decide(FIRST_PASS, stranger, found) == decide(FIRST_PASS, None, found)

@@ -71,9 +71,12 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
+    from supervisor import attempts
     from supervisor.workspace import review
 
-    _, ws = _load(args)
+    profile, ws = _load(args)
+    for note in attempts.merge_notes(profile, ws.task_id):  # an attempt not chosen (issue 26)
+        _say(note)
     result = review.merge(ws, into=args.into, squash=args.squash)
     for note in result.notes:
         _say(note)

@@ -21,6 +21,8 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import deque
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +30,11 @@ from supervisor import attempts as groups
 from supervisor.config import LoadedProfile, ResolvedTask
 from supervisor.diskio import iso_epoch
 from supervisor.engine.plans import RECHECK
+from supervisor.engine.runtime import Runtime
 from supervisor.policy import attempts as rules
 from supervisor.taskdir import control, layout
 from supervisor.taskdir.folder import TaskDir
-from supervisor.taskdir.states import DAMAGED
+from supervisor.taskdir.states import DAMAGED, Status
 from supervisor.terminal import escape_controls
 from supervisor.waiting import load_manifest
 
@@ -53,9 +56,14 @@ def open_groups(state_dir: Path) -> set[str]:
 
 
 def read_attempts(
-    tasks_dir: Path, rows: list[dict[str, Any]]
+    tasks_dir: Path, rows: list[dict[str, Any]], running: Mapping[str, str] | None = None
 ) -> tuple[list[rules.Attempt], list[dict[str, Any]]]:
-    """What :func:`rules.decide` needs of each attempt, and the manifests read."""
+    """What :func:`rules.decide` needs of each attempt, and the manifests read.
+    ``running``: the status of each attempt the engine runs or queues now, taken for one
+    whose manifest cannot be read (deleted or replaced under the engine, which writes it
+    again at its next check): found by attack, such an attempt counted as ended
+    (``damaged``), and a group could close ``none_passed`` while it ran on to pass."""
+    running = running or {}
     found, manifests = [], []
     for row in rows:
         task_id, index = row["task_id"], row["index"]
@@ -66,7 +74,7 @@ def read_attempts(
         try:
             data = load_manifest(folder / layout.MANIFEST)
         except (OSError, ValueError):
-            found.append(rules.Attempt(task_id, index, DAMAGED))
+            found.append(rules.Attempt(task_id, index, running.get(task_id, DAMAGED)))
             continue
         manifests.append(data)
         finished = iso_epoch(data.get("finished_at"))
@@ -80,6 +88,8 @@ class Groups:
 
     profile: LoadedProfile
     stats: dict[str, int]
+    live: dict[str, Runtime]
+    queue: deque[TaskDir]
     _groups: set[str] | None = None  # open group ids; None: not scanned yet
     _groups_look: tuple[int, float] = (-1, 0.0)
     _discarding: set[str] | None = None  # attempts asked to end (once per engine)
@@ -131,7 +141,9 @@ class Groups:
             self._groups.discard(group_id)
             return
         rows = groups.attempt_rows(record)
-        found, manifests = read_attempts(self.profile.tasks_dir, rows)
+        running = {t.task_id: Status.QUEUED for t in list(self.queue)}
+        running |= {i: str(r.state.status) for i, r in list(self.live.items())}
+        found, manifests = read_attempts(self.profile.tasks_dir, rows, running)
         winner = record.get("winner") if isinstance(record.get("winner"), str) else None
         out = rules.decide(str(record.get("pick") or rules.FIRST_PASS), winner, found)
         cost = groups.summed_cost(manifests)

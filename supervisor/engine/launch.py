@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from supervisor import policy
+from supervisor import accounts, policy
 from supervisor.config import LoadedProfile
 from supervisor.config.argv import expand_placeholders
 from supervisor.config.fence import host_fence
@@ -26,7 +26,7 @@ from supervisor.engine import runtime as runtimes
 from supervisor.engine.panes import Sessions
 from supervisor.engine.runtime import Runtime
 from supervisor.taskdir import layout, repair
-from supervisor.taskdir.folder import atomic_write
+from supervisor.taskdir.folder import Manifest, TaskDir, atomic_write
 from supervisor.tmux import Tmux, TmuxError, TmuxTimeout
 
 log = logging.getLogger("supervise.engine")
@@ -46,6 +46,10 @@ class LaunchSpec:
     copies the agent's stdout to, ``lease`` (a fleet task only) what the wrapper fences
     the agent by (:func:`lease_for`), ``stdin`` and ``paste``
     how a prompt too long for argv reaches the agent (:class:`supervisor.agents.LaunchPart`).
+    ``account`` is the fingerprint of the credentials this environment gives the agent
+    (:func:`supervisor.accounts.of_task` over the engine's environment with ``env`` on
+    top); it is not written to ``launch.json`` (:func:`record_account` keeps it in the
+    manifest).
     """
 
     argv: list[str]
@@ -56,6 +60,7 @@ class LaunchSpec:
     lease: dict[str, object] | None = None
     stdin: str | None = None
     paste: dict[str, object] | None = None
+    account: str | None = None
 
     def to_json(self) -> bytes:
         """UTF-8 JSON, one key per line; ``stream`` only when the agent has one."""
@@ -113,7 +118,10 @@ def lease_for(profile: LoadedProfile, task_dir: Path) -> dict[str, object] | Non
 def launch_spec(profile: LoadedProfile, runtime: Runtime, resume: bool) -> LaunchSpec:
     """What the wrapper runs for this task: the agent adapter's argv and env (a first run
     or a resume; the first run of a follow-up's turn continues the session with the turn's
-    prompt), then the profile's ``[agent] env`` and the task's ``env`` on top."""
+    prompt), then the profile's ``[agent] env`` and the task's ``env`` on top. Its
+    ``account`` is computed from that environment now, not taken from the claim: an engine
+    restarted with another ``HOME``, ``CLAUDE_CONFIG_DIR`` or ``[agent] env`` launches
+    with other credentials."""
     assert runtime.agent is not None  # set by runtime.build
     follow_up = not resume and runtime.manifest.turn > 1
     part = runtime.agent.follow_up() if follow_up else runtime.agent.launch(resume)
@@ -128,9 +136,39 @@ def launch_spec(profile: LoadedProfile, runtime: Runtime, resume: bool) -> Launc
     argv = expand_argv(part.argv, argv_values(profile, runtime))
     codes = list(runtime.policy.resume_exit_codes)
     lease = lease_for(profile, runtime.task.path)
+    account = accounts.of_task(env, {})
+    cwd = str(runtime.workdir)
     return LaunchSpec(
-        argv, env, str(runtime.workdir), codes, part.stream or None, lease, part.stdin, part.paste
+        argv, env, cwd, codes, part.stream or None, lease, part.stdin, part.paste, account
     )
+
+
+def record_account(task: TaskDir, manifest: Manifest, account: str | None) -> Manifest:
+    """Keep ``account`` (the credentials the task launches with now) in the task's
+    manifest when it differs from the one recorded (at claim, or at an earlier launch), with
+    one log line; returns the manifest as it is now. A failed write is logged and the
+    recorded manifest returned (the next launch tries again)."""
+    old = manifest.account
+    if account is None or account == old:
+        return manifest
+
+    def change(m: Manifest) -> None:
+        m.account = account
+
+    try:
+        new = task.update_manifest(change, fallback=manifest)
+    except OSError as exc:
+        log.error("%s: cannot record its account %s: %s", task.task_id, account, exc)
+        return manifest
+    log.warning(
+        "%s: account %s -> %s: the credentials of its launch environment (the engine's, "
+        "[agent] env, the task's env) changed since it was recorded; it launches with the "
+        "new ones",
+        task.task_id,
+        old or "none",
+        account,
+    )
+    return new
 
 
 def write_launch(profile: LoadedProfile, runtime: Runtime, resume: bool) -> None:
@@ -142,8 +180,10 @@ def write_launch(profile: LoadedProfile, runtime: Runtime, resume: bool) -> None
     Raises:
         OSError: the write failed (a full disk, EIO); the previous file is intact.
     """
+    spec = launch_spec(profile, runtime, resume)
+    runtime.manifest = record_account(runtime.task, runtime.manifest, spec.account)
     path = runtime.task.file(layout.LAUNCH)
-    atomic_write(path, launch_spec(profile, runtime, resume).to_json(), durable=False)
+    atomic_write(path, spec.to_json(), durable=False)
     os.chmod(path, 0o600)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from supervisor import policy, spool
 from supervisor.config import ConfigError, LoadedProfile, ResolvedTask
 from supervisor.diskio import read_regular
-from supervisor.engine import clock
+from supervisor.engine import clock, launch
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.runtime import Runtime
 from supervisor.taskdir import control, layout, repair
@@ -125,6 +125,8 @@ def _adopt_one(
     # the launch's, written without an fsync) is a run in progress, never launched twice.
     queued = manifest.status in (Status.QUEUED, Status.BLOCKED) and task.task_id not in sessions
     if queued and not ended and not launch_logged:
+        # admitted under the credentials it will launch with (engine/accounts.py)
+        launch.record_account(task, manifest, resolved.account)
         return Requeued(task)
     launch_written = None
     if manifest.status == Status.QUEUED and not launch_logged:
@@ -138,6 +140,8 @@ def _adopt_one(
     clock.adopted(runtime, profile.state_dir)  # its recorded times on this engine's clock
     state = runtime.state
     _requests_left(profile, runtime)
+    if last is None or last["event"] not in TERMINAL:
+        _requests_logged(runtime, events)
     with contextlib.suppress(OSError):  # a full disk must not leave the task unwatched
         task.append_event(Event.ADOPTED, status=state.status, retry_count=state.retry_count)
     log.info("adopted %s (%s)", task.task_id, state.status)
@@ -184,13 +188,31 @@ def _requests_left(profile: LoadedProfile, runtime: Runtime) -> None:
     intake's ``supersede``, checked before adoption: issue 20) are the runtime's from its
     first check, as the intake job would apply them: before that check can read a
     done-file and record an ending, run acceptance or notify."""
-    for task_id, verb, path in control.pending(profile.state_dir):
+    for task_id, verb, path in control.pending_or_none(profile.state_dir)[0]:
         if task_id != runtime.task.task_id:
             continue
         path.unlink(missing_ok=True)
         with contextlib.suppress(OSError):  # a full disk: the request is still applied
             runtime.task.append_event(Event.requested(verb), status=runtime.state.status)
         runtime.requests.add(verb)
+
+
+def _requests_logged(runtime: Runtime, events: list[dict[str, Any]]) -> None:
+    """A ``stop`` or ``discard`` whose request the log holds but whose ending it does not
+    (the engine was killed after taking the request, before the check that performs it:
+    the request file is gone, its word only in memory) is the runtime's again, as if just
+    taken. Before, an operator's ``stop`` was lost then, and the group's look asked a
+    loser's ``discard`` a second time (two ``discard_requested`` lines)."""
+    ending = {str(Event.requested(verb)): verb for verb in control.ENDING}
+    logged: set[str] = set()
+    for event in events:  # only since the last ending (a task resumed after one)
+        name = str(event.get("event"))
+        logged = set() if name in TERMINAL else logged | {ending.get(name) or ""}
+    for verb in sorted(logged - {""} - runtime.requests):
+        runtime.requests.add(verb)
+        log.info(
+            "%s: its logged '%s' request was not carried out; done now", runtime.task.task_id, verb
+        )
 
 
 def _adopt_damaged(profile: LoadedProfile, task: TaskDir, why: str) -> Manifest | None:

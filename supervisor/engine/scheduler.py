@@ -154,6 +154,7 @@ class Engine(Checks, Launches, Kicks, Accounts, Plans, Groups):
         self.gate = Gate(self.stopping)
         self.dispatch = Dispatcher(self._check_job, lambda: self._count("jobs_failed"))
         self._stats_written = 0.0
+        self._control_problem: str | None = None  # why control/ cannot be read, as logged
         self._started = time.time()
         self.claims = Claims(self.source, lambda: self._kick("intake"))
         self.scheduler = engine_scheduler()
@@ -312,7 +313,12 @@ class Engine(Checks, Launches, Kicks, Accounts, Plans, Groups):
 
     def _take_requests(self) -> None:
         """Apply operator requests (``supervise stop|resume ID``) found in ``control/``."""
-        for task_id, verb, path in control.pending(self.profile.state_dir):
+        found, why = control.pending_or_none(self.profile.state_dir)
+        if why != self._control_problem:  # one line when it breaks, none while it stays so
+            self._control_problem = why
+            if why:
+                log.warning("%s", why)
+        for task_id, verb, path in found:
             path.unlink(missing_ok=True)
             if verb == control.CONTINUE:  # supervise continue (engine/followups.py)
                 followups.take(self, task_id)
@@ -327,11 +333,12 @@ class Engine(Checks, Launches, Kicks, Accounts, Plans, Groups):
             if runtime is None:
                 log.warning("ignored '%s' for %s: no such live task", verb, task_id)
                 continue
-            if verb == "discard" and runtime.state.status in TERMINAL:  # it ended meanwhile
-                log.info("%s ended %s before its discard; kept", task_id, runtime.state.status)
+            if verb in control.ENDING and runtime.state.status in TERMINAL:  # it ended meanwhile
+                log.info("%s ended %s before its %s; kept", task_id, runtime.state.status, verb)
                 continue
-            with contextlib.suppress(OSError):  # a full disk: the request is still applied
-                runtime.task.append_event(Event.requested(verb), status=runtime.state.status)
+            if verb not in runtime.requests:  # else: re-taken from its log (engine/recovery.py)
+                with contextlib.suppress(OSError):  # a full disk: the request is still applied
+                    runtime.task.append_event(Event.requested(verb), status=runtime.state.status)
             if task_id not in self.live:  # a queued task: no check of it can run
                 runtime.requests.add(verb)
                 self._decide_and_apply(runtime)

@@ -82,12 +82,14 @@ class Outcome:
 
 def decide(pick: str, recorded_winner: str | None, attempts: Sequence[Attempt]) -> Outcome:
     """The group's state from its attempts (see the module docstring). ``recorded_winner``:
-    the record's ``winner``, kept as it is when set."""
+    the record's ``winner``, kept as it is when it names an attempt of the group (one that
+    names none, a hand edit, is no winner: it would make every attempt a loser)."""
     ordered = sorted(attempts, key=lambda a: a.index)
     all_ended = all(a.ended for a in ordered)
     if pick == ALL:
         return Outcome(outcome=OVER if all_ended else None, closed=all_ended)
-    winner = recorded_winner
+    members = {a.task_id for a in ordered}
+    winner = recorded_winner if recorded_winner in members else None
     if winner is None:
         passed = [a for a in ordered if a.passed()]
         if passed:

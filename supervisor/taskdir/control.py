@@ -60,7 +60,13 @@ def refusal(task_id: str, status: str, verb: str) -> str | None:
 
 
 def pending(state_dir: Path) -> list[tuple[str, str, Path]]:
-    """Requests waiting in ``state_dir/control``: ``(task_id, verb, path)``, oldest first."""
+    """Requests waiting in ``state_dir/control``: ``(task_id, verb, path)``, oldest first;
+    none when the folder does not exist.
+
+    Raises:
+        OSError: it cannot be read (a file or a dangling symlink in its place, no
+            permission): the engine logs it and goes on (:func:`pending_or_none`).
+    """
     try:
         entries = list(os.scandir(state_dir / CONTROL))
     except FileNotFoundError:
@@ -76,11 +82,33 @@ def pending(state_dir: Path) -> list[tuple[str, str, Path]]:
     return [(task_id, verb, Path(path)) for _, task_id, verb, path in sorted(found)]
 
 
+def pending_or_none(state_dir: Path) -> tuple[list[tuple[str, str, Path]], str | None]:
+    """:func:`pending`, or no request and why when ``state_dir/control`` cannot be read
+    (one line naming it and the fix). Found by attack: a file in its place raised in every
+    intake run, before any queued task was started: nothing launched any more."""
+    try:
+        return pending(state_dir), None
+    except OSError as exc:
+        return [], folder_problem(state_dir, exc, "read")
+
+
+def folder_problem(state_dir: Path, exc: OSError, doing: str) -> str:
+    """The one line for ``state_dir/control`` that cannot be used (``doing``: ``read`` or
+    ``write``), naming the folder, the error and the fix."""
+    folder = state_dir / CONTROL
+    why = exc.strerror or type(exc).__name__
+    return (
+        f"{folder}: cannot {doing} the requests folder ({why}); no stop, resume or other "
+        f"request is taken until it is a folder again (move it aside: mv {folder} "
+        f"{folder}.bad)"
+    )
+
+
 def pending_verbs(state_dir: Path) -> dict[str, list[str]]:
     """Task id → verbs of the requests waiting in ``state_dir/control`` (:func:`pending`),
     oldest first: what the views show as asked and not taken yet."""
     out: dict[str, list[str]] = {}
-    for task_id, verb, _ in pending(state_dir):
+    for task_id, verb, _ in pending_or_none(state_dir)[0]:
         out.setdefault(task_id, []).append(verb)
     return out
 

@@ -123,7 +123,8 @@ class Manifest(_ManifestTail, *kinds.manifest_models(), _ManifestHead):  # type:
     continue``; ``turns`` keeps each earlier turn's outcome (:class:`TurnRecord`).
     ``account`` (issue 26) names the credentials the task runs with: ``acct-`` and 12 hex
     digits (:func:`supervisor.accounts.fingerprint`, never the secret itself), set when the
-    task is claimed.
+    task is claimed and again when a launch or an adoption finds other credentials
+    (:func:`supervisor.engine.launch.record_account`).
     ``budget_hold`` (issue 26): on a queued task the profile's daily cap holds back
     (``[budget] daily_usd``): ``{"day", "reason", "spent_usd", "daily_usd", "until"}``
     (``reason``: ``daily budget reached: $X of $Y``; ``until``: ISO 8601 UTC, the next local
