@@ -82,7 +82,9 @@ def test_a_limited_account_holds_its_queued_tasks_until_the_reset_then_staggers_
     # five starts of one account after its reset, at least STAGGER s apart
     starts.sort()
     gaps = [round(b - a, 2) for a, b in itertools.pairwise(starts)]
-    assert all(g >= STAGGER - 0.05 for g in gaps), gaps
+    # Starts are taken STAGGER s apart; each launched event comes a launch later, and two
+    # launches' latencies differ by up to a few tenths on a loaded machine.
+    assert all(g >= STAGGER - 0.5 for g in gaps), gaps
     after = [round(s - reset_at, 2) for s in starts]
     print(f"\nreset at {reset_at:.1f}; starts after it (s): {after}; gaps {gaps}")
     print(f"status while held:\n{shown.stdout}")
