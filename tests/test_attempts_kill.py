@@ -41,15 +41,21 @@ def _events(setup: Setup, task_id: str) -> list[str]:
     return [e["event"] for e in setup.events(task_id)]
 
 
-def test_a_kill_while_the_loser_is_being_discarded_ends_it_once(setup: Setup) -> None:
+def _b_wins_over_c(setup: Setup, c_cue: str = "") -> subprocess.Popen[bytes]:
+    """An engine running a group of two attempts in a git project: model-b passes its check
+    after 3 s, model-c (with ``c_cue`` first) works on for 120 s."""
     make_repo(setup.project)
     setup.write_profile(max_concurrent=4)
-    # model-b passes after 3 s; model-c works on and ignores SIGTERM (a stubborn stop)
-    prompt = "as_model: model-b sleep: 3\nas_model: model-c ignore_term\nsleep: 120\nexit: 0"
+    prompt = f"as_model: model-b sleep: 3\nas_model: model-c {c_cue}sleep: 120\nexit: 0"
     accept = {"command": [sys.executable, "-c", ACCEPT]}
     task = setup.task("k", prompt, attempts=2, models=["model-b", "model-c"], acceptance=accept)
     setup.drop("k.toml", task)
-    engine = setup.start()
+    return setup.start()
+
+
+def test_a_kill_while_the_loser_is_being_discarded_ends_it_once(setup: Setup) -> None:
+    # model-b passes after 3 s; model-c works on and ignores SIGTERM (a stubborn stop)
+    engine = _b_wins_over_c(setup, "ignore_term\n")
     try:
         wait_for(lambda: (setup.state / "plans").is_dir() and group(setup), timeout=120)
         b, c = (row["task_id"] for row in group(setup)["attempts"])
@@ -89,13 +95,7 @@ def test_a_discard_logged_but_not_carried_out_is_carried_out_once_on_restart(
     log is left so by hand: the requests fail (``control`` is a file) until the kill,
     then the taken request's line is appended. Before: the restart asked the discard again
     (two ``discard_requested`` lines)."""
-    make_repo(setup.project)
-    setup.write_profile(max_concurrent=4)
-    prompt = "as_model: model-b sleep: 3\nas_model: model-c sleep: 120\nexit: 0"
-    accept = {"command": [sys.executable, "-c", ACCEPT]}
-    task = setup.task("k", prompt, attempts=2, models=["model-b", "model-c"], acceptance=accept)
-    setup.drop("k.toml", task)
-    engine = setup.start()
+    engine = _b_wins_over_c(setup)
     try:
         wait_for(lambda: (setup.state / "plans").is_dir() and group(setup), timeout=120)
         b, c = (row["task_id"] for row in group(setup)["attempts"])

@@ -16,13 +16,14 @@ from typing import Any
 import pytest
 from conftest import FAKE_AGENT, Setup, stop_engine, wait_for
 from support.faketime_support import SLEEP_SHIM, require_libfaketime
+from support.spend_tasks import task_with_cost
 
 from supervisor import costs
 from supervisor.config import load_profile
 from supervisor.engine.dailyspend import DailySpend
 from supervisor.policy import spend
 from supervisor.taskdir import layout
-from supervisor.taskdir.folder import TaskDir, utc_iso
+from supervisor.taskdir.folder import TaskDir
 
 NOTIFIER = """import json, sys
 event = json.load(sys.stdin)
@@ -43,19 +44,6 @@ def _sent(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def _task(tasks: Path, task_id: str, status: str, cost: float | None, at: float) -> TaskDir:
-    folder = tasks / task_id
-    folder.mkdir(parents=True)
-    manifest: dict[str, Any] = dict.fromkeys(("task_id", "task_name", "session_name"), task_id)
-    manifest.update(status=status, model="m", project_dir="/tmp", session_id="s")
-    manifest.update(tmpdir=str(folder), created_at=utc_iso(at), last_checked_at=utc_iso(at))
-    if cost is not None:
-        manifest["claude"] = {"total_cost_usd": cost}
-        manifest["finished_at"] = utc_iso(at)
-    (folder / layout.MANIFEST).write_text(json.dumps(manifest))
-    return TaskDir(folder)
-
-
 def _ledger(setup: Setup, daily: float | None = 2.0) -> tuple[DailySpend, Path]:
     argv, sent = _notifier(setup.root)
     extra = {"budget": {"daily_usd": daily}} if daily is not None else {}
@@ -71,14 +59,14 @@ def test_queued_tasks_are_held_once_the_day_spent_the_cap_and_released_the_next_
     now = time.time()
     ledger, sent = _ledger(setup)
     tasks = setup.state / "tasks"
-    _task(tasks, "spent-yesterday", "completed", 5.0, now - 2 * 86400)
-    _task(tasks, "spent-today", "completed", 1.5, now)
-    queued = [_task(tasks, f"queued-{n}", "queued", None, now) for n in range(2)]
+    task_with_cost(tasks, "spent-yesterday", "completed", 5.0, now - 2 * 86400)
+    task_with_cost(tasks, "spent-today", "completed", 1.5, now)
+    queued = [task_with_cost(tasks, f"queued-{n}", "queued", None, now) for n in range(2)]
     assert ledger.holds(queued, now) is None  # 1.5 of 2.0: yesterday's 5.0 is not today's
     assert ledger.today(now) == 1.5
 
     ledger.saw("spent-today", TaskDir(tasks / "spent-today").read_manifest())  # seen again
-    runner = _task(tasks, "runner", "running", 0.75, now)
+    runner = task_with_cost(tasks, "runner", "running", 0.75, now)
     ledger.saw("runner", runner.read_manifest())  # the engine wrote its manifest
     hold = ledger.holds(queued, now)
     assert hold is not None and hold.reason == "daily budget reached: $2.25 of $2.00"
@@ -102,8 +90,8 @@ def test_a_restarted_engine_does_not_notify_again_but_redoes_a_call_a_kill_cut_s
     now = time.time()
     ledger, sent = _ledger(setup, daily=1.0)
     tasks = setup.state / "tasks"
-    _task(tasks, "spender", "completed", 3.0, now)
-    queued = [_task(tasks, "waiting", "queued", None, now)]
+    task_with_cost(tasks, "spender", "completed", 3.0, now)
+    queued = [task_with_cost(tasks, "waiting", "queued", None, now)]
     assert ledger.holds(queued, now) is not None
     assert len(_sent(sent)) == 1
 
@@ -130,9 +118,9 @@ def test_a_clock_stepped_back_over_midnight_does_not_notify_a_day_again(setup: S
     before, after = midnight - 1800, midnight + 1800
     ledger, sent = _ledger(setup, daily=1.0)
     tasks = setup.state / "tasks"
-    _task(tasks, "spent-before", "completed", 3.0, before - 600)
-    _task(tasks, "spent-after", "completed", 4.0, after - 600)
-    queued = [_task(tasks, "waiting", "queued", None, before)]
+    task_with_cost(tasks, "spent-before", "completed", 3.0, before - 600)
+    task_with_cost(tasks, "spent-after", "completed", 4.0, after - 600)
+    queued = [task_with_cost(tasks, "waiting", "queued", None, before)]
     first = ledger.holds(queued, before)
     second = ledger.holds(queued, after)
     assert first is not None and second is not None and first.day != second.day
@@ -150,8 +138,8 @@ def test_no_cap_reads_nothing_and_holds_nothing(setup: Setup) -> None:
     now = time.time()
     ledger, sent = _ledger(setup, daily=None)
     tasks = setup.state / "tasks"
-    _task(tasks, "spender", "completed", 1e6, now)
-    assert ledger.holds([_task(tasks, "q", "queued", None, now)], now) is None
+    task_with_cost(tasks, "spender", "completed", 1e6, now)
+    assert ledger.holds([task_with_cost(tasks, "q", "queued", None, now)], now) is None
     assert ledger.today(now) == 0.0 and not _sent(sent)
 
 
@@ -163,7 +151,7 @@ def test_a_damaged_manifest_is_not_counted_and_holds_nothing_up(setup: Setup) ->
     (tasks / "broken" / layout.MANIFEST).write_text("{not json")
     (tasks / "fifo").mkdir()
     os.mkfifo(tasks / "fifo" / layout.MANIFEST)  # never blocks the reader
-    _task(tasks, "spender", "completed", 0.5, now)
+    task_with_cost(tasks, "spender", "completed", 0.5, now)
     assert ledger.holds([], now) is None and ledger.today(now) == 0.5
 
 
@@ -241,7 +229,7 @@ def test_pieces_of_a_model_manifest_are_those_of_its_json(setup: Setup) -> None:
     """The engine reads the pydantic manifest it wrote, ``supervise cost`` the JSON: the
     same pieces."""
     now = time.time()
-    task = _task(setup.state / "tasks", "t", "completed", 0.25, now)
+    task = task_with_cost(setup.state / "tasks", "t", "completed", 0.25, now)
     model = costs.pieces(costs.manifest_fields(task.read_manifest()))
     raw = costs.pieces(json.loads((task.path / layout.MANIFEST).read_text()))
     assert model == raw and raw[0][1] == 0.25
@@ -264,7 +252,7 @@ def test_held_launches_resume_at_the_next_local_midnight(setup: Setup, tmp_path:
     argv, _ = _notifier(setup.root)
     setup.write_profile(extra={"budget": {"daily_usd": 1.0}}, notifier=argv)
     now = time.time()
-    _task(setup.state / "tasks", "spent-today", "completed", 5.0, now)
+    task_with_cost(setup.state / "tasks", "spent-today", "completed", 5.0, now)
     setup.drop("a.toml", setup.task("held", "exit: 0"))
     engine = setup.start(env=env)
     try:

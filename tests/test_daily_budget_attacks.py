@@ -9,34 +9,20 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from conftest import Setup
 from support.small_fs import small_fs  # noqa: F401  (a fixture)
+from support.spend_tasks import task_with_cost
 
 from supervisor.config import load_profile
 from supervisor.engine.dailyspend import DailySpend
 from supervisor.taskdir import layout
-from supervisor.taskdir.folder import TaskDir, utc_iso
 
 NOTIFIER = """import json, sys
 with open(sys.argv[1], "a") as out:
     out.write(json.dumps(json.load(sys.stdin)) + "\\n")
 """
-
-
-def _task(tasks: Path, task_id: str, status: str, cost: float | None, at: float) -> TaskDir:
-    folder = tasks / task_id
-    folder.mkdir(parents=True)
-    manifest: dict[str, Any] = dict.fromkeys(("task_id", "task_name", "session_name"), task_id)
-    manifest.update(status=status, model="m", project_dir="/tmp", session_id="s")
-    manifest.update(tmpdir=str(folder), created_at=utc_iso(at), last_checked_at=utc_iso(at))
-    if cost is not None:
-        manifest["claude"] = {"total_cost_usd": cost}
-        manifest["finished_at"] = utc_iso(at)
-    (folder / layout.MANIFEST).write_text(json.dumps(manifest))
-    return TaskDir(folder)
 
 
 def _fill(mount: Path) -> Path:
@@ -77,8 +63,10 @@ def test_a_full_disk_while_held_is_one_line_and_the_marks_come_once_there_is_roo
     )
     profile = load_profile(profile_path)
     profile.tasks_dir.mkdir(parents=True)
-    _task(profile.tasks_dir, "spender", "completed", 3.0, now)
-    queued = [_task(profile.tasks_dir, f"queued-{n}", "queued", None, now) for n in range(2)]
+    task_with_cost(profile.tasks_dir, "spender", "completed", 3.0, now)
+    queued = [
+        task_with_cost(profile.tasks_dir, f"queued-{n}", "queued", None, now) for n in range(2)
+    ]
     ledger = DailySpend(profile, lambda kind, body: body())
     filler = _fill(small_fs)
     caplog.set_level(logging.WARNING, logger="supervise.engine")
@@ -139,8 +127,8 @@ def test_a_real_engine_stepped_back_over_midnight_notifies_each_day_once(
         extra={"budget": {"daily_usd": 1.0}}, notifier=[sys.executable, str(script), str(sent)]
     )
     tasks = setup.state / "tasks"
-    _task(tasks, "spent-before", "completed", 3.0, midnight - 3600)
-    _task(tasks, "spent-after", "completed", 4.0, midnight + 30)
+    task_with_cost(tasks, "spent-before", "completed", 3.0, midnight - 3600)
+    task_with_cost(tasks, "spent-after", "completed", 4.0, midnight + 30)
     before, after = (time.strftime("%Y-%m-%d", time.gmtime(t)) for t in (midnight - 1, midnight))
 
     def days() -> list[str]:
