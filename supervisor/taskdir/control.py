@@ -106,9 +106,21 @@ def folder_problem(state_dir: Path, exc: OSError, doing: str) -> str:
 
 def pending_verbs(state_dir: Path) -> dict[str, list[str]]:
     """Task id → verbs of the requests waiting in ``state_dir/control`` (:func:`pending`),
-    oldest first: what the views show as asked and not taken yet."""
+    oldest first: what the views show as asked and not taken yet. None when the folder
+    is not one (a file in its place: the engine says so).
+
+    Raises:
+        PermissionError: another user's state dir: the CLI's one line
+            (:func:`supervisor.folderaccess.denied_line`), never "no tasks".
+    """
+    try:
+        found = pending(state_dir)
+    except PermissionError:
+        raise
+    except OSError:
+        found = []
     out: dict[str, list[str]] = {}
-    for task_id, verb, _ in pending_or_none(state_dir)[0]:
+    for task_id, verb, _ in found:
         out.setdefault(task_id, []).append(verb)
     return out
 
