@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import FAKE_AGENT, Setup, stop_engine, wait_for
-from support.faketime_support import SLEEP_SHIM, require_libfaketime
+from support.faketime_support import stepped_env
 from support.spend_tasks import task_with_cost
 
 from supervisor import costs
@@ -240,15 +240,7 @@ def test_held_launches_resume_at_the_next_local_midnight(setup: Setup, tmp_path:
     """The engine's wall clock (libfaketime, as tests/test_clock_steps.py) steps past the
     next local midnight (``TZ=UTC``): the held task's mark goes and it launches and runs."""
 
-    library = require_libfaketime(threaded=True)
-    offset = tmp_path / "faketime"
-    offset.write_text("+0\n")
-    shim = tmp_path / "faketime-site"
-    shim.mkdir()
-    (shim / "sitecustomize.py").write_text(SLEEP_SHIM)
-    env = {**os.environ, "TZ": "UTC", "PYTHONPATH": str(shim), "LD_PRELOAD": str(library)}
-    env |= {"FAKETIME_TIMESTAMP_FILE": str(offset), "FAKETIME_NO_CACHE": "1"}
-    env["DONT_FAKE_MONOTONIC"] = "1"
+    env, offset = stepped_env(tmp_path)
     argv, _ = _notifier(setup.root)
     setup.write_profile(extra={"budget": {"daily_usd": 1.0}}, notifier=argv)
     now = time.time()

@@ -104,23 +104,14 @@ def test_a_real_engine_stepped_back_over_midnight_notifies_each_day_once(
     stepped back over the midnight holds (and tells) the day before, whose cap was reached
     and never told; stepped forward again, it holds the new day without telling it a second
     time (before the fix: a third call, and one more at every step over midnight)."""
-    import os
     import time
 
     from conftest import stop_engine, wait_for
-    from support.faketime_support import SLEEP_SHIM, require_libfaketime
+    from support.faketime_support import stepped_env
 
-    library = require_libfaketime(threaded=True)
     now = time.time()
     midnight = (now // 86400 + 1) * 86400  # UTC
-    offset = tmp_path / "faketime"
-    offset.write_text(f"+{int(midnight - now) + 60}\n")
-    shim = tmp_path / "faketime-site"
-    shim.mkdir()
-    (shim / "sitecustomize.py").write_text(SLEEP_SHIM)
-    env = {**os.environ, "TZ": "UTC", "PYTHONPATH": str(shim), "LD_PRELOAD": str(library)}
-    env |= {"FAKETIME_TIMESTAMP_FILE": str(offset), "FAKETIME_NO_CACHE": "1"}
-    env["DONT_FAKE_MONOTONIC"] = "1"
+    env, offset = stepped_env(tmp_path, f"+{int(midnight - now) + 60}")
     script, sent = setup.root / "notifier.py", setup.root / "notified.jsonl"
     script.write_text(NOTIFIER)
     setup.write_profile(

@@ -40,3 +40,19 @@ def require_libfaketime(threaded: bool = False) -> Path:
             pytest.fail(message)
         pytest.skip(message)
     return path
+
+
+def stepped_env(folder: Path, offset: str = "+0") -> tuple[dict[str, str], Path]:
+    """The environment of an engine whose wall clock a test steps (``TZ=UTC``; the
+    thread-safe library, :data:`SLEEP_SHIM`, the monotonic clock left true, as NTP leaves
+    it), and the offset file (``+SECONDS``, read on every call) to rewrite for a step."""
+    library = require_libfaketime(threaded=True)
+    step = folder / "faketime"
+    step.write_text(f"{offset}\n")
+    shim = folder / "faketime-site"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(SLEEP_SHIM)
+    env = {**os.environ, "TZ": "UTC", "PYTHONPATH": str(shim), "LD_PRELOAD": str(library)}
+    env |= {"FAKETIME_TIMESTAMP_FILE": str(step), "FAKETIME_NO_CACHE": "1"}
+    env["DONT_FAKE_MONOTONIC"] = "1"
+    return env, step
