@@ -397,8 +397,10 @@ def test_the_control_session_lives_on_a_path_without_sleep(
         assert tmux.cmd("display-message", "-p", "x").stdout == ["x"] and tmux.control_live
         rows = _tmux(socket_name, "list-panes", "-a", "-F", "#{session_name} #{pane_pid}")
         pid = next(int(r.split()[1]) for r in rows.stdout.splitlines() if not r.startswith("a "))
-        argv = psutil.Process(pid).cmdline()  # this Python, watching its holder
-        assert argv[0] == sys.executable and str(os.getpid()) in argv
+        # the pane's shell execs this Python, watching its holder; under load the look can
+        # come before the exec, so wait for it (an exec that never comes still fails here)
+        wait_for(lambda: psutil.Process(pid).cmdline()[:1] == [sys.executable])
+        assert str(os.getpid()) in psutil.Process(pid).cmdline()
         assert tmux.cmd("display-message", "-p", "y").stdout == ["y"] and tmux.control_live
     finally:
         tmux.shutdown()
