@@ -22,6 +22,7 @@ import functools
 import os
 import subprocess
 import sys
+import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -163,18 +164,20 @@ def _taken(folder: Path, names: Sequence[str]) -> list[Path]:
 
 def _write_starter(folder: Path) -> None:
     """The demo's files (the caller holds the folder's lock): ``profile.toml``, the private
-    ``spool/`` and ``state/``, ``project/``, the demo's task files in ``tasks/`` and a copy
-    of each in the spool. Raises OSError."""
+    ``spool/`` and ``state/``, each demo task's ``project_dir``, the demo's task files in
+    ``tasks/`` and a copy of each in the spool. Raises OSError."""
     from supervisor import bundled
     from supervisor.cli.starter_claude import shown
     from supervisor.diskio import atomic_write
 
     private_folders(folder)
-    (folder / "project").mkdir(exist_ok=True)
     (folder / "tasks").mkdir(exist_ok=True)
     for entry in bundled.folder("demo_tasks").iterdir():
         if entry.name.endswith(".toml"):
             data = entry.read_bytes()
+            # each task's project_dir, relative to the spool it is read from
+            project = tomllib.loads(data.decode())["project_dir"]
+            (folder / "spool" / project).resolve().mkdir(exist_ok=True)
             atomic_write(folder / "tasks" / entry.name, data, durable=False)
             atomic_write(folder / "spool" / entry.name, data, durable=False)
     atomic_write(folder / "profile.toml", starter_profile(folder).encode(), durable=False)
