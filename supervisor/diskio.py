@@ -8,10 +8,13 @@ these without loading the pydantic models of :mod:`supervisor.taskdir.folder`.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
+import functools
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -52,7 +55,46 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, durable: bool = True, sync_dir: bool = True) -> None:
+#: ``renameat2(2)``'s flag: fail with EEXIST instead of replacing the target (Linux 3.15+).
+_RENAME_NOREPLACE = 1
+_AT_FDCWD = -100
+
+
+@functools.cache
+def _renameat2() -> Callable[..., int] | None:
+    """glibc's ``renameat2`` (2.28+), or ``None`` where the C library has none."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    return getattr(libc, "renameat2", None)
+
+
+def rename_noreplace(source: Path | str, target: Path | str) -> None:
+    """Rename ``source`` to ``target`` unless ``target`` exists, in one step: no file that
+    appears at ``target`` meanwhile is ever replaced (``renameat2(2)``, ``RENAME_NOREPLACE``).
+
+    Where the C library or the filesystem lacks the flag (``ENOSYS``/``EINVAL``) it falls
+    back to a look then ``rename(2)``, which leaves that instant open.
+
+    Raises:
+        FileExistsError: ``target`` exists (a file, a folder or a link, dangling too).
+        OSError: from the rename.
+    """
+    call = _renameat2()
+    if call is not None:
+        names = os.fsencode(source), os.fsencode(target)
+        done = call(_AT_FDCWD, names[0], _AT_FDCWD, names[1], _RENAME_NOREPLACE)
+        if done == 0:
+            return
+        code = ctypes.get_errno()
+        if code not in (errno.ENOSYS, errno.EINVAL):
+            raise OSError(code, os.strerror(code), str(source), None, str(target))
+    if os.path.lexists(target):
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(target))
+    os.rename(source, target)
+
+
+def atomic_write(
+    path: Path, data: bytes, durable: bool = True, sync_dir: bool = True, replace: bool = True
+) -> None:
     """Write ``data`` to ``path`` so a reader sees the old or the new file, never a mix.
 
     Temp file in the same folder, fsync, rename, fsync the folder. On any error the temp
@@ -61,6 +103,8 @@ def atomic_write(path: Path, data: bytes, durable: bool = True, sync_dir: bool =
     in a power cut costs nothing, or that a write-ahead record restores (a manifest,
     :func:`supervisor.taskdir.repair.restorable`). ``sync_dir=False`` skips only the
     folder's: the caller fsyncs it once after several writes (a group commit).
+    ``replace=False`` never replaces a file at ``path``: :class:`FileExistsError` then
+    (:func:`rename_noreplace`).
     """
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -69,7 +113,10 @@ def atomic_write(path: Path, data: bytes, durable: bool = True, sync_dir: bool =
             handle.flush()
             if durable:
                 os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            rename_noreplace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -192,3 +239,32 @@ def read_end_rotated(path: Path, lines: int, max_bytes: int) -> bytes:
         older = read_end(path.with_name(path.name + ".1"), max_bytes - len(data))[0]
         data = older + data
     return data
+
+
+def move_file(source: Path, target: Path) -> None:
+    """Move ``source`` to ``target`` on the same filesystem or across filesystems.
+
+    One ``rename(2)`` when it can; on ``EXDEV`` the bytes (of a regular file, or a symlink's
+    target) are copied to a temp file beside ``target``, fsynced and renamed into place, and
+    only then is ``source`` unlinked. So ``target`` is whole or absent, and a crash leaves the
+    file in one place or both, never in none. Never over a file at ``target``, not even one
+    that appears meanwhile (:func:`rename_noreplace`).
+
+    Raises:
+        FileExistsError: ``target`` exists; ``source`` is where it was.
+        OSError: from the rename, the copy or the unlink (``target`` is then absent, unless
+            only the final unlink failed).
+    """
+    try:
+        rename_noreplace(source, target)
+        return
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+    try:
+        data = read_regular(source)
+    except NotRegularFile as exc:
+        raise OSError(errno.EXDEV, f"cannot copy {exc.kind} across filesystems") from exc
+    atomic_write(target, data, replace=False)
+    os.unlink(source)
+    fsync_dir(source.parent)

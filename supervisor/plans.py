@@ -45,7 +45,7 @@ from supervisor import spool
 from supervisor.config import MAX_TASK_FILE_BYTES, ConfigError, LoadedProfile, ResolvedTask
 from supervisor.config.loading import task_from_table
 from supervisor.config.tomlfile import read_bounded, toml_table
-from supervisor.diskio import atomic_write
+from supervisor.diskio import atomic_write, move_file
 from supervisor.plannames import known_tasks, resolve_after
 from supervisor.policy.plans import find_cycle
 from supervisor.taskdir.folder import TaskDir
@@ -233,11 +233,11 @@ def claim(path: Path, profile: LoadedProfile) -> list[spool.Claimed] | None:
         _stage(staging, made, path, profile)
         if group is not None:  # before the commit: a committed group has its record
             attempts.write(staging / attempts.GROUP, group)
-        spool.move_file(claimed, staging / RECORD)  # the commit
+        move_file(claimed, staging / RECORD)  # the commit
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
-        if os.path.lexists(claimed):
-            os.rename(claimed, path)
+        if os.path.lexists(claimed):  # never over a file dropped under that name since
+            spool.put_back(claimed, path)
         raise
     published = publish(staging, profile)
     by_id = {m.task_id: m.resolved for m in made}
@@ -321,7 +321,7 @@ def recover(profile: LoadedProfile) -> list[str]:
     """At start, before adoption: roll committed plan claims forward, undo the others
     (their staged folders removed, their file back in the spool under its own name).
     A committed claim's copy still in the spool (a commit across filesystems is a copy
-    then an unlink: :func:`supervisor.spool.move_file`) is removed: ``plan.toml`` is whole.
+    then an unlink: :func:`supervisor.diskio.move_file`) is removed: ``plan.toml`` is whole.
     Returns one line per claim it finished or undid, for the engine's log."""
     lines: list[str] = []
     root = profile.state_dir / PLANS

@@ -49,7 +49,7 @@ from supervisor.config import (
     too_big,
 )
 from supervisor.config.cluster import spool_claim_warnings
-from supervisor.diskio import NotRegularFile, fsync_dir, read_regular
+from supervisor.diskio import fsync_dir, move_file, rename_noreplace
 from supervisor.spoolaccess import is_private_group, sharing_problem
 from supervisor.taskdir import layout
 from supervisor.taskdir.events import Event
@@ -193,11 +193,14 @@ def reject(source: Path, spool_dir: Path, problems: list[str], name: str | None 
     if len(raw) > MAX_REJECTED_NAME:  # leave room for the .error file and the temp name
         raw = raw[: MAX_REJECTED_NAME - 5] + b".toml"
     target = folder / os.fsdecode(raw)
-    if os.path.lexists(target):
-        stamp = f".{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(2)}.toml"
-        stem = raw.removesuffix(b".toml")[: MAX_REJECTED_NAME - len(stamp)]
-        target = folder / os.fsdecode(stem + stamp.encode())
-    move_file(source, target)
+    while True:
+        try:
+            move_file(source, target)
+            break
+        except FileExistsError:  # an earlier rejection of that name, or one at this instant
+            stamp = f".{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(2)}.toml"
+            stem = raw.removesuffix(b".toml")[: MAX_REJECTED_NAME - len(stamp)]
+            target = folder / os.fsdecode(stem + stamp.encode())
     text = "\n".join(problems) + "\n"
     error_file = target.with_name(target.name + layout.ERROR_SUFFIX)
     atomic_write(error_file, text.encode("utf-8", errors="backslashreplace"))
@@ -228,33 +231,6 @@ def not_a_task_file(path: Path, shown: Path) -> str | None:
     if info.st_size > MAX_TASK_FILE_BYTES:
         return too_big(shown, info.st_size)
     return None
-
-
-def move_file(source: Path, target: Path) -> None:
-    """Move ``source`` to ``target`` on the same filesystem or across filesystems.
-
-    One ``rename(2)`` when it can; on ``EXDEV`` the bytes (of a regular file, or a symlink's
-    target) are copied to a temp file beside ``target``, fsynced and renamed into place, and
-    only then is ``source`` unlinked. So ``target`` is whole or absent, and a crash leaves the
-    file in one place or both, never in none.
-
-    Raises:
-        OSError: from the rename, the copy or the unlink (``target`` is then absent, unless
-            only the final unlink failed).
-    """
-    try:
-        os.rename(source, target)
-        return
-    except OSError as exc:
-        if exc.errno != errno.EXDEV:
-            raise
-    try:
-        data = read_regular(source)
-    except NotRegularFile as exc:
-        raise OSError(errno.EXDEV, f"cannot copy {exc.kind} across filesystems") from exc
-    atomic_write(target, data)
-    os.unlink(source)
-    fsync_dir(source.parent)
 
 
 def claimed_id(name: str) -> re.Match[str] | None:
@@ -323,6 +299,16 @@ def claim(path: Path, profile: LoadedProfile, defer: bool = False) -> Claimed | 
     return finish_claim(TaskDir(folder), profile, original=path, defer=defer)
 
 
+def _moved_back(claimed: Path, original: Path) -> bool:
+    """Move a deferred file back to the spool under its own name (its predecessor may come
+    soon); ``False`` when a new file took that name meanwhile (the caller rejects it)."""
+    try:
+        move_file(claimed, original)
+    except FileExistsError:
+        return False
+    return True
+
+
 def _undo_claim(claimed: Path, folder: Path, original: Path) -> Path:
     """Put a claimed file back in the spool and remove its (unfinished) task folder.
 
@@ -345,11 +331,13 @@ def put_back(claimed: Path, original: Path) -> Path:
         OSError: from the rename.
     """
     target = original
-    if os.path.lexists(target):  # a new file took the name meanwhile
-        stamp = f".{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(2)}.toml"
-        target = original.with_name(original.name.removesuffix(".toml")[:200] + stamp)
-    os.rename(claimed, target)
-    return target
+    while True:
+        try:
+            rename_noreplace(claimed, target)
+            return target
+        except FileExistsError:  # a new file took the name meanwhile
+            stamp = f".{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(2)}.toml"
+            target = original.with_name(original.name.removesuffix(".toml")[:200] + stamp)
 
 
 def recover_claims(profile: LoadedProfile) -> list[Path]:
@@ -405,9 +393,7 @@ def finish_claim(
         resolved = load_task(target, profile, base=profile.spool_dir, shown_as=shown)
         after = plannames.single(resolved, task.task_id, profile.tasks_dir, shown)
     except ConfigError as exc:
-        back = defer and isinstance(exc, plannames.UnknownNames) and not os.path.lexists(shown)
-        if back:
-            move_file(target, shown)  # back in the spool: its predecessor may come soon
+        back = defer and isinstance(exc, plannames.UnknownNames) and _moved_back(target, shown)
         rejected = None if back else reject_from(target, shown, profile.spool_dir, exc.problems)
         for leftover in task.path.iterdir():  # only our own lock file can be there
             if leftover.name.startswith("."):

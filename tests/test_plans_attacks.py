@@ -216,6 +216,52 @@ def test_a_claim_undone_while_a_new_file_has_its_name_keeps_both(
     assert len(list(loaded.tasks_dir.iterdir())) == 6
 
 
+def test_a_claim_that_fails_while_a_new_file_has_its_name_keeps_both(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Staging fails (a full disk, here an OSError) after the writer dropped a new plan
+    under the claimed file's name: the claimed file goes back under a stamped name, never
+    over the new one (before the fix its rename back replaced the writer's plan)."""
+    loaded = load_profile(setup.write_profile())
+    loaded.tasks_dir.mkdir(parents=True)
+    first = setup.drop("plan.toml", _plan(setup, True))
+
+    def full(*_args: object) -> None:
+        setup.drop("plan.toml", _plan(setup, False))  # the writer's next plan, same name
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(plans, "_stage", full)
+    with pytest.raises(OSError):
+        plans.claim(first, loaded)
+    texts = {p.name: p.read_text() for p in setup.spool.iterdir()}
+    assert len(texts) == 2 and texts["plan.toml"] == _plan(setup, False), sorted(texts)
+    assert not any(name.startswith(".") for name in texts)
+
+
+def test_a_deferred_file_never_goes_back_over_a_new_one(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task whose ``after`` names no task yet goes back to the spool to wait; when the
+    writer dropped a new file under its name meanwhile, it is rejected with its reason
+    instead, and the new file stays (before, the move back replaced it)."""
+    loaded = load_profile(setup.write_profile())
+    loaded.tasks_dir.mkdir(parents=True)
+    path = setup.drop("b.toml", tomli_w.dumps(setup.task("B", "exit: 0", after=["later"])))
+    real = spool.move_file
+
+    def move_while_the_writer_drops(source: Path, target: Path) -> None:
+        if target == path:  # the move back, after any look at the name
+            setup.drop("b.toml", tomli_w.dumps(setup.task("B2", "exit: 0")))
+        real(source, target)
+
+    monkeypatch.setattr(spool, "move_file", move_while_the_writer_drops)
+    claimed = spool.claim(path, loaded, defer=True)
+    assert claimed is not None and not claimed.deferred and claimed.rejected_to is not None
+    assert "later" in (claimed.error or "")
+    assert 'name = "B2"' in path.read_text()
+    assert "after" in claimed.rejected_to.read_text()
+
+
 def _plan(setup: Setup, a_passes: bool) -> str:
     accept = {"command": ["true" if a_passes else "false"]}
     tasks = [

@@ -12,7 +12,7 @@ import pytest
 import tomli_w
 from conftest import Setup
 
-from supervisor import plans, spool
+from supervisor import diskio, plans, spool
 from supervisor.config import ConfigError, LoadedProfile, load_profile
 from supervisor.config.loading import task_from_table
 from supervisor.taskdir.folder import TaskDir
@@ -201,7 +201,7 @@ def _cut_short(setup: Setup, loaded: LoadedProfile, commit: bool) -> Path:
     os.rename(path, claimed)
     plans._stage(staging, made, path, loaded)
     if commit:
-        spool.move_file(claimed, staging / plans.RECORD)
+        diskio.move_file(claimed, staging / plans.RECORD)
         os.rename(staging / made[0].task_id, loaded.tasks_dir / made[0].task_id)  # one moved
     return path
 
