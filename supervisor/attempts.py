@@ -26,18 +26,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
 from supervisor import costs
-from supervisor.config import ConfigError, LoadedProfile
-from supervisor.config.attemptkeys import FIRST_PASS
+from supervisor.config import MAX_TASK_FILE_BYTES, ConfigError, LoadedProfile
+from supervisor.config.attemptkeys import ALL, FIRST_PASS
 from supervisor.config.loading import task_from_table
 from supervisor.config.workspace import TASK_ID_FIELD
-from supervisor.diskio import atomic_write, utc_iso
+from supervisor.diskio import atomic_write, read_regular, utc_iso
 from supervisor.errors import SuperviseError
 from supervisor.plannames import known_tasks, resolve_after
-from supervisor.plans import PLANS, Member, free_id, reserved_ids
+from supervisor.plans import MEMBERS, PLANS, RECORD, Member, free_id, reserved_ids
 from supervisor.taskdir import layout
 from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import TaskDir
@@ -98,6 +101,44 @@ def read(state_dir: Path, group_id: str) -> dict[str, Any] | None:
     except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) and isinstance(data.get("attempts"), list) else None
+
+
+def rebuild(state_dir: Path, group_id: str) -> dict[str, Any] | None:
+    """The group record of ``group_id`` made again when ``group.json`` is there but cannot
+    be read (truncated, not JSON, not a record: a damaged disk or a hand edit), from what the
+    claim left beside it: ``plan.toml`` (``name``, ``pick``) and ``members.json`` (the
+    attempts, in order; each one's model from its manifest). The damaged file is renamed to
+    ``group.json.damaged-<epoch s>`` (nothing is deleted) and the new record written with
+    no winner: the engine decides again from the attempts' manifests. ``None`` when there is
+    no such file, or nothing to rebuild it from.
+
+    Raises:
+        OSError: the damaged file could not be moved aside, or the new one written.
+    """
+    path = group_file(state_dir, group_id)
+    if not is_task_id(group_id) or not os.path.lexists(path) or read(state_dir, group_id):
+        return None
+    folder = path.parent
+    try:
+        plan = tomllib.loads(read_regular(folder / RECORD, MAX_TASK_FILE_BYTES).decode())
+        ids = json.loads(read_regular(folder / MEMBERS, MAX_RECORD_BYTES))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(ids, list) or not ids or not all(is_task_id(str(i)) for i in ids):
+        return None
+    models = []
+    for task_id in ids:
+        try:
+            models.append(
+                str(load_manifest(state_dir / layout.TASKS / task_id / layout.MANIFEST)["model"])
+            )
+        except (OSError, ValueError, KeyError):
+            models.append("")
+    pick = plan.get("pick") if plan.get("pick") in (FIRST_PASS, ALL) else FIRST_PASS
+    record = new_record(group_id, str(plan.get("name") or group_id), pick, ids, models)
+    os.rename(path, path.with_name(f"{GROUP}{layout.DAMAGED}{int(time.time())}"))
+    write(path, record)
+    return record
 
 
 def worktree_problem(resolved: Any, profile: LoadedProfile, shown: Path) -> str | None:

@@ -12,13 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from conftest import Setup, stop_engine, wait_for
+from support.attempt_groups import ACCEPT, group, manifest
 from support.repos import make_repo
 
-#: The acceptance check of every attempt: it fails the work of ``model-a``.
-ACCEPT = (
-    "import json, sys; argv = json.load(open('received_argv.json')); "
-    "sys.exit(1 if 'model-a' in argv else 0)"
-)
 #: model-a ends at once (its work fails the check), model-b after 2 s (it passes),
 #: model-c would work for 120 s (it is discarded meanwhile).
 PROMPT = "as_model: model-b sleep: 2\nas_model: model-c sleep: 120\nprint: working\nexit: 0"
@@ -34,19 +30,6 @@ def attempts_task(setup: Setup, models: list[str], **extra: Any) -> dict[str, An
     return setup.task(
         "fix", PROMPT, attempts=len(models), models=models, acceptance=accept, **extra
     )
-
-
-def group(setup: Setup) -> dict[str, Any]:
-    """The one group record of the state dir."""
-    found = list((setup.state / "plans").glob("*/group.json"))
-    if not found:
-        return {}
-    (path,) = found
-    return json.loads(path.read_text())
-
-
-def manifest(setup: Setup, task_id: str) -> dict[str, Any]:
-    return json.loads((setup.state / "tasks" / task_id / "manifest.json").read_text())
 
 
 def event_lines(setup: Setup, record: dict[str, Any]) -> str:

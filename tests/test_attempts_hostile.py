@@ -1,5 +1,6 @@
 """Issue 26, part 2: a hostile or damaged group record (``group.json``) is no group, and
-whatever it holds is shown escaped; the engine's scan of open groups skips it."""
+whatever it holds is shown escaped; the engine's scan of open groups skips it, unless the
+plan's own files (``plan.toml``, ``members.json``) are sound enough to rebuild it from."""
 
 from __future__ import annotations
 
@@ -100,3 +101,49 @@ def test_an_attempt_whose_manifest_is_gone_under_the_engine_is_not_ended(setup: 
     assert decide(FIRST_PASS, None, found).closed is False
     gone, _ = read_attempts(loaded.tasks_dir, rows, {})
     assert decide(FIRST_PASS, None, gone).outcome == "none_passed"  # nothing runs it
+
+
+@pytest.mark.parametrize(
+    ("plan", "members", "rebuilt"),
+    [
+        ('name = "k"\npick = "all"\nattempts = 2\n', '["k-aaaaaa", "k-bbbbbb"]', True),
+        ('name = "k"\npick = "nonsense"\n', '["k-aaaaaa"]', True),  # pick: the default
+        ('name = "k"\n', '["../../etc"]', False),
+        ('name = "k"\n', '{"a": 1}', False),
+        ('name = "k"\n', "[]", False),
+        ("not toml [", '["k-aaaaaa"]', False),
+        (None, '["k-aaaaaa"]', False),
+    ],
+)
+def test_a_damaged_record_is_rebuilt_only_from_sound_plan_files(
+    setup: Setup, plan: str | None, members: str, rebuilt: bool
+) -> None:
+    """:func:`attempts.rebuild`: the members' ids must be task ids, the plan TOML; a record
+    that cannot be rebuilt is left as it is (and stays no group)."""
+    loaded = _profile(setup)
+    path = _record_at(setup, "attempts-abcdef")
+    path.write_bytes(b'{"group": "attempts-ab')
+    if plan is not None:
+        (path.parent / "plan.toml").write_text(plan)
+    (path.parent / "members.json").write_text(members)
+    record = attempts.rebuild(loaded.state_dir, "attempts-abcdef")
+    kept = sorted(p.name for p in path.parent.glob("group.json.damaged-*"))
+    if not rebuilt:
+        assert record is None and not kept and path.read_bytes() == b'{"group": "attempts-ab'
+        assert open_groups(loaded.state_dir) == set()
+        return
+    assert record is not None and len(kept) == 1
+    assert attempts.read(loaded.state_dir, "attempts-abcdef") == record
+    assert record["pick"] in ("all", "first-pass") and record["winner"] is None
+    assert [r["task_id"] for r in record["attempts"]] == json.loads(members)
+    assert [r["model"] for r in record["attempts"]] == [""] * len(record["attempts"])
+
+
+def test_a_sound_record_is_never_rebuilt(setup: Setup) -> None:
+    loaded = _profile(setup)
+    path = _record_at(setup, "attempts-abcdef")
+    path.write_text(json.dumps({"attempts": [], "winner": "x"}))
+    (path.parent / "plan.toml").write_text('name = "k"\n')
+    (path.parent / "members.json").write_text('["k-aaaaaa"]')
+    assert attempts.rebuild(loaded.state_dir, "attempts-abcdef") is None
+    assert json.loads(path.read_text())["winner"] == "x"

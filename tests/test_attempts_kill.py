@@ -7,55 +7,26 @@ fake agent."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-from typing import Any
 
 from conftest import Setup, stop_engine, wait_for
+from support.attempt_groups import b_wins_over_c, group, manifest
 from support.repos import make_repo
 
 from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import TaskDir
-
-#: The acceptance check of every attempt: it fails the work of ``model-a`` only.
-ACCEPT = (
-    "import json, sys; argv = json.load(open('received_argv.json')); "
-    "sys.exit(1 if 'model-a' in argv else 0)"
-)
-
-
-def group(setup: Setup) -> dict[str, Any]:
-    """The one group record of the state dir ({} before the claim)."""
-    found = list((setup.state / "plans").glob("*/group.json"))
-    return json.loads(found[0].read_text()) if len(found) == 1 else {}
-
-
-def manifest(setup: Setup, task_id: str) -> dict[str, Any]:
-    return json.loads((setup.state / "tasks" / task_id / "manifest.json").read_text())
 
 
 def _events(setup: Setup, task_id: str) -> list[str]:
     return [e["event"] for e in setup.events(task_id)]
 
 
-def _b_wins_over_c(setup: Setup, c_cue: str = "") -> subprocess.Popen[bytes]:
-    """An engine running a group of two attempts in a git project: model-b passes its check
-    after 3 s, model-c (with ``c_cue`` first) works on for 120 s."""
-    make_repo(setup.project)
-    setup.write_profile(max_concurrent=4)
-    prompt = f"as_model: model-b sleep: 3\nas_model: model-c {c_cue}sleep: 120\nexit: 0"
-    accept = {"command": [sys.executable, "-c", ACCEPT]}
-    task = setup.task("k", prompt, attempts=2, models=["model-b", "model-c"], acceptance=accept)
-    setup.drop("k.toml", task)
-    return setup.start()
-
-
 def test_a_kill_while_the_loser_is_being_discarded_ends_it_once(setup: Setup) -> None:
     # model-b passes after 3 s; model-c works on and ignores SIGTERM (a stubborn stop)
-    engine = _b_wins_over_c(setup, "ignore_term\n")
+    engine = b_wins_over_c(setup, "ignore_term\n")
     try:
         wait_for(lambda: (setup.state / "plans").is_dir() and group(setup), timeout=120)
         b, c = (row["task_id"] for row in group(setup)["attempts"])
@@ -95,7 +66,7 @@ def test_a_discard_logged_but_not_carried_out_is_carried_out_once_on_restart(
     log is left so by hand: the requests fail (``control`` is a file) until the kill,
     then the taken request's line is appended. Before: the restart asked the discard again
     (two ``discard_requested`` lines)."""
-    engine = _b_wins_over_c(setup)
+    engine = b_wins_over_c(setup)
     try:
         wait_for(lambda: (setup.state / "plans").is_dir() and group(setup), timeout=120)
         b, c = (row["task_id"] for row in group(setup)["attempts"])
@@ -202,3 +173,40 @@ def test_two_stops_of_a_group_at_once_end_each_attempt_once(setup: Setup) -> Non
         assert not [n for n in after if n.endswith("_requested")], names
         m = manifest(setup, task_id)
         assert (m["status"], m["abandon_reason"]) == ("abandoned", "stopped")
+
+
+def test_a_damaged_group_record_is_rebuilt_and_the_group_still_decided(setup: Setup) -> None:
+    """SIGKILL, then ``group.json`` truncated (a damaged disk, a bad hand edit). Before,
+    the restarted engine read it as no group: model-c ran on for 120 s beside the winner and
+    nothing closed the group. Now the record is rebuilt from the plan's files (the damaged
+    one kept beside it), b wins again and c is discarded."""
+    engine = b_wins_over_c(setup)
+    try:
+        wait_for(lambda: (setup.state / "plans").is_dir() and group(setup), timeout=120)
+        record = group(setup)
+        b, c = (row["task_id"] for row in record["attempts"])
+        wait_for(lambda: _launched(setup, b) and _launched(setup, c), timeout=60)
+        os.kill(engine.pid, signal.SIGKILL)
+        engine.wait(timeout=10)
+    finally:
+        stop_engine(engine)
+    path = setup.state / "plans" / record["group"] / "group.json"
+    path.write_bytes(path.read_bytes()[:40])
+    done = setup.run(timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "could not be read; rebuilt from the plan's files" in done.stderr
+    rebuilt = group(setup)
+    assert (rebuilt["winner"], rebuilt["outcome"], rebuilt["closed"]) == (b, "passed", True)
+    assert (rebuilt["pick"], rebuilt["name"]) == ("first-pass", "k")
+    assert [(r["task_id"], r["model"]) for r in rebuilt["attempts"]] == [
+        (b, "model-b"),
+        (c, "model-c"),
+    ]
+    mc = manifest(setup, c)
+    assert (mc["status"], mc["abandon_reason"]) == ("abandoned", "discarded")
+    (damaged,) = path.parent.glob("group.json.damaged-*")
+    assert len(damaged.read_bytes()) == 40
+
+
+def _launched(setup: Setup, task_id: str) -> bool:
+    return "launched" in _events(setup, task_id)

@@ -49,10 +49,29 @@ def open_groups(state_dir: Path) -> set[str]:
     except OSError:
         return found
     for entry in entries:
-        record = groups.read(state_dir, entry.name)
+        record = groups.read(state_dir, entry.name) or _rebuilt(state_dir, entry.name)
         if record is not None and not record.get("closed"):
             found.add(entry.name)
     return found
+
+
+def _rebuilt(state_dir: Path, group_id: str) -> dict[str, Any] | None:
+    """:func:`groups.rebuild`, logged: one warning when a damaged record was made again,
+    one error when it could not be (the group is then left undecided)."""
+    try:
+        record = groups.rebuild(state_dir, group_id)
+    except OSError as exc:
+        log.error("attempts %s: its record is damaged and cannot be rebuilt: %s", group_id, exc)
+        return None
+    if record is not None:
+        log.warning(
+            "attempts %s: %s could not be read; rebuilt from the plan's files (the damaged "
+            "one kept beside it as %s*), its winner decided again",
+            group_id,
+            groups.GROUP,
+            groups.GROUP + layout.DAMAGED,
+        )
+    return record
 
 
 def read_attempts(
@@ -136,7 +155,8 @@ class Groups:
     def _look_at_group(self, group_id: str) -> None:
         """Decide one group; record what changed, then ask its losers to end."""
         assert self._groups is not None
-        record = groups.read(self.profile.state_dir, group_id)
+        state_dir = self.profile.state_dir
+        record = groups.read(state_dir, group_id) or _rebuilt(state_dir, group_id)
         if record is None:
             self._groups.discard(group_id)
             return
