@@ -37,7 +37,7 @@ from supervisor.engine.runtime import Outcome, Runtime
 from supervisor.policy import attempts as attempt_rules
 from supervisor.policy import plans as rules
 from supervisor.policy.attempts import discard
-from supervisor.taskdir import layout
+from supervisor.taskdir import control, layout
 from supervisor.taskdir.events import Event, last_of
 from supervisor.taskdir.folder import TaskDir
 from supervisor.taskdir.states import DAMAGED, Status
@@ -229,8 +229,9 @@ class Plans:
         del self.blocked[task_id]
         runtime = runtimes.load_queued(self.profile, self.tmux, task)
         runtime.state = policy.TaskState(status=Status.BLOCKED)
-        with contextlib.suppress(OSError):
-            task.append_event(Event.requested(verb), status=Status.BLOCKED)
+        if verb not in control.logged_requests(task.turn_events()):  # else: logged, then a kill
+            with contextlib.suppress(OSError):
+                task.append_event(Event.requested(verb), status=Status.BLOCKED)
         # discard: another attempt of its group won (policy/attempts.py)
         decision = rules.stopped(runtime.state) if verb == "stop" else discard(runtime.state)
         self._settle(runtime, self.actions.apply(runtime, decision, clock.now()))

@@ -107,6 +107,7 @@ def _adopt_one(
         if rebuilt is None or rebuilt.status in TERMINAL:
             return None
         if rebuilt.status == Status.QUEUED:
+            _leave_again(profile, task, task.turn_events())
             return Requeued(task)
         manifest = rebuilt  # a run in progress, restored from the log: adopted as any other
     if manifest is None:
@@ -127,6 +128,7 @@ def _adopt_one(
     if queued and not ended and not launch_logged:
         # admitted under the credentials it will launch with (engine/accounts.py)
         launch.record_account(task, manifest, resolved.account)
+        _leave_again(profile, task, events)
         return Requeued(task)
     launch_written = None
     if manifest.status == Status.QUEUED and not launch_logged:
@@ -139,7 +141,7 @@ def _adopt_one(
     runtime = runtimes.build(profile, tmux, task, resolved, state, manifest)
     clock.adopted(runtime, profile.state_dir)  # its recorded times on this engine's clock
     state = runtime.state
-    _requests_left(profile, runtime)
+    _requests_left(profile, runtime, events)
     if last is None or last["event"] not in TERMINAL:
         _requests_logged(runtime, events)
     with contextlib.suppress(OSError):  # a full disk must not leave the task unwatched
@@ -183,18 +185,35 @@ def _unsent(profile: LoadedProfile, task: TaskDir, manifest: Manifest) -> Unsent
     return Unsent(task, resolved, manifest, tuple(pending.items()))
 
 
-def _requests_left(profile: LoadedProfile, runtime: Runtime) -> None:
+def _requests_left(profile: LoadedProfile, runtime: Runtime, events: list[dict[str, Any]]) -> None:
     """Requests left for this task while no engine ran (an operator's ``stop``; the cluster
     intake's ``supersede``, checked before adoption: issue 20) are the runtime's from its
     first check, as the intake job would apply them: before that check can read a
     done-file and record an ending, run acceptance or notify."""
+    logged = control.logged_requests(events)
     for task_id, verb, path in control.pending_or_none(profile.state_dir)[0]:
         if task_id != runtime.task.task_id:
             continue
-        path.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):  # a full disk: the request is still applied
-            runtime.task.append_event(Event.requested(verb), status=runtime.state.status)
+        if verb not in logged:  # else: logged, then killed before the file was removed
+            with contextlib.suppress(OSError):  # a full disk: the request is still applied
+                runtime.task.append_event(Event.requested(verb), status=runtime.state.status)
+        path.unlink(missing_ok=True)  # after the log line (write-ahead): never lost
         runtime.requests.add(verb)
+
+
+def _leave_again(profile: LoadedProfile, task: TaskDir, events: list[dict[str, Any]]) -> None:
+    """A queued task's logged, unanswered ``stop``/``discard`` (killed after the log line,
+    before the ending) is left as a request file again, for the intake's first look to
+    apply (it logs it no second time). Before, the task was queued again and launched."""
+    for verb in sorted(control.logged_requests(events)):
+        try:
+            control.request(profile.state_dir, task.task_id, verb)
+        except OSError as exc:
+            log.error(
+                "%s: its logged '%s' request cannot be left again: %s", task.task_id, verb, exc
+            )
+            continue
+        log.info("%s: its logged '%s' request was not carried out; done now", task.task_id, verb)
 
 
 def _requests_logged(runtime: Runtime, events: list[dict[str, Any]]) -> None:
@@ -203,12 +222,7 @@ def _requests_logged(runtime: Runtime, events: list[dict[str, Any]]) -> None:
     the request file is gone, its word only in memory) is the runtime's again, as if just
     taken. Before, an operator's ``stop`` was lost then, and the group's look asked a
     loser's ``discard`` a second time (two ``discard_requested`` lines)."""
-    ending = {str(Event.requested(verb)): verb for verb in control.ENDING}
-    logged: set[str] = set()
-    for event in events:  # only since the last ending (a task resumed after one)
-        name = str(event.get("event"))
-        logged = set() if name in TERMINAL else logged | {ending.get(name) or ""}
-    for verb in sorted(logged - {""} - runtime.requests):
+    for verb in sorted(control.logged_requests(events) - runtime.requests):
         runtime.requests.add(verb)
         log.info(
             "%s: its logged '%s' request was not carried out; done now", runtime.task.task_id, verb

@@ -319,36 +319,44 @@ class Engine(Checks, Launches, Kicks, Accounts, Plans, Groups):
             if why:
                 log.warning("%s", why)
         for task_id, verb, path in found:
-            path.unlink(missing_ok=True)
-            if verb == control.CONTINUE:  # supervise continue (engine/followups.py)
-                followups.take(self, task_id)
-                continue
-            if self._stop_blocked(task_id, verb):  # a blocked task (engine/plans.py)
-                continue
-            queued = next((t for t in self.queue if t.task_id == task_id), None)
-            runtime = self.live.get(task_id)
-            if runtime is None and queued is not None and verb in ("stop", "supersede", "discard"):
-                self.queue.remove(queued)
-                runtime = runtimes.load_queued(self.profile, self.tmux, queued)
-            if runtime is None:
-                log.warning("ignored '%s' for %s: no such live task", verb, task_id)
-                continue
-            if verb in control.ENDING and runtime.state.status in TERMINAL:  # it ended meanwhile
-                log.info("%s ended %s before its %s; kept", task_id, runtime.state.status, verb)
-                continue
-            if verb not in runtime.requests:  # else: re-taken from its log (engine/recovery.py)
-                with contextlib.suppress(OSError):  # a full disk: the request is still applied
-                    runtime.task.append_event(Event.requested(verb), status=runtime.state.status)
-            if task_id not in self.live:  # a queued task: no check of it can run
-                runtime.requests.add(verb)
-                self._decide_and_apply(runtime)
-                continue
-            if runtime.launching or runtime.preparing:  # its checks wait for that work
-                runtime.requests.add(verb)  # (read by the work: a stop cancels a worktree)
-            else:  # a check may be running: it takes the request at its next start
-                with self.leaf:
-                    self.inbox.setdefault(task_id, set()).add(verb)
-            self._schedule_check(runtime, delay=0.0)
+            try:
+                self._take_request(task_id, verb)
+            finally:  # after its log line (write-ahead): a kill in between loses nothing
+                path.unlink(missing_ok=True)
+
+    def _take_request(self, task_id: str, verb: str) -> None:
+        """Apply one request of ``control/`` (its file still there; the caller removes it)."""
+        if verb == control.CONTINUE:  # supervise continue (engine/followups.py)
+            followups.take(self, task_id)
+            return
+        if self._stop_blocked(task_id, verb):  # a blocked task (engine/plans.py)
+            return
+        queued = next((t for t in self.queue if t.task_id == task_id), None)
+        runtime = self.live.get(task_id)
+        if runtime is None and queued is not None and verb in ("stop", "supersede", "discard"):
+            self.queue.remove(queued)
+            runtime = runtimes.load_queued(self.profile, self.tmux, queued)
+            # logged before a kill, its file left again at adoption (engine/recovery.py)
+            runtime.requests |= {verb} & control.logged_requests(queued.turn_events())
+        if runtime is None:
+            log.warning("ignored '%s' for %s: no such live task", verb, task_id)
+            return
+        if verb in control.ENDING and runtime.state.status in TERMINAL:  # it ended meanwhile
+            log.info("%s ended %s before its %s; kept", task_id, runtime.state.status, verb)
+            return
+        if verb not in runtime.requests:  # else: re-taken from its log (engine/recovery.py)
+            with contextlib.suppress(OSError):  # a full disk: the request is still applied
+                runtime.task.append_event(Event.requested(verb), status=runtime.state.status)
+        if task_id not in self.live:  # a queued task: no check of it can run
+            runtime.requests.add(verb)
+            self._decide_and_apply(runtime)
+            return
+        if runtime.launching or runtime.preparing:  # its checks wait for that work
+            runtime.requests.add(verb)  # (read by the work: a stop cancels a worktree)
+        else:  # a check may be running: it takes the request at its next start
+            with self.leaf:
+                self.inbox.setdefault(task_id, set()).add(verb)
+        self._schedule_check(runtime, delay=0.0)
 
     def _enqueue(self, task: TaskDir, resolved: ResolvedTask) -> None:
         self._note_group(task, resolved)  # an attempt (engine/attempts.py)

@@ -13,9 +13,11 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from supervisor.diskio import atomic_write, utc_iso
 from supervisor.taskdir import layout
+from supervisor.taskdir.events import Event
 from supervisor.taskdir.states import TERMINAL, Status
 from supervisor.taskid import is_task_id, shown
 
@@ -141,3 +143,15 @@ def acted(verb: str, before: dict, after: dict) -> bool:
 def applied_line(task_id: str, manifest: dict) -> str:
     """The line a verb prints once applied: ``ID: STATUS (retry_count N)``."""
     return f"{task_id}: {manifest['status']} (retry_count {manifest.get('retry_count', 0)})"
+
+
+def logged_requests(events: list[dict[str, Any]]) -> set[str]:
+    """The ending verbs (``stop``, ``discard``, ...: :data:`ENDING`) whose
+    ``<verb>_requested`` line the log holds after its last ending: taken, not yet carried
+    out. ``events``: the turn's events, oldest first."""
+    ending = {str(Event.requested(verb)): verb for verb in ENDING}
+    logged: set[str] = set()
+    for event in events:  # only since the last ending (a task resumed after one)
+        name = str(event.get("event"))
+        logged = set() if name in TERMINAL else logged | {ending.get(name) or ""}
+    return logged - {""}

@@ -1,0 +1,96 @@
+"""Operator requests (``control/<id>.<verb>``) across a SIGKILL of the engine, at the two
+points a kill can cut taking one in two: after the ``<verb>_requested`` line is logged and
+before the file is removed (the request is then in both places), and after the line, before
+a queued task's ending (only the log holds it). Real engine, tmux and fake agent; the cut
+is left by hand after a real SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+from conftest import Setup, stop_engine, wait_for
+
+from supervisor.taskdir import control
+from supervisor.taskdir.events import Event
+from supervisor.taskdir.folder import TaskDir
+
+
+def _kill(engine: subprocess.Popen[bytes]) -> None:
+    os.kill(engine.pid, signal.SIGKILL)
+    engine.wait(timeout=10)
+
+
+def _events(setup: Setup, task_id: str) -> list[str]:
+    return [e["event"] for e in setup.events(task_id)]
+
+
+def _running_and_queued(setup: Setup) -> tuple[str, str]:
+    """One slot: ``a`` runs (8 s), ``q`` waits behind it; then the engine is SIGKILLed.
+    Returns their task ids."""
+    setup.write_profile(max_concurrent=1)
+    setup.drop("a.toml", setup.task("a", "sleep: 8\nexit: 0"))
+    engine = setup.start()
+    try:
+        wait_for(lambda: setup.manifests().get("a", {}).get("status") == "running", timeout=120)
+        setup.drop("q.toml", setup.task("q", "exit: 0"))
+        wait_for(lambda: setup.manifests().get("q", {}).get("status") == "queued", timeout=60)
+        _kill(engine)
+    finally:
+        stop_engine(engine)
+    found = setup.manifests()
+    return found["a"]["task_id"], found["q"]["task_id"]
+
+
+def test_a_queued_task_s_logged_stop_is_not_lost_to_a_kill(setup: Setup) -> None:
+    """``stop_requested`` logged for a queued task, its file already gone, then the kill:
+    before, the restart queued the task again and launched it to ``completed``."""
+    _, q = _running_and_queued(setup)
+    TaskDir(setup.state / "tasks" / q).append_event(Event.STOP_REQUESTED, status="queued")
+    done = setup.run(timeout=120)
+    assert done.returncode == 0, done.stderr
+    m = setup.manifests()["q"]
+    assert (m["status"], m["abandon_reason"]) == ("abandoned", "stopped"), done.stderr[-2000:]
+    names = _events(setup, q)
+    assert "launched" not in names and names.count("stop_requested") == 1, names
+
+
+def test_a_request_logged_and_still_on_file_is_logged_once(setup: Setup) -> None:
+    """The kill came after the line, before the file's removal (the write-ahead order):
+    both a queued and a running task end ``stopped`` with one ``stop_requested`` each
+    (before, adoption and the intake logged it a second time)."""
+    a, q = _running_and_queued(setup)
+    for task_id, status in ((a, "running"), (q, "queued")):
+        TaskDir(setup.state / "tasks" / task_id).append_event(Event.STOP_REQUESTED, status=status)
+        control.request(setup.state, task_id, "stop")
+    done = setup.run(timeout=120)
+    assert done.returncode == 0, done.stderr
+    for name, task_id in (("a", a), ("q", q)):
+        m = setup.manifests()[name]
+        assert (m["status"], m["abandon_reason"]) == ("abandoned", "stopped"), name
+        assert _events(setup, task_id).count("stop_requested") == 1, _events(setup, task_id)
+    assert not list((setup.state / "control").iterdir())
+
+
+def test_a_blocked_task_s_logged_stop_ends_it_once_without_launching(setup: Setup) -> None:
+    """The same cut for a task blocked on its predecessor (``after``): it ends
+    ``abandoned``/``stopped`` with one ``stop_requested`` line and is never launched."""
+    setup.write_profile()
+    setup.drop("a.toml", setup.task("a", "sleep: 6\nexit: 0"))
+    engine = setup.start()
+    try:
+        wait_for(lambda: setup.manifests().get("a", {}).get("status") == "running", timeout=120)
+        setup.drop("b.toml", setup.task("b", "exit: 0", after=["a"]))
+        wait_for(lambda: setup.manifests().get("b", {}).get("status") == "blocked", timeout=60)
+        _kill(engine)
+    finally:
+        stop_engine(engine)
+    b = setup.manifests()["b"]["task_id"]
+    TaskDir(setup.state / "tasks" / b).append_event(Event.STOP_REQUESTED, status="blocked")
+    done = setup.run(timeout=120)
+    assert done.returncode == 0, done.stderr
+    m = setup.manifests()["b"]
+    assert (m["status"], m["abandon_reason"]) == ("abandoned", "stopped"), done.stderr[-2000:]
+    names = _events(setup, b)
+    assert "launched" not in names and names.count("stop_requested") == 1, names
