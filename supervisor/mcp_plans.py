@@ -32,7 +32,7 @@ from supervisor import plans, spool
 from supervisor.config import MAX_TASK_FILE_BYTES
 from supervisor.diskio import read_regular
 from supervisor.errors import ConfigError
-from supervisor.mcp_tools import ToolRefused
+from supervisor.mcp_tools import ToolRefused, page
 from supervisor.taskdir import layout
 from supervisor.taskid import is_task_id, shown
 
@@ -204,29 +204,37 @@ def _nodes(profile: LoadedProfile, plan: str) -> tuple[str, list[Node]] | dict[s
     )
 
 
-def follow(profile: LoadedProfile, plan: str) -> dict[str, Any]:
+def follow(
+    profile: LoadedProfile, plan: str, offset: int | None = None, limit: int | None = None
+) -> dict[str, Any]:
     """The ``plan`` tool: ``{"plan", "state" ("waiting to be claimed" | "being claimed" |
     "rejected" | "claimed"), "done" (every task ended), "counts" (tasks per status), "tasks" (each
     :meth:`supervisor.views.plangraph.Node.to_dict`: status, verdict, after, blocked_on,
-    reason: why it waits or why it ended)}``; a plan not claimed yet (or whose claim
-    is not finished) has ``why`` instead, a rejected one ``error``.
+    reason: why it waits or why it ended), "total", "offset", "next_offset"}``: ``done`` and
+    ``counts`` cover the whole plan, ``tasks`` one page of it (:func:`supervisor.mcp_tools.
+    page`); a plan not claimed yet (or whose claim is not finished) has ``why`` instead, a
+    rejected one ``error``.
 
     Raises:
-        ToolRefused: ``plan`` is no plan name nor task id, or names nothing.
+        ToolRefused: ``plan`` is no plan name nor task id, or names nothing; a bad
+            ``offset``/``limit``.
     """
     from supervisor.taskdir.states import ENDED
     from supervisor.views.plangraph import GONE
 
     if not isinstance(plan, str):
         raise ToolRefused("plan: give the plan's name (from submit_plan) or a task id")
+    page([], offset, limit)  # a bad offset or limit is refused before any look
     found = _nodes(profile, plan)
     if isinstance(found, dict):
         return found
     state, nodes = found
+    shown_nodes, paging = page(nodes, offset, limit)
     return {
         "plan": plan,
         "state": state,
         "done": all(n.status in ENDED or n.status == GONE for n in nodes),
         "counts": dict(Counter(n.status for n in nodes)),
-        "tasks": [node.to_dict() for node in nodes],
+        "tasks": [node.to_dict() for node in shown_nodes],
+        **paging,
     }

@@ -52,6 +52,16 @@ INSTRUCTIONS = (
 )
 
 TaskId = Annotated[str, Field(description="a task id, as submit and status give it")]
+Offset = Annotated[
+    int | None, Field(description="first row of the page: 0, or the answer's next_offset")
+]
+Limit = Annotated[
+    int | None,
+    Field(
+        description=f"rows per page (default {mcp_tools.DEFAULT_ROWS}, "
+        f"at most {mcp_tools.MAX_ROWS})"
+    ),
+]
 WaitS = Annotated[
     float | None,
     Field(description="seconds to wait for the engine to apply it (default 15, at most 60)"),
@@ -140,9 +150,12 @@ def _task_tools(server: MCPServer, profile: LoadedProfile) -> None:
         statuses: Annotated[
             list[str] | None, Field(description="only these statuses or groups, e.g. needs_you")
         ] = None,
+        offset: Offset = None,
+        limit: Limit = None,
     ) -> str:
-        """The engine line, the spool and one row per task (status, verdict, reason)."""
-        return await _guard(lambda: text(mcp_tools.status(profile, statuses)))
+        """The engine line, the spool and one row per task (status, verdict, reason), a
+        page at a time: 'total' tasks, the next page from 'next_offset' (null: the last)."""
+        return await _guard(lambda: text(mcp_tools.status(profile, statuses, offset, limit)))
 
     @server.tool(structured_output=False)
     async def show(task_id: TaskId) -> str:
@@ -209,10 +222,13 @@ def _plan_tools(server: MCPServer, profile: LoadedProfile) -> None:
         plan: Annotated[
             str, Field(description="the plan's name from submit_plan, or any of its task ids")
         ],
+        offset: Offset = None,
+        limit: Limit = None,
     ) -> str:
         """Follow a plan: each task's status, verdict, predecessors ('after'), those it
-        still waits for ('blocked_on') and why ('reason'); 'done' once every task ended."""
-        return await _guard(lambda: text(mcp_plans.follow(profile, plan)))
+        still waits for ('blocked_on') and why ('reason'); 'done' once every task ended.
+        'done' and 'counts' cover the whole plan, 'tasks' one page ('next_offset')."""
+        return await _guard(lambda: text(mcp_plans.follow(profile, plan, offset, limit)))
 
 
 def _work_tools(server: MCPServer, profile: LoadedProfile) -> None:

@@ -49,6 +49,13 @@ DEFAULT_TAIL_LINES = 40
 MAX_TAIL_LINES = 2000
 #: Task ids one ``wait`` call takes at most.
 MAX_IDS = 100
+#: Rows (tasks, spool files) ``status`` and ``plan`` return per call by default, and at
+#: most: Claude Code keeps an MCP answer in the conversation only up to
+#: ``MAX_MCP_OUTPUT_TOKENS`` (25,000 tokens by default) and 50,000 characters (a longer one
+#: is saved to a file; Claude Code docs, MCP, "output limits"); a task's row is about 300
+#: characters. A later page: ``offset`` = the answer's ``next_offset``.
+DEFAULT_ROWS = 100
+MAX_ROWS = 500
 #: Seconds a wait blocks between two looks at :data:`CLOSING`.
 SLICE_S = 1.0
 #: Set once the client has gone (``supervise mcp`` after its stdio loop ends): waits and
@@ -137,12 +144,38 @@ def submit(profile: LoadedProfile, fields: dict[str, Any]) -> dict[str, Any]:
     return done
 
 
-def status(profile: LoadedProfile, statuses: list[str] | None = None) -> dict[str, Any]:
-    """``supervise status --json``: ``{"engine": line, "spool": [...], "tasks": rows}``,
-    rows filtered by status or group names (``statuses``; ``None``: all).
+def page(rows: list[Any], offset: int | None, limit: int | None) -> tuple[list[Any], dict]:
+    """One page of ``rows``: the rows from ``offset`` (default 0), at most ``limit``
+    (default :data:`DEFAULT_ROWS`, at most :data:`MAX_ROWS`), and ``{"total", "offset",
+    "next_offset"}`` (``next_offset`` ``None`` on the last page).
 
     Raises:
-        ToolRefused: an unknown status name.
+        ToolRefused: ``offset`` below 0, or ``limit`` outside 1 to :data:`MAX_ROWS`.
+    """
+    start = 0 if offset is None else offset
+    count = DEFAULT_ROWS if limit is None else limit
+    if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+        raise ToolRefused(f"offset: give 0 or more (the answer's next_offset), not {start!r}")
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_ROWS:
+        raise ToolRefused(f"limit: give 1 to {MAX_ROWS} rows, not {count!r}")
+    end = start + count
+    after = end if end < len(rows) else None
+    return rows[start:end], {"total": len(rows), "offset": start, "next_offset": after}
+
+
+def status(
+    profile: LoadedProfile,
+    statuses: list[str] | None = None,
+    offset: int | None = None,
+    limit: int | None = None,
+) -> dict[str, Any]:
+    """``supervise status --json``, a page at a time: ``{"engine": line, "spool": [the
+    first :data:`MAX_ROWS` names], "spool_count", "tasks": rows, "total", "offset",
+    "next_offset"}`` (:func:`page`), rows filtered by status or group names (``statuses``;
+    ``None``: all).
+
+    Raises:
+        ToolRefused: an unknown status name, or a bad ``offset``/``limit``.
     """
     from supervisor.views import model
     from supervisor.views.status import STATUS_CHOICES, select
@@ -151,9 +184,16 @@ def status(profile: LoadedProfile, statuses: list[str] | None = None) -> dict[st
     if unknown:
         raise ToolRefused(f"unknown status {unknown[0]!r}; give any of {', '.join(STATUS_CHOICES)}")
     snap = model.snapshot(profile, time.time())
-    rows = [task.row() for task in select(snap, statuses or None, None)]
+    chosen = select(snap, statuses or None, None)
+    shown_tasks, paging = page(chosen, offset, limit)  # rows made for this page only
     spool = [item.name for item in snap.spool]
-    return {"engine": snap.engine.line(), "spool": spool, "tasks": rows}
+    return {
+        "engine": snap.engine.line(),
+        "spool": spool[:MAX_ROWS],
+        "spool_count": len(spool),
+        "tasks": [task.row() for task in shown_tasks],
+        **paging,
+    }
 
 
 #: Days the ``cost`` tool covers at most.

@@ -7,6 +7,7 @@ on its own tasks."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ pytest.importorskip("mcp")
 from mcp import ClientSession
 from support.mcp_client import _ok, _refused, _session
 
-from supervisor import mcp_plans, plans
+from supervisor import mcp_plans, mcp_tools, plans
 from supervisor.config import load_profile
 
 
@@ -61,6 +62,10 @@ def test_the_brain_submits_a_plan_and_sees_why_each_task_waits(setup: Setup) -> 
         assert tasks["B"]["reason"] == f"blocked on A ({a})" and not seen["done"]
         by_task = await _ok(s, "plan", plan=tasks["C"]["task_id"])  # any task id of it
         assert {t["task_id"] for t in by_task["tasks"]} == {t["task_id"] for t in seen["tasks"]}
+        paged = await _ok(s, "plan", plan=name, offset=1, limit=1)  # the SDK takes the page
+        assert len(paged["tasks"]) == 1 and (paged["total"], paged["next_offset"]) == (3, 2)
+        listed = await _ok(s, "status", limit=2)
+        assert len(listed["tasks"]) == 2 and listed["total"] == 3
         stopped = await _ok(s, "stop", task_id=a, wait_s=30)
         assert stopped["status"] == "abandoned"
         ended = await _until(s, name, lambda a: a["done"])
@@ -218,3 +223,35 @@ def test_a_claim_finishing_while_plan_reads_never_shows_the_plan_gone(
     real_publish(staging, loaded)
     then = mcp_plans.follow(loaded, name)
     assert then["counts"] == {"queued": 1, "blocked": 2} and not then["done"], then
+
+
+def test_a_large_plan_is_followed_a_page_at_a_time(setup: Setup) -> None:
+    """A plan of 230 tasks: each ``plan`` answer holds one page of tasks (100 by default,
+    under Claude Code's 50,000 characters for an MCP answer kept in the conversation), with
+    the whole plan's ``counts``; following ``next_offset`` gives every task once. ``status``
+    pages the same way. A bad ``offset``/``limit`` is one line."""
+    loaded = load_profile(setup.write_profile())
+    tasks = [setup.task("T0", "exit: 0")]
+    tasks += [setup.task(f"T{k}", "exit: 0", after=["T0"]) for k in range(1, 230)]
+    name = mcp_plans.submit_plan(loaded, None, tasks)["plan"]
+    made = plans.claim(loaded.spool_dir / name, loaded)
+    assert made is not None and len(made) == 230
+    seen: list[str] = []
+    offset: int | None = 0
+    while offset is not None:
+        answer = mcp_plans.follow(loaded, name, offset)
+        assert answer["counts"] == {"queued": 1, "blocked": 229} and answer["total"] == 230
+        assert len(json.dumps(answer)) < 50_000
+        seen += [row["task_id"] for row in answer["tasks"]]
+        offset = answer["next_offset"]
+    assert len(seen) == len(set(seen)) == 230 and len(answer["tasks"]) == 30
+    small = mcp_plans.follow(loaded, name, 228, 5)
+    assert len(small["tasks"]) == 2 and small["next_offset"] is None
+    status = mcp_tools.status(loaded, None, 0, 7)
+    assert len(status["tasks"]) == 7 and status["total"] == 230 and status["next_offset"] == 7
+    for offset_, limit in ((-1, None), (None, 0), (None, mcp_tools.MAX_ROWS + 1), ("1", None)):
+        with pytest.raises(mcp_tools.ToolRefused) as refused:
+            mcp_plans.follow(loaded, name, offset_, limit)  # type: ignore[arg-type]
+        assert "\n" not in str(refused.value) and (
+            "offset" in str(refused.value) or "limit" in str(refused.value)
+        )
