@@ -200,6 +200,12 @@ class Task:
             for value in (getattr(self, name),)
         }
 
+    def label(self, fallback: str = "-") -> str:
+        """The name every view shows (``fallback`` when the task has none), with
+        ``[attempt K/N]`` for an attempt of a group (issue 26). Not escaped."""
+        base = self.name or fallback
+        return f"{base} [attempt {self.attempt.split()[0]}]" if self.attempt else base
+
     def diffstat(self) -> str | None:
         """``"3 files +10 -2"``, or ``None`` without a workspace report."""
         if self.files_changed is None:

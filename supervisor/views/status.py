@@ -113,7 +113,7 @@ def table_row(task: model.Task) -> dict[str, Any]:
     return {
         "group": model.GROUPS.get(task.group, task.group),
         "task_id": task.task_id,
-        "name": escape_controls(task.name or ""),
+        "name": escape_controls(task.label("")),
         "status": task.status + (f" [{','.join(task.requests)}]" if task.requests else ""),
         "in state": state,
         "retries": task.retries,

@@ -126,7 +126,7 @@ def _right(text: str) -> Text:
 #: the task and the column's width.
 _CELLS: dict[str, Callable[[model.Task, int], Text]] = {
     "id": lambda t, w: Text(short_id(t.task_id, w), no_wrap=True),
-    "name": lambda t, w: _cut(escape_controls(t.name or "-")),
+    "name": lambda t, w: _cut(escape_controls(t.label())),
     "state": lambda t, w: _right(_state(t)),
     "outcome": lambda t, w: _cut(outcome(t), "red" if t.group == "failed" else ""),
     "model": lambda t, w: _cut(escape_controls(t.model or "-")),
