@@ -17,6 +17,7 @@ from support.plan_fixture import MARKUP, big_plan, blocked_plan
 from support.repos import make_repo
 
 from supervisor.config import load_profile
+from supervisor.taskdir.folder import TaskDir
 from supervisor.views import model, plangraph
 
 browser, serve = web_serve.browser, web_serve.serve
@@ -88,6 +89,17 @@ def test_blocked_tasks_and_hostile_names_in_serve(setup: Setup, browser: Any) ->
         assert page.evaluate("window.pwned") is None
         statuses = page.locator("#plan-1 td.status").all_inner_texts()
         assert statuses == ["queued", "blocked", "queued", "blocked"]
+        # live: A starts running; the open page follows without a reload (before, it
+        # said "Reload for the latest")
+        page.wait_for_selector("#live.on")
+        page.evaluate("window.sameDocument = true")
+        task = TaskDir(setup.state / "tasks" / a)
+        manifest = task.read_manifest()
+        manifest.status = "running"  # type: ignore[assignment]
+        task.write_manifest(manifest)
+        page.wait_for_selector("#plan-1 tr.edge td.status.s-running", timeout=10_000)
+        assert page.evaluate("window.sameDocument") is True
+        assert page.locator("#plan-1 td.status").all_inner_texts()[0] == "running"
         page.close()
 
 

@@ -12,6 +12,7 @@ Routes::
     GET  /spend                   spend per day and per hour of today (inline SVG, issue 26)
     GET  /api/cost                ``supervise cost --json`` of the profile
     GET  /plans                   the plans: each edge with both tasks' status (issue 26)
+    GET  /plans/stream            SSE: event "plans", data = that page's body, on each change
     GET  /api/plans               the same as JSON (:class:`supervisor.views.plangraph.Graph`)
     POST /api/task/{id}/{verb}    approve | deny | stop | resume (``--allow-actions`` only)
     GET  /static/...              the page's CSS and JS (shipped in the package: no CDN)
@@ -157,21 +158,25 @@ class BoardHub:
             self.watchers -= 1
 
 
-async def _task_stream(task_dir: Path, render: Callable[[], str]) -> AsyncIterator[dict[str, str]]:
-    """SSE events ``{"event": "task", "data": html}`` for one task's page: on each change of
-    its manifest, event log or output (polled every :data:`POLL_S` seconds)."""
+async def _page_stream(
+    event: str, probe: Callable[[], Any], render: Callable[[], str]
+) -> AsyncIterator[dict[str, str]]:
+    """SSE events ``{"event": event, "data": html}`` for one open page: its body now, then
+    again on each change of ``probe()``'s fingerprint (polled every :data:`POLL_S` seconds;
+    both block, so they run on a worker thread). A task's page (its manifest, event log and
+    output) and the plans page (every task's manifest)."""
     last = None
     while True:
-        now = await asyncio.to_thread(webpage.task_fingerprint, task_dir)
+        now = await asyncio.to_thread(probe)
         if now != last:
             last = now
-            yield {"event": "task", "data": await asyncio.to_thread(render)}
+            yield {"event": event, "data": await asyncio.to_thread(render)}
         await asyncio.sleep(POLL_S)
 
 
 def _spend_routes(pages: webpage.Pages) -> list[Route]:
-    """``/spend`` (the spend page), ``/api/cost`` (``supervise cost --json``), ``/plans`` and
-    ``/api/plans`` (the plan graph), issue 26."""
+    """``/spend`` (the spend page), ``/api/cost`` (``supervise cost --json``), ``/plans``,
+    its live ``/plans/stream`` and ``/api/plans`` (the plan graph), issue 26."""
 
     async def spend(request: Request) -> Response:
         return HTMLResponse(await asyncio.to_thread(pages.spend))
@@ -181,7 +186,11 @@ def _spend_routes(pages: webpage.Pages) -> list[Route]:
         return Response(data, media_type="application/json")
 
     async def plans(request: Request) -> Response:
-        return HTMLResponse(await asyncio.to_thread(pages.plans))
+        return HTMLResponse(pages.plans(await asyncio.to_thread(pages.plans_body)))
+
+    async def plans_stream(request: Request) -> Response:
+        probe = functools.partial(webpage.fingerprint, pages.profile)
+        return EventSourceResponse(_page_stream("plans", probe, pages.plans_body), ping=PING_S)
 
     async def plans_json(request: Request) -> Response:
         data = await asyncio.to_thread(pages.plans_json)
@@ -191,6 +200,7 @@ def _spend_routes(pages: webpage.Pages) -> list[Route]:
         Route("/spend", spend),
         Route("/api/cost", cost),
         Route("/plans", plans),
+        Route("/plans/stream", plans_stream),
         Route("/api/plans", plans_json),
     ]
 
@@ -239,7 +249,8 @@ def create_app(
         if folder is None:
             return PlainTextResponse(f"no task {task_id}\n", status_code=404)
         render = lambda: pages.task_body(task_id) or ""  # noqa: E731
-        return EventSourceResponse(_task_stream(folder, render), ping=PING_S)
+        probe = functools.partial(webpage.task_fingerprint, folder)
+        return EventSourceResponse(_page_stream("task", probe, render), ping=PING_S)
 
     async def snapshot(request: Request) -> Response:
         data = await asyncio.to_thread(pages.snapshot_json)

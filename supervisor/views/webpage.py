@@ -189,12 +189,19 @@ class Pages:
         data = spend_view(self.profile)
         return self.env.get_template("spend.html").render(**data, **self._context())
 
-    def plans(self) -> str:
-        """The plans page (issue 26): each plan's edges with each task's status and why a
-        blocked one waits (:func:`supervisor.views.plangraph.graph`, at most
+    def plans_body(self) -> str:
+        """The plans page's body (issue 26), what its stream sends on each change: each
+        plan's edges with each task's status and why a blocked one waits
+        (:func:`supervisor.views.plangraph.graph`, at most
         :data:`~supervisor.views.plangraph.MAX_EDGES` edges)."""
         found = plangraph.graph(self.snapshot().tasks)
-        return self.env.get_template("plans.html").render(graph=found, **self._context())
+        return self.env.get_template("plans_body.html").render(graph=found, **self._context())
+
+    def plans(self, body_html: str) -> str:
+        """The whole plans page around ``body_html`` (:meth:`plans_body`)."""
+        return self.env.get_template("plans.html").render(
+            plans_html=Markup(body_html), **self._context()
+        )
 
     def plans_json(self) -> str:
         """``/api/plans``: :meth:`supervisor.views.plangraph.Graph.to_dict` as JSON."""
