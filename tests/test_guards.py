@@ -155,7 +155,8 @@ class _Clocks:
         if isinstance(node, ast.Name):
             return node.id in self.elapsed
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub):
-            return self.is_reading(node.left)
+            # a reading less a reading (``started - 1`` is an earlier time, no elapsed one)
+            return self.is_reading(node.left) and not isinstance(node.right, ast.Constant)
         return False
 
     def is_deadline(self, node: ast.AST) -> bool:
@@ -176,18 +177,26 @@ def wall_clock_bounds(tree: ast.AST) -> Iterator[int]:
     for function in _functions(tree):
         clocks = _Clocks(function)
         for node in ast.walk(function):
-            if not (isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare)):
+            if not isinstance(node, ast.Assert):
                 continue
-            sides = [node.test.left, *node.test.comparators]
-            for index, op in enumerate(node.test.ops):
-                low, high = sides[index], sides[index + 1]
-                if isinstance(op, ast.Gt | ast.GtE):
-                    low, high = high, low
-                elif not isinstance(op, ast.Lt | ast.LtE):
-                    continue
-                if clocks.bounds_above(low, high):
-                    yield node.lineno
-                    break
+            # each comparison of the assert, those joined by ``and``/``or`` too
+            tests = [n for n in ast.walk(node.test) if isinstance(n, ast.Compare)]
+            if any(_bounds_above(clocks, test) for test in tests):
+                yield node.lineno
+
+
+def _bounds_above(clocks: _Clocks, test: ast.Compare) -> bool:
+    """Whether one comparison bounds a wall-clock time from above."""
+    sides = [test.left, *test.comparators]
+    for index, op in enumerate(test.ops):
+        low, high = sides[index], sides[index + 1]
+        if isinstance(op, ast.Gt | ast.GtE):
+            low, high = high, low
+        elif not isinstance(op, ast.Lt | ast.LtE):
+            continue
+        if clocks.bounds_above(low, high):
+            return True
+    return False
 
 
 def test_no_test_asserts_a_wall_clock_bound() -> None:
@@ -209,14 +218,16 @@ def test_the_wall_clock_guard_sees_the_patterns() -> None:
         "def t():\n    t0 = time.time()\n    took = time.time() - t0\n    assert took < 10\n",
         "def t():\n    end = time.monotonic() + 5\n    assert time.monotonic() < end\n",
         "def t():\n    began = monotonic()\n    assert 10 > monotonic() - began\n",
+        "def t():\n    began = time.monotonic()\n    assert ok and time.monotonic() - began < 1\n",
     ]
     good = [
         "def t():\n    began = time.time()\n    ended = time.time()\n    assert began < ended\n",
         "def t():\n    stopped = time.monotonic()\n    assert time.monotonic() - stopped >= 1.5\n",
         "def t():\n    assert spool.pending(now=time.time() + 60)\n",
+        "def t():\n    began = time.time()\n    assert ok and began - 1 <= stamp\n",
     ]
-    assert [len(list(wall_clock_bounds(ast.parse(code)))) for code in bad] == [1, 1, 1, 1]
-    assert [len(list(wall_clock_bounds(ast.parse(code)))) for code in good] == [0, 0, 0]
+    assert [len(list(wall_clock_bounds(ast.parse(code)))) for code in bad] == [1, 1, 1, 1, 1]
+    assert [len(list(wall_clock_bounds(ast.parse(code)))) for code in good] == [0, 0, 0, 0]
 
 
 def _module_name(path: Path) -> str:

@@ -6,6 +6,7 @@ Debian's chromium through Playwright (tests/test_web.py's fixtures); and the fle
 
 from __future__ import annotations
 
+import threading
 import time
 import tomllib
 from pathlib import Path
@@ -71,17 +72,20 @@ def test_cache_reads_off_the_caller_and_keeps_the_last_error() -> None:
     """``get()`` never waits for the database: it returns the last read and starts one in
     the background when due; a failing reader's error is kept as one line."""
     calls: list[float] = []
+    release, finished = threading.Event(), threading.Event()
 
     def slow() -> Fleet:
         calls.append(time.monotonic())
-        time.sleep(0.5)  # the slow reader under test (get() must not wait for it)
+        release.wait(30)  # the slow reader under test: get() must not wait for it
+        finished.set()
         return group_by_host("h0", [_host("h0")], [], 0)
 
     cache = FleetCache("h0", slow, every=0.2)
-    began = time.monotonic()
-    first = cache.get()
-    assert time.monotonic() - began < 0.1 and not first.read and cache.version == 0
-    assert cache.get() is first and len(calls) == 1  # one read at a time
+    first = cache.get()  # returned while the reader still waits on ``release``
+    assert not finished.is_set() and not first.read and cache.version == 0
+    assert cache.get() is first  # one read at a time
+    wait_for(lambda: len(calls) == 1)
+    release.set()
     wait_for(lambda: cache.version == 1, timeout=5)
     assert cache.get().read and cache.get().hosts[0].host_id == "h0"
 

@@ -19,7 +19,7 @@ from support import views_fixture as vf
 
 from supervisor.taskdir import control
 from supervisor.taskdir.folder import utc_iso
-from supervisor.views import model
+from supervisor.views import model, taskfilter
 
 HOLDER = """
 import sys
@@ -126,12 +126,12 @@ def test_damaged_folder_counts_as_failed(fixture: vf.Fixture) -> None:
 
 def test_sort_keys(fixture: vf.Fixture) -> None:
     tasks = _snap(fixture).tasks
-    assert model.sort_tasks(tasks, "cost")[0].task_id == "docs-8a9b0c"
-    assert model.sort_tasks(tasks, "age")[0].task_id == "gave-up-5d6e7f"
-    assert model.sort_tasks(tasks, "group")[0].group == "needs_you"
-    assert [t.name for t in model.sort_tasks(tasks, "name")][:2] == ["ask-perm", "bad-auth"]
+    assert taskfilter.sort_tasks(tasks, "cost")[0].task_id == "docs-8a9b0c"
+    assert taskfilter.sort_tasks(tasks, "age")[0].task_id == "gave-up-5d6e7f"
+    assert taskfilter.sort_tasks(tasks, "group")[0].group == "needs_you"
+    assert [t.name for t in taskfilter.sort_tasks(tasks, "name")][:2] == ["ask-perm", "bad-auth"]
     with pytest.raises(ValueError, match="unknown sort"):
-        model.sort_tasks(tasks, "colour")
+        taskfilter.sort_tasks(tasks, "colour")
 
 
 # ---------------------------------------------------------------- engine state

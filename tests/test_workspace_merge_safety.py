@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import wait_for
 from support.review_repo import Repo, _no_git_identity, git
 
 _REAL_GIT = shutil.which("git") or "/usr/bin/git"
@@ -271,10 +272,12 @@ def _await_mark(env: Repo, proc: subprocess.Popen) -> Path:
     """Wait (60 s at most) until the git wrapper writes its mark (its PID); fail if ``proc``
     ends first. Returns the mark file."""
     mark = env.root / "mark"
-    deadline = time.monotonic() + 60
-    while not mark.exists() or not mark.read_text().strip():
-        assert proc.poll() is None and time.monotonic() < deadline, "no mark"
-        time.sleep(0.02)
+
+    def marked() -> bool:
+        assert proc.poll() is None, "the command ended before the git wrapper wrote its mark"
+        return mark.exists() and bool(mark.read_text().strip())
+
+    wait_for(marked, timeout=60, every=0.02)
     return mark
 
 

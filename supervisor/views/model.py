@@ -67,7 +67,6 @@ __all__ = [
     "GROUPS",
     "GROUP_OF",
     "HEARTBEAT",
-    "SORTS",
     "STALE_AFTER",
     "Engine",
     "Reader",
@@ -83,7 +82,6 @@ __all__ = [
     "read_json",
     "readable_last_line",
     "snapshot",
-    "sort_tasks",
     "spool_files",
     "status_since",
     "task_from_manifest",
@@ -124,8 +122,6 @@ FLEET_GROUP_OF: dict[str, str] = {"claimed": "queued", "rejected": "failed", HOS
 _FROM_EVENTS = frozenset(
     {Status.WAITING, Status.CRASHED, Status.HUNG, Status.VERIFYING, Status.ESCALATED}
 )
-#: Sort keys of :func:`sort_tasks` (``supervise status --sort``).
-SORTS = ("group", "name", "age", "status", "cost")
 
 
 @dataclass(slots=True)
@@ -481,24 +477,3 @@ def snapshot(profile: Any, now: float | None = None) -> Snapshot:
     :class:`supervisor.config.LoadedProfile`, or anything with ``state_dir`` and
     ``spool_dir``). One-shot; a live view keeps a :class:`Reader` instead."""
     return Reader(profile.state_dir, profile.spool_dir).snapshot(now)
-
-
-def sort_tasks(tasks: list[Task], key: str) -> list[Task]:
-    """``tasks`` ordered by ``key`` (:data:`SORTS`): ``group`` (display order, then longest
-    in state first), ``name``, ``age`` (longest in state first), ``status``, ``cost``
-    (highest first). Ties keep task id order.
-
-    Raises:
-        ValueError: an unknown key.
-    """
-    order = list(GROUPS)
-    keys = {
-        "group": lambda t: (order.index(t.group), -(t.state_s or 0.0)),
-        "name": lambda t: (t.name or "", t.task_id),
-        "age": lambda t: -(t.state_s or 0.0),
-        "status": lambda t: t.status,
-        "cost": lambda t: -(t.cost_usd or 0.0),
-    }
-    if key not in keys:
-        raise ValueError(f"unknown sort {key!r}; use one of {', '.join(SORTS)}")
-    return sorted(tasks, key=keys[key])

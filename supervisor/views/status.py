@@ -26,7 +26,7 @@ from typing import Any
 
 from supervisor.taskdir.states import ENDED, Status
 from supervisor.terminal import escape_controls
-from supervisor.views import model, plangraph
+from supervisor.views import model, plangraph, taskfilter
 
 #: What ``--status`` accepts: every status of :mod:`supervisor.taskdir.states`, plus ``damaged``
 #: (a folder whose manifest cannot be read), the group names of :data:`model.GROUPS`
@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--sort",
-        choices=model.SORTS,
+        choices=taskfilter.SORTS,
         default=None,
         help="order: group (the table's default), name, age (longest in state first), "
         "status, cost (highest first); --json defaults to task id",
@@ -84,7 +84,7 @@ def pick(tasks: list[model.Task], statuses: list[str] | None, sort: str | None) 
     wanted = set(statuses or ())
     groups = wanted - set(model.GROUP_OF)
     chosen = [t for t in tasks if not wanted or t.status in wanted or t.group in groups]
-    return model.sort_tasks(chosen, sort) if sort else chosen
+    return taskfilter.sort_tasks(chosen, sort) if sort else chosen
 
 
 def spool_line(snap: model.Snapshot) -> str | None:
@@ -175,7 +175,7 @@ def run(profile: Any, args: argparse.Namespace) -> int:
         return 0
     from tabulate import tabulate
 
-    rows = [table_row(t) for t in (tasks if args.sort else model.sort_tasks(tasks, "group"))]
+    rows = [table_row(t) for t in (tasks if args.sort else taskfilter.sort_tasks(tasks, "group"))]
     print(tabulate(rows, headers="keys", missingval="-", disable_numparse=True))
     graph = plangraph.edges([t for t in tasks if t.status not in ENDED])
     if graph:  # the plans of the tasks shown that have not ended (issue 26)

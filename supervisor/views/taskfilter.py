@@ -1,4 +1,5 @@
-"""Which tasks a view shows: ``supervise top --status … --filter …`` and its ``/`` key.
+"""Which tasks a view shows, and in what order: ``supervise top --status … --filter …``
+and its ``/`` key; ``status --sort`` (:func:`sort_tasks`).
 
 A :class:`TaskFilter` keeps a task when its status (or its group: ``needs_you``,
 ``recovering``…; ``failed`` names both, and keeps the group: failed, abandoned and
@@ -78,3 +79,28 @@ class TaskFilter:
         if text:
             parts.append(repr(text if len(text) <= SHOWN_MAX else text[:SHOWN_MAX] + "…"))
         return " · ".join(parts)
+
+
+#: Sort keys of :func:`sort_tasks` (``supervise status --sort``).
+SORTS = ("group", "name", "age", "status", "cost")
+
+
+def sort_tasks(tasks: list[model.Task], key: str) -> list[model.Task]:
+    """``tasks`` ordered by ``key`` (:data:`SORTS`): ``group`` (display order, then longest
+    in state first), ``name``, ``age`` (longest in state first), ``status``, ``cost``
+    (highest first). Ties keep task id order.
+
+    Raises:
+        ValueError: an unknown key.
+    """
+    order = list(model.GROUPS)
+    keys = {
+        "group": lambda t: (order.index(t.group), -(t.state_s or 0.0)),
+        "name": lambda t: (t.name or "", t.task_id),
+        "age": lambda t: -(t.state_s or 0.0),
+        "status": lambda t: t.status,
+        "cost": lambda t: -(t.cost_usd or 0.0),
+    }
+    if key not in keys:
+        raise ValueError(f"unknown sort {key!r}; use one of {', '.join(SORTS)}")
+    return sorted(tasks, key=keys[key])

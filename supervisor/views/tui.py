@@ -37,7 +37,7 @@ from textual.widgets import DataTable, Footer, Input, Static
 from supervisor.taskdir import layout
 from supervisor.terminal import escape_controls
 from supervisor.views import actions, attach, model, plangraph
-from supervisor.views.taskfilter import TaskFilter
+from supervisor.views.taskfilter import TaskFilter, sort_tasks
 from supervisor.views.tui_columns import Column, cells, columns_for
 from supervisor.views.tui_screens import HELP, ConfirmScreen, PlansScreen, TailScreen, TextScreen
 
@@ -161,7 +161,7 @@ class TopApp(App[None]):
         """Read a new snapshot and show it (cells in place; rows rebuilt when needed)."""
         snap = self.reader.snapshot(self.clock())
         self.snap = snap
-        tasks = [t for t in model.sort_tasks(snap.tasks, "group") if self.task_filter.keeps(t)]
+        tasks = [t for t in sort_tasks(snap.tasks, "group") if self.task_filter.keeps(t)]
         order = [(t.task_id, t.group) for t in tasks]
         counts, rows, group = Counter(t.group for t in tasks), {}, None
         down = None if not self.fleet_host or snap.engine.state == "running" else snap.engine.state
