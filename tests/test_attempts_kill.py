@@ -90,27 +90,6 @@ def test_a_discard_logged_but_not_carried_out_is_carried_out_once_on_restart(
     assert group(setup)["winner"] == b
 
 
-def test_an_operator_stop_logged_but_not_carried_out_is_not_lost(setup: Setup) -> None:
-    """Found beside it: the same kill after an operator's ``supervise stop`` was taken
-    (its file removed, ``stop_requested`` logged) lost the stop: the restarted engine let
-    the task run to its end."""
-    setup.write_profile()
-    setup.drop("s.toml", setup.task("s", "sleep: 20\nexit: 0"))
-    engine = setup.start()
-    try:
-        wait_for(lambda: setup.manifests().get("s", {}).get("status") == "running", timeout=120)
-        _kill(engine)
-    finally:
-        stop_engine(engine)
-    task_id = setup.manifests()["s"]["task_id"]
-    TaskDir(setup.state / "tasks" / task_id).append_event(Event.STOP_REQUESTED, status="running")
-    done = setup.run(timeout=120)
-    assert done.returncode == 0, done.stderr
-    m = setup.manifests()["s"]
-    assert (m["status"], m["abandon_reason"]) == ("abandoned", "stopped"), done.stderr[-2000:]
-    assert _events(setup, task_id).count("stop_requested") == 1
-
-
 def test_a_file_in_place_of_the_control_folder_holds_back_no_launch(setup: Setup) -> None:
     """Found by attack (the test above, flaky): a file where ``state_dir/control`` should
     be made every intake run raise before it started any queued task (a traceback every

@@ -43,17 +43,41 @@ def _running_and_queued(setup: Setup) -> tuple[str, str]:
     return found["a"]["task_id"], found["q"]["task_id"]
 
 
+def _logged_stop_ends_it(setup: Setup, name: str, status: str) -> list[str]:
+    """The cut: ``stop_requested`` appended to task ``name``'s log (in ``status``), its file
+    gone; a restart must end it ``abandoned``/``stopped`` with that one line. Returns the
+    task's event names."""
+    task_id = setup.manifests()[name]["task_id"]
+    TaskDir(setup.state / "tasks" / task_id).append_event(Event.STOP_REQUESTED, status=status)
+    done = setup.run(timeout=120)
+    assert done.returncode == 0, done.stderr
+    m = setup.manifests()[name]
+    assert (m["status"], m["abandon_reason"]) == ("abandoned", "stopped"), done.stderr[-2000:]
+    names = _events(setup, task_id)
+    assert names.count("stop_requested") == 1, names
+    return names
+
+
+def test_an_operator_stop_logged_but_not_carried_out_is_not_lost(setup: Setup) -> None:
+    """The same kill after an operator's ``supervise stop`` of a running task was taken
+    (its file removed, ``stop_requested`` logged) lost the stop: the restarted engine let
+    the task run to its end (found while attacking attempts, stop 34)."""
+    setup.write_profile()
+    setup.drop("s.toml", setup.task("s", "sleep: 20\nexit: 0"))
+    engine = setup.start()
+    try:
+        wait_for(lambda: setup.manifests().get("s", {}).get("status") == "running", timeout=120)
+        _kill(engine)
+    finally:
+        stop_engine(engine)
+    _logged_stop_ends_it(setup, "s", "running")
+
+
 def test_a_queued_task_s_logged_stop_is_not_lost_to_a_kill(setup: Setup) -> None:
     """``stop_requested`` logged for a queued task, its file already gone, then the kill:
     before, the restart queued the task again and launched it to ``completed``."""
-    _, q = _running_and_queued(setup)
-    TaskDir(setup.state / "tasks" / q).append_event(Event.STOP_REQUESTED, status="queued")
-    done = setup.run(timeout=120)
-    assert done.returncode == 0, done.stderr
-    m = setup.manifests()["q"]
-    assert (m["status"], m["abandon_reason"]) == ("abandoned", "stopped"), done.stderr[-2000:]
-    names = _events(setup, q)
-    assert "launched" not in names and names.count("stop_requested") == 1, names
+    _running_and_queued(setup)
+    assert "launched" not in _logged_stop_ends_it(setup, "q", "queued")
 
 
 def test_a_request_logged_and_still_on_file_is_logged_once(setup: Setup) -> None:
@@ -86,11 +110,4 @@ def test_a_blocked_task_s_logged_stop_ends_it_once_without_launching(setup: Setu
         _kill(engine)
     finally:
         stop_engine(engine)
-    b = setup.manifests()["b"]["task_id"]
-    TaskDir(setup.state / "tasks" / b).append_event(Event.STOP_REQUESTED, status="blocked")
-    done = setup.run(timeout=120)
-    assert done.returncode == 0, done.stderr
-    m = setup.manifests()["b"]
-    assert (m["status"], m["abandon_reason"]) == ("abandoned", "stopped"), done.stderr[-2000:]
-    names = _events(setup, b)
-    assert "launched" not in names and names.count("stop_requested") == 1, names
+    assert "launched" not in _logged_stop_ends_it(setup, "b", "blocked")
