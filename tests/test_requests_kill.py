@@ -94,3 +94,23 @@ def test_a_blocked_task_s_logged_stop_ends_it_once_without_launching(setup: Setu
     assert (m["status"], m["abandon_reason"]) == ("abandoned", "stopped"), done.stderr[-2000:]
     names = _events(setup, b)
     assert "launched" not in names and names.count("stop_requested") == 1, names
+
+
+def test_odd_files_under_request_names_never_stop_the_intake(setup: Setup) -> None:
+    """Found by attack: a folder named ``<id>.stop`` in ``control/`` raised
+    ``IsADirectoryError`` from the request's removal at every intake run: the engine hung
+    and the task dropped meanwhile never launched. A folder or FIFO under a request's name
+    is no request (left as it is); a request for a task that does not exist is removed."""
+    setup.write_profile()
+    folder = setup.state / "control"
+    folder.mkdir(parents=True)
+    (folder / "zz-folder.stop").mkdir()
+    (folder / "zz-folder.stop" / "inside").write_text("x")
+    os.mkfifo(folder / "zz-fifo.discard")
+    control.request(setup.state, "zz-ghost", "stop")
+    setup.drop("a.toml", setup.task("a", "exit: 0"))
+    done = setup.run(timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert setup.manifests()["a"]["status"] == "completed"
+    assert sorted(p.name for p in folder.iterdir()) == ["zz-fifo.discard", "zz-folder.stop"]
+    assert "ignored 'stop' for zz-ghost" in done.stderr
