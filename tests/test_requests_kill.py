@@ -114,3 +114,42 @@ def test_odd_files_under_request_names_never_stop_the_intake(setup: Setup) -> No
     assert setup.manifests()["a"]["status"] == "completed"
     assert sorted(p.name for p in folder.iterdir()) == ["zz-fifo.discard", "zz-folder.stop"]
     assert "ignored 'stop' for zz-ghost" in done.stderr
+
+
+def test_twenty_queued_stops_survive_kills_at_many_points(setup: Setup) -> None:
+    """Attack: ``stop`` asked of 20 queued tasks while the engine is SIGKILLed again and
+    again, at points spread over taking them (and over adoption, on the restarts). Every
+    one ends ``abandoned``/``stopped`` with one ``stop_requested`` line and is never
+    launched; the running task is not touched (it completes); no request is left."""
+    import time
+
+    setup.write_profile(max_concurrent=1)
+    setup.drop("a.toml", setup.task("a", "sleep: 10\nexit: 0"))
+    engine = setup.start()
+    names = [f"q{k:02d}" for k in range(20)]
+    try:
+        wait_for(lambda: setup.manifests().get("a", {}).get("status") == "running", timeout=120)
+        for name in names:
+            setup.drop(f"{name}.toml", setup.task(name, "exit: 0"))
+        queued = lambda: all(setup.manifests().get(n, {}).get("status") == "queued" for n in names)  # noqa: E731
+        wait_for(queued, timeout=120)
+        ids = {n: setup.manifests()[n]["task_id"] for n in names}
+        for name in names:
+            control.request(setup.state, ids[name], "stop")
+        for delay in (0.0, 0.02, 0.05, 0.1, 0.3, 0.6):  # kill points: an order, no bound
+            time.sleep(delay)
+            _kill(engine)
+            engine = setup.start()
+        _kill(engine)
+    finally:
+        stop_engine(engine)
+    done = setup.run(timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = setup.manifests()
+    assert found["a"]["status"] == "completed"
+    for name in names:
+        m = found[name]
+        assert (m["status"], m["abandon_reason"]) == ("abandoned", "stopped"), name
+        events = _events(setup, ids[name])
+        assert "launched" not in events and events.count("stop_requested") == 1, (name, events)
+    assert not list((setup.state / "control").iterdir())
