@@ -81,10 +81,12 @@ def new_record(group_id: str, name: str, pick: str, ids: list[str], models: list
     }
 
 
-def write(path: Path, record: dict[str, Any]) -> None:
-    """Write a group record atomically (fsynced: the winner must survive a power cut)."""
+def write(path: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """Write a group record atomically (fsynced: the winner must survive a power cut);
+    returns it as written (its ``updated_at`` now)."""
     record = {**record, "updated_at": utc_iso()}
     atomic_write(path, json.dumps(record, indent=1).encode())
+    return record
 
 
 def read(state_dir: Path, group_id: str) -> dict[str, Any] | None:
@@ -133,8 +135,7 @@ def rebuild(state_dir: Path, group_id: str) -> dict[str, Any] | None:
     pick = plan.get("pick") if plan.get("pick") in (FIRST_PASS, ALL) else FIRST_PASS
     record = new_record(group_id, str(plan.get("name") or group_id), pick, ids, models)
     keep_aside(path, layout.DAMAGED)  # never over a copy kept in the same second
-    write(path, record)
-    return record
+    return write(path, record)  # as written: its updated_at is the write's (was 1 ms off)
 
 
 def _members_of(state_dir: Path, group_id: str, ids: list[str]) -> tuple[list[str], list[str]]:
