@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ from supervisor.config import MAX_TASK_FILE_BYTES, ConfigError, LoadedProfile
 from supervisor.config.attemptkeys import ALL, FIRST_PASS
 from supervisor.config.loading import task_from_table
 from supervisor.config.workspace import TASK_ID_FIELD
-from supervisor.diskio import atomic_write, read_regular, utc_iso
+from supervisor.diskio import atomic_write, keep_aside, read_regular, utc_iso
 from supervisor.errors import SuperviseError
 from supervisor.plannames import known_tasks, resolve_after
 from supervisor.plans import MEMBERS, PLANS, RECORD, Member, free_id, reserved_ids
@@ -82,10 +81,12 @@ def new_record(group_id: str, name: str, pick: str, ids: list[str], models: list
     }
 
 
-def write(path: Path, record: dict[str, Any]) -> None:
-    """Write a group record atomically (fsynced: the winner must survive a power cut)."""
+def write(path: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """Write a group record atomically (fsynced: the winner must survive a power cut);
+    returns it as written (its ``updated_at`` now)."""
     record = {**record, "updated_at": utc_iso()}
     atomic_write(path, json.dumps(record, indent=1).encode())
+    return record
 
 
 def read(state_dir: Path, group_id: str) -> dict[str, Any] | None:
@@ -107,8 +108,10 @@ def rebuild(state_dir: Path, group_id: str) -> dict[str, Any] | None:
     """The group record of ``group_id`` made again when ``group.json`` is there but cannot
     be read (truncated, not JSON, not a record: a damaged disk or a hand edit), from what the
     claim left beside it: ``plan.toml`` (``name``, ``pick``) and ``members.json`` (the
-    attempts, in order; each one's model from its manifest). The damaged file is renamed to
-    ``group.json.damaged-<epoch s>`` (nothing is deleted) and the new record written with
+    attempts, in order, each one's model from its manifest; a task another group's or no
+    group's is dropped: :func:`_members_of`). The damaged file is renamed to
+    ``group.json.damaged-<epoch s>`` (``.<n>`` added when that name is taken: nothing is
+    deleted or replaced, :func:`supervisor.diskio.keep_aside`) and the new record written with
     no winner: the engine decides again from the attempts' manifests. ``None`` when there is
     no such file, or nothing to rebuild it from.
 
@@ -122,23 +125,39 @@ def rebuild(state_dir: Path, group_id: str) -> dict[str, Any] | None:
     try:
         plan = tomllib.loads(read_regular(folder / RECORD, MAX_TASK_FILE_BYTES).decode())
         ids = json.loads(read_regular(folder / MEMBERS, MAX_RECORD_BYTES))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # "[[[…": nested deeper than the parser
         return None
-    if not isinstance(ids, list) or not ids or not all(is_task_id(str(i)) for i in ids):
+    if not isinstance(ids, list) or not all(isinstance(i, str) and is_task_id(i) for i in ids):
         return None
-    models = []
-    for task_id in ids:
-        try:
-            models.append(
-                str(load_manifest(state_dir / layout.TASKS / task_id / layout.MANIFEST)["model"])
-            )
-        except (OSError, ValueError, KeyError):
-            models.append("")
+    ids, models = _members_of(state_dir, group_id, list(dict.fromkeys(ids)))
+    if not ids:
+        return None
     pick = plan.get("pick") if plan.get("pick") in (FIRST_PASS, ALL) else FIRST_PASS
     record = new_record(group_id, str(plan.get("name") or group_id), pick, ids, models)
-    os.rename(path, path.with_name(f"{GROUP}{layout.DAMAGED}{int(time.time())}"))
-    write(path, record)
-    return record
+    keep_aside(path, layout.DAMAGED)  # never over a copy kept in the same second
+    return write(path, record)  # as written: its updated_at is the write's (was 1 ms off)
+
+
+def _members_of(state_dir: Path, group_id: str, ids: list[str]) -> tuple[list[str], list[str]]:
+    """The ids of ``ids`` that can be attempts of ``group_id``, and each one's model: a task
+    whose manifest names another group, or none (a plain task), is dropped; one whose
+    manifest cannot be read is kept (model ``""``: read as gone by the engine). Found by
+    attack: a ``members.json`` naming another group's running task rebuilt a record whose
+    decision discarded that task as a loser."""
+    kept: list[str] = []
+    models: list[str] = []
+    for task_id in ids:
+        try:
+            manifest = load_manifest(state_dir / layout.TASKS / task_id / layout.MANIFEST)
+        except (OSError, ValueError):
+            kept.append(task_id)
+            models.append("")
+            continue
+        place = manifest.get("attempt")
+        if isinstance(place, dict) and place.get("group") == group_id:
+            kept.append(task_id)
+            models.append(str(manifest.get("model") or ""))
+    return kept, models
 
 
 def worktree_problem(resolved: Any, profile: LoadedProfile, shown: Path) -> str | None:

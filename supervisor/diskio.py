@@ -14,6 +14,7 @@ import functools
 import os
 import stat
 import tempfile
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -90,6 +91,32 @@ def rename_noreplace(source: Path | str, target: Path | str) -> None:
     if os.path.lexists(target):
         raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(target))
     os.rename(source, target)
+
+
+#: How many ``.<n>`` suffixes :func:`keep_aside` tries after the plain stamped name.
+_ASIDE_TRIES = 1000
+
+
+def keep_aside(path: Path, infix: str) -> Path | None:
+    """Rename ``path`` (a damaged record) to ``<name><infix><epoch s>`` beside it, or to
+    ``<that>.<n>`` when that name is taken (two damagings in one second): never over a copy
+    kept before (:func:`rename_noreplace`). Returns the new path, ``None`` when ``path`` is
+    gone. Found by attack: a plain ``rename`` replaced the first kept copy.
+
+    Raises:
+        OSError: the rename failed, or all :data:`_ASIDE_TRIES` names are taken (EEXIST).
+    """
+    first = path.with_name(f"{path.name}{infix}{int(time.time())}")
+    for n in range(_ASIDE_TRIES + 1):
+        target = first if n == 0 else first.with_name(f"{first.name}.{n}")
+        try:
+            rename_noreplace(path, target)
+        except FileExistsError:
+            continue
+        except FileNotFoundError:
+            return None
+        return target
+    raise FileExistsError(errno.EEXIST, f"{_ASIDE_TRIES} names taken", str(first))
 
 
 def atomic_write(

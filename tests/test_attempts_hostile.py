@@ -147,3 +147,76 @@ def test_a_sound_record_is_never_rebuilt(setup: Setup) -> None:
     (path.parent / "members.json").write_text('["k-aaaaaa"]')
     assert attempts.rebuild(loaded.state_dir, "attempts-abcdef") is None
     assert json.loads(path.read_text())["winner"] == "x"
+
+
+@pytest.mark.parametrize(
+    "members",
+    [
+        "[123]",  # not a string: a path join raised TypeError in the engine
+        "[" * 60_000,  # nested deeper than the parser: RecursionError in the engine
+        '["k-aaaaaa", 7]',
+    ],
+    ids=["int", "deep", "mixed"],
+)
+def test_hostile_members_never_raise_from_a_rebuild(setup: Setup, members: str) -> None:
+    """Found by attack: these escaped :func:`attempts.rebuild` (only ``OSError`` is caught
+    by the engine's scan), so every look at open groups raised."""
+    loaded = _profile(setup)
+    path = _record_at(setup, "attempts-abcdef")
+    path.write_bytes(b"{")
+    (path.parent / "plan.toml").write_text('name = "k"\n')
+    (path.parent / "members.json").write_text(members)
+    assert attempts.rebuild(loaded.state_dir, "attempts-abcdef") is None
+    assert open_groups(loaded.state_dir) == set()
+    assert path.read_bytes() == b"{"
+
+
+def _manifest(loaded: LoadedProfile, task_id: str, attempt: dict | None) -> None:
+    (loaded.tasks_dir / task_id).mkdir()
+    body = {"status": "running", "model": "m-" + task_id, "attempt": attempt}
+    (loaded.tasks_dir / task_id / "manifest.json").write_text(json.dumps(body))
+
+
+def test_a_rebuild_takes_no_task_of_another_group_or_of_none(setup: Setup) -> None:
+    """Found by attack: ``members.json`` naming another group's running attempt (or a plain
+    task) rebuilt a record holding it, and the decision of this group then discarded it
+    as a loser. Only this group's attempts (and ids with no readable manifest) are kept,
+    each once."""
+    loaded = _profile(setup)
+    _manifest(loaded, "k-aaaaaa", {"group": "attempts-abcdef", "index": 1, "of": 2})
+    _manifest(loaded, "o-bbbbbb", {"group": "attempts-999999", "index": 1, "of": 2})
+    _manifest(loaded, "p-cccccc", None)
+    path = _record_at(setup, "attempts-abcdef")
+    path.write_bytes(b"{")
+    (path.parent / "plan.toml").write_text('name = "k"\n')
+    ids = ["k-aaaaaa", "o-bbbbbb", "p-cccccc", "k-aaaaaa", "k-dddddd"]
+    (path.parent / "members.json").write_text(json.dumps(ids))
+    record = attempts.rebuild(loaded.state_dir, "attempts-abcdef")
+    assert record is not None
+    rows = [(r["task_id"], r["model"]) for r in record["attempts"]]
+    assert rows == [("k-aaaaaa", "m-k-aaaaaa"), ("k-dddddd", "")]
+    (path.parent / "members.json").write_text('["o-bbbbbb", "p-cccccc"]')
+    path.write_bytes(b"{")
+    assert attempts.rebuild(loaded.state_dir, "attempts-abcdef") is None  # nothing of its own
+
+
+def test_a_second_damaging_in_the_same_second_keeps_the_first_copy(setup: Setup) -> None:
+    """Found by attack: the damaged record was renamed to ``group.json.damaged-<second>``
+    with a plain rename, which replaced a copy kept under that name (two damagings in one
+    second). Every stamped name of the next two minutes is taken first, so the rename
+    must pick another, and every copy keeps its bytes."""
+    import time
+
+    loaded = _profile(setup)
+    path = _record_at(setup, "attempts-abcdef")
+    (path.parent / "plan.toml").write_text('name = "k"\n')
+    (path.parent / "members.json").write_text('["k-aaaaaa"]')
+    now = int(time.time())
+    taken = {path.with_name(f"group.json.damaged-{t}") for t in range(now - 1, now + 120)}
+    for kept in taken:
+        kept.write_bytes(b"first")
+    path.write_bytes(b"second")
+    assert attempts.rebuild(loaded.state_dir, "attempts-abcdef") is not None
+    copies = {p: p.read_bytes() for p in path.parent.glob("group.json.damaged-*")}
+    assert all(copies[p] == b"first" for p in taken)
+    assert sorted(b for p, b in copies.items() if p not in taken) == [b"second"]

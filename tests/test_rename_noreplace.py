@@ -129,3 +129,25 @@ def test_two_rejections_of_one_name_at_once_keep_both(tmp_path: Path) -> None:
         assert sorted(p.read_text() for p in kept) == ["a", "b"], round_
         for path in kept:
             assert path.with_name(path.name + ".error").read_text() == path.read_text() + "\n"
+
+
+def test_a_manifest_set_aside_twice_in_one_second_keeps_both_copies(tmp_path: Path) -> None:
+    """Found by attack: ``manifest.json.damaged-<second>`` was a plain rename, so a second
+    damaging in the same second replaced the first kept copy. Every stamped name of the
+    next two minutes is taken first; each copy keeps its bytes."""
+    import time
+
+    from supervisor.taskdir import repair
+
+    path = tmp_path / "manifest.json"
+    now = int(time.time())
+    taken = {tmp_path / f"manifest.json.damaged-{t}" for t in range(now - 1, now + 120)}
+    for kept in taken:
+        kept.write_bytes(b"first")
+    for body in (b"second", b"third"):
+        path.write_bytes(body)
+        assert repair.set_aside(path) not in taken
+    copies = {p: p.read_bytes() for p in tmp_path.glob("manifest.json.damaged-*")}
+    assert all(copies[p] == b"first" for p in taken)
+    assert sorted(b for p, b in copies.items() if p not in taken) == [b"second", b"third"]
+    assert repair.set_aside(path) is None  # nothing there: nothing moved

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 
 from conftest import Setup, stop_engine, wait_for
 
@@ -80,6 +81,22 @@ def test_a_queued_task_s_logged_stop_is_not_lost_to_a_kill(setup: Setup) -> None
     assert "launched" not in _logged_stop_ends_it(setup, "q", "queued")
 
 
+def test_a_queued_task_s_logged_stop_holds_with_a_file_in_place_of_control(
+    setup: Setup,
+) -> None:
+    """The same cut with a file in place of ``state_dir/control`` (found by the attack
+    helper, by reading): adoption left the logged stop again as a request file, which could
+    not be written, so the task launched. It is applied at adoption now, with no file."""
+    _running_and_queued(setup)
+    control_dir = setup.state / "control"
+    if control_dir.is_dir():
+        for leftover in control_dir.iterdir():
+            leftover.unlink()
+        control_dir.rmdir()
+    control_dir.write_text("not a folder")
+    assert "launched" not in _logged_stop_ends_it(setup, "q", "queued")
+
+
 def test_a_request_logged_and_still_on_file_is_logged_once(setup: Setup) -> None:
     """The kill came after the line, before the file's removal (the write-ahead order):
     both a queued and a running task end ``stopped`` with one ``stop_requested`` each
@@ -111,3 +128,60 @@ def test_a_blocked_task_s_logged_stop_ends_it_once_without_launching(setup: Setu
     finally:
         stop_engine(engine)
     assert "launched" not in _logged_stop_ends_it(setup, "b", "blocked")
+
+
+def test_odd_files_under_request_names_never_stop_the_intake(setup: Setup) -> None:
+    """Found by attack: a folder named ``<id>.stop`` in ``control/`` raised
+    ``IsADirectoryError`` from the request's removal at every intake run: the engine hung
+    and the task dropped meanwhile never launched. A folder or FIFO under a request's name
+    is no request (left as it is); a request for a task that does not exist is removed."""
+    setup.write_profile()
+    folder = setup.state / "control"
+    folder.mkdir(parents=True)
+    (folder / "zz-folder.stop").mkdir()
+    (folder / "zz-folder.stop" / "inside").write_text("x")
+    os.mkfifo(folder / "zz-fifo.discard")
+    control.request(setup.state, "zz-ghost", "stop")
+    setup.drop("a.toml", setup.task("a", "exit: 0"))
+    done = setup.run(timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert setup.manifests()["a"]["status"] == "completed"
+    assert sorted(p.name for p in folder.iterdir()) == ["zz-fifo.discard", "zz-folder.stop"]
+    assert "ignored 'stop' for zz-ghost" in done.stderr
+
+
+def test_twenty_queued_stops_survive_kills_at_many_points(setup: Setup) -> None:
+    """Attack: ``stop`` asked of 20 queued tasks while the engine is SIGKILLed again and
+    again, at points spread over taking them (and over adoption, on the restarts). Every
+    one ends ``abandoned``/``stopped`` with one ``stop_requested`` line and is never
+    launched; the running task is not touched (it completes); no request is left."""
+    setup.write_profile(max_concurrent=1)
+    setup.drop("a.toml", setup.task("a", "sleep: 10\nexit: 0"))
+    engine = setup.start()
+    names = [f"q{k:02d}" for k in range(20)]
+    try:
+        wait_for(lambda: setup.manifests().get("a", {}).get("status") == "running", timeout=120)
+        for name in names:
+            setup.drop(f"{name}.toml", setup.task(name, "exit: 0"))
+        queued = lambda: all(setup.manifests().get(n, {}).get("status") == "queued" for n in names)  # noqa: E731
+        wait_for(queued, timeout=120)
+        ids = {n: setup.manifests()[n]["task_id"] for n in names}
+        for name in names:
+            control.request(setup.state, ids[name], "stop")
+        for delay in (0.0, 0.02, 0.05, 0.1, 0.3, 0.6):  # kill points: an order, no bound
+            time.sleep(delay)
+            _kill(engine)
+            engine = setup.start()
+        _kill(engine)
+    finally:
+        stop_engine(engine)
+    done = setup.run(timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = setup.manifests()
+    assert found["a"]["status"] == "completed"
+    for name in names:
+        m = found[name]
+        assert (m["status"], m["abandon_reason"]) == ("abandoned", "stopped"), name
+        events = _events(setup, ids[name])
+        assert "launched" not in events and events.count("stop_requested") == 1, (name, events)
+    assert not list((setup.state / "control").iterdir())

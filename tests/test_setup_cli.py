@@ -69,6 +69,32 @@ def test_init_refuses_an_existing_profile_in_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "spool").exists()
 
 
+@pytest.mark.parametrize("kind", ["file", "dangling"])
+def test_init_demo_refuses_a_non_folder_project_in_one_line_writing_no_task(
+    tmp_path: Path, kind: str
+) -> None:
+    """Found by attack: a file in the place of the demo's ``project`` folder failed half
+    way (``File exists``, no fix; some task files already written), and a dangling link
+    there made its target, outside the folder. Now one line with the fix, and no task
+    file is written; once it is moved aside, init writes the whole demo."""
+    demo = tmp_path / "demo"
+    demo.mkdir()
+    if kind == "file":
+        (demo / "project").write_text("mine\n")
+    else:
+        (demo / "project").symlink_to(tmp_path / "elsewhere" / "x")
+    done = _supervise("init", "demo", cwd=tmp_path)
+    assert done.returncode == 1 and done.stdout == ""
+    line = "supervise init: cannot write demo/project: it is not a folder (move it aside, or "
+    assert done.stderr == line + "give another folder: supervise init DIR)\n"
+    assert not list((demo / "spool").iterdir()) and not list((demo / "tasks").iterdir())
+    assert not (tmp_path / "elsewhere").exists()
+    (demo / "project").rename(tmp_path / "aside")
+    assert _supervise("init", "demo", cwd=tmp_path).returncode == 0
+    assert (demo / "project").is_dir() and (demo / "project-fails").is_dir()
+    assert len(list((demo / "spool").iterdir())) == 3
+
+
 # ---------------------------------------------------------------- schema, version
 
 

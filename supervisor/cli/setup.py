@@ -18,6 +18,7 @@ other command import this module.
 from __future__ import annotations
 
 import argparse
+import errno
 import functools
 import os
 import subprocess
@@ -172,18 +173,36 @@ def _write_starter(folder: Path) -> None:
 
     private_folders(folder)
     (folder / "tasks").mkdir(exist_ok=True)
-    for entry in bundled.folder("demo_tasks").iterdir():
-        if entry.name.endswith(".toml"):
-            data = entry.read_bytes()
-            # each task's project_dir, relative to the spool it is read from
-            project = tomllib.loads(data.decode())["project_dir"]
-            (folder / "spool" / project).resolve().mkdir(exist_ok=True)
-            atomic_write(folder / "tasks" / entry.name, data, durable=False)
-            atomic_write(folder / "spool" / entry.name, data, durable=False)
+    tasks = {e.name: e.read_bytes() for e in bundled.folder("demo_tasks").iterdir()}
+    tasks = {name: data for name, data in tasks.items() if name.endswith(".toml")}
+    for data in tasks.values():  # all made before any task file is written
+        # each task's project_dir, relative to the spool it is read from
+        _project_folder(folder / "spool" / tomllib.loads(data.decode())["project_dir"])
+    for name, data in sorted(tasks.items()):
+        atomic_write(folder / "tasks" / name, data, durable=False)
+        atomic_write(folder / "spool" / name, data, durable=False)
     atomic_write(folder / "profile.toml", starter_profile(folder).encode(), durable=False)
     profile = shown(folder / "profile.toml")
     print(f"wrote {profile}, and in {shown(folder)}: spool/ (holding the demo tasks), state/")
     print(f"run:  supervise run {profile} --exit-when-idle")
+
+
+def _project_folder(path: Path) -> None:
+    """Make a demo task's ``project_dir`` (``path``: relative to the spool, ``..`` kept for
+    the kernel to resolve), or keep the folder that is there. Found by attack: a file in
+    its place failed half way, some task files written, in a line with no fix.
+
+    Raises:
+        NotADirectoryError: something that is not a folder is there (its line names the fix).
+        OSError: it cannot be made.
+    """
+    try:
+        path.mkdir()
+    except FileExistsError:
+        if not path.is_dir():
+            shown = os.path.normpath(path)
+            why = "it is not a folder (move it aside, or give another folder: supervise init DIR)"
+            raise NotADirectoryError(errno.ENOTDIR, why, shown) from None
 
 
 # ---------------------------------------------------------------- schema

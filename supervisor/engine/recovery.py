@@ -33,10 +33,15 @@ log = logging.getLogger("supervise.engine")
 @dataclass(frozen=True)
 class Requeued:
     """A task to queue again (queued when we stopped, or a claim finished now).
-    ``resolved`` is set when the claim was finished now (the scheduler logs it queued)."""
+    ``resolved`` is set when the claim was finished now (the scheduler logs it queued).
+    ``logged``: the ending verbs (``stop``, ``discard``) its log holds, taken and not
+    carried out (killed after the log line, before the ending): the scheduler applies them
+    once it is queued, logging them no second time. Before, the task was queued again and
+    launched."""
 
     task: TaskDir
     resolved: ResolvedTask | None = None
+    logged: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,8 +112,7 @@ def _adopt_one(
         if rebuilt is None or rebuilt.status in TERMINAL:
             return None
         if rebuilt.status == Status.QUEUED:
-            _leave_again(profile, task, task.turn_events())
-            return Requeued(task)
+            return Requeued(task, logged=_logged_endings(task, task.turn_events()))
         manifest = rebuilt  # a run in progress, restored from the log: adopted as any other
     if manifest is None:
         return _recover_claim(profile, task)
@@ -128,8 +132,7 @@ def _adopt_one(
     if queued and not ended and not launch_logged:
         # admitted under the credentials it will launch with (engine/accounts.py)
         launch.record_account(task, manifest, resolved.account)
-        _leave_again(profile, task, events)
-        return Requeued(task)
+        return Requeued(task, logged=_logged_endings(task, events))
     launch_written = None
     if manifest.status == Status.QUEUED and not launch_logged:
         # launched, but we died before recording it
@@ -201,19 +204,13 @@ def _requests_left(profile: LoadedProfile, runtime: Runtime, events: list[dict[s
         runtime.requests.add(verb)
 
 
-def _leave_again(profile: LoadedProfile, task: TaskDir, events: list[dict[str, Any]]) -> None:
-    """A queued task's logged, unanswered ``stop``/``discard`` (killed after the log line,
-    before the ending) is left as a request file again, for the intake's first look to
-    apply (it logs it no second time). Before, the task was queued again and launched."""
-    for verb in sorted(control.logged_requests(events)):
-        try:
-            control.request(profile.state_dir, task.task_id, verb)
-        except OSError as exc:
-            log.error(
-                "%s: its logged '%s' request cannot be left again: %s", task.task_id, verb, exc
-            )
-            continue
+def _logged_endings(task: TaskDir, events: list[dict[str, Any]]) -> tuple[str, ...]:
+    """A queued task's logged, unanswered ``stop``/``discard`` (:class:`Requeued`'s
+    ``logged``), each with one log line."""
+    logged = tuple(sorted(control.logged_requests(events)))
+    for verb in logged:
         log.info("%s: its logged '%s' request was not carried out; done now", task.task_id, verb)
+    return logged
 
 
 def _requests_logged(runtime: Runtime, events: list[dict[str, Any]]) -> None:

@@ -322,7 +322,10 @@ class Engine(Checks, Launches, Kicks, Accounts, Plans, Groups):
             try:
                 self._take_request(task_id, verb)
             finally:  # after its log line (write-ahead): a kill in between loses nothing
-                path.unlink(missing_ok=True)
+                try:
+                    path.unlink(missing_ok=True)
+                except OSError as exc:  # never out of the intake run: nothing would launch
+                    log.warning("%s: cannot remove the request: %s", path, exc.strerror)
 
     def _take_request(self, task_id: str, verb: str) -> None:
         """Apply one request of ``control/`` (its file still there; the caller removes it)."""
@@ -376,6 +379,8 @@ class Engine(Checks, Launches, Kicks, Accounts, Plans, Groups):
                     self._enqueue(found.task, found.resolved)
                 else:
                     self._hold_or_queue(found.task)
+                for verb in found.logged:  # a logged stop/discard: the task ends unlaunched
+                    self._take_request(found.task.task_id, verb)
                 continue
             runtime = found.runtime
             self.live[runtime.task.task_id] = runtime

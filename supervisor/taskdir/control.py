@@ -63,7 +63,9 @@ def refusal(task_id: str, status: str, verb: str) -> str | None:
 
 def pending(state_dir: Path) -> list[tuple[str, str, Path]]:
     """Requests waiting in ``state_dir/control``: ``(task_id, verb, path)``, oldest first;
-    none when the folder does not exist.
+    none when the folder does not exist. Only regular files are requests: found by attack,
+    a folder named ``<id>.stop`` raised ``IsADirectoryError`` from the engine's removal
+    of it at every intake run, and the engine hung (nothing launched or ended any more).
 
     Raises:
         OSError: it cannot be read (a file or a dangling symlink in its place, no
@@ -76,11 +78,11 @@ def pending(state_dir: Path) -> list[tuple[str, str, Path]]:
     found = []
     for entry in entries:
         match = _NAME_RE.match(entry.name)
-        if match:
-            try:
+        try:  # a request is a regular file (:func:`request`); a folder, FIFO or link is none
+            if match and entry.is_file(follow_symlinks=False):
                 found.append((entry.stat().st_mtime, match.group(1), match.group(2), entry.path))
-            except FileNotFoundError:
-                continue
+        except FileNotFoundError:
+            continue
     return [(task_id, verb, Path(path)) for _, task_id, verb, path in sorted(found)]
 
 

@@ -13,7 +13,6 @@ import json
 import os
 import stat
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from supervisor.diskio import (  # noqa: F401  (also imported from here with Tas
     NotRegularFile,
     atomic_write,
     fsync_dir,
+    keep_aside,
     parse_iso,
     read_end,
     read_end_rotated,
@@ -151,8 +151,7 @@ class TaskDir:
                 if fallback is None:
                     raise
                 path = self.file(MANIFEST)
-                with contextlib.suppress(FileNotFoundError):
-                    os.rename(path, path.with_name(f"{MANIFEST}{DAMAGED}{int(time.time())}"))
+                keep_aside(path, DAMAGED)  # never over one kept in the same second
                 manifest = fallback.model_copy(deep=True)
             change(manifest)
             self._write(manifest, durable(manifest) if callable(durable) else durable)

@@ -27,12 +27,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import time
 from pathlib import Path
 from typing import Any
 
-from supervisor.diskio import read_regular
+from supervisor.diskio import keep_aside, read_regular
 from supervisor.taskdir import layout
 from supervisor.taskdir.events import (
     DURABLE,
@@ -173,13 +171,9 @@ def restorable(manifest: Manifest) -> bool:
 
 def set_aside(path: Path) -> Path | None:
     """Rename an unreadable manifest to ``manifest.json.damaged-<epoch s>`` (nothing is ever
-    deleted); returns the new path, or ``None`` when there was nothing to move."""
-    target = path.with_name(f"{path.name}{layout.DAMAGED}{int(time.time())}")
-    try:
-        os.rename(path, target)
-    except FileNotFoundError:
-        return None
-    return target
+    deleted; never over a copy kept before: :func:`keep_aside`); returns the new path, or
+    ``None`` when there was nothing to move."""
+    return keep_aside(path, layout.DAMAGED)  # never over one kept in the same second
 
 
 def spec_name(task: TaskDir) -> str | None:
