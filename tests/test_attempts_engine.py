@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import Setup, stop_engine, wait_for
-from support.attempt_groups import ACCEPT, group, manifest
+from support.attempt_groups import ACCEPT, claimed_group, group, manifest
 from support.repos import make_repo
 
 #: model-a ends at once (its work fails the check), model-b after 2 s (it passes),
@@ -182,8 +182,7 @@ def test_a_kill_after_the_winner_passed_still_discards_the_loser_on_restart(
                                     acceptance=accept))  # fmt: skip
     engine = setup.start()
     try:
-        wait_for(lambda: (setup.state / "plans").is_dir() and group(setup), timeout=60)
-        b, c = (row["task_id"] for row in group(setup)["attempts"])
+        b, c = (row["task_id"] for row in claimed_group(setup)["attempts"])
         wait_for(lambda: _launched(setup, b) and _launched(setup, c), timeout=60)
         (setup.state / "control").rmdir() if (setup.state / "control").is_dir() else None
         (setup.state / "control").write_text("not a folder")  # the requests fail
@@ -210,8 +209,7 @@ def test_stop_of_the_group_id_stops_every_live_attempt(setup: Setup) -> None:
     setup.drop("s.toml", setup.task("s", "sleep: 120\nexit: 0", attempts=3, pick="all"))
     engine = setup.start()
     try:
-        wait_for(lambda: (setup.state / "plans").is_dir() and group(setup), timeout=60)
-        record = group(setup)
+        record = claimed_group(setup)
         ids = [row["task_id"] for row in record["attempts"]]
         wait_for(lambda: all(_launched(setup, i) for i in ids[:2]), timeout=60)
         out = setup.supervise("stop", "-c", str(setup.profile), record["group"])

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 from conftest import Setup, stop_engine, wait_for
-from support.attempt_groups import b_wins_over_c, group, manifest
+from support.attempt_groups import b_wins_over_c, claimed_group, group, manifest
 from support.repos import make_repo
 
 from supervisor.taskdir.events import Event
@@ -28,8 +28,7 @@ def test_a_kill_while_the_loser_is_being_discarded_ends_it_once(setup: Setup) ->
     # model-b passes after 3 s; model-c works on and ignores SIGTERM (a stubborn stop)
     engine = b_wins_over_c(setup, "ignore_term\n")
     try:
-        wait_for(lambda: (setup.state / "plans").is_dir() and group(setup), timeout=120)
-        b, c = (row["task_id"] for row in group(setup)["attempts"])
+        b, c = (row["task_id"] for row in claimed_group(setup)["attempts"])
         wait_for(lambda: "discard_requested" in _events(setup, c), timeout=90, every=0.01)
         os.kill(engine.pid, signal.SIGKILL)
         engine.wait(timeout=10)
@@ -68,8 +67,7 @@ def test_a_discard_logged_but_not_carried_out_is_carried_out_once_on_restart(
     (two ``discard_requested`` lines)."""
     engine = b_wins_over_c(setup)
     try:
-        wait_for(lambda: (setup.state / "plans").is_dir() and group(setup), timeout=120)
-        b, c = (row["task_id"] for row in group(setup)["attempts"])
+        b, c = (row["task_id"] for row in claimed_group(setup)["attempts"])
         wait_for(lambda: "launched" in _events(setup, c), timeout=120)
         if (setup.state / "control").is_dir():
             (setup.state / "control").rmdir()
@@ -126,8 +124,7 @@ def test_two_stops_of_a_group_at_once_end_each_attempt_once(setup: Setup) -> Non
     setup.drop("s.toml", setup.task("s", "sleep: 120\nexit: 0", attempts=3, pick="all"))
     engine = setup.start()
     try:
-        wait_for(lambda: (setup.state / "plans").is_dir() and group(setup), timeout=120)
-        record = group(setup)
+        record = claimed_group(setup)
         ids = [row["task_id"] for row in record["attempts"]]
         wait_for(lambda: all("launched" in _events(setup, i) for i in ids), timeout=120)
         base = [sys.executable, "-m", "supervisor.cli"]
@@ -161,8 +158,7 @@ def test_a_damaged_group_record_is_rebuilt_and_the_group_still_decided(setup: Se
     one kept beside it), b wins again and c is discarded."""
     engine = b_wins_over_c(setup)
     try:
-        wait_for(lambda: (setup.state / "plans").is_dir() and group(setup), timeout=120)
-        record = group(setup)
+        record = claimed_group(setup)
         b, c = (row["task_id"] for row in record["attempts"])
         wait_for(lambda: _launched(setup, b) and _launched(setup, c), timeout=60)
         os.kill(engine.pid, signal.SIGKILL)

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from typing import Any
 
-from conftest import Setup
+from conftest import Setup, wait_for
 
 from support.repos import make_repo
 
@@ -29,6 +29,12 @@ def group(setup: Setup) -> dict[str, Any]:
         return dict(json.loads(found[0].read_text()))
     except ValueError:
         return {}
+
+
+def claimed_group(setup: Setup, timeout: float = 120) -> dict[str, Any]:
+    """The group record once the engine has claimed the attempts file (waits up to
+    ``timeout`` seconds)."""
+    return dict(wait_for(lambda: group(setup), timeout=timeout))
 
 
 def manifest(setup: Setup, task_id: str) -> dict[str, Any]:
