@@ -339,7 +339,8 @@ class Engine(Checks, Launches, Kicks, Accounts, Plans, Groups):
         if runtime is None and queued is not None and verb in ("stop", "supersede", "discard"):
             self.queue.remove(queued)
             runtime = runtimes.load_queued(self.profile, self.tmux, queued)
-            # logged before a kill, its file left again at adoption (engine/recovery.py)
+            # logged before a kill: its file still here, or handed over by adoption
+            # (recovery.Requeued.logged); either way not logged a second time
             runtime.requests |= {verb} & control.logged_requests(queued.turn_events())
         if runtime is None:
             log.warning("ignored '%s' for %s: no such live task", verb, task_id)
