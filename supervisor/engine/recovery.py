@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -204,10 +204,12 @@ def _requests_left(profile: LoadedProfile, runtime: Runtime, events: list[dict[s
         runtime.requests.add(verb)
 
 
-def _logged_endings(task: TaskDir, events: list[dict[str, Any]]) -> tuple[str, ...]:
-    """A queued task's logged, unanswered ``stop``/``discard`` (:class:`Requeued`'s
-    ``logged``), each with one log line."""
-    logged = tuple(sorted(control.logged_requests(events)))
+def _logged_endings(
+    task: TaskDir, events: list[dict[str, Any]], taken: Set[str] = frozenset()
+) -> tuple[str, ...]:
+    """The task's logged, unanswered ``stop``/``discard`` not in ``taken`` (for a queued
+    task, :class:`Requeued`'s ``logged``), each with one log line."""
+    logged = tuple(sorted(control.logged_requests(events) - taken))
     for verb in logged:
         log.info("%s: its logged '%s' request was not carried out; done now", task.task_id, verb)
     return logged
@@ -219,11 +221,7 @@ def _requests_logged(runtime: Runtime, events: list[dict[str, Any]]) -> None:
     the request file is gone, its word only in memory) is the runtime's again, as if just
     taken. Before, an operator's ``stop`` was lost then, and the group's look asked a
     loser's ``discard`` a second time (two ``discard_requested`` lines)."""
-    for verb in sorted(control.logged_requests(events) - runtime.requests):
-        runtime.requests.add(verb)
-        log.info(
-            "%s: its logged '%s' request was not carried out; done now", runtime.task.task_id, verb
-        )
+    runtime.requests.update(_logged_endings(runtime.task, events, runtime.requests))
 
 
 def _adopt_damaged(profile: LoadedProfile, task: TaskDir, why: str) -> Manifest | None:
