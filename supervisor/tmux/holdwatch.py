@@ -37,33 +37,58 @@ def start_ticks(pid: int) -> str | None:
     return fields[19].decode() if len(fields) > 19 else None
 
 
-def find_client(holder: int, session: str) -> tuple[int, str] | None:
-    """The holder's child whose command line names ``session`` (the control client), with
-    its start ticks; ``None`` when not found within :data:`FIND_FOR` seconds."""
+def _client_among(pids: list[str], session: str) -> tuple[int, str] | None:
+    """The first of ``pids`` that is this user's control client for ``session`` (its
+    command line has ``-C`` and the session name as arguments), with its start ticks."""
     needle = session.encode()
-    end = time.monotonic() + FIND_FOR
-    while time.monotonic() < end:
+    for pid in pids:
         try:
-            tasks = os.listdir(f"/proc/{holder}/task")
-        except OSError:
-            return None
-        for task in tasks:
-            try:
-                with open(f"/proc/{holder}/task/{task}/children") as handle:
-                    children = handle.read().split()
-            except OSError:
+            if os.stat(f"/proc/{pid}").st_uid != os.getuid():
                 continue
-            for child in children:
-                try:
-                    with open(f"/proc/{child}/cmdline", "rb") as handle:
-                        argv = handle.read().split(b"\0")
-                except OSError:
-                    continue
-                ticks = start_ticks(int(child))
-                if needle in argv and ticks is not None:
-                    return int(child), ticks
-        time.sleep(0.1)
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                argv = handle.read().split(b"\0")
+        except OSError:
+            continue
+        ticks = start_ticks(int(pid))
+        if needle in argv and b"-C" in argv and ticks is not None:
+            return int(pid), ticks
     return None
+
+
+def _children(holder: int) -> list[str] | None:
+    """The PIDs of the holder's children, or ``None`` once the holder has ended."""
+    try:
+        tasks = os.listdir(f"/proc/{holder}/task")
+    except OSError:
+        return None
+    children: list[str] = []
+    for task in tasks:
+        try:
+            with open(f"/proc/{holder}/task/{task}/children") as handle:
+                children += handle.read().split()
+        except OSError:
+            continue
+    return children
+
+
+def find_client(holder: int, session: str) -> tuple[int, str] | None:
+    """The control client for ``session`` with its start ticks; ``None`` when not found
+    within :data:`FIND_FOR` seconds.
+
+    While the holder lives, the client is among its children. A holder killed before this
+    pane's Python got to look (a busy machine: the engine SIGKILLed within its first
+    commands, ``tests/test_tmux_control.py``) leaves an orphan, re-parented away: then
+    every process is looked at once. The client existed before this pane (it asked for
+    the session), so a client not found then has ended."""
+    end = time.monotonic() + FIND_FOR
+    while True:
+        children = _children(holder)
+        if children is None:
+            return _client_among(sorted(p for p in os.listdir("/proc") if p.isdigit()), session)
+        found = _client_among(children, session)
+        if found is not None or time.monotonic() >= end:
+            return found
+        time.sleep(0.1)
 
 
 def wait_for_end(pid: int) -> None:
