@@ -191,8 +191,12 @@ def stop_engine(process: subprocess.Popen[Any]) -> None:
             process.wait()
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 20, every: float = 0.05) -> Any:
-    """Poll ``predicate`` until it returns a truthy value; fail after ``timeout`` seconds."""
+def wait_for(predicate: Callable[[], Any], timeout: float = 60, every: float = 0.05) -> Any:
+    """Poll ``predicate`` until it returns a truthy value; fail after ``timeout`` seconds.
+
+    ``timeout`` is a hang guard, never a speed bound: under a loaded CI (xdist, two locales)
+    a process start, a tmux server, PostgreSQL or an engine tick can take many seconds, so
+    keep it generous (30-60 s); a test proves order and outcome, not speed."""
     end = time.time() + timeout
     while time.time() < end:
         value = predicate()

@@ -80,7 +80,7 @@ def _wrapped(tmp_path: Path, lease: Path, mode: str, runs_for: float, expiry: fl
     wrapper = subprocess.Popen([sys.executable, "-I", "-S", str(WRAPPER), str(task_dir)],
                                stdout=subprocess.DEVNULL, start_new_session=True,
                                env={**os.environ, **(env or {})})  # fmt: skip
-    wait_for(lambda: log.exists() and "start" in log.read_text(), timeout=10)
+    wait_for(lambda: log.exists() and "start" in log.read_text(), timeout=60)
     return wrapper, task_dir, log
 
 
@@ -204,7 +204,7 @@ def test_engine_only_crash_fences_the_orphan_before_the_task_runs_elsewhere(
         wait_for(lambda: rows(dsn, "SELECT host_id FROM supervise_hosts") == [("h0",)], 30)
         task = submit(dsn, h0, "long", f"stamp: {stamps}\nsleep: 12\nexit: 0")
         wait_for(lambda: state_of(dsn, task)[:2] == ("running", "h0"), timeout=30)
-        wait_for(lambda: stamps.exists(), timeout=10)
+        wait_for(lambda: stamps.exists(), timeout=60)
         engines["h1"] = start_engine(h1)
         wait_for(lambda: len(rows(dsn, "SELECT 1 FROM supervise_hosts")) == 2, timeout=30)
         killed = time.time()
@@ -248,7 +248,7 @@ def test_returning_host_records_no_pass_for_a_superseded_copy(tmp_path: Path, ds
         rows(dsn, "UPDATE supervise_tasks SET state = 'host_lost', generation = generation + 1 "
                   "WHERE id = %s RETURNING id", task)  # fmt: skip
         done = h0.state / "tasks" / task / "done"
-        wait_for(done.exists, timeout=20)  # the agent ended on its own while no engine ran
+        wait_for(done.exists, timeout=60)  # the agent ended on its own while no engine ran
         engines["h0"] = start_engine(h0)
         manifest = h0.state / "tasks" / task / "manifest.json"
         wait_for(lambda: json.loads(manifest.read_text())["status"] in ("superseded",

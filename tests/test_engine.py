@@ -190,8 +190,8 @@ def test_sigterm_leaves_tasks_running_and_restart_adopts_them(setup: Setup) -> N
     setup.drop("long.toml", setup.task("long", "tick: 0.5\nsleep: 4\nexit: 0"))
     engine = setup.start(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        manifest = wait_for(lambda: setup.manifests().get("long"), timeout=20)
-        wait_for(lambda: setup.manifests()["long"]["status"] == "running", timeout=20)
+        manifest = wait_for(lambda: setup.manifests().get("long"), timeout=60)
+        wait_for(lambda: setup.manifests()["long"]["status"] == "running", timeout=60)
         engine.send_signal(signal.SIGTERM)
         assert engine.wait(timeout=15) == 0
     finally:
@@ -276,7 +276,7 @@ def test_second_engine_on_the_same_state_dir_refuses(setup: Setup) -> None:
     first = setup.start()
     try:
         # its heartbeat is written right after it took the lock
-        wait_for(lambda: (setup.state / "engine-stats.json").exists(), timeout=20)
+        wait_for(lambda: (setup.state / "engine-stats.json").exists(), timeout=60)
         second = setup.run(timeout=30)
         assert second.returncode == 1
         assert "already owns" in second.stderr and str(setup.state) in second.stderr
@@ -294,7 +294,7 @@ def test_second_engine_refuses_after_the_lock_file_was_deleted(setup: Setup) -> 
     setup.write_profile()
     first = setup.start()
     try:
-        wait_for(lambda: (setup.state / "engine-stats.json").exists(), timeout=20)
+        wait_for(lambda: (setup.state / "engine-stats.json").exists(), timeout=60)
         for leftover in setup.state.glob("*.lock"):
             leftover.unlink()  # whatever lock file there is, gone
         second = setup.run(timeout=30)

@@ -120,7 +120,7 @@ def test_a_matching_record_has_its_whole_group_ended(tmp_path: Path) -> None:
         ledger.record(proc.pid, ["sh", "-c", "..."], None, "t0")
         assert children.end_recorded(tmp_path) == 1
         proc.wait(10)
-        wait_for(lambda: not alive(member), 10)
+        wait_for(lambda: not alive(member), 60)
         assert list((tmp_path / childledger.FOLDER).iterdir()) == []
     finally:
         _end(proc.pid)
@@ -146,7 +146,7 @@ def test_a_group_whose_leader_exited_is_ended_only_when_a_member_carries_the_tok
         (folder / str(proc.pid)).write_text(json.dumps(record))
         assert children.end_recorded(tmp_path) == (1 if carries else 0)
         if carries:
-            wait_for(lambda: not alive(member), 10)
+            wait_for(lambda: not alive(member), 60)
         else:
             assert alive(member)  # another group under a reused id: not ours
         assert list(folder.iterdir()) == []

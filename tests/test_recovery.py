@@ -221,7 +221,7 @@ def test_operator_stop_resume_tail_and_config(
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        wait_for(lambda: len(setup.manifests()) == 2, timeout=20)
+        wait_for(lambda: len(setup.manifests()) == 2, timeout=60)
         wait_for(lambda: all(m["status"] == "running" for m in setup.manifests().values()))
         ids = {name: m["task_id"] for name, m in setup.manifests().items()}
         conf = str(setup.profile)
@@ -285,7 +285,7 @@ def _cut_resume(setup: Setup, second_run: str, down_for: float = 0.0) -> dict:
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
-        wait_for(lambda: (setup.manifests().get("cut") or {}).get("pid"), timeout=20)
+        wait_for(lambda: (setup.manifests().get("cut") or {}).get("pid"), timeout=60)
         engine.send_signal(signal.SIGTERM)
         assert engine.wait(timeout=15) == 0
     finally:
@@ -296,7 +296,7 @@ def _cut_resume(setup: Setup, second_run: str, down_for: float = 0.0) -> dict:
     # What the dead engine had done: the agent stopped, "resumed" logged, run files cleared.
     os.kill(m["pid"], signal.SIGKILL)
     dead = ["list-panes", "-t", f"={m['task_id']}:", "-F", "#{pane_dead}"]
-    wait_for(lambda: setup.tmux(*dead).stdout.strip() == "1", timeout=10)
+    wait_for(lambda: setup.tmux(*dead).stdout.strip() == "1", timeout=60)
     task.append_event("resumed", status="running", retry_count=1, reason="test: cut off")
     task.clear_run_files()
     time.sleep(down_for)  # the engine stays down (a slow restart, a reboot)
