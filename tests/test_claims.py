@@ -43,7 +43,7 @@ def test_a_claim_in_progress_delays_no_check(setup: Setup, monkeypatch: pytest.M
             # and it must be while the other file's claim is still held.
             seen["status"] = wait_for(
                 lambda: json.loads(manifest.read_bytes())["status"] == "completed" or None,
-                timeout=15,
+                timeout=60,
             )
             seen["claim_still_held"] = not release.is_set()
         finally:

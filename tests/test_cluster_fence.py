@@ -96,7 +96,7 @@ def test_wrapper_stops_its_agent_when_the_lease_is_not_renewed(tmp_path: Path) -
             time.sleep(0.05)  # the renewal cadence under test (expiry 1.5 s)
         assert "term" not in log.read_text()
         stopped = time.monotonic()
-        assert wrapper.wait(timeout=10) == 143
+        assert wrapper.wait(timeout=60) == 143
     finally:
         if wrapper.poll() is None:
             wrapper.kill()
@@ -142,7 +142,7 @@ def test_wrapper_fence_ignores_wall_clock_steps(tmp_path: Path) -> None:
             lease.write_bytes(f"held 1 {n}".encode())
             time.sleep(0.06)  # the cadence of renewals and clock steps under test
         assert "term" not in log.read_text() and wrapper.poll() is None
-        assert wrapper.wait(timeout=10) == 143
+        assert wrapper.wait(timeout=60) == 143
     finally:
         if wrapper.poll() is None:
             wrapper.kill()
@@ -177,7 +177,7 @@ def test_wrapper_released_lease_runs_on_a_fifo_never_blocks(tmp_path: Path, kind
         lease.write_bytes(b"released 1")
     wrapper, task_dir, log = _wrapped(tmp_path, lease, "trap", 1.5, expiry=0.3)
     try:
-        code = wrapper.wait(timeout=10)
+        code = wrapper.wait(timeout=60)
     finally:
         if wrapper.poll() is None:
             wrapper.kill()

@@ -371,7 +371,7 @@ def test_wrapper_keeps_pid_and_end_in_tmux_when_the_disk_is_full(
     tmux.launch("w", folder, small_fs)
     pane = wait_for(
         lambda: (p := tmux.panes().get("w")) is not None and p.recorded.get("done") and p,
-        timeout=20,
+        timeout=60,
     )
     assert sorted(f.name for f in folder.iterdir()) == ["launch.json", "output.log"]
     recorded = pane.recorded

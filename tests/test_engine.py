@@ -193,7 +193,7 @@ def test_sigterm_leaves_tasks_running_and_restart_adopts_them(setup: Setup) -> N
         manifest = wait_for(lambda: setup.manifests().get("long"), timeout=60)
         wait_for(lambda: setup.manifests()["long"]["status"] == "running", timeout=60)
         engine.send_signal(signal.SIGTERM)
-        assert engine.wait(timeout=15) == 0
+        assert engine.wait(timeout=60) == 0
     finally:
         if engine.poll() is None:
             engine.kill()
@@ -282,7 +282,7 @@ def test_second_engine_on_the_same_state_dir_refuses(setup: Setup) -> None:
         assert "already owns" in second.stderr and str(setup.state) in second.stderr
     finally:
         first.send_signal(signal.SIGTERM)
-        assert first.wait(timeout=15) == 0
+        assert first.wait(timeout=60) == 0
     # Once the first is gone the lock is free again.
     assert setup.run(timeout=30).returncode == 0
 
@@ -304,7 +304,7 @@ def test_second_engine_refuses_after_the_lock_file_was_deleted(setup: Setup) -> 
         assert first.poll() is None
     finally:
         first.send_signal(signal.SIGTERM)
-        assert first.wait(timeout=15) == 0
+        assert first.wait(timeout=60) == 0
 
 
 def test_inline_tasks_run_once_per_state_dir(setup: Setup) -> None:

@@ -110,10 +110,10 @@ def test_tmux_server_killed_under_running_tasks_resumes_them(
         setup.drop("later.toml", setup.task("later", "print: after the fault\nexit: 0",
                                             setup.project / "later"))  # fmt: skip
         wait_for(lambda: setup.manifests().get("later", {}).get("status") == "completed",
-                 timeout=20)  # fmt: skip
+                 timeout=60)  # fmt: skip
 
         engine.send_signal(signal.SIGTERM)
-        assert engine.wait(timeout=10) == 0
+        assert engine.wait(timeout=60) == 0
     finally:
         end_engine(engine, log)
 
@@ -194,7 +194,7 @@ def test_sigterm_while_a_check_is_busy_still_stops_the_engine(setup: Setup, tmp_
         # stopping the agent (SIGTERM ignored, SIGKILL after 5 s).
         wait_for(lambda: "abandoned" in kinds(setup, task_id), timeout=60)
         engine.send_signal(signal.SIGTERM)
-        code = engine.wait(timeout=15)
+        code = engine.wait(timeout=60)
     finally:
         end_engine(engine, log)
     assert code == 0

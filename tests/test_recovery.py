@@ -287,7 +287,7 @@ def _cut_resume(setup: Setup, second_run: str, down_for: float = 0.0) -> dict:
     try:
         wait_for(lambda: (setup.manifests().get("cut") or {}).get("pid"), timeout=60)
         engine.send_signal(signal.SIGTERM)
-        assert engine.wait(timeout=15) == 0
+        assert engine.wait(timeout=60) == 0
     finally:
         if engine.poll() is None:
             engine.kill()
