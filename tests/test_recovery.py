@@ -52,14 +52,17 @@ def test_crash_resume_completed(setup: Setup) -> None:
     assert f"resumed session {m['session_id']}" in m["output_tail"]
     assert m["pid"] == int((setup.project / "agent_pid").read_text())
     crashed, resumed = named(events, "crashed")[0], named(events, "resumed")[0]
-    assert 0.25 <= ts(resumed["ts"]) - ts(crashed["ts"]) < 2.0  # backoff base_interval * 2**0
+    # backoff base_interval * 2**0: never sooner (a loaded machine may make it later)
+    assert ts(resumed["ts"]) - ts(crashed["ts"]) >= 0.25
 
 
 def test_hang_grace_resume_completed(setup: Setup, signal_cue: str) -> None:
     """A hung agent is stopped and resumed, whether it exits 143 on the SIGTERM (as Claude
     Code does) or dies from it: the stop supervise caused is never the task's own ending."""
+    # The resumed run must print within stale_threshold + grace_period of its launch, a
+    # Python start included: 4 s, so a loaded machine does not make it a second hang.
     setup.write_profile(
-        base_interval=0.3, max_interval=2, stale_threshold=1.0, grace_period=1.0, max_retries=2
+        base_interval=0.3, max_interval=2, stale_threshold=1.0, grace_period=3.0, max_retries=2
     )
     prompt = f"{signal_cue}hang_runs: 1\ntick: 0.2\nsleep: 1\nexit: 0"
     setup.drop("h.toml", setup.task("hangs", prompt))
@@ -71,15 +74,16 @@ def test_hang_grace_resume_completed(setup: Setup, signal_cue: str) -> None:
     events = setup.events(m["task_id"])
     stale, hung = named(events, "stale")[0], named(events, "hung")[0]
     # The first stale check never acts; the hang is declared only after the grace period.
-    assert ts(hung["ts"]) - ts(stale["ts"]) >= 1.0
+    assert ts(hung["ts"]) - ts(stale["ts"]) >= 3.0
     assert named(events, "agent_stopped"), "the hung agent was stopped before the resume"
     assert ts(named(events, "resumed")[0]["ts"]) > ts(hung["ts"])
 
 
 def test_fresh_output_cancels_the_grace_period(setup: Setup) -> None:
     # Output every 0.6 s with a stale threshold of 0.5 s: stale checks happen, but fresh
-    # output always arrives within the 1.5 s grace period, so the agent is never resumed.
-    setup.write_profile(base_interval=0.2, stale_threshold=0.5, grace_period=1.5)
+    # output always arrives within the 10 s grace period (generous: a loaded machine may
+    # stall the agent or its capture for seconds), so the agent is never resumed.
+    setup.write_profile(base_interval=0.2, stale_threshold=0.5, grace_period=10)
     setup.drop("f.toml", setup.task("slowprint", "tick: 0.6\nsleep: 3\nexit: 0"))
     assert setup.run().returncode == 0
     m = setup.manifests()["slowprint"]
@@ -101,17 +105,18 @@ def test_crash_every_run_is_abandoned_after_max_retries(setup: Setup) -> None:
     crashed, resumed = named(events, "crashed"), named(events, "resumed")
     assert len(resumed) == 3 and len(crashed) == 3
     waits = [ts(r["ts"]) - ts(c["ts"]) for c, r in zip(crashed, resumed, strict=True)]
-    # base * 2**n capped at max: 0.25, 0.5, 0.8 (each check may land a little late).
+    # base * 2**n capped at max: 0.25, 0.5, 0.8, each a floor (never sooner); how much later
+    # a check lands depends on the machine's load, so it is not asserted.
     for wait, expected in zip(waits, (0.25, 0.5, 0.8), strict=True):
-        assert expected - 0.05 <= wait <= expected + 0.6, waits
-    assert waits[0] < waits[1] < waits[2] + 0.3
+        assert wait >= expected - 0.05, waits
     assert int((setup.project / "fake_runs").read_text()) == 4  # 1 launch + 3 resumes
 
 
 def test_done_file_while_output_is_stale_is_completed(setup: Setup) -> None:
-    # Silent for longer than stale_threshold + grace_period, then exits 0: the done-file
-    # (layer 1) must win over the stale output (layer 3); nothing is resumed.
-    setup.write_profile(base_interval=0.2, stale_threshold=0.3, grace_period=5)
+    # Silent for longer than stale_threshold, then exits 0: the done-file (layer 1) must win
+    # over the stale output (layer 3); nothing is resumed. The grace period is generous: a
+    # loaded machine must not turn the quiet 1.5 s (and the start) into a hang.
+    setup.write_profile(base_interval=0.2, stale_threshold=0.3, grace_period=30)
     setup.drop("q.toml", setup.task("quiet", "sleep: 1.5\nexit: 0"))
     assert setup.run().returncode == 0
     m = setup.manifests()["quiet"]
