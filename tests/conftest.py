@@ -8,10 +8,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, AnyStr
 
 import libtmux
 import psutil
@@ -204,6 +205,24 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 60, every: float = 0
             return value
         time.sleep(every)
     raise AssertionError(f"condition not met within {timeout} s")
+
+
+def read_line(stream: IO[AnyStr] | None, timeout: float = 60) -> AnyStr:
+    """One line from a child's pipe (``""``/``b""`` at EOF), read on a helper thread; fail
+    after ``timeout`` seconds instead of hanging the run when the child never writes it
+    (a hang guard, not a speed bound). The reader thread ends once the test ends the child.
+
+    Raises:
+        AssertionError: ``stream`` is None, or no line came within ``timeout`` seconds.
+    """
+    assert stream is not None, "the child's pipe was not opened"
+    got: list[AnyStr] = []
+    reader = threading.Thread(target=lambda: got.append(stream.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if not got:
+        raise AssertionError(f"no line from the child within {timeout} s")
+    return got[0]
 
 
 def pytest_report_header() -> str:
