@@ -167,7 +167,7 @@ def test_worker_connections_terminated(tmp_path: Path) -> None:
         for pid in killed:
             rows(dsn, "SELECT pg_terminate_backend(%s)", pid)
         wait_for(lambda: _worker_backends(dsn, "h0", listening=True)
-                 and not set(killed) & set(_worker_backends(dsn, "h0")), timeout=10)  # fmt: skip
+                 and not set(killed) & set(_worker_backends(dsn, "h0")), timeout=60)  # fmt: skip
         done = "SELECT count(*) FROM supervise_tasks WHERE state = 'completed'"
         wait_for(lambda: rows(dsn, done) == [(2,)], timeout=30)
         late = _started_before_the_poll(dsn, hosts, "late")

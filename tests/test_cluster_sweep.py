@@ -238,7 +238,7 @@ def test_engine_killed_then_back_stops_its_copy_nothing_runs_twice(tmp_path: Pat
         wait_for(lambda: _status(h0, task) == "superseded", timeout=60)
         wait_for(lambda: state_of(dsn, task)[0] == "completed", timeout=40)
         wait_for(lambda: rows(dsn, "SELECT state FROM supervise_hosts WHERE host_id = 'h0'")
-                 == [("alive",)], timeout=10)  # fmt: skip
+                 == [("alive",)], timeout=60)  # fmt: skip
     finally:
         cleanup([h0, h1], list(engines.values()))
     print(f"kill -> running on h1 {restarted:.2f} s (host_timeout {HOST_TIMEOUT} s)")

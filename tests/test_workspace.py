@@ -331,7 +331,7 @@ def test_crash_resume_and_engine_restart_keep_the_same_worktree(setup: Setup) ->
             )
         )
         engine.send_signal(signal.SIGTERM)  # the engine stops; the agent runs on in tmux
-        assert engine.wait(timeout=15) == 0
+        assert engine.wait(timeout=60) == 0
     finally:
         if engine.poll() is None:
             engine.kill()
