@@ -187,7 +187,10 @@ def test_submit_prints_the_id_used_for_the_task(setup: Setup, tmp_path: Path) ->
 
 def test_sigterm_leaves_tasks_running_and_restart_adopts_them(setup: Setup) -> None:
     setup.write_profile()
-    setup.drop("long.toml", setup.task("long", "tick: 0.5\nsleep: 4\nexit: 0"))
+    # It runs until the test releases it, not for a time a loaded engine stop could outlast.
+    release = setup.root / "release"
+    prompt = f"tick: 0.5\nsleep: 1\nuntil_file: {release}\nexit: 0"
+    setup.drop("long.toml", setup.task("long", prompt))
     engine = setup.start(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         manifest = wait_for(lambda: setup.manifests().get("long"), timeout=60)
@@ -201,6 +204,7 @@ def test_sigterm_leaves_tasks_running_and_restart_adopts_them(setup: Setup) -> N
     assert setup.tmux("has-session", "-t", f"={session}").returncode == 0
     assert setup.manifests()["long"]["status"] == "running"
 
+    release.touch()
     assert setup.run(timeout=60).returncode == 0
     m = setup.manifests()["long"]
     assert m["status"] == "completed" and m["exit_code"] == 0
