@@ -8,10 +8,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, AnyStr
 
 import libtmux
 import psutil
@@ -191,8 +192,12 @@ def stop_engine(process: subprocess.Popen[Any]) -> None:
             process.wait()
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 20, every: float = 0.05) -> Any:
-    """Poll ``predicate`` until it returns a truthy value; fail after ``timeout`` seconds."""
+def wait_for(predicate: Callable[[], Any], timeout: float = 60, every: float = 0.05) -> Any:
+    """Poll ``predicate`` until it returns a truthy value; fail after ``timeout`` seconds.
+
+    ``timeout`` is a hang guard, never a speed bound: under a loaded CI (xdist, two locales)
+    a process start, a tmux server, PostgreSQL or an engine tick can take many seconds, so
+    keep it generous (30-60 s); a test proves order and outcome, not speed."""
     end = time.time() + timeout
     while time.time() < end:
         value = predicate()
@@ -200,6 +205,24 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 20, every: float = 0
             return value
         time.sleep(every)
     raise AssertionError(f"condition not met within {timeout} s")
+
+
+def read_line(stream: IO[AnyStr] | None, timeout: float = 60) -> AnyStr:
+    """One line from a child's pipe (``""``/``b""`` at EOF), read on a helper thread; fail
+    after ``timeout`` seconds instead of hanging the run when the child never writes it
+    (a hang guard, not a speed bound). The reader thread ends once the test ends the child.
+
+    Raises:
+        AssertionError: ``stream`` is None, or no line came within ``timeout`` seconds.
+    """
+    assert stream is not None, "the child's pipe was not opened"
+    got: list[AnyStr] = []
+    reader = threading.Thread(target=lambda: got.append(stream.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if not got:
+        raise AssertionError(f"no line from the child within {timeout} s")
+    return got[0]
 
 
 def pytest_report_header() -> str:

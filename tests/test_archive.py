@@ -43,7 +43,7 @@ def test_archive_moves_old_ended_tasks_and_keeps_live_and_unreviewed(setup: Setu
         wait_for(lambda: setup.manifests().get("live", {}).get("status") == "running")
     finally:
         engine.send_signal(signal.SIGTERM)
-        assert engine.wait(timeout=20) == 0
+        assert engine.wait(timeout=60) == 0
     tasks = setup.state / "tasks"
     before = sorted(p.name for p in tasks.iterdir())
 

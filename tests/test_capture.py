@@ -114,7 +114,7 @@ def test_pane_capture_under_each_locale_strips_every_escape(
          ";", "wait-for", "-S", gate],
         check=True, capture_output=True, timeout=30,
     )  # fmt: skip
-    wait_for(lambda: log.exists() and b"END-OF-OUTPUT" in log.read_bytes(), timeout=20)
+    wait_for(lambda: log.exists() and b"END-OF-OUTPUT" in log.read_bytes(), timeout=60)
     text = assert_terminal_safe(log.read_bytes())
     check_hostile_result(text.replace("END-OF-OUTPUT\n", ""))
 

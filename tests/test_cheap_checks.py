@@ -69,7 +69,7 @@ class Events:
 
     def wait(self, task_id: str, name: str) -> None:
         with self.arrived:
-            assert self.arrived.wait_for(lambda: (task_id, name) in self.names, timeout=20)
+            assert self.arrived.wait_for(lambda: (task_id, name) in self.names, timeout=60)
 
 
 @pytest.fixture

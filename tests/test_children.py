@@ -43,7 +43,7 @@ def pidfile(tmp_path: Path) -> Iterator[Path]:
 
 
 def grandchild(pidfile: Path) -> int:
-    return int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 10))
+    return int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 60))
 
 
 # ------------------------------------------------------------------ the runner itself

@@ -35,7 +35,7 @@ def test_a_claim_in_progress_delays_no_check(setup: Setup, monkeypatch: pytest.M
 
     def helper(engine: Engine) -> None:
         manifest = wait_for(lambda: next(setup.state.glob("tasks/*/manifest.json"), None))
-        wait_for(lambda: json.loads(manifest.read_bytes())["pid"], timeout=20)
+        wait_for(lambda: json.loads(manifest.read_bytes())["pid"], timeout=60)
         setup.drop("slow.toml", setup.task("claimed-slowly", "exit: 0"))
         try:
             assert entered.wait(20), "the claim of slow.toml never started"
@@ -43,7 +43,7 @@ def test_a_claim_in_progress_delays_no_check(setup: Setup, monkeypatch: pytest.M
             # and it must be while the other file's claim is still held.
             seen["status"] = wait_for(
                 lambda: json.loads(manifest.read_bytes())["status"] == "completed" or None,
-                timeout=15,
+                timeout=60,
             )
             seen["claim_still_held"] = not release.is_set()
         finally:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import tomllib
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -123,6 +122,23 @@ def test_an_interactive_200_s_bash_completes_with_the_shipped_long_profile(harne
     _check(h, m, "interactive", 200)
 
 
+def _past_the_check_the_hook_woke(h: Any) -> None:
+    """Return once a check of the engine began after the one that logged the hook's event
+    ended: checks of one task never overlap, so that one has written what it had to.
+
+    Order, not a pause (a loaded machine outlasted a 3 s one): ``engine-stats.json``
+    (written every few seconds) counts the checks begun; one write after now counts the
+    logging check or more, and a later count past that one is a check begun after it."""
+    stats = h.state / "engine-stats.json"
+
+    def read() -> dict[str, Any]:
+        return json.loads(stats.read_text(encoding="utf-8"))
+
+    before = read()["written_at"]
+    written = h.wait_for("a stats write", lambda: (s := read())["written_at"] != before and s)
+    h.wait_for("a check begun after it", lambda: read()["checks"] > written["checks"])
+
+
 def test_an_engine_killed_while_a_tool_runs_keeps_it_in_flight_after_restart(harness) -> None:
     """Attack (SIGKILL halfway): the engine dies seconds into a 45 s tool that needed no
     permission (``bypassPermissions``: no ruling, so nothing else made the check write the
@@ -143,7 +159,7 @@ def test_an_engine_killed_while_a_tool_runs_keeps_it_in_flight_after_restart(har
         return json.loads(pre[1]["tool_input"])["command"] if len(pre) > 1 else None
 
     assert "sleep(45)" in h.wait_for("the second tool to start", second_started, timeout=60)
-    time.sleep(3.0)  # past the check the hook woke
+    _past_the_check_the_hook_woke(h)
     assert h.proc is not None
     h.proc.kill()  # SIGKILL: no clean stop, nothing flushed
     h.proc.wait(timeout=30)

@@ -84,7 +84,7 @@ def test_the_views_engine_check_sees_a_zombie_without_psutil() -> None:
 
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     try:
-        wait_for(lambda: _state(child.pid) == b"Z", timeout=20)
+        wait_for(lambda: _state(child.pid) == b"Z", timeout=60)
         assert pid_alive(child.pid) is False
     finally:
         child.wait(timeout=10)

@@ -169,7 +169,7 @@ def test_second_engine_with_a_host_id_in_use_is_refused(tmp_path: Path, dsn: str
         ENGINES[hosts["h0"].root] = start_engine(hosts["h0"])
         beat = "SELECT heartbeat_at FROM supervise_hosts WHERE host_id = 'h0'"
         before = rows(dsn, beat)
-        wait_for(lambda: rows(dsn, beat) != before, timeout=20)
+        wait_for(lambda: rows(dsn, beat) != before, timeout=60)
 
 
 def test_submit_validates_like_the_spool(setup: Setup, dsn: str) -> None:
@@ -283,7 +283,7 @@ def run_fleet(tmp_path: Path, dsn: str, tasks: int, max_concurrent: int = 2,
                          list(TERMINAL))[0][0]  # fmt: skip
             if ended == tasks:
                 # Every job, the duplicates' included, finished: none holds a worker slot.
-                wait_for(lambda: rows(dsn, DOING) == [(0,)], timeout=10)
+                wait_for(lambda: rows(dsn, DOING) == [(0,)], timeout=60)
                 break
             time.sleep(0.2)
         else:
@@ -374,7 +374,7 @@ def test_task_this_host_cannot_run_is_rejected_not_lost(tmp_path: Path, dsn: str
         task_id = submit(dsn, submitter, resolved).task_id
         wait_for(lambda: rows(dsn, "SELECT state FROM supervise_tasks WHERE id = %s",
                               task_id) == [("rejected",)], timeout=30)  # fmt: skip
-        wait_for(lambda: rows(dsn, DOING) == [(0,)], timeout=10)
+        wait_for(lambda: rows(dsn, DOING) == [(0,)], timeout=60)
         [(error,)] = rows(dsn, "SELECT error FROM supervise_tasks WHERE id = %s", task_id)
         assert "project_dir" in error and str(gone) in error
         rejected = hosts["h0"].spool / "rejected"
@@ -423,7 +423,7 @@ def test_database_down_transitions_kept_in_the_outbox(tmp_path: Path) -> None:
             ended = "SELECT id, state, exit_code FROM supervise_tasks ORDER BY name"
             want = [(ids["bad"], "failed", 5), (ids["ok"], "completed", 0)]
             wait_for(lambda: rows(dsn, ended) == want, timeout=30)
-            wait_for(lambda: not outbox.exists(), timeout=10)
+            wait_for(lambda: not outbox.exists(), timeout=60)
         finally:
             stop_engines([again])
             setup.tmux("kill-server")
@@ -456,7 +456,7 @@ def test_engine_restarted_mid_run_adopts_and_reports(tmp_path: Path, dsn: str) -
         ENGINES[setup.root] = start_engine(setup)
         done = "SELECT count(*) FROM supervise_tasks WHERE state = 'completed'"
         wait_for(lambda: rows(dsn, done) == [(3,)], timeout=60)
-        wait_for(lambda: rows(dsn, DOING) == [(0,)], timeout=10)
+        wait_for(lambda: rows(dsn, DOING) == [(0,)], timeout=60)
     launched = rows(dsn, "SELECT task_id, count(*) FROM supervise_events "
                          "WHERE event = 'launched' GROUP BY task_id")  # fmt: skip
     assert sorted(launched) == sorted((t, 1) for t in ids)

@@ -133,7 +133,7 @@ def test_out_of_connection_slots_is_said_once_and_dispatch_resumes(tmp_path: Pat
             pids = [r[0] for r in rows(dsn, named, "supervise:h0:%")]
             for pid in pids:
                 rows(dsn, "SELECT pg_terminate_backend(%s)", pid)
-            wait_for(lambda: not _by_role(dsn), timeout=10)
+            wait_for(lambda: not _by_role(dsn), timeout=60)
             task = _submit(dsn, setup, "queued", "exit: 0")
             held = _fill(dsn)
         finally:

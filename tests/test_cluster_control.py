@@ -74,7 +74,7 @@ def test_stop_show_wait_from_a_machine_with_only_the_dsn(tmp_path: Path, dsn: st
         [(task_id, host, verb, done, ok, result)] = rows(dsn, CONTROLS)
         assert (task_id, host, verb, done, ok) == (long, "h2", "stop", True, True)
         assert result == stopped.stdout.strip()
-        wait_for(lambda: _state(dsn, long) == ("abandoned", "h2"), timeout=15)
+        wait_for(lambda: _state(dsn, long) == ("abandoned", "h2"), timeout=60)
 
         again = supervise("stop", long, env=only_dsn)
         assert again.returncode == 1
@@ -140,7 +140,7 @@ def test_listener_survives_its_connection_being_terminated(tmp_path: Path, dsn: 
     with engines(tmp_path, dsn, count=1) as hosts:
         task = _submit(hosts, tmp_path, dsn, "long", "print: working\nsleep: 60\n", "h0")
         wait_for(lambda: _state(dsn, task) == ("running", "h0"), timeout=30)
-        wait_for(lambda: len(rows(dsn, backends, APPLICATION_NAME)) == 1, timeout=15)
+        wait_for(lambda: len(rows(dsn, backends, APPLICATION_NAME)) == 1, timeout=60)
         [(first,)] = rows(dsn, backends, APPLICATION_NAME)
         # A row for a task this host does not run, written with no NOTIFY, is answered
         # (one line, not acted on) once the LISTEN connection listens again: each new
@@ -151,7 +151,7 @@ def test_listener_survives_its_connection_being_terminated(tmp_path: Path, dsn: 
         assert rows(dsn, "SELECT pg_terminate_backend(%s)", first) == [(True,)]
         answered = ("SELECT ok, result FROM supervise_controls "
                     "WHERE task_id = 'ghost' AND done_at IS NOT NULL")  # fmt: skip
-        wait_for(lambda: rows(dsn, answered), timeout=15)
+        wait_for(lambda: rows(dsn, answered), timeout=60)
         assert rows(dsn, answered) == [
             (False, "task ghost is not run by host h0 (the fleet says owner None, generation None)")
         ]

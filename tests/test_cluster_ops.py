@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 import tomli_w
-from conftest import Setup, wait_for
+from conftest import Setup, read_line, wait_for
 from support.cluster_engines import (
     cluster_profile,
     dsn,
@@ -185,7 +185,7 @@ def test_submit_retry_for_rides_out_a_restart_and_stores_the_task_once(setup: Se
         )
         try:
             assert process.stderr is not None
-            said = process.stderr.readline()  # written at its first failed try
+            said = read_line(process.stderr)  # written at its first failed try
             assert said.startswith("supervise submit: cannot connect to the cluster database")
             assert said.rstrip().endswith("s") and "retrying for up to" in said
             executor.start()

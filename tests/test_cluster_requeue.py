@@ -33,7 +33,7 @@ server, dsn = cluster_hosts.server, cluster_hosts.dsn  # pytest fixtures, found 
 def _up(dsn: str) -> None:
     """Silence counts only while the server has been up (``dead_hosts``' ``watched``)."""
     up = "SELECT now() - pg_postmaster_start_time() > interval '3 s'"
-    wait_for(lambda: rows(dsn, up)[0][0], timeout=10)
+    wait_for(lambda: rows(dsn, up)[0][0], timeout=60)
 
 
 def _task(conn: Any, task_id: str, state: str, minute: int, owner: str | None = None) -> None:

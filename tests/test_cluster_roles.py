@@ -141,7 +141,7 @@ def test_engine_role_runs_a_real_engine(setup: Setup, roles: str) -> None:
         wait_for(lambda: rows(roles, "SELECT state FROM supervise_tasks WHERE id = %s",
                               task_id) == [("completed",)], timeout=60)  # fmt: skip
         wait_for(lambda: rows(roles, "SELECT count(*) FROM procrastinate_jobs") == [(0,)],
-                 timeout=20)  # fmt: skip
+                 timeout=60)  # fmt: skip
     finally:
         stop_engines([engine])
     [(owner, generation)] = rows(roles, "SELECT owner_host, generation FROM supervise_tasks")

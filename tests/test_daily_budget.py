@@ -196,7 +196,7 @@ def test_the_engine_holds_launches_once_a_task_spent_the_day_s_budget(setup: Set
     try:
         wait_for(lambda: (_manifest(setup, "spender") or {}).get("status") == "completed", 60)
         # notified when the cap is reached, before any task waits for it
-        wait_for(lambda: [e for e in _sent(sent) if e["event"] == "daily_budget"], 20)
+        wait_for(lambda: [e for e in _sent(sent) if e["event"] == "daily_budget"], 60)
         setup.drop("b.toml", setup.task("held", "stream_tool: Bash 0\n"))
         held = wait_for(lambda: (_manifest(setup, "held") or {}).get("budget_hold"), 30)
         assert held["reason"] == "daily budget reached: $1.00 of $0.50"

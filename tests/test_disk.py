@@ -310,11 +310,11 @@ def test_full_state_disk_never_turns_a_success_into_a_crash(
         )
         wait_for(lambda: len(list(setup.state.glob("tasks/*/pid"))) == 2, timeout=30)
         task = pid_file.parent
-        wait_for(lambda: b"tick" in (task / "output.log").read_bytes(), timeout=20)
+        wait_for(lambda: b"tick" in (task / "output.log").read_bytes(), timeout=60)
         assert _captures(setup.state) == {capture}  # the capture this run is about
         filler = _fill(small_fs)
         agent = int(pid_file.read_text())
-        wait_for(lambda: not Path(f"/proc/{agent}").exists(), timeout=20)
+        wait_for(lambda: not Path(f"/proc/{agent}").exists(), timeout=60)
         # Full for longer than the crash settle time and the stale threshold + grace.
         time.sleep(4.0)
         assert not (task / "done").exists() and not (task / "exit_code").exists()
@@ -371,7 +371,7 @@ def test_wrapper_keeps_pid_and_end_in_tmux_when_the_disk_is_full(
     tmux.launch("w", folder, small_fs)
     pane = wait_for(
         lambda: (p := tmux.panes().get("w")) is not None and p.recorded.get("done") and p,
-        timeout=20,
+        timeout=60,
     )
     assert sorted(f.name for f in folder.iterdir()) == ["launch.json", "output.log"]
     recorded = pane.recorded
@@ -404,12 +404,12 @@ def test_abandon_reason_is_the_same_in_the_event_and_the_manifest(
     failing, attempts = _failing_manifest_writes(monkeypatch)
 
     def helper(engine: Any) -> None:
-        pid = wait_for(lambda: next(setup.state.glob("tasks/*/pid"), None), timeout=20)
+        pid = wait_for(lambda: next(setup.state.glob("tasks/*/pid"), None), timeout=60)
         failing.set()
         task = pid.parent.name
-        wait_for(lambda: "abandoned" in kinds(setup, task), timeout=20)
+        wait_for(lambda: "abandoned" in kinds(setup, task), timeout=60)
         logged = len(attempts)
-        wait_for(lambda: len(attempts) >= logged + 2, timeout=20)  # re-decided while failing
+        wait_for(lambda: len(attempts) >= logged + 2, timeout=60)  # re-decided while failing
         failing.clear()
 
     _run_engine_in_process(setup, helper)
@@ -447,7 +447,7 @@ def test_engine_restarted_on_a_full_disk_adopts_and_waits(
     second = start_engine(setup, second_log, "--exit-when-idle")
     try:
         agent = int(pid_file.read_text())
-        wait_for(lambda: not Path(f"/proc/{agent}").exists(), timeout=20)
+        wait_for(lambda: not Path(f"/proc/{agent}").exists(), timeout=60)
         time.sleep(2.5)  # longer than the crash settle time, while full
         assert second.poll() is None, second_log.read_text(errors="replace")[-3000:]
         filler.unlink()

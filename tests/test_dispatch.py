@@ -97,12 +97,17 @@ def test_due_times_run_from_one_tick_in_order(recorder: Recorder) -> None:
     scheduler.start()
     dispatch = Dispatcher(body, lambda: None, workers=1)
     try:
+        # Paused while the due times are set: on a loaded machine the test thread may stall
+        # between two lines for longer than the 0.3 s due time, and "cancelled" would run
+        # before its cancel (an order of the test's, not of the product's).
+        scheduler.pause()
         dispatch.start(scheduler, Gate(threading.Event()))
-        dispatch.schedule("late", 0.6)
+        dispatch.schedule("late", 1.2)  # a gap no stall between these two lines bridges
         dispatch.schedule("early", 0.2)  # moves the tick forward
         dispatch.schedule("cancelled", 0.3)
         dispatch.cancel("cancelled")
-        wait_for(lambda: len(order) >= 2, timeout=10)
+        scheduler.resume()
+        wait_for(lambda: len(order) >= 2, timeout=60)
         assert order == ["early", "late"]
         assert [job.id for job in scheduler.get_jobs()] == ["tick"]  # no job per task
     finally:

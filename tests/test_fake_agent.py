@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FAKE_AGENT
+from conftest import FAKE_AGENT, read_line
 
 
 def _start(tmp_path: Path, prompt: str) -> subprocess.Popen[bytes]:
@@ -22,7 +22,7 @@ def _start(tmp_path: Path, prompt: str) -> subprocess.Popen[bytes]:
     )
     # The handlers are set before the start line is printed.
     assert agent.stdout is not None
-    assert agent.stdout.readline().startswith(b"fake-agent start")
+    assert read_line(agent.stdout).startswith(b"fake-agent start")
     return agent
 
 

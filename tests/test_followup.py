@@ -359,9 +359,14 @@ def test_two_continues_at_once_on_a_live_engine_start_one_turn(setup: Setup) -> 
     engine = _engine(setup)
     try:
         argv = [sys.executable, "-m", "supervisor.cli", "continue", "-c", str(setup.profile)]
+        # The turn lasts until both have answered: on a loaded machine the second CLI can
+        # start seconds after the first, when a 2 s turn would be over (then it is a second
+        # turn of its own, rightly).
+        release = setup.root / "release"
+        turn = f"until_file: {release}\n"
         procs = [
             subprocess.Popen(
-                [*argv, task_id, f"print: turn {n}\nsleep: 2\n", "--wait", str(PATIENCE)],
+                [*argv, task_id, f"print: turn {n}\n{turn}", "--wait", str(PATIENCE)],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
@@ -370,6 +375,7 @@ def test_two_continues_at_once_on_a_live_engine_start_one_turn(setup: Setup) -> 
         ]
         results = [(p.wait(timeout=PATIENCE), p.communicate()[1]) for p in procs]
         assert sorted(code for code, _ in results) == [0, 1], results
+        release.touch()
         wait_for(lambda: _only_task(setup)[1]["status"] == "completed", timeout=PATIENCE)
     finally:
         engine.terminate()

@@ -261,7 +261,7 @@ def test_continue_of_an_escalated_task_waits_for_its_stop_too(tmp_path: Path) ->
     request = profile.state_dir / "control" / "esc-1.continue"
 
     def engine() -> None:
-        wait_for(request.exists, 20)
+        wait_for(request.exists, 60)
         time.sleep(2)  # the stop of the agent, as the engine would take it (not a sync)
         task.update_manifest(lambda m: setattr(m, "status", "abandoned"))
         task.update_manifest(lambda m: turnlog.open_turn(m, 2, task))

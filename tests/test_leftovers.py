@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import Setup, alive, wait_for
+from conftest import Setup, alive, read_line, wait_for
 
 from supervisor import childledger, children
 
@@ -114,13 +114,13 @@ def test_a_matching_record_has_its_whole_group_ended(tmp_path: Path) -> None:
         ["sh", "-c", "sleep 60 & echo $!; wait"], stdout=subprocess.PIPE, start_new_session=True
     )
     assert proc.stdout is not None
-    member = int(proc.stdout.readline())
+    member = int(read_line(proc.stdout))
     try:
         ledger = childledger.Ledger(tmp_path, "acceptance")
         ledger.record(proc.pid, ["sh", "-c", "..."], None, "t0")
         assert children.end_recorded(tmp_path) == 1
         proc.wait(10)
-        wait_for(lambda: not alive(member), 10)
+        wait_for(lambda: not alive(member), 60)
         assert list((tmp_path / childledger.FOLDER).iterdir()) == []
     finally:
         _end(proc.pid)
@@ -137,7 +137,7 @@ def test_a_group_whose_leader_exited_is_ended_only_when_a_member_carries_the_tok
         start_new_session=True,
     )  # fmt: skip
     assert proc.stdout is not None
-    member = int(proc.stdout.readline())
+    member = int(read_line(proc.stdout))
     proc.wait(10)  # the leader is gone; its background child holds the group
     try:
         record = {"pid": proc.pid, "start": 1.0, "token": "t1", "what": "acceptance: x"}
@@ -146,7 +146,7 @@ def test_a_group_whose_leader_exited_is_ended_only_when_a_member_carries_the_tok
         (folder / str(proc.pid)).write_text(json.dumps(record))
         assert children.end_recorded(tmp_path) == (1 if carries else 0)
         if carries:
-            wait_for(lambda: not alive(member), 10)
+            wait_for(lambda: not alive(member), 60)
         else:
             assert alive(member)  # another group under a reused id: not ours
         assert list(folder.iterdir()) == []

@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import Setup
+from conftest import Setup, read_line
 from support.ops_engine import engine
 
 pytest.importorskip("mcp")
@@ -286,7 +286,7 @@ def test_the_server_exits_when_its_client_goes_even_during_a_wait(setup: Setup) 
                 },
             }
         )
-        assert server.stdout is not None and '"id":1' in server.stdout.readline()
+        assert '"id":1' in read_line(server.stdout)
         send({"method": "notifications/initialized"})
         send(
             {
@@ -296,7 +296,7 @@ def test_the_server_exits_when_its_client_goes_even_during_a_wait(setup: Setup) 
             }
         )
         send({"id": 3, "method": "tools/call", "params": {"name": "status", "arguments": {}}})
-        assert '"id":3' in server.stdout.readline()  # the wait is blocking meanwhile
+        assert '"id":3' in read_line(server.stdout)  # the wait is blocking meanwhile
         server.stdin.close()
         assert server.wait(timeout=60) == 0  # far below the wait's 300 s
     finally:

@@ -119,7 +119,7 @@ def test_ping_stall_sends_only_pings_until_released(mock: MockAnthropic, monkeyp
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    wait_for(lambda: seen.count("ping") >= 4, timeout=10)
+    wait_for(lambda: seen.count("ping") >= 4, timeout=60)
     assert seen[0] == "message_start" and set(seen[1:]) == {"ping"}, seen
     mock.release_stalls()
     reader.join(timeout=10)

@@ -174,7 +174,7 @@ def test_wait_is_woken_by_the_manifest_write_not_a_poll(setup: Setup, tmp_path: 
             assert waiter.poll() is None
             manifest.update(status="completed", verdict="PASS")
             atomic_write(folder / "manifest.json", json.dumps(manifest).encode())
-            out, err = waiter.communicate(timeout=10)
+            out, err = waiter.communicate(timeout=60)
         finally:
             if waiter.poll() is None:
                 os.kill(waiter.pid, signal.SIGKILL)

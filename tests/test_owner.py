@@ -72,7 +72,10 @@ def test_engines_sharing_a_socket_never_kill_each_others_agents(
     a, b = Setup(tmp_path / "a", socket_name), Setup(tmp_path / "b", socket_name)
     a.write_profile(base_interval=0.3)
     b.write_profile(base_interval=0.3)
-    a.drop("long.toml", a.task("long", "print: hello\ntick: 0.2\nsleep: 6\n"))
+    # A's agent runs until the test releases it: B's whole run (seconds on a loaded
+    # machine) must happen while it lives.
+    release = tmp_path / "release"
+    a.drop("long.toml", a.task("long", f"print: hello\ntick: 0.2\nuntil_file: {release}\n"))
     log = tmp_path / "a.log"
     engine = _start(a, log)
     try:
@@ -97,6 +100,7 @@ def test_engines_sharing_a_socket_never_kill_each_others_agents(
         assert (a.tmux("show-options", "-v", "-t", f"={source.name}:", "@supervise_state_dir")
                 .stdout.strip()) == str(a.state)  # fmt: skip
 
+        release.touch()
         engine.wait(timeout=60)
         assert a.manifests()["long"]["status"] == "completed", log.read_text()
         assert a.manifests()["long"]["retry_count"] == 0
@@ -113,7 +117,8 @@ def test_a_session_another_engine_owns_is_not_adopted(tmp_path: Path, socket_nam
     a, b = Setup(tmp_path / "a", socket_name), Setup(tmp_path / "b", socket_name)
     a.write_profile(base_interval=0.3)
     b.write_profile(base_interval=0.3)
-    a.drop("long.toml", a.task("long", "tick: 0.2\nsleep: 5\n"))
+    release = tmp_path / "release"  # A's agent lives until B's run is over
+    a.drop("long.toml", a.task("long", f"tick: 0.2\nuntil_file: {release}\n"))
     engine = _start(a, tmp_path / "a.log")
     try:
         wait_for((a.project / "agent_pid").exists, timeout=30)
@@ -136,6 +141,7 @@ def test_a_session_another_engine_owns_is_not_adopted(tmp_path: Path, socket_nam
         # the refused launch is an ending like any other: a reason and a verdict
         assert (failed["failure_reason"], failed["verdict"]) == ("launch", "FAIL")
         assert alive(agent)
+        release.touch()
         engine.wait(timeout=60)
         assert a.manifests()["long"]["status"] == "completed"
     finally:
@@ -307,7 +313,7 @@ def test_no_descendant_of_the_agent_survives_the_task(setup: Setup) -> None:
         assert (manifest["status"], manifest["exit_code"]) == ("completed", 0)
         pids = [int(p.read_text()) for p in pid_files]
         assert all(pid > 0 for pid in pids)
-        wait_for(lambda: not any(alive(pid) for pid in pids), timeout=5)
+        wait_for(lambda: not any(alive(pid) for pid in pids), timeout=60)
         swept = [e for e in setup.events(manifest["task_id"]) if e["event"] == "processes_ended"]
         assert len(swept) == 1 and set(pids) <= set(swept[0]["pids"])
         assert set(pids) <= set(swept[0]["killed"])  # they ignore SIGTERM: SIGKILL ended them

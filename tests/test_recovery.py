@@ -52,14 +52,17 @@ def test_crash_resume_completed(setup: Setup) -> None:
     assert f"resumed session {m['session_id']}" in m["output_tail"]
     assert m["pid"] == int((setup.project / "agent_pid").read_text())
     crashed, resumed = named(events, "crashed")[0], named(events, "resumed")[0]
-    assert 0.25 <= ts(resumed["ts"]) - ts(crashed["ts"]) < 2.0  # backoff base_interval * 2**0
+    # backoff base_interval * 2**0: never sooner (a loaded machine may make it later)
+    assert ts(resumed["ts"]) - ts(crashed["ts"]) >= 0.25
 
 
 def test_hang_grace_resume_completed(setup: Setup, signal_cue: str) -> None:
     """A hung agent is stopped and resumed, whether it exits 143 on the SIGTERM (as Claude
     Code does) or dies from it: the stop supervise caused is never the task's own ending."""
+    # The resumed run must print within stale_threshold + grace_period of its launch, a
+    # Python start included: 4 s, so a loaded machine does not make it a second hang.
     setup.write_profile(
-        base_interval=0.3, max_interval=2, stale_threshold=1.0, grace_period=1.0, max_retries=2
+        base_interval=0.3, max_interval=2, stale_threshold=1.0, grace_period=3.0, max_retries=2
     )
     prompt = f"{signal_cue}hang_runs: 1\ntick: 0.2\nsleep: 1\nexit: 0"
     setup.drop("h.toml", setup.task("hangs", prompt))
@@ -71,15 +74,16 @@ def test_hang_grace_resume_completed(setup: Setup, signal_cue: str) -> None:
     events = setup.events(m["task_id"])
     stale, hung = named(events, "stale")[0], named(events, "hung")[0]
     # The first stale check never acts; the hang is declared only after the grace period.
-    assert ts(hung["ts"]) - ts(stale["ts"]) >= 1.0
+    assert ts(hung["ts"]) - ts(stale["ts"]) >= 3.0
     assert named(events, "agent_stopped"), "the hung agent was stopped before the resume"
     assert ts(named(events, "resumed")[0]["ts"]) > ts(hung["ts"])
 
 
 def test_fresh_output_cancels_the_grace_period(setup: Setup) -> None:
     # Output every 0.6 s with a stale threshold of 0.5 s: stale checks happen, but fresh
-    # output always arrives within the 1.5 s grace period, so the agent is never resumed.
-    setup.write_profile(base_interval=0.2, stale_threshold=0.5, grace_period=1.5)
+    # output always arrives within the 10 s grace period (generous: a loaded machine may
+    # stall the agent or its capture for seconds), so the agent is never resumed.
+    setup.write_profile(base_interval=0.2, stale_threshold=0.5, grace_period=10)
     setup.drop("f.toml", setup.task("slowprint", "tick: 0.6\nsleep: 3\nexit: 0"))
     assert setup.run().returncode == 0
     m = setup.manifests()["slowprint"]
@@ -101,17 +105,18 @@ def test_crash_every_run_is_abandoned_after_max_retries(setup: Setup) -> None:
     crashed, resumed = named(events, "crashed"), named(events, "resumed")
     assert len(resumed) == 3 and len(crashed) == 3
     waits = [ts(r["ts"]) - ts(c["ts"]) for c, r in zip(crashed, resumed, strict=True)]
-    # base * 2**n capped at max: 0.25, 0.5, 0.8 (each check may land a little late).
+    # base * 2**n capped at max: 0.25, 0.5, 0.8, each a floor (never sooner); how much later
+    # a check lands depends on the machine's load, so it is not asserted.
     for wait, expected in zip(waits, (0.25, 0.5, 0.8), strict=True):
-        assert expected - 0.05 <= wait <= expected + 0.6, waits
-    assert waits[0] < waits[1] < waits[2] + 0.3
+        assert wait >= expected - 0.05, waits
     assert int((setup.project / "fake_runs").read_text()) == 4  # 1 launch + 3 resumes
 
 
 def test_done_file_while_output_is_stale_is_completed(setup: Setup) -> None:
-    # Silent for longer than stale_threshold + grace_period, then exits 0: the done-file
-    # (layer 1) must win over the stale output (layer 3); nothing is resumed.
-    setup.write_profile(base_interval=0.2, stale_threshold=0.3, grace_period=5)
+    # Silent for longer than stale_threshold, then exits 0: the done-file (layer 1) must win
+    # over the stale output (layer 3); nothing is resumed. The grace period is generous: a
+    # loaded machine must not turn the quiet 1.5 s (and the start) into a hang.
+    setup.write_profile(base_interval=0.2, stale_threshold=0.3, grace_period=30)
     setup.drop("q.toml", setup.task("quiet", "sleep: 1.5\nexit: 0"))
     assert setup.run().returncode == 0
     m = setup.manifests()["quiet"]
@@ -167,9 +172,10 @@ def test_agent_that_ignores_sigterm_is_still_stopped(setup: Setup) -> None:
 
 def test_hanging_notifier_does_not_delay_cleanup(setup: Setup, tmp_path: Path) -> None:
     started = tmp_path / "notifier-started"
-    notifier = [sys.executable, "-c",
-                f"import time; open({str(started)!r}, 'w').close(); time.sleep(600)"]  # fmt: skip
-    setup.write_profile(base_interval=0.3, notifier=notifier, notifier_timeout=1.0)
+    # A shell, not Python: on a loaded machine a Python start can outlast the timeout, and
+    # the notifier would be killed before it marked that it ran.
+    notifier = ["sh", "-c", ': > "$1"; exec sleep 600', "sh", str(started)]
+    setup.write_profile(base_interval=0.3, notifier=notifier, notifier_timeout=3.0)
     setup.drop("n.toml", setup.task("notified", "exit: 0"))
     result = setup.run(timeout=60)
     assert result.returncode == 0
@@ -181,7 +187,7 @@ def test_hanging_notifier_does_not_delay_cleanup(setup: Setup, tmp_path: Path) -
     assert notified["notifier_exit_code"] is None  # killed at the timeout
     # Cleanup did not wait for the notifier: the session was gone before it was killed.
     finished = ts(m["finished_at"])
-    assert ts(notified["ts"]) - finished >= 0.9
+    assert ts(notified["ts"]) - finished >= 2.9
 
 
 def test_notify_on_selects_events_and_failure_is_only_logged(setup: Setup, tmp_path: Path) -> None:
@@ -221,7 +227,7 @@ def test_operator_stop_resume_tail_and_config(
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        wait_for(lambda: len(setup.manifests()) == 2, timeout=20)
+        wait_for(lambda: len(setup.manifests()) == 2, timeout=60)
         wait_for(lambda: all(m["status"] == "running" for m in setup.manifests().values()))
         ids = {name: m["task_id"] for name, m in setup.manifests().items()}
         conf = str(setup.profile)
@@ -285,9 +291,9 @@ def _cut_resume(setup: Setup, second_run: str, down_for: float = 0.0) -> dict:
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
-        wait_for(lambda: (setup.manifests().get("cut") or {}).get("pid"), timeout=20)
+        wait_for(lambda: (setup.manifests().get("cut") or {}).get("pid"), timeout=60)
         engine.send_signal(signal.SIGTERM)
-        assert engine.wait(timeout=15) == 0
+        assert engine.wait(timeout=60) == 0
     finally:
         if engine.poll() is None:
             engine.kill()
@@ -296,7 +302,7 @@ def _cut_resume(setup: Setup, second_run: str, down_for: float = 0.0) -> dict:
     # What the dead engine had done: the agent stopped, "resumed" logged, run files cleared.
     os.kill(m["pid"], signal.SIGKILL)
     dead = ["list-panes", "-t", f"={m['task_id']}:", "-F", "#{pane_dead}"]
-    wait_for(lambda: setup.tmux(*dead).stdout.strip() == "1", timeout=10)
+    wait_for(lambda: setup.tmux(*dead).stdout.strip() == "1", timeout=60)
     task.append_event("resumed", status="running", retry_count=1, reason="test: cut off")
     task.clear_run_files()
     time.sleep(down_for)  # the engine stays down (a slow restart, a reboot)

@@ -41,7 +41,7 @@ def test_shutdown_leaves_the_agent_in_tmux_and_the_next_run_adopts_it(setup: Set
             "pid": engine.pid,
             "state_dir": str(setup.state),
         }
-        assert engine.wait(timeout=5) == 0  # a clean SIGTERM stop
+        assert engine.wait(timeout=60) == 0  # a clean SIGTERM stop
         assert engine_pid(setup.state) is None
         assert setup.tmux("has-session", "-t", f"={task_id}").returncode == 0
         assert alive(agent)
@@ -96,7 +96,7 @@ def test_two_shutdowns_at_once_stop_the_engine_once(setup: Setup) -> None:
         results = [(c.communicate(timeout=90), c.returncode) for c in copies]
         for (out, err), code in results:
             assert code == 0, out + err
-        assert engine.wait(timeout=5) == 0
+        assert engine.wait(timeout=60) == 0
         said = "".join(out for (out, _), _ in results)
         assert said.count("stopped by another 'supervise shutdown'") == 1, said
         assert said.count(f"engine pid {engine.pid} stopped; ") == 1, said

@@ -40,7 +40,7 @@ def test_a_process_started_after_the_pid_file_reused_the_number(sleeper, tmp_pat
 
 def test_zombies_and_missing_processes_are_dead(tmp_path: Path):
     process = subprocess.Popen([sys.executable, "-c", "pass"])
-    wait_for(lambda: psutil.Process(process.pid).status() == psutil.STATUS_ZOMBIE, timeout=10)
+    wait_for(lambda: psutil.Process(process.pid).status() == psutil.STATUS_ZOMBIE, timeout=60)
     try:
         assert pid_alive(process.pid) is False  # not reaped yet: a zombie
     finally:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import read_line
 
 from supervisor import statelock
 
@@ -29,7 +30,7 @@ def test_the_engine_lock_survives_renames_and_is_released_by_death(tmp_path: Pat
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(state)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:
-        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        assert read_line(holder.stdout) == "held\n"
         assert statelock.engine_running(state)
         with pytest.raises(statelock.EngineBusy, match="already owns"):
             statelock.engine_lock(state)

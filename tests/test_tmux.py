@@ -79,7 +79,7 @@ def test_engine_logs_a_hung_tmux_and_goes_on(setup: Setup, tmp_path: Path) -> No
             stdout=handle, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
     try:
-        wait_for(lambda: (setup.manifests().get("a") or {}).get("pid"), timeout=20)
+        wait_for(lambda: (setup.manifests().get("a") or {}).get("pid"), timeout=60)
         hang.touch()
         wait_for(lambda: "did not answer" in log.read_text(errors="replace"),
                  timeout=TMUX_TIMEOUT + 5)  # fmt: skip
@@ -172,7 +172,7 @@ def test_adoption_waits_for_a_hung_tmux_and_never_starts_a_task_twice(
     with open(log, "ab") as handle:
         first = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env)
     try:
-        wait_for(lambda: (setup.manifests().get("a") or {}).get("pid"), timeout=20)
+        wait_for(lambda: (setup.manifests().get("a") or {}).get("pid"), timeout=60)
     finally:
         first.terminate()
         first.wait(timeout=30)

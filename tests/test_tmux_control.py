@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import Setup, wait_for
+from conftest import Setup, read_line, wait_for
 
 from supervisor.engine.panes import Sessions
 from supervisor.tmux import (
@@ -56,7 +56,8 @@ def _control_on(monkeypatch: pytest.MonkeyPatch) -> None:
 def live(socket_name: str, tmp_path: Path):  # type: ignore[no-untyped-def]
     """A server with one task-like session ``a`` and a connected ``Tmux(control=True)``."""
     assert _tmux(socket_name, "new-session", "-d", "-s", "a", "sleep 600").returncode == 0
-    tmux = Tmux(socket_name, owner=None, timeout=2.0, control=True)
+    # The product's bound (5 s): a loaded machine's real tmux may take more than 2 s.
+    tmux = Tmux(socket_name, owner=None, control=True)
     events: list[ControlEvent] = []
     tmux.subscribe(events.append)
     assert tmux.cmd("display-message", "-p", "x").stdout == ["x"]
@@ -155,6 +156,7 @@ def test_a_stopped_server_times_out_then_recovers(
     live: tuple[Tmux, list[ControlEvent]], socket_name: str
 ) -> None:
     tmux, events = live
+    tmux.timeout = 2.0  # short, for the stopped server (read at each command)
     server = _server_pid(socket_name)
     os.kill(server, signal.SIGSTOP)
     try:
@@ -210,7 +212,7 @@ def test_sigkill_of_the_holder_leaves_no_session_and_no_server(socket_name: str)
         [sys.executable, "-c", HOLDER, socket_name], stdout=subprocess.PIPE, text=True
     )
     try:
-        assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
+        assert read_line(holder.stdout) == "ready\n"
         clients = [p for p in psutil.Process(holder.pid).children() if "-C" in p.cmdline()]
         assert len(clients) == 1
         assert _tmux(socket_name, "kill-session", "-t", "=a").returncode == 0
@@ -256,13 +258,13 @@ def test_sigkill_of_a_busy_holder_never_takes_the_server_down(socket_name: str) 
             [sys.executable, "-c", CHURN, socket_name], stdout=subprocess.PIPE, text=True
         )
         try:
-            assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
+            assert read_line(holder.stdout) == "ready\n"
         finally:
             holder.kill()
             holder.wait(timeout=10)
         assert _tmux(socket_name, "has-session", "-t", "=bystander").returncode == 0
     # and no control client outlives its holder (tmux 3.3a keeps one whose output is queued)
-    wait_for(lambda: not _control_clients(socket_name), timeout=10)
+    wait_for(lambda: not _control_clients(socket_name), timeout=60)
 
 
 def _control_clients(socket_name: str) -> list[int]:
@@ -438,7 +440,7 @@ def test_the_engine_talks_through_one_control_client(setup: Setup) -> None:
         seen = wait_for(lambda: [n for n in names() if n.startswith("supervise_ctl-")], timeout=30)
         assert len(seen) == 1
         assert engine.wait(timeout=60) == 0
-        wait_for(lambda: setup.tmux("list-sessions").returncode != 0, timeout=10)
+        wait_for(lambda: setup.tmux("list-sessions").returncode != 0, timeout=60)
         assert {m["status"] for m in setup.manifests().values()} == {"completed"}
     finally:
         if engine.poll() is None:

@@ -11,6 +11,8 @@ import signal
 import subprocess
 import sys
 
+from conftest import read_line
+
 from supervisor.tmux import holdwatch
 
 SLEEPER = "import time; time.sleep(120)"
@@ -66,7 +68,7 @@ def test_a_live_holders_client_is_found_among_its_children_and_killed_after_it()
     )
     holder = subprocess.Popen([sys.executable, "-c", spawn], stdout=subprocess.PIPE, text=True)
     assert holder.stdout is not None
-    client = int(holder.stdout.readline())
+    client = int(read_line(holder.stdout))
     found = holdwatch.find_client(holder.pid, session)
     assert found is not None and found[0] == client
     watch = subprocess.Popen(

@@ -42,7 +42,7 @@ def test_tmux_server_gets_the_hard_open_file_limit(setup: Setup) -> None:
         assert psutil.Process(engine.pid).rlimit(psutil.RLIMIT_NOFILE)[0] == 128
         hard = psutil.Process(pid).rlimit(psutil.RLIMIT_NOFILE)[1]
         want = min(hard, NOFILE_CAP)
-        wait_for(lambda: psutil.Process(pid).rlimit(psutil.RLIMIT_NOFILE)[0] == want, 5)
+        wait_for(lambda: psutil.Process(pid).rlimit(psutil.RLIMIT_NOFILE)[0] == want, 60)
     finally:
         out, _ = engine.communicate(timeout=60)
     assert engine.returncode == 0, out.decode()

@@ -283,7 +283,7 @@ def test_attach_argv_attaches_read_only(socket_name: str, tmp_path: Path) -> Non
                     break
             return out.stdout.strip()
 
-        assert wait_for(clients, timeout=10) == "job-1 1"
+        assert wait_for(clients, timeout=60) == "job-1 1"
     finally:
         os.kill(pid, 9)
         os.waitpid(pid, 0)

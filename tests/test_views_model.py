@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Setup, wait_for
+from conftest import Setup, read_line, wait_for
 from support import views_fixture as vf
 
 from supervisor.taskdir import control
@@ -142,7 +142,7 @@ def holder(fixture: vf.Fixture) -> Iterator[subprocess.Popen[str]]:
     """A real process holding the engine's lock (as ``Engine.run`` does), ended by pid."""
     proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(fixture.state_dir)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
-    assert proc.stdout is not None and proc.stdout.readline() == "held\n"
+    assert read_line(proc.stdout) == "held\n"
     yield proc
     proc.kill()
     proc.wait(timeout=10)

@@ -100,7 +100,7 @@ def test_needs_you_wins_over_endings_and_terminal_only_waits_through_it(setup: S
     assert "t-esc: escalated -" in held.stdout and "needs-you" not in held.stdout
     # ... and until the task ends: answered, then completed
     waiter = _background(setup, "t-esc", "--terminal-only", "--json")
-    wait_for(lambda: waiter.poll() is None and (setup.state / "tasks").is_dir(), timeout=10)
+    wait_for(lambda: waiter.poll() is None and (setup.state / "tasks").is_dir(), timeout=60)
     _task(setup, "t-esc", "running")
     _task(setup, "t-esc", "completed", verdict="PASS")
     code, out, err = _finish(waiter)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import read_line
 from support import web_serve
 from support.claude_harness import harness  # noqa: F401 (the real CLI's fixture, for the e2e test)
 from support.views_fixture import TASKS, Fixture, build, write_profile
@@ -327,7 +328,7 @@ def test_socket_left_by_a_killed_server_is_taken_over(fixture: Fixture) -> None:
     argv = [sys.executable, "-m", "supervisor.cli", "serve", "-c", str(fixture.profile), "--socket"]
     killed = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
     assert killed.stderr is not None
-    assert killed.stderr.readline().startswith("supervise serve: unix:")
+    assert read_line(killed.stderr).startswith("supervise serve: unix:")
     killed.kill()
     killed.wait()
     killed.stderr.close()
@@ -367,7 +368,7 @@ def test_non_loopback_bind_warns_that_the_token_travels_in_clear_text(fixture: F
     _web_extra()
     with serve(fixture.profile, "--token", "s3cret", bind="0.0.0.0:0") as served:
         assert served.proc.stderr is not None
-        warning = served.proc.stderr.readline()
+        warning = read_line(served.proc.stderr)
     assert "clear text" in warning and "TLS" in warning, warning
 
 

@@ -310,7 +310,9 @@ def test_a_failing_setup_ends_the_task_failed_workspace_with_nothing_left(setup:
 def test_crash_resume_and_engine_restart_keep_the_same_worktree(setup: Setup) -> None:
     git_project(setup)
     setup.write_profile(base_interval=0.3, max_retries=3)
-    setup.drop("c.toml", setup.task("crashy", "tick: 0.5\nsleep: 5\nexit: 0"))
+    release = setup.root / "release"  # each run lives until the test releases it
+    prompt = f"tick: 0.5\nsleep: 1\nuntil_file: {release}\nexit: 0"
+    setup.drop("c.toml", setup.task("crashy", prompt))
     engine = subprocess.Popen([sys.executable, "-m", "supervisor.cli", "run", str(setup.profile)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
@@ -331,10 +333,11 @@ def test_crash_resume_and_engine_restart_keep_the_same_worktree(setup: Setup) ->
             )
         )
         engine.send_signal(signal.SIGTERM)  # the engine stops; the agent runs on in tmux
-        assert engine.wait(timeout=15) == 0
+        assert engine.wait(timeout=60) == 0
     finally:
         if engine.poll() is None:
             engine.kill()
+    release.touch()  # the resumed run, adopted by the next engine, ends now
     assert setup.run(timeout=60).returncode == 0
     m = setup.manifests()["crashy"]
     assert (m["status"], m["retry_count"]) == ("completed", 1)

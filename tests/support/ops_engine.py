@@ -19,7 +19,7 @@ def engine(setup: Setup, *extra: str) -> Iterator[subprocess.Popen[str]]:
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
-        wait_for(lambda: (setup.state / "engine-stats.json").exists(), timeout=20)
+        wait_for(lambda: (setup.state / "engine-stats.json").exists(), timeout=60)
         yield process
     finally:
         if process.poll() is None:

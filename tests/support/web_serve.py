@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import read_line
 
 from supervisor.taskdir.folder import Manifest, TaskDir, utc_iso
 from support.claude_harness import harness  # noqa: F401 (the real CLI's fixture, for the e2e test)
@@ -114,7 +115,7 @@ def serve(profile: Path, *args: str, bind: str | None = "127.0.0.1:0") -> Iterat
     )  # fmt: skip
     try:
         assert proc.stderr is not None
-        line = proc.stderr.readline()
+        line = read_line(proc.stderr)
         assert line.startswith(("supervise serve: http://", "supervise serve: unix:")), line
         yield Served(proc, line.split(": ", 1)[1].strip())
     finally:
