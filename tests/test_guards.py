@@ -116,14 +116,29 @@ def test_no_test_module_imports_another() -> None:
     assert found == [], found
 
 
+#: Readings of when something happened, besides the clock: a file's times and an event's
+#: parsed ``ts`` (``ts(...)``, ``datetime.fromisoformat(...)``).
+STAMP_ATTRS = {"st_mtime", "st_mtime_ns", "st_ctime", "st_atime"}
+STAMP_CALLS = {"ts", "fromisoformat"}
+
+
 def _is_clock_call(node: ast.AST) -> bool:
-    """``time.monotonic()``, ``time.time()``, ``monotonic()``..."""
+    """``time.monotonic()``, ``time.time()``, ``monotonic()``, a file's ``st_mtime``, an
+    event's ``ts(...)``..."""
+    if isinstance(node, ast.Attribute) and node.attr in STAMP_ATTRS:
+        return True
     if not isinstance(node, ast.Call):
         return False
     func = node.func
+    if isinstance(func, ast.Attribute | ast.Name) and _name_of(func) in STAMP_CALLS:
+        return True
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
         return func.value.id == "time" and func.attr in CLOCKS
     return isinstance(func, ast.Name) and func.id in CLOCKS - {"time"}
+
+
+def _name_of(func: ast.Attribute | ast.Name) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else func.id
 
 
 class _Clocks:
@@ -219,15 +234,19 @@ def test_the_wall_clock_guard_sees_the_patterns() -> None:
         "def t():\n    end = time.monotonic() + 5\n    assert time.monotonic() < end\n",
         "def t():\n    began = monotonic()\n    assert 10 > monotonic() - began\n",
         "def t():\n    began = time.monotonic()\n    assert ok and time.monotonic() - began < 1\n",
+        "def t():\n    done = a.stat().st_mtime\n    assert b.stat().st_mtime - done < 0.25\n",
+        "def t():\n    assert ts(b['ts']) - ts(a['ts']) < 4\n",
     ]
     good = [
         "def t():\n    began = time.time()\n    ended = time.time()\n    assert began < ended\n",
         "def t():\n    stopped = time.monotonic()\n    assert time.monotonic() - stopped >= 1.5\n",
         "def t():\n    assert spool.pending(now=time.time() + 60)\n",
         "def t():\n    began = time.time()\n    assert ok and began - 1 <= stamp\n",
+        "def t():\n    done = a.stat().st_mtime\n    assert done <= b.stat().st_mtime < ts(c)\n",
+        "def t():\n    assert ts(b['ts']) - ts(a['ts']) >= 2\n",
     ]
-    assert [len(list(wall_clock_bounds(ast.parse(code)))) for code in bad] == [1, 1, 1, 1, 1]
-    assert [len(list(wall_clock_bounds(ast.parse(code)))) for code in good] == [0, 0, 0, 0]
+    assert [len(list(wall_clock_bounds(ast.parse(code)))) for code in bad] == [1] * len(bad)
+    assert [len(list(wall_clock_bounds(ast.parse(code)))) for code in good] == [0] * len(good)
 
 
 def _module_name(path: Path) -> str:
