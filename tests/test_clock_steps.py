@@ -33,6 +33,11 @@ from support.faketime_support import SLEEP_SHIM, require_libfaketime
 
 from tests.conftest import Setup, wait_for
 
+#: The tasks' deadline, seconds: far above the few seconds they run (a stalled CI machine, a
+#: paused VM, must not abandon them) and far below the one-hour steps, so a step that were
+#: not rebased would still abandon them ("deadline passed").
+DEADLINE = 600
+
 
 @pytest.fixture
 def fake_clock(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
@@ -115,10 +120,10 @@ def _event_names(setup: Setup, name: str) -> list[str]:
 def test_a_running_task_survives_a_step_and_completes(
     setup: Setup, fake_clock: tuple[Path, dict[str, str]], step: str
 ) -> None:
-    """A task a few seconds into its run, 60 s deadline: the step neither abandons it
+    """A task a few seconds into its run, a 600 s deadline: the step neither abandons it
     ("deadline passed") nor stalls the engine; it completes as its agent ends."""
     offset, env = fake_clock
-    setup.write_profile(deadline=60, stale_threshold=20)
+    setup.write_profile(deadline=DEADLINE, stale_threshold=20)
     setup.drop("work.toml", setup.task("work", "tick: 0.5\nsleep: 5\nexit: 0"))
     engine = _engine(setup, env)
     ended = False
@@ -173,7 +178,7 @@ def test_a_step_while_the_engine_is_down_is_rebased_at_restart(
     steps, a new engine adopts the running task: it logs the step once, the task is not
     abandoned by the deadline and completes."""
     offset, env = fake_clock
-    setup.write_profile(deadline=60, stale_threshold=20)
+    setup.write_profile(deadline=DEADLINE, stale_threshold=20)
     setup.drop("work.toml", setup.task("work", "tick: 0.5\nsleep: 10\nexit: 0"))
     first = _engine(setup, env)
     try:
@@ -224,7 +229,7 @@ def test_a_step_of_years_forward_neither_hangs_nor_abandons(
     """NTP's first sync on a machine that booted in 1970: APScheduler's interval jobs
     counted every missed interval (years / intake_interval: billions) before running."""
     offset, env = fake_clock
-    setup.write_profile(deadline=60, stale_threshold=20)
+    setup.write_profile(deadline=DEADLINE, stale_threshold=20)
     setup.drop("work.toml", setup.task("work", "tick: 0.5\nsleep: 5\nexit: 0"))
     engine = _engine(setup, env)
     try:
