@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.faketime_support import SLEEP_SHIM, require_libfaketime
+from support.faketime_support import SLEEP_SHIM, require_libfaketime, step_clock
 
 from tests.conftest import Setup, wait_for
 
@@ -129,7 +129,7 @@ def test_a_running_task_survives_a_step_and_completes(
     ended = False
     try:
         _running(setup, "work")
-        offset.write_text(f"{step}\n")
+        step_clock(offset, step)
         wait_for(
             lambda: setup.manifests()["work"]["status"] not in ("queued", "running"), timeout=45
         )
@@ -155,7 +155,7 @@ def test_a_hung_agent_is_still_detected_after_a_backward_step(
     engine = _engine(setup, env)
     try:
         _running(setup, "hang")
-        offset.write_text("-1h\n")
+        step_clock(offset, "-1h")
         wait_for(lambda: "hung" in _event_names(setup, "hang"), timeout=40)
     finally:
         log = _stop(engine)
@@ -187,7 +187,7 @@ def test_a_step_while_the_engine_is_down_is_rebased_at_restart(
     finally:
         _stop(first, how)
     assert setup.manifests()["work"]["status"] == "running"
-    offset.write_text(f"{step}\n")
+    step_clock(offset, step)
     second = subprocess.run(
         [sys.executable, "-m", "supervisor.cli", "run", str(setup.profile), "--exit-when-idle"],
         capture_output=True,
@@ -214,7 +214,7 @@ def test_a_hung_agent_is_detected_after_a_backward_step_while_down(
         _running(setup, "hang")
     finally:
         before = _stop(first)
-    offset.write_text("-1h\n")
+    step_clock(offset, "-1h")
     second = _engine(setup, env)
     try:
         wait_for(lambda: "hung" in _event_names(setup, "hang"), timeout=40)
@@ -234,7 +234,7 @@ def test_a_step_of_years_forward_neither_hangs_nor_abandons(
     engine = _engine(setup, env)
     try:
         _running(setup, "work")
-        offset.write_text("+20y\n")
+        step_clock(offset, "+20y")
         wait_for(lambda: setup.manifests()["work"]["status"] != "running", timeout=45)
     finally:
         log = _stop(engine)

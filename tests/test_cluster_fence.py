@@ -22,7 +22,7 @@ from conftest import wait_for
 from support import cluster_engines, cluster_hosts
 from support.cluster_engines import rows, start_engine, stop_engines, wait_beats
 from support.cluster_hosts import HOST_TIMEOUT, cleanup, host, state_of, submit
-from support.faketime_support import require_libfaketime
+from support.faketime_support import require_libfaketime, step_clock
 
 from supervisor.cluster.lease import fence_of
 from supervisor.taskdir.layout import CLUSTER_LEASE
@@ -138,7 +138,7 @@ def test_wrapper_fence_ignores_wall_clock_steps(tmp_path: Path) -> None:
     wrapper, task_dir, log = _wrapped(tmp_path, lease, "trap", 30, env=env)
     try:
         for n, offset in enumerate(["+1h", "+1h", "-1h", "-1h", "+0"] * 12, 1):
-            step.write_text(offset)
+            step_clock(step, offset)
             lease.write_bytes(f"held 1 {n}".encode())
             time.sleep(0.06)  # the cadence of renewals and clock steps under test
         assert "term" not in log.read_text() and wrapper.poll() is None

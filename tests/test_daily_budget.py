@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import FAKE_AGENT, Setup, stop_engine, wait_for
-from support.faketime_support import stepped_env
+from support.faketime_support import step_clock, stepped_env
 from support.spend_tasks import task_with_cost
 
 from supervisor import costs
@@ -251,7 +251,7 @@ def test_held_launches_resume_at_the_next_local_midnight(setup: Setup, tmp_path:
         hold = wait_for(lambda: (_manifest(setup, "held") or {}).get("budget_hold"), 30)
         assert hold["reason"] == "daily budget reached: $5.00 of $1.00"
         midnight = (now // 86400 + 1) * 86400  # UTC
-        offset.write_text(f"+{int(midnight - time.time()) + 60}\n")
+        step_clock(offset, f"+{int(midnight - time.time()) + 60}")
         done = wait_for(lambda: (_manifest(setup, "held") or {}).get("status") == "completed", 60)
         assert done
         m = _manifest(setup, "held")

@@ -107,7 +107,7 @@ def test_a_real_engine_stepped_back_over_midnight_notifies_each_day_once(
     import time
 
     from conftest import stop_engine, wait_for
-    from support.faketime_support import stepped_env
+    from support.faketime_support import step_clock, stepped_env
 
     now = time.time()
     midnight = (now // 86400 + 1) * 86400  # UTC
@@ -137,10 +137,10 @@ def test_a_real_engine_stepped_back_over_midnight_notifies_each_day_once(
     engine = setup.start(env=env)
     try:
         assert wait_for(lambda: days() == [after], 60)
-        offset.write_text(f"+{int(midnight - now) - 180}\n")  # back over midnight
+        step_clock(offset, f"+{int(midnight - now) - 180}")  # back over midnight
         assert wait_for(lambda: days() == [after, before], 60), days()
         assert wait_for(lambda: marked("held", before), 30)
-        offset.write_text(f"+{int(midnight - now) + 60}\n")  # forward again
+        step_clock(offset, f"+{int(midnight - now) + 60}")  # forward again
         assert wait_for(lambda: marked("held", after), 30)
         setup.drop("later.toml", setup.task("later", "exit: 0"))  # a look after that one
         assert wait_for(lambda: marked("later", after), 30)

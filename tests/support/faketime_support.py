@@ -56,3 +56,12 @@ def stepped_env(folder: Path, offset: str = "+0") -> tuple[dict[str, str], Path]
     env |= {"FAKETIME_TIMESTAMP_FILE": str(step), "FAKETIME_NO_CACHE": "1"}
     env["DONT_FAKE_MONOTONIC"] = "1"
     return env, step
+
+
+def step_clock(offset_file: Path, offset: str) -> None:
+    """Step the faked wall clock: ``offset`` (``+SECONDS``, ``-1h``...) into the offset file
+    by an atomic rename. libfaketime reads the file on every call (``FAKETIME_NO_CACHE``):
+    a write in place could be read half done, a step the test never made."""
+    part = offset_file.with_name(offset_file.name + ".part")
+    part.write_text(f"{offset}\n")
+    os.replace(part, offset_file)
