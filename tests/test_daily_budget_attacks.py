@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -150,3 +151,46 @@ def test_a_real_engine_stepped_back_over_midnight_notifies_each_day_once(
     finally:
         stop_engine(engine)
     assert days() == [after, before]  # each day once
+
+
+def test_a_step_back_over_midnight_during_the_call_tells_each_day_once(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wall clock stepped back over midnight while the new day's notifier call still
+    ran (seen in CI under load, ``..._stepped_back_over_midnight_notifies_each_day_once``):
+    the day before is told, the new day's call ends, and the day before is not told again.
+    Before the fix the ending call overwrote the day before's record and in-flight mark,
+    and the next look told the day before a second time."""
+    import time
+
+    monkeypatch.setenv("TZ", "UTC")  # the midnight below is UTC's
+    time.tzset()
+    script, sent = setup.root / "notifier.py", setup.root / "notified.jsonl"
+    script.write_text(NOTIFIER)
+    profile = load_profile(
+        setup.write_profile(
+            extra={"budget": {"daily_usd": 1.0}},
+            notifier=[sys.executable, str(script), str(sent)],
+        )
+    )
+    profile.tasks_dir.mkdir(parents=True)
+    midnight = (time.time() // 86400 + 1) * 86400
+    task_with_cost(profile.tasks_dir, "spent-before", "completed", 3.0, midnight - 3600)
+    task_with_cost(profile.tasks_dir, "spent-after", "completed", 4.0, midnight + 30)
+    calls: list[Callable[[], None]] = []  # the notify pool, run when the test says
+    ledger = DailySpend(profile, lambda kind, body: calls.append(body))
+    after_now, before_now = midnight + 60, midnight - 180
+    assert ledger.holds([], after_now) is not None and len(calls) == 1  # the new day's call
+    assert ledger.holds([], before_now) is not None and len(calls) == 2  # stepped back
+    calls[0]()  # the new day's call ends while the day before's runs
+    for now in (before_now, before_now + 1, after_now):  # more looks, both sides
+        assert ledger.holds([], now) is not None
+    assert len(calls) == 2, "a day was told twice"
+    calls[1]()
+    assert ledger.holds([], before_now + 2) is not None and len(calls) == 2
+    days = [json.loads(line)["day"] for line in sent.read_text().splitlines()]
+    before, after = (time.strftime("%Y-%m-%d", time.localtime(t)) for t in (before_now, after_now))
+    assert days == [after, before]
+    record = json.loads((profile.state_dir / layout.DAILY_BUDGET).read_text())
+    assert (record["day"], record["state"]) == (before, "notified")
+    assert sorted(record["days"]) == sorted([before, after])

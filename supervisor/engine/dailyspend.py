@@ -78,7 +78,10 @@ class DailySpend:
         self._holding = False  # a hold was seen since the last "new day" line
         self._record: dict[str, Any] = {}
         self._unsaved = False  # the record could not be written yet
-        self._in_flight = False
+        # days whose notifier call runs now; the record and this set change together under
+        # _told (reentrant: a submit that runs the call at once settles it inside _notify)
+        self._in_flight: set[str] = set()
+        self._told = threading.RLock()
 
     # ------------------------------------------------------------------ the running total
     def saw(self, task_id: str, manifest: Manifest) -> None:
@@ -140,14 +143,22 @@ class DailySpend:
                 self._clear(queue)
             return None
         self._holding = True
-        if self._unsaved and not self._in_flight:
-            self._write_record(self._record)
+        with self._told:
+            if self._unsaved and not self._in_flight:
+                self._write_record(self._record)
         self._mark(queue, hold)
-        settled = self._record.get("state") == NOTIFIED or self._in_flight
-        days = spend.told(self._record.get("days"))
-        if spend.notify_due(hold, self._record.get("day"), settled, days):
-            self._notify(hold)
+        with self._told:
+            if self._due(hold):
+                self._notify(hold)
         return hold
+
+    def _due(self, hold: spend.Hold) -> bool:
+        """Whether ``hold``'s day is to be told now (:func:`spend.notify_due`); a day whose
+        call runs now counts as told, whichever day the record names (a clock stepped
+        back over midnight while the new day's call ran)."""
+        settled = self._record.get("state") == NOTIFIED or hold.day in self._in_flight
+        days = [*spend.told(self._record.get("days")), *self._in_flight]
+        return spend.notify_due(hold, self._record.get("day"), settled, days)
 
     def _mark(self, queue: Iterable[TaskDir], hold: spend.Hold) -> None:
         record = {
@@ -223,7 +234,7 @@ class DailySpend:
         record = {"day": hold.day, "state": NOTIFYING, "spent_usd": round(hold.spent_usd, 6)}
         record |= {"daily_usd": hold.daily_usd, "until": until, "days": self._record.get("days")}
         self._write_record(record)
-        self._in_flight = True
+        self._in_flight.add(hold.day)
         policy, _ = effective_policy(self.profile.spec.monitor, None)
         payload = {
             "event": Event.DAILY_BUDGET.value,
@@ -241,9 +252,20 @@ class DailySpend:
             try:
                 code = notify.run_notifier(policy.notifier, payload, policy.notifier_timeout)
             finally:
-                days = spend.remember(self._record.get("days"), hold.day)
-                told = {"state": NOTIFIED, "notifier_exit_code": code, "days": days}
-                self._write_record({**record, **told})
-                self._in_flight = False
+                self._settle(hold.day, code)
 
         self.submit("notify", body)
+
+    def _settle(self, day: str, code: int | None) -> None:
+        """The notifier call for ``day`` ended (its exit code; ``None``: none): the day
+        joins the record's told days, and the record says ``notified`` if it still names
+        this day. A clock stepped back over midnight while the call ran may have begun the
+        other day's call and record: that record is kept (an overwrite would end the other
+        call's in-flight mark, and the other day would be told twice)."""
+        with self._told:
+            current = self._record
+            told: dict[str, Any] = {"days": spend.remember(current.get("days"), day)}
+            if current.get("day") == day:
+                told |= {"state": NOTIFIED, "notifier_exit_code": code}
+            self._write_record({**current, **told})
+            self._in_flight.discard(day)
