@@ -84,7 +84,7 @@ def find_client(holder: int, session: str) -> tuple[int, str] | None:
     while True:
         children = _children(holder)
         if children is None:
-            return _client_among(sorted(p for p in os.listdir("/proc") if p.isdigit()), session)
+            return _client_among([p for p in os.listdir("/proc") if p.isdigit()], session)
         found = _client_among(children, session)
         if found is not None or time.monotonic() >= end:
             return found
