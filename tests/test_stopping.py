@@ -74,8 +74,8 @@ def test_a_stubborn_stop_delays_no_other_task(setup: Setup, tmp_path: Path) -> N
     recorded = (folder / "manifest.json").stat().st_mtime
     assert m["status"] == "completed", m
     assert ts(hung["ts"]) < done < ts(stopped["ts"]), "quick ended outside the stop"
-    print(f"\nquick: done -> manifest {recorded - done:.3f} s during the stop "
-          f"(target {RECORD_WITHIN:g} s)")  # fmt: skip
+    took = recorded - done
+    print(f"\nquick: done -> manifest {took:.3f} s during the stop (target {RECORD_WITHIN:g} s)")
     assert done <= recorded < ts(stopped["ts"]), "quick was recorded only after the stop"
 
     # The stubborn agent: SIGKILL once STOP_TIMEOUT passed, then resumed; run 2 completes.
