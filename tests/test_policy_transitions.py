@@ -143,6 +143,24 @@ def test_a_logged_ending_is_completed_as_logged(state, last, notified, policy):
     assert decision.events == (new.status,)
 
 
+@given(
+    status=st.sampled_from(["queued", "blocked"]),
+    last=terminal_events,
+    notified=st.booleans(),
+    policy=policies(),
+)
+@settings(max_examples=300, deadline=None)
+def test_a_never_launched_task_s_logged_ending_only_finishes(status, last, notified, policy):
+    """Found by CI (stop 36): a queued or blocked task killed between its terminal line and
+    its manifest. It ends as logged; no agent is stopped and nothing cleaned up (it never
+    had either), as the stop it completes (``policy.plans.stopped``)."""
+    events = [last] + ([{"event": "notified", "notified_event": last["event"]}] if notified else [])
+    decision = recovered_ending(TaskState(status), last, events, policy)
+    assert decision.state.status == last["event"] and decision.events == (last["event"],)
+    notify = not notified and last["event"] in policy.notify_on
+    assert decision.actions == (A.FINISH,) + ((A.NOTIFY,) if notify else ())
+
+
 @pytest.mark.parametrize("event", ["resumed", "crashed", "launched", "stale"])
 def test_a_recovered_ending_needs_a_terminal_event(event):
     with pytest.raises(ValueError, match="not a terminal event"):

@@ -185,3 +185,66 @@ def test_twenty_queued_stops_survive_kills_at_many_points(setup: Setup) -> None:
         events = _events(setup, ids[name])
         assert "launched" not in events and events.count("stop_requested") == 1, (name, events)
     assert not list((setup.state / "control").iterdir())
+
+
+def _cut_after_the_ending(setup: Setup, name: str, status: str) -> str:
+    """The cut found by CI (stop 36): a never-launched task's stop taken and its
+    ``abandoned`` line logged, the engine killed before the manifest was written. Returns
+    the task id."""
+    task_id = setup.manifests()[name]["task_id"]
+    task = TaskDir(setup.state / "tasks" / task_id)
+    task.append_event(Event.STOP_REQUESTED, status=status)
+    task.append_event(
+        Event.ABANDONED,
+        status="abandoned",
+        reason="stopped by the operator before it started",
+        retry_count=0,
+        exit_code=None,
+        abandon_reason="stopped",
+        verdict="ABANDONED",
+        failure_reason=None,
+        summary="",
+        accepted=None,
+        agent={},
+    )
+    return task_id
+
+
+def test_a_queued_task_s_logged_ending_without_its_manifest_is_completed(setup: Setup) -> None:
+    """Found by CI (one of 20 stopped tasks, killed at many points): the restart took the
+    queued manifest beside a logged ``abandoned`` line for a launch it never recorded,
+    failed on the missing ``launch.json`` and left the task ``queued`` for ever (the
+    engine even went idle). The logged ending is completed now: never launched, ended once."""
+    _running_and_queued(setup)
+    task_id = _cut_after_the_ending(setup, "q", "queued")
+    done = setup.run(timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "cannot adopt" not in done.stderr, done.stderr[-2000:]
+    m = setup.manifests()["q"]
+    assert (m["status"], m["abandon_reason"]) == ("abandoned", "stopped"), done.stderr[-2000:]
+    names = _events(setup, task_id)
+    assert "launched" not in names and "adopted" not in names, names
+    assert names.count("abandoned") == 1 and names.count("stop_requested") == 1, names
+
+
+def test_a_blocked_task_s_logged_ending_without_its_manifest_is_completed(setup: Setup) -> None:
+    """The same cut for a task blocked on its predecessor: completed, never launched,
+    ended once, and not counted as a run (no ``adopted`` line with a ``running`` status)."""
+    setup.write_profile()
+    setup.drop("a.toml", setup.task("a", "sleep: 6\nexit: 0"))
+    engine = setup.start()
+    try:
+        wait_for(lambda: setup.manifests().get("a", {}).get("status") == "running", timeout=120)
+        setup.drop("b.toml", setup.task("b", "exit: 0", after=["a"]))
+        wait_for(lambda: setup.manifests().get("b", {}).get("status") == "blocked", timeout=60)
+        _kill(engine)
+    finally:
+        stop_engine(engine)
+    task_id = _cut_after_the_ending(setup, "b", "blocked")
+    done = setup.run(timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    m = setup.manifests()["b"]
+    assert (m["status"], m["abandon_reason"]) == ("abandoned", "stopped"), done.stderr[-2000:]
+    names = _events(setup, task_id)
+    assert "launched" not in names and "adopted" not in names, names
+    assert names.count("abandoned") == 1 and names.count("stop_requested") == 1, names

@@ -37,11 +37,13 @@ class Requeued:
     ``logged``: the ending verbs (``stop``, ``discard``) its log holds, taken and not
     carried out (killed after the log line, before the ending): the scheduler applies them
     once it is queued, logging them no second time. Before, the task was queued again and
-    launched."""
+    launched. ``ending``: the terminal event its log holds, for a task that never launched
+    (killed between that line and the manifest): the scheduler completes it, unqueued."""
 
     task: TaskDir
     resolved: ResolvedTask | None = None
     logged: tuple[str, ...] = ()
+    ending: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,9 @@ def _adopt_one(
     # A queued manifest whose launch the log holds (a power cut kept the manifest before
     # the launch's, written without an fsync) is a run in progress, never launched twice.
     queued = manifest.status in (Status.QUEUED, Status.BLOCKED) and task.task_id not in sessions
-    if queued and not ended and not launch_logged:
+    if queued and ended and not launch_logged:  # never launched: not a run to watch
+        return Requeued(task, ending=last_terminal(events))
+    if queued and not launch_logged:
         # admitted under the credentials it will launch with (engine/accounts.py)
         launch.record_account(task, manifest, resolved.account)
         return Requeued(task, logged=_logged_endings(task, events))

@@ -30,6 +30,7 @@ tmux outlives the engine: SIGINT/SIGTERM stop the scheduler (within a bound:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -38,8 +39,9 @@ import time
 from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
-from supervisor import children, systemd
+from supervisor import children, policy, systemd
 from supervisor.config import LoadedProfile, ResolvedTask
 from supervisor.engine import (
     clock,
@@ -376,6 +378,9 @@ class Engine(Checks, Launches, Kicks, Accounts, Plans, Groups):
                 self.actions.notifications.resend(found)
                 continue
             if isinstance(found, recovery.Requeued):
+                if found.ending is not None:
+                    self._end_unlaunched(found.task, found.ending)
+                    continue
                 if found.resolved is not None:
                     self._enqueue(found.task, found.resolved)
                 else:
@@ -391,6 +396,20 @@ class Engine(Checks, Launches, Kicks, Accounts, Plans, Groups):
                 self._resume_adopted(found)
             except Exception:  # one broken folder must not keep the others unwatched
                 log.exception("cannot adopt %s", runtime.task.path)
+
+    def _end_unlaunched(self, task: TaskDir, ending: dict[str, Any]) -> None:
+        """Complete the ending (a terminal event) that the log of a never-launched task
+        holds: the engine was killed between that line and the manifest (found by CI: the
+        restart took it for a launch it never recorded and left it ``queued`` for ever).
+        It ends as the log says, with no second terminal line and no session looked for."""
+        try:
+            runtime = runtimes.load_queued(self.profile, self.tmux, task)
+            runtime.state = dataclasses.replace(runtime.state, status=runtime.manifest.status)
+            events = task.turn_events()
+            decision = policy.recovered_ending(runtime.state, ending, events, runtime.policy)
+            self._settle(runtime, self.actions.apply(runtime, decision, clock.now()))
+        except Exception:  # one broken folder must not keep the others unadopted
+            log.exception("cannot complete the logged ending of %s", task.path)
 
     def _resume_adopted(self, found: recovery.Adopted) -> None:
         """Complete a logged ending, or redo a resume cut short; then watch and check."""

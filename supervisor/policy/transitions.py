@@ -96,6 +96,8 @@ def recovered_ending(
     log says (:func:`logged_ending`); the agent is stopped again for ``abandoned`` and
     ``superseded``, the
     cleanup repeated, and the notifier run only if ``events`` show it has not run for it.
+    A ``state`` still ``queued`` or ``blocked`` never launched: it only finishes (and
+    notifies), as its first decision did (:func:`supervisor.policy.plans.stopped`).
 
     Raises:
         ValueError: ``last`` is not a terminal event.
@@ -114,8 +116,13 @@ def recovered_ending(
     notified = any(
         e.get("event") == Event.NOTIFIED and e.get("notified_event") == status for e in events
     )
-    actions = (Action.STOP_AGENT,) if status in (Status.ABANDONED, Status.SUPERSEDED) else ()
-    actions += (Action.FINISH, Action.CLEANUP) + (() if notified else (Action.NOTIFY,))
+    if state.status in (Status.QUEUED, Status.BLOCKED):  # never launched: it only finishes
+        actions: tuple[Action, ...] = (Action.FINISH,)
+    elif status in (Status.ABANDONED, Status.SUPERSEDED):
+        actions = (Action.STOP_AGENT, Action.FINISH, Action.CLEANUP)
+    else:
+        actions = (Action.FINISH, Action.CLEANUP)
+    actions += () if notified else (Action.NOTIFY,)
     decision = Decision(
         state=new,
         actions=actions,
