@@ -31,7 +31,7 @@ from supervisor.engine import (
     stopping,
     workspaces,
 )
-from supervisor.engine.notifications import Notifications
+from supervisor.engine.notifications import Notifications, unsent
 from supervisor.engine.panes import Sessions
 from supervisor.engine.pools import Submit
 from supervisor.engine.projection import Applied
@@ -92,7 +92,7 @@ class Actions:
         if A.RESUME in decision.actions and not self._prepare_resume(runtime):
             return Outcome(next_check=runtime.policy.base_interval)
         runtime.state = state
-        applied = self._fix(runtime, decision, now, state, previous)
+        applied = self._fix(runtime, decision, now, state, previous, events)
         if not self._record_events(runtime, decision, now, applied, events):
             runtime.state = previous
             return Outcome(next_check=runtime.policy.base_interval)
@@ -105,8 +105,10 @@ class Actions:
         now: float,
         state: policy.TaskState,
         previous: policy.TaskState,
+        logged: list[dict[str, Any]],
     ) -> Applied:
-        """Read what an ending records (exit code, end time, output tail) before acting."""
+        """Read what an ending records (exit code, end time, output tail) and what its
+        turn's log (``logged``) announced already before acting."""
         task = runtime.task
         finished = policy.Action.FINISH in decision.actions
         exit_code = (
@@ -116,7 +118,8 @@ class Actions:
         own_end = done_at is not None and state.status not in (Status.ABANDONED, Status.SUPERSEDED)
         finished_at = utc_iso(done_at if own_end else now) if finished else None
         tail = task.output_tail() if finished else None
-        return Applied(previous, state, finished, exit_code, finished_at, tail)
+        announced = frozenset(unsent(logged))
+        return Applied(previous, state, finished, exit_code, finished_at, tail, announced)
 
     @staticmethod
     def _record_events(
@@ -289,7 +292,9 @@ class Actions:
             return Outcome(next_check=decision.next_check)
         notify = policy.Action.NOTIFY in decision.actions and bool(runtime.policy.notifier)
         notified = decision.notified(runtime.policy.notify_on) if notify else []
-        self.notifications.announce(task, state.status, notified, decision.reason)
+        self.notifications.announce(
+            task, state.status, notified, decision.reason, applied.announced
+        )
         try:
             # No fsync where the log, fsynced first, restores the manifest (repair.restorable)
             runtime.manifest = task.update_manifest(

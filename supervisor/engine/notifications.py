@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from supervisor import statelock
@@ -47,6 +48,22 @@ def notify_payload(manifest: Manifest, event_name: str, why: str) -> dict[str, A
     }
 
 
+def unsent(events: Iterable[dict[str, Any]]) -> dict[str, str]:
+    """The notifications ``events`` announce and never close: each ``notified_event`` with
+    a ``notifying`` line and no ``notified`` after it, mapped to that line's reason. A
+    killed engine left them unsent (:class:`supervisor.engine.recovery.Unsent`), or
+    announced before the manifest it never wrote (then the ending, completed again,
+    announces them no second time: :meth:`Notifications.announce`)."""
+    pending: dict[str, str] = {}
+    for event in events:
+        name, notified_event = event.get("event"), str(event.get("notified_event"))
+        if name == Event.NOTIFYING:
+            pending[notified_event] = str(event.get("reason") or "")
+        elif name == Event.NOTIFIED:
+            pending.pop(notified_event, None)
+    return pending
+
+
 def last_lines(manifest: Manifest, count: int = 10) -> str:
     """The last ``count`` lines of the manifest's ``output_tail`` (raw) as a person reads
     them: rendered for the agent's kind (:func:`supervisor.agents.readable.readable_text`;
@@ -75,14 +92,21 @@ class Notifications:
             self.submit(task, monitor, unsent.manifest, event, why)
 
     @staticmethod
-    def announce(task: TaskDir, status: str, events: list[str], why: str) -> None:
+    def announce(
+        task: TaskDir, status: str, events: list[str], why: str, logged: Iterable[str] = ()
+    ) -> None:
         """Write ``notifying`` for each of ``events`` (write-ahead), before the manifest
         that records the change they announce: a killed engine then leaves a trace of
         every notification it owed, one still queued behind slow notifiers or one it had
         not queued yet, and the next engine sends each (:class:`recovery.Unsent`). Were it
         written later, a kill between the two writes lost the notification (issue 20,
-        found by attack). A full disk skips it: the notification is still sent."""
+        found by attack). A full disk skips it: the notification is still sent. An event
+        of ``logged`` (announced by an engine killed before its manifest, or before a write
+        that failed: :func:`unsent` of the turn's log) is announced no second time (found
+        by attack: two ``notifying`` lines for one notification)."""
         for event in events:
+            if event in logged:
+                continue
             with contextlib.suppress(OSError):
                 task.append_event(Event.NOTIFYING, status=status, notified_event=event, reason=why)
 

@@ -30,8 +30,9 @@ class Applied:
     """What :meth:`supervisor.engine.actions.Actions.apply` fixed before the actions ran,
     for the manifest write that follows them (perhaps after a stop, see
     :mod:`supervisor.engine.stopping`): the state before and after, whether the decision
-    ends the run (``finished``), and what that ending records (exit code, end time as
-    ISO 8601 UTC, the output's tail)."""
+    ends the run (``finished``), what that ending records (exit code, end time as
+    ISO 8601 UTC, the output's tail), and the notifications of the turn's log announced
+    and never sent (``announced``: an ending completed again after a kill)."""
 
     previous: policy.TaskState
     state: policy.TaskState
@@ -39,6 +40,7 @@ class Applied:
     exit_code: int | None
     finished_at: str | None
     tail: str | None
+    announced: frozenset[str] = frozenset()
 
 
 def state_fields(

@@ -17,7 +17,7 @@ from typing import Any
 from supervisor import policy, spool
 from supervisor.config import ConfigError, LoadedProfile, ResolvedTask
 from supervisor.diskio import read_regular
-from supervisor.engine import clock, launch
+from supervisor.engine import clock, launch, notifications
 from supervisor.engine import runtime as runtimes
 from supervisor.engine.runtime import Runtime
 from supervisor.taskdir import control, layout, repair
@@ -132,6 +132,7 @@ def _adopt_one(
     # the launch's, written without an fsync) is a run in progress, never launched twice.
     queued = manifest.status in (Status.QUEUED, Status.BLOCKED) and task.task_id not in sessions
     if queued and ended and not launch_logged:  # never launched: not a run to watch
+        _requests_done(profile, task, events)
         return Requeued(task, ending=last_terminal(events))
     if queued and not launch_logged:
         # admitted under the credentials it will launch with (engine/accounts.py)
@@ -175,13 +176,7 @@ def _manifest(task: TaskDir) -> tuple[Manifest | None, str | None]:
 
 def _unsent(profile: LoadedProfile, task: TaskDir, manifest: Manifest) -> Unsent | None:
     """The notifications of an ended task that were started and never finished, or None."""
-    pending: dict[str, str] = {}
-    for event in task.events():
-        name, notified_event = event.get("event"), str(event.get("notified_event"))
-        if name == Event.NOTIFYING:
-            pending[notified_event] = str(event.get("reason") or "")
-        elif name == Event.NOTIFIED:
-            pending.pop(notified_event, None)
+    pending = notifications.unsent(task.events())
     if not pending:
         return None
     try:
@@ -206,6 +201,21 @@ def _requests_left(profile: LoadedProfile, runtime: Runtime, events: list[dict[s
                 runtime.task.append_event(Event.requested(verb), status=runtime.state.status)
         path.unlink(missing_ok=True)  # after the log line (write-ahead): never lost
         runtime.requests.add(verb)
+
+
+def _requests_done(profile: LoadedProfile, task: TaskDir, events: list[dict[str, Any]]) -> None:
+    """Remove the ending requests (``stop``, ``discard``, ``supersede``) of a never-launched
+    task whose ending the log holds, where the log holds their ``<verb>_requested`` line:
+    taken and carried out, the file removed only after that (write-ahead), so the kill
+    left it. Found by attack: the intake took it again and warned it had ``ignored`` a
+    request that ended the task."""
+    logged = {str(e.get("event")) for e in events}
+    for task_id, verb, path in control.pending_or_none(profile.state_dir)[0]:
+        if task_id != task.task_id or verb not in (*control.ENDING, *control.ENGINE_VERBS):
+            continue
+        if str(Event.requested(verb)) in logged:
+            with contextlib.suppress(OSError):  # else the intake removes it, with a warning
+                path.unlink(missing_ok=True)
 
 
 def _logged_endings(
