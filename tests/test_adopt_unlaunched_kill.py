@@ -253,3 +253,32 @@ def test_a_blocked_manifest_unblocked_then_ended_in_its_log_and_a_stale_launch_f
     assert "launched" not in names and names.count("abandoned") == 1, names
     assert m["q"]["status"] == "completed", done.stderr[-3000:]
     assert _names(q).count("launched") == 1, _names(q)
+
+
+def test_an_announced_ending_whose_manifest_a_power_cut_emptied_is_notified(
+    setup: Setup, tmp_path: Path
+) -> None:
+    """A power cut after ``n``'s ``abandoned`` and ``notifying`` lines (both fsynced) left
+    its manifest empty (written without an fsync: the log restores it). Adoption rebuilds
+    the manifest ``abandoned`` from the log; the notification it announced is still sent,
+    once."""
+    seen = tmp_path / "seen.jsonl"
+    notifier = [
+        sys.executable,
+        "-c",
+        f"import sys; open({str(seen)!r}, 'a').write(sys.stdin.read().strip() + '\\n')",
+    ]
+    _one_running_then_queued(setup, ["n"], notifier=notifier, notify_on=["abandoned"])
+    n = _folder(setup, "n")
+    why = "stopped by the operator before it started"
+    n.append_event(Event.STOP_REQUESTED, status="queued")
+    _ending(n, Event.ABANDONED, "abandoned", why, abandon_reason="stopped")
+    n.append_event(Event.NOTIFYING, status="abandoned", notified_event="abandoned", reason=why)
+    n.file("manifest.json").write_bytes(b"")
+    done = _run(setup)
+    m = setup.manifests()["n"]
+    assert (m["status"], m["abandon_reason"]) == ("abandoned", "stopped"), done.stderr[-3000:]
+    sent = [json.loads(line) for line in seen.read_text().splitlines()] if seen.exists() else []
+    assert [s["task_name"] for s in sent] == ["n"], (sent, done.stderr[-3000:])
+    names = _names(n)
+    assert names.count("notifying") == 1 and names.count("notified") == 1, names

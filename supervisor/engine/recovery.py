@@ -111,8 +111,10 @@ def _adopt_one(
     manifest, damaged = _manifest(task)
     if damaged is not None:
         rebuilt = _adopt_damaged(profile, task, damaged)
-        if rebuilt is None or rebuilt.status in TERMINAL:
+        if rebuilt is None:
             return None
+        if rebuilt.status in TERMINAL:  # its announced notifications are still owed
+            return _unsent(profile, task, rebuilt)
         if rebuilt.status == Status.QUEUED:
             return Requeued(task, logged=_logged_endings(task, task.turn_events()))
         manifest = rebuilt  # a run in progress, restored from the log: adopted as any other
