@@ -282,3 +282,31 @@ def test_an_announced_ending_whose_manifest_a_power_cut_emptied_is_notified(
     assert [s["task_name"] for s in sent] == ["n"], (sent, done.stderr[-3000:])
     names = _names(n)
     assert names.count("notifying") == 1 and names.count("notified") == 1, names
+
+
+def test_a_blocked_copy_s_supersede_left_before_adoption_ends_it_unlaunched(
+    setup: Setup,
+) -> None:
+    """The fleet gave a blocked task to a newer generation while no engine ran: the
+    cluster intake leaves its ``supersede`` request before adoption. Found by attack: the
+    intake ignored it (``no such live task``: only a stop or discard of a blocked task was
+    taken), and the task launched once its predecessor ended. It ends ``superseded`` now,
+    never launched, once."""
+    setup.write_profile()
+    setup.drop("a.toml", setup.task("a", "sleep: 6\nexit: 0"))
+    engine = setup.start()
+    try:
+        wait_for(lambda: setup.manifests().get("a", {}).get("status") == "running", timeout=120)
+        setup.drop("b.toml", setup.task("b", "exit: 0", after=["a"]))
+        wait_for(lambda: setup.manifests().get("b", {}).get("status") == "blocked", timeout=60)
+        _kill(engine)
+    finally:
+        stop_engine(engine)
+    b = _folder(setup, "b")
+    control.request(setup.state, b.task_id, "supersede")
+    done = _run(setup)
+    m = setup.manifests()["b"]
+    assert (m["status"], m["verdict"]) == ("superseded", "ABANDONED"), done.stderr[-3000:]
+    names = _names(b)
+    assert "launched" not in names and names.count("superseded") == 1, names
+    assert names.count("supersede_requested") == 1, names

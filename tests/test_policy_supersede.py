@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from support.policy_agent_states import policies, signal_sets, task_states
@@ -30,8 +31,11 @@ def test_a_running_copy_is_stopped_and_ends_superseded() -> None:
     assert "newer generation" in decision.reason and "\n" not in decision.reason
 
 
-def test_a_queued_copy_only_finishes() -> None:
-    decision = decide(TaskState(status="queued"), Signals(now=T0, superseded=True), P)
+@pytest.mark.parametrize("status", ["queued", "blocked"])
+def test_a_queued_or_blocked_copy_only_finishes(status: str) -> None:
+    """Never launched: no agent to stop, nothing to clean up (found by attack for a
+    blocked copy, which was asked to stop and clean up)."""
+    decision = decide(TaskState(status=status), Signals(now=T0, superseded=True), P)
     assert decision.state.status == "superseded"
     assert decision.actions == (A.FINISH,) and decision.events == ("superseded",)
 

@@ -37,6 +37,7 @@ from supervisor.engine.runtime import Outcome, Runtime
 from supervisor.policy import attempts as attempt_rules
 from supervisor.policy import plans as rules
 from supervisor.policy.attempts import discard
+from supervisor.policy.outcomes import supersede
 from supervisor.taskdir import control, layout
 from supervisor.taskdir.events import Event, last_of
 from supervisor.taskdir.folder import TaskDir
@@ -220,11 +221,13 @@ class Plans:
         task.update_manifest(change)
 
     def _stop_blocked(self, task_id: str, verb: str) -> bool:
-        """``supervise stop`` (or the engine's ``discard``) of a blocked task: it ends
-        ``abandoned`` (reason ``stopped``, or ``discarded``) without launching. False when
-        ``task_id`` is not blocked here."""
+        """``supervise stop`` (or the engine's ``discard`` or ``supersede``) of a blocked
+        task: it ends ``abandoned`` (reason ``stopped``, or ``discarded``) or
+        ``superseded`` without launching. False when ``task_id`` is not blocked here.
+        Found by attack: a blocked task's ``supersede`` was ignored, and the task launched
+        once its predecessors ended, on a host the fleet no longer gave it to."""
         task = self.blocked.get(task_id)
-        if task is None or verb not in ("stop", "discard"):
+        if task is None or verb not in ("stop", "discard", "supersede"):
             return False
         del self.blocked[task_id]
         runtime = runtimes.load_queued(self.profile, self.tmux, task)
@@ -232,7 +235,11 @@ class Plans:
         if verb not in control.logged_requests(task.turn_events()):  # else: logged, then a kill
             with contextlib.suppress(OSError):
                 task.append_event(Event.requested(verb), status=Status.BLOCKED)
-        # discard: another attempt of its group won (policy/attempts.py)
-        decision = rules.stopped(runtime.state) if verb == "stop" else discard(runtime.state)
+        if verb == "stop":
+            decision = rules.stopped(runtime.state)
+        elif verb == "discard":  # another attempt of its group won (policy/attempts.py)
+            decision = discard(runtime.state)
+        else:  # the fleet gave it to a newer generation (policy/outcomes.py)
+            decision = supersede(runtime.state)
         self._settle(runtime, self.actions.apply(runtime, decision, clock.now()))
         return True

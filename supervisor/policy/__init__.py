@@ -75,8 +75,9 @@ State table (like supervisord's process states; "stop" = stop the agent's proces
     running       usage limit reported by a live TUI        waiting     wait resume_at (agent kept)
     waiting       the kept agent works again (a hook)       running     none (event continued)
     any live      state filesystem full (ENOSPC)            unchanged   none: held until it has room
-    queued/live   the fleet's database gives the task to    superseded  stop (if live), finish,
-                  a newer generation (cluster, issue 15)                cleanup; never resumed
+    queued/       the fleet's database gives the task to    superseded  stop (if live), finish,
+    blocked/live  a newer generation (cluster, issue 15)                cleanup (if live); never
+                                                                        resumed
     (restart)     adopted: the manifest's status unless the see left    watched again
                   log's last word says more: queued with a
                   session -> running; a logged resume ->

@@ -260,8 +260,9 @@ def supersede(state: TaskState) -> Decision:
     """This host's copy of a cluster task lost its claim (issue 15): stop the agent (the
     bounded stop of an operator's ``stop``: SIGTERM, SIGKILL at the deadline), finish,
     clean up; the task ends ``superseded`` with verdict ``ABANDONED``. No acceptance and no
-    resume: the task's outcome belongs to the newer generation. A copy still ``queued``
-    has no agent: it only finishes."""
+    resume: the task's outcome belongs to the newer generation. A copy still ``queued`` or
+    ``blocked`` has no agent: it only finishes (a blocked one asked for a stop and a
+    cleanup before, found by attack)."""
     new = dataclasses.replace(
         state,
         status=Status.SUPERSEDED,
@@ -272,7 +273,7 @@ def supersede(state: TaskState) -> Decision:
         escalation=None,
         paused=False,
     )
-    if state.status == Status.QUEUED:
+    if state.status in (Status.QUEUED, Status.BLOCKED):
         actions: tuple[Action, ...] = (Action.FINISH,)
     else:
         actions = (Action.STOP_AGENT, Action.FINISH, Action.CLEANUP)
