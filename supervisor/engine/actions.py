@@ -118,7 +118,7 @@ class Actions:
         own_end = done_at is not None and state.status not in (Status.ABANDONED, Status.SUPERSEDED)
         finished_at = utc_iso(done_at if own_end else now) if finished else None
         tail = task.output_tail() if finished else None
-        announced = frozenset(unsent(logged))
+        announced = frozenset(unsent(logged)).intersection(TERMINAL)  # an ending's only
         return Applied(previous, state, finished, exit_code, finished_at, tail, announced)
 
     @staticmethod
