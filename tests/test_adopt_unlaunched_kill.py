@@ -77,7 +77,7 @@ def test_a_queued_loser_s_discard_logged_without_its_manifest_closes_the_group(
     ``abandoned``/``discarded`` lines logged), the engine killed before its manifest. The
     restart completes the discard as logged (never launched, ended once), and the group,
     reading the loser ended, closes with its winner."""
-    from support.attempt_groups import ACCEPT, claimed_group, group, manifest
+    from support.attempt_groups import ACCEPT, claimed_group, group, manifest, status
     from support.repos import make_repo
 
     make_repo(setup.project)
@@ -89,8 +89,8 @@ def test_a_queued_loser_s_discard_logged_without_its_manifest_closes_the_group(
     engine = setup.start()
     try:
         b, c = (row["task_id"] for row in claimed_group(setup)["attempts"])
-        wait_for(lambda: manifest(setup, b).get("status") == "running", timeout=120)
-        wait_for(lambda: manifest(setup, c).get("status") == "queued", timeout=60)
+        wait_for(lambda: status(setup, b) == "running", timeout=120)
+        wait_for(lambda: status(setup, c) == "queued", timeout=60)
         _kill(engine)
     finally:
         stop_engine(engine)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import Setup, stop_engine, wait_for
-from support.attempt_groups import ACCEPT, claimed_group, group, manifest
+from support.attempt_groups import ACCEPT, claimed_group, group, manifest, status
 from support.repos import make_repo
 
 #: model-a ends at once (its work fails the check), model-b after 2 s (it passes),
@@ -308,14 +308,14 @@ def test_a_successor_of_an_attempt_builds_on_its_group_s_winner(setup: Setup) ->
     setup.drop("fix.toml", task)
     engine = setup.start()
     try:
-        wait_for(lambda: len(group(setup).get("attempts", [])) == 2, timeout=30)
+        wait_for(lambda: len(group(setup).get("attempts", [])) == 2, timeout=60)
         ids = {row["model"]: row["task_id"] for row in group(setup)["attempts"]}
         failed = ids["model-a"]
-        wait_for(lambda: manifest(setup, failed)["status"] == "completed", timeout=30)
+        wait_for(lambda: status(setup, failed) == "completed", timeout=60)
         assert manifest(setup, failed)["verdict"] == "FAIL"
         after = {"after": [failed], "workspace": {"base": f"after:{failed}"}}
         setup.drop("next.toml", setup.task("next", "print: n\nexit: 0", **after))
-        wait_for(lambda: "next" in setup.manifests(), timeout=30)
+        wait_for(lambda: "next" in setup.manifests(), timeout=60)
         nxt = setup.manifests()["next"]["task_id"]
         wait_for(lambda: manifest(setup, nxt)["status"] in ("completed", "abandoned"), 60)
     finally:

@@ -42,6 +42,15 @@ def manifest(setup: Setup, task_id: str) -> dict[str, Any]:
     return dict(json.loads((setup.state / "tasks" / task_id / "manifest.json").read_text()))
 
 
+def status(setup: Setup, task_id: str) -> str | None:
+    """An attempt's status, or ``None`` while its manifest is not written yet (the group
+    record names the attempts before their folders are claimed)."""
+    try:
+        return str(manifest(setup, task_id)["status"])
+    except FileNotFoundError:
+        return None
+
+
 def b_wins_over_c(setup: Setup, c_cue: str = "") -> subprocess.Popen[bytes]:
     """An engine running a group of two attempts in a git project: model-b passes its check
     after 3 s, model-c (with ``c_cue`` first) works on for 120 s."""
