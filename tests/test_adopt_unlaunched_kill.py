@@ -8,23 +8,17 @@ a real SIGKILL (as in ``tests/test_requests_kill.py``)."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from conftest import Setup, stop_engine, wait_for
+from support.kill_cuts import kill, running_then_waiting
 
 from supervisor.taskdir import control
 from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import TaskDir
-
-
-def _kill(engine: subprocess.Popen[bytes]) -> None:
-    os.kill(engine.pid, signal.SIGKILL)
-    engine.wait(timeout=10)
 
 
 def _folder(setup: Setup, name: str) -> TaskDir:
@@ -42,24 +36,6 @@ def _ending(task: TaskDir, event: str, status: str, why: str, **fields: Any) -> 
     task.append_event(
         event, status=status, reason=why, verdict="ABANDONED", summary="", **(record | fields)
     )
-
-
-def _one_running_then_queued(setup: Setup, names: list[str], **profile: Any) -> None:
-    """One slot: ``a`` runs (8 s), each of ``names`` waits behind it; then SIGKILL."""
-    setup.write_profile(max_concurrent=1, **profile)
-    setup.drop("a.toml", setup.task("a", "sleep: 8\nexit: 0"))
-    engine = setup.start()
-    try:
-        wait_for(lambda: setup.manifests().get("a", {}).get("status") == "running", timeout=120)
-        for name in names:
-            setup.drop(f"{name}.toml", setup.task(name, "exit: 0"))
-        wait_for(
-            lambda: all(setup.manifests().get(n, {}).get("status") == "queued" for n in names),
-            timeout=60,
-        )
-        _kill(engine)
-    finally:
-        stop_engine(engine)
 
 
 def _run(setup: Setup) -> subprocess.CompletedProcess[str]:
@@ -91,7 +67,7 @@ def test_a_queued_loser_s_discard_logged_without_its_manifest_closes_the_group(
         b, c = (row["task_id"] for row in claimed_group(setup)["attempts"])
         wait_for(lambda: status(setup, b) == "running", timeout=120)
         wait_for(lambda: status(setup, c) == "queued", timeout=60)
-        _kill(engine)
+        kill(engine)
     finally:
         stop_engine(engine)
     loser = TaskDir(setup.state / "tasks" / c)
@@ -116,7 +92,7 @@ def test_a_queued_copy_s_supersede_logged_without_its_manifest_is_completed(
 ) -> None:
     """A queued task superseded (``supersede_requested``, then ``superseded``), the engine
     killed before its manifest: it ends ``superseded`` as logged, never launched, once."""
-    _one_running_then_queued(setup, ["q"])
+    running_then_waiting(setup, {"q": []})
     task = _folder(setup, "q")
     task.append_event(Event.SUPERSEDE_REQUESTED, status="queued")
     _ending(task, Event.SUPERSEDED, "superseded", "superseded: the fleet gave it elsewhere")
@@ -136,20 +112,7 @@ def test_a_dependency_abandon_logged_without_its_manifest_fails_its_successor(
     """``b`` (after ``a``) abandoned for its dependency, logged; the engine killed before
     its manifest. The restart ends ``b`` as logged, and ``c`` (after ``b``), reading ``b``
     abandoned, is abandoned for its dependency too: neither ever launched, each ended once."""
-    setup.write_profile()
-    setup.drop("a.toml", setup.task("a", "sleep: 8\nexit: 0"))
-    engine = setup.start()
-    try:
-        wait_for(lambda: setup.manifests().get("a", {}).get("status") == "running", timeout=120)
-        setup.drop("b.toml", setup.task("b", "exit: 0", after=["a"]))
-        setup.drop("c.toml", setup.task("c", "exit: 0", after=["b"]))
-        wait_for(
-            lambda: all(setup.manifests().get(n, {}).get("status") == "blocked" for n in "bc"),
-            timeout=60,
-        )
-        _kill(engine)
-    finally:
-        stop_engine(engine)
+    running_then_waiting(setup, {"b": ["a"], "c": ["b"]})
     b, c = _folder(setup, "b"), _folder(setup, "c")
     why = "dependency: predecessor a ended failed; requires = 'pass'"
     _ending(b, Event.ABANDONED, "abandoned", why, abandon_reason="dependency")
@@ -172,7 +135,7 @@ def test_a_torn_terminal_line_is_no_ending(setup: Setup) -> None:
     the task is taken as never ended. ``q1`` (no request logged) launches and completes;
     ``q2`` (its ``stop_requested`` whole) ends ``stopped`` once, never launched. The
     fragment stays a line of its own: every other line of each log reads."""
-    _one_running_then_queued(setup, ["q1", "q2"])
+    running_then_waiting(setup, {"q1": [], "q2": []})
     q1, q2 = _folder(setup, "q1"), _folder(setup, "q2")
     q2.append_event(Event.STOP_REQUESTED, status="queued")
     for task in (q1, q2):
@@ -203,7 +166,7 @@ def test_a_completed_unlaunched_ending_notifies_once(setup: Setup, tmp_path: Pat
         "-c",
         f"import sys; open({str(seen)!r}, 'a').write(sys.stdin.read().strip() + '\\n')",
     ]
-    _one_running_then_queued(setup, ["n1", "n2"], notifier=notifier, notify_on=["abandoned"])
+    running_then_waiting(setup, {"n1": [], "n2": []}, notifier=notifier, notify_on=["abandoned"])
     n1, n2 = _folder(setup, "n1"), _folder(setup, "n2")
     why = "stopped by the operator before it started"
     for task in (n1, n2):
@@ -228,18 +191,7 @@ def test_a_blocked_manifest_unblocked_then_ended_in_its_log_and_a_stale_launch_f
     logged, never launched. ``q``'s manifest says ``queued`` beside a ``launch.json`` with
     no session and no ``launched`` line (killed after the file, before tmux): launched
     once, and completes."""
-    setup.write_profile(max_concurrent=1)
-    setup.drop("a.toml", setup.task("a", "sleep: 8\nexit: 0"))
-    engine = setup.start()
-    try:
-        wait_for(lambda: setup.manifests().get("a", {}).get("status") == "running", timeout=120)
-        setup.drop("b.toml", setup.task("b", "exit: 0", after=["a"]))
-        setup.drop("q.toml", setup.task("q", "exit: 0"))
-        wait_for(lambda: setup.manifests().get("b", {}).get("status") == "blocked", timeout=60)
-        wait_for(lambda: setup.manifests().get("q", {}).get("status") == "queued", timeout=60)
-        _kill(engine)
-    finally:
-        stop_engine(engine)
+    running_then_waiting(setup, {"b": ["a"], "q": []})
     b, q = _folder(setup, "b"), _folder(setup, "q")
     b.append_event(Event.UNBLOCKED, status="queued", reason="its predecessors ended")
     b.append_event(Event.STOP_REQUESTED, status="queued")
@@ -268,7 +220,7 @@ def test_an_announced_ending_whose_manifest_a_power_cut_emptied_is_notified(
         "-c",
         f"import sys; open({str(seen)!r}, 'a').write(sys.stdin.read().strip() + '\\n')",
     ]
-    _one_running_then_queued(setup, ["n"], notifier=notifier, notify_on=["abandoned"])
+    running_then_waiting(setup, {"n": []}, notifier=notifier, notify_on=["abandoned"])
     n = _folder(setup, "n")
     why = "stopped by the operator before it started"
     n.append_event(Event.STOP_REQUESTED, status="queued")
@@ -292,16 +244,7 @@ def test_a_blocked_copy_s_supersede_left_before_adoption_ends_it_unlaunched(
     intake ignored it (``no such live task``: only a stop or discard of a blocked task was
     taken), and the task launched once its predecessor ended. It ends ``superseded`` now,
     never launched, once."""
-    setup.write_profile()
-    setup.drop("a.toml", setup.task("a", "sleep: 6\nexit: 0"))
-    engine = setup.start()
-    try:
-        wait_for(lambda: setup.manifests().get("a", {}).get("status") == "running", timeout=120)
-        setup.drop("b.toml", setup.task("b", "exit: 0", after=["a"]))
-        wait_for(lambda: setup.manifests().get("b", {}).get("status") == "blocked", timeout=60)
-        _kill(engine)
-    finally:
-        stop_engine(engine)
+    running_then_waiting(setup, {"b": ["a"]})
     b = _folder(setup, "b")
     control.request(setup.state, b.task_id, "supersede")
     done = _run(setup)

@@ -7,20 +7,14 @@ is left by hand after a real SIGKILL."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import time
 
 from conftest import Setup, stop_engine, wait_for
+from support.kill_cuts import kill, running_then_waiting
 
 from supervisor.taskdir import control
 from supervisor.taskdir.events import Event
 from supervisor.taskdir.folder import TaskDir
-
-
-def _kill(engine: subprocess.Popen[bytes]) -> None:
-    os.kill(engine.pid, signal.SIGKILL)
-    engine.wait(timeout=10)
 
 
 def _events(setup: Setup, task_id: str) -> list[str]:
@@ -30,18 +24,8 @@ def _events(setup: Setup, task_id: str) -> list[str]:
 def _running_and_queued(setup: Setup) -> tuple[str, str]:
     """One slot: ``a`` runs (8 s), ``q`` waits behind it; then the engine is SIGKILLed.
     Returns their task ids."""
-    setup.write_profile(max_concurrent=1)
-    setup.drop("a.toml", setup.task("a", "sleep: 8\nexit: 0"))
-    engine = setup.start()
-    try:
-        wait_for(lambda: setup.manifests().get("a", {}).get("status") == "running", timeout=120)
-        setup.drop("q.toml", setup.task("q", "exit: 0"))
-        wait_for(lambda: setup.manifests().get("q", {}).get("status") == "queued", timeout=60)
-        _kill(engine)
-    finally:
-        stop_engine(engine)
-    found = setup.manifests()
-    return found["a"]["task_id"], found["q"]["task_id"]
+    ids = running_then_waiting(setup, {"q": []})
+    return ids["a"], ids["q"]
 
 
 def _logged_stop_ends_it(setup: Setup, name: str, status: str) -> list[str]:
@@ -68,7 +52,7 @@ def test_an_operator_stop_logged_but_not_carried_out_is_not_lost(setup: Setup) -
     engine = setup.start()
     try:
         wait_for(lambda: setup.manifests().get("s", {}).get("status") == "running", timeout=120)
-        _kill(engine)
+        kill(engine)
     finally:
         stop_engine(engine)
     _logged_stop_ends_it(setup, "s", "running")
@@ -117,16 +101,7 @@ def test_a_request_logged_and_still_on_file_is_logged_once(setup: Setup) -> None
 def test_a_blocked_task_s_logged_stop_ends_it_once_without_launching(setup: Setup) -> None:
     """The same cut for a task blocked on its predecessor (``after``): it ends
     ``abandoned``/``stopped`` with one ``stop_requested`` line and is never launched."""
-    setup.write_profile()
-    setup.drop("a.toml", setup.task("a", "sleep: 6\nexit: 0"))
-    engine = setup.start()
-    try:
-        wait_for(lambda: setup.manifests().get("a", {}).get("status") == "running", timeout=120)
-        setup.drop("b.toml", setup.task("b", "exit: 0", after=["a"]))
-        wait_for(lambda: setup.manifests().get("b", {}).get("status") == "blocked", timeout=60)
-        _kill(engine)
-    finally:
-        stop_engine(engine)
+    running_then_waiting(setup, {"b": ["a"]})
     assert "launched" not in _logged_stop_ends_it(setup, "b", "blocked")
 
 
@@ -170,9 +145,9 @@ def test_twenty_queued_stops_survive_kills_at_many_points(setup: Setup) -> None:
             control.request(setup.state, ids[name], "stop")
         for delay in (0.0, 0.02, 0.05, 0.1, 0.3, 0.6):  # kill points: an order, no bound
             time.sleep(delay)
-            _kill(engine)
+            kill(engine)
             engine = setup.start()
-        _kill(engine)
+        kill(engine)
     finally:
         stop_engine(engine)
     done = setup.run(timeout=180)
@@ -230,16 +205,7 @@ def test_a_queued_task_s_logged_ending_without_its_manifest_is_completed(setup: 
 def test_a_blocked_task_s_logged_ending_without_its_manifest_is_completed(setup: Setup) -> None:
     """The same cut for a task blocked on its predecessor: completed, never launched,
     ended once, and not counted as a run (no ``adopted`` line with a ``running`` status)."""
-    setup.write_profile()
-    setup.drop("a.toml", setup.task("a", "sleep: 6\nexit: 0"))
-    engine = setup.start()
-    try:
-        wait_for(lambda: setup.manifests().get("a", {}).get("status") == "running", timeout=120)
-        setup.drop("b.toml", setup.task("b", "exit: 0", after=["a"]))
-        wait_for(lambda: setup.manifests().get("b", {}).get("status") == "blocked", timeout=60)
-        _kill(engine)
-    finally:
-        stop_engine(engine)
+    running_then_waiting(setup, {"b": ["a"]})
     task_id = _cut_after_the_ending(setup, "b", "blocked")
     done = setup.run(timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
