@@ -214,3 +214,24 @@ def test_a_blocked_task_s_logged_ending_without_its_manifest_is_completed(setup:
     names = _events(setup, task_id)
     assert "launched" not in names and "adopted" not in names, names
     assert names.count("abandoned") == 1 and names.count("stop_requested") == 1, names
+
+
+def test_a_request_file_left_after_its_ending_goes_with_an_info_line(setup: Setup) -> None:
+    """The kill came after the ending and its manifest, before the request file's removal:
+    the next engine removes the file with an info line. Before, it warned that it had
+    ignored the request that ended the task. A request the ended task never took (``a``
+    completed on its own) is still warned of."""
+    a, q = _running_and_queued(setup)
+    control.request(setup.state, q, "stop")
+    done = setup.run(timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert setup.manifests()["q"]["status"] == "abandoned"
+    control.request(setup.state, q, "stop")  # as a kill before its removal leaves it
+    control.request(setup.state, a, "stop")
+    done = setup.run(timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"{q}: its 'stop' request was carried out already" in done.stderr, done.stderr
+    assert f"ignored 'stop' for {q}" not in done.stderr, done.stderr
+    assert f"ignored 'stop' for {a}" in done.stderr, done.stderr
+    assert not list((setup.state / "control").iterdir())
+    assert _events(setup, q).count("stop_requested") == 1

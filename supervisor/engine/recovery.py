@@ -134,7 +134,6 @@ def _adopt_one(
     # the launch's, written without an fsync) is a run in progress, never launched twice.
     queued = manifest.status in (Status.QUEUED, Status.BLOCKED) and task.task_id not in sessions
     if queued and ended and not launch_logged:  # never launched: not a run to watch
-        _requests_done(profile, task, events)
         return Requeued(task, ending=last_terminal(events))
     if queued and not launch_logged:
         # admitted under the credentials it will launch with (engine/accounts.py)
@@ -203,21 +202,6 @@ def _requests_left(profile: LoadedProfile, runtime: Runtime, events: list[dict[s
                 runtime.task.append_event(Event.requested(verb), status=runtime.state.status)
         path.unlink(missing_ok=True)  # after the log line (write-ahead): never lost
         runtime.requests.add(verb)
-
-
-def _requests_done(profile: LoadedProfile, task: TaskDir, events: list[dict[str, Any]]) -> None:
-    """Remove the ending requests (``stop``, ``discard``, ``supersede``) of a never-launched
-    task whose ending the log holds, where the log holds their ``<verb>_requested`` line:
-    taken and carried out, the file removed only after that (write-ahead), so the kill
-    left it. Found by attack: the intake took it again and warned it had ``ignored`` a
-    request that ended the task."""
-    logged = {str(e.get("event")) for e in events}
-    for task_id, verb, path in control.pending_or_none(profile.state_dir)[0]:
-        if task_id != task.task_id or verb not in (*control.ENDING, *control.ENGINE_VERBS):
-            continue
-        if str(Event.requested(verb)) in logged:
-            with contextlib.suppress(OSError):  # else the intake removes it, with a warning
-                path.unlink(missing_ok=True)
 
 
 def _logged_endings(

@@ -74,7 +74,7 @@ from supervisor.engine.starts import Starts
 from supervisor.engine.watch import Watcher
 from supervisor.statelock import engine_lock
 from supervisor.taskdir import control
-from supervisor.taskdir.events import Event
+from supervisor.taskdir.events import Event, last_terminal
 from supervisor.taskdir.folder import TaskDir
 from supervisor.taskdir.states import TERMINAL
 from supervisor.tmux import Tmux, TmuxError
@@ -345,7 +345,7 @@ class Engine(Checks, Launches, Kicks, Accounts, Plans, Groups):
             # (recovery.Requeued.logged); either way not logged a second time
             runtime.requests |= {verb} & control.logged_requests(queued.turn_events())
         if runtime is None:
-            log.warning("ignored '%s' for %s: no such live task", verb, task_id)
+            self._no_live_task(task_id, verb)
             return
         if verb in control.ENDING and runtime.state.status in TERMINAL:  # it ended meanwhile
             log.info("%s ended %s before its %s; kept", task_id, runtime.state.status, verb)
@@ -363,6 +363,22 @@ class Engine(Checks, Launches, Kicks, Accounts, Plans, Groups):
             with self.leaf:
                 self.inbox.setdefault(task_id, set()).add(verb)
         self._schedule_check(runtime, delay=0.0)
+
+    def _no_live_task(self, task_id: str, verb: str) -> None:
+        """A request for a task that is not live here. One whose ``<verb>_requested`` line
+        its ended turn holds was carried out: the file is removed only after the ending
+        (write-ahead), so a kill in between leaves it. That goes with an info line (found by
+        attack: a warning that the engine had ignored the request that ended the task);
+        any other is warned of."""
+        try:
+            events = TaskDir(self.profile.tasks_dir / task_id).turn_events()
+        except OSError:  # unreadable: warned of as any other
+            events = []
+        names = {e.get("event") for e in events}
+        if Event.requested(verb) in names and last_terminal(events) is not None:
+            log.info("%s: its '%s' request was carried out already; removed", task_id, verb)
+            return
+        log.warning("ignored '%s' for %s: no such live task", verb, task_id)
 
     def _enqueue(self, task: TaskDir, resolved: ResolvedTask) -> None:
         self._note_group(task, resolved)  # an attempt (engine/attempts.py)
